@@ -1,0 +1,17 @@
+//! Helpers shared by the attribute macros.
+#![allow(dead_code)] // INTERIM: used once the macros are implemented.
+
+use proc_macro2::TokenStream;
+use quote::quote;
+
+/// The default path of the facade crate in generated code.
+pub(crate) fn default_crate_path() -> syn::Path {
+    syn::parse_quote!(::vramguard)
+}
+
+/// Emits the original item followed by the errors, so that IDEs keep seeing the item
+/// (the way `tokio::main` does).
+pub(crate) fn item_with_errors(item: TokenStream, errors: syn::Error) -> TokenStream {
+    let errors = errors.to_compile_error();
+    quote! { #item #errors }
+}

@@ -1,0 +1,14 @@
+//! Runtime of [vramguard](https://docs.rs/vramguard): the caching allocator and its backends,
+//! grad mode, tensors with autograd, and batch scopes.
+//!
+//! Users depend on the `vramguard` facade crate; this crate is its implementation.
+#![warn(missing_docs)]
+
+pub mod alloc;
+pub mod device;
+pub mod grad;
+pub mod memory;
+pub mod scope;
+
+pub use device::Device;
+pub use grad::{enable_grad, is_grad_enabled, no_grad, EnableGradGuard, NoGradGuard};
