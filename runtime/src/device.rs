@@ -53,7 +53,7 @@ impl Device {
         let block = self.allocator().allocate(bytes)?;
         let scope = crate::scope::current_tracker();
         if let Some(tracker) = &scope {
-            tracker.on_alloc(block.id, block.size);
+            tracker.on_alloc_on(self, block.id, block.size);
         }
         Ok(Allocation {
             block: Some(block),
@@ -124,7 +124,7 @@ impl Drop for Allocation {
     fn drop(&mut self) {
         if let Some(block) = self.block.take() {
             if let Some(tracker) = &self.scope {
-                tracker.on_free(block.id);
+                tracker.on_free_on(&self.device, block.id);
             }
             self.device.allocator().free(block);
         }

@@ -1,22 +1,643 @@
 //! Batch scopes: per-iteration accounting of allocations (runtime half of `#[batch_scope]`).
 //!
-//! INTERIM: only the hook the allocator calls. The tensor issue builds `BatchScope` on it.
+//! A loop body enters a scope with [`BatchScope::enter`] at the top of each iteration; the
+//! returned [`BatchScopeGuard`] ends the iteration when dropped (end of body, `continue`,
+//! `break`, `?`, `return` or a panic). While the guard is the innermost scope of its thread,
+//! every allocation made on that thread is attributed to the scope's label, and its free is
+//! seen whenever and wherever it happens.
+//!
+//! On exit, the scope builds a [`ScopeReport`]:
+//! - what the iteration allocated (bytes and count, and the peak of its own live bytes);
+//! - what **escaped**: the iteration's allocations that are still alive when it ends
+//!   (count, bytes, grouped by [`tag`]);
+//! - the **live** memory of the label: allocations of any earlier iteration still alive;
+//! - the **growth streak**: how many times live memory at iteration end reached a new high
+//!   since it last fell (see [`ScopeReport::growth_streak`]).
+//!
+//! ## What counts as a leak
+//!
+//! Escapes are normal: carried loop state (`h = step(h)`, an optimizer state created lazily on
+//! the first iteration, a running metric) is allocated in one iteration and used by the next.
+//! Such state is replaced, so live memory stays flat. A leak (`history.push(fake)`) makes live
+//! memory grow at the end of iteration after iteration. So escapes are **reported** (in the
+//! report and at `trace` level), and only **sustained growth** is a problem: after
+//! [`ScopeOptions::warn_after_growing`] growing iterations the scope emits a `tracing` warning,
+//! and in [`ScopeOptions::strict`] mode it panics with the report (unless the thread is
+//! already panicking). Live memory that grows and then falls back (a sawtooth, e.g. gradient
+//! accumulation every k steps) resets the streak; iterations with flat live memory neither
+//! count nor reset, so a leak every other iteration is caught too.
+//!
+//! Reports are queryable with [`last_report`]. Labels are per thread: two threads running the
+//! same loop keep separate iteration counts and live sets.
 
-use std::sync::Arc;
+use crate::Device;
+use std::borrow::Cow;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-/// Accounting of one active scope; the allocator reports allocations made while it is the
-/// innermost scope of the current thread, and their frees.
+/// Growing iterations before a warning (and, in strict mode, a panic) by default.
+pub const DEFAULT_WARN_AFTER_GROWING: u32 = 8;
+
+/// Most escape tags listed in one report; the rest are folded into the last entry.
+const MAX_TAGS_IN_REPORT: usize = 16;
+
+/// How a batch scope reacts and what it does to the cache.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScopeOptions {
+    /// Panic with the report when live memory grows for `warn_after_growing` iterations
+    /// (meant for tests). Never panics while the thread is already panicking.
+    pub strict: bool,
+    /// Growing iterations (see [`ScopeReport::growth_streak`]) before the scope warns; `0`
+    /// disables the warning and the strict failure.
+    pub warn_after_growing: u32,
+    /// Every `n` iterations, after the iteration's values are dropped, call
+    /// [`crate::memory::empty_cache`] on each device the scope allocated on since the last
+    /// call. `None`: never.
+    pub empty_cache_every: Option<u32>,
+}
+
+impl Default for ScopeOptions {
+    fn default() -> Self {
+        Self {
+            strict: false,
+            warn_after_growing: DEFAULT_WARN_AFTER_GROWING,
+            empty_cache_every: None,
+        }
+    }
+}
+
+impl ScopeOptions {
+    /// The defaults: not strict, warn after [`DEFAULT_WARN_AFTER_GROWING`] growing
+    /// iterations, no cache policy.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Sets [`ScopeOptions::strict`].
+    pub fn strict(mut self, strict: bool) -> Self {
+        self.strict = strict;
+        self
+    }
+    /// Sets [`ScopeOptions::warn_after_growing`].
+    pub fn warn_after_growing(mut self, iterations: u32) -> Self {
+        self.warn_after_growing = iterations;
+        self
+    }
+    /// Sets [`ScopeOptions::empty_cache_every`]; `0` means never.
+    pub fn empty_cache_every(mut self, iterations: u32) -> Self {
+        self.empty_cache_every = (iterations > 0).then_some(iterations);
+        self
+    }
+}
+
+/// Escaped allocations that share a tag (see [`tag`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct EscapeGroup {
+    /// The innermost [`tag`] active when the allocations were made, or the scope label.
+    pub tag: String,
+    /// Allocations still alive.
+    pub count: u64,
+    /// Their bytes (block sizes).
+    pub bytes: u64,
+}
+
+/// What one iteration of a batch scope did. Byte counts are block sizes from the allocator.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ScopeReport {
+    /// The scope label.
+    pub label: String,
+    /// Iterations of this label on this thread so far, this one included (1-based).
+    pub iterations: u64,
+    /// Bytes allocated during the iteration (while this scope was innermost).
+    pub allocated_bytes: u64,
+    /// Allocations made during the iteration.
+    pub allocated_count: u64,
+    /// Highest bytes of the label alive at once during the iteration, earlier iterations'
+    /// survivors included.
+    pub peak_live_bytes: u64,
+    /// Bytes of the iteration's allocations still alive at its end.
+    pub escaped_bytes: u64,
+    /// The iteration's allocations still alive at its end.
+    pub escaped_count: u64,
+    /// The escapes grouped by tag, largest first.
+    pub escaped_by_tag: Vec<EscapeGroup>,
+    /// Bytes of the label still alive at the end of the iteration, from any iteration.
+    pub live_bytes: u64,
+    /// Allocations of the label still alive at the end of the iteration.
+    pub live_count: u64,
+    /// Iterations before this one that still have allocations alive.
+    pub older_iterations_alive: u64,
+    /// Iterations whose end set a new high of [`ScopeReport::live_bytes`] since live bytes
+    /// last fell (the first iteration is the baseline and never counts).
+    pub growth_streak: u32,
+    /// Bytes returned to the devices by the cache policy at this exit, if it ran.
+    pub cache_released_bytes: Option<u64>,
+}
+
+impl ScopeReport {
+    /// Whether anything allocated in this iteration is still alive.
+    pub fn has_escapes(&self) -> bool {
+        self.escaped_count > 0
+    }
+}
+
+impl fmt::Display for ScopeReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "batch scope `{}` iteration {}: allocated {} B in {} allocations; {} B in {} \
+             allocations escaped the iteration; {} B of the scope alive ({} allocations, {} \
+             earlier iterations); live memory grew at the end of {} iterations in a row",
+            self.label,
+            self.iterations,
+            self.allocated_bytes,
+            self.allocated_count,
+            self.escaped_bytes,
+            self.escaped_count,
+            self.live_bytes,
+            self.live_count,
+            self.older_iterations_alive,
+            self.growth_streak,
+        )?;
+        for group in &self.escaped_by_tag {
+            write!(
+                f,
+                "\n  escaped from `{}`: {} B in {} allocations",
+                group.tag, group.bytes, group.count
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Runtime entry point of batch scopes.
+#[derive(Debug)]
+pub struct BatchScope;
+
+impl BatchScope {
+    /// Enters one iteration of the scope `label` with the default options.
+    pub fn enter(label: impl Into<Cow<'static, str>>) -> BatchScopeGuard {
+        Self::enter_with(label, ScopeOptions::default())
+    }
+
+    /// Enters one iteration of the scope `label`.
+    pub fn enter_with(
+        label: impl Into<Cow<'static, str>>,
+        options: ScopeOptions,
+    ) -> BatchScopeGuard {
+        let label = label.into();
+        let tracker = tracker_for(&label);
+        let snapshot = tracker.begin_iteration();
+        STACK.with(|stack| stack.borrow_mut().push(Arc::clone(&tracker)));
+        BatchScopeGuard {
+            tracker,
+            snapshot,
+            options,
+            finished: false,
+            _not_send: PhantomData,
+        }
+    }
+}
+
+/// One iteration of a batch scope; ends the iteration and reports when dropped.
+///
+/// Not `Send`: the scope belongs to the thread that entered it.
+#[must_use = "the iteration ends as soon as the guard is dropped"]
+pub struct BatchScopeGuard {
+    tracker: Arc<ScopeTracker>,
+    snapshot: IterationStart,
+    options: ScopeOptions,
+    finished: bool,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl fmt::Debug for BatchScopeGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BatchScopeGuard")
+            .field("label", &self.tracker.label)
+            .field("iteration", &self.snapshot.iteration)
+            .finish()
+    }
+}
+
+impl BatchScopeGuard {
+    /// The scope label.
+    pub fn label(&self) -> &str {
+        &self.tracker.label
+    }
+
+    /// Ends the iteration now and returns its report (dropping the guard does the same).
+    ///
+    /// # Panics
+    /// In strict mode, when live memory has grown for too long (see [`ScopeOptions`]).
+    pub fn exit(mut self) -> ScopeReport {
+        self.finish()
+    }
+
+    fn finish(&mut self) -> ScopeReport {
+        self.finished = true;
+        STACK.with(|stack| {
+            let mut stack = stack.borrow_mut();
+            // Guards are normally dropped innermost first; search in case one was moved.
+            if let Some(pos) = stack.iter().rposition(|t| Arc::ptr_eq(t, &self.tracker)) {
+                stack.remove(pos);
+            }
+        });
+        let (mut report, devices) = self.tracker.end_iteration(&self.snapshot, &self.options);
+        if let Some(every) = self.options.empty_cache_every {
+            if report.iterations % u64::from(every) == 0 {
+                let released = devices.iter().map(crate::memory::empty_cache).sum();
+                report.cache_released_bytes = Some(released);
+            }
+        }
+        tracing::trace!(target: "vramguard::scope", "{report}");
+        if report.escaped_count > 0 {
+            tracing::debug!(
+                target: "vramguard::scope",
+                label = %report.label,
+                iteration = report.iterations,
+                escaped_bytes = report.escaped_bytes,
+                escaped_count = report.escaped_count,
+                "values allocated in the iteration outlived it"
+            );
+        }
+        let threshold = self.options.warn_after_growing;
+        let growing = threshold > 0 && report.growth_streak >= threshold;
+        if growing && report.growth_streak % threshold == 0 {
+            tracing::warn!(
+                target: "vramguard::scope",
+                label = %report.label,
+                growth_streak = report.growth_streak,
+                live_bytes = report.live_bytes,
+                "live memory keeps growing across iterations: something computed in the loop is \
+                 kept (a history Vec, a running total with its graph); {report}"
+            );
+        }
+        store_report(&report);
+        if growing && self.options.strict && !std::thread::panicking() {
+            panic!(
+                "vramguard strict batch scope: live memory grew at the end of {} iterations in a \
+                 row. Find what keeps values of each iteration alive (a collection outside the \
+                 loop, a running total that keeps its graph) or raise `warn_after_growing`.\n{report}",
+                report.growth_streak
+            );
+        }
+        report
+    }
+}
+
+impl Drop for BatchScopeGuard {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.finish();
+        }
+    }
+}
+
+/// The last report of scope `label` (from any thread), if an iteration of it has ended.
+pub fn last_report(label: &str) -> Option<ScopeReport> {
+    lock(reports()).get(label).cloned()
+}
+
+/// Forgets the reports and the per-thread state of `label` on this thread, e.g. between
+/// two runs of a loop that should not be compared. Allocations still alive keep being
+/// accounted to the old state, not to the new one.
+pub fn reset(label: &str) {
+    lock(reports()).remove(label);
+    TRACKERS.with(|trackers| trackers.borrow_mut().remove(label));
+}
+
+/// The label of the innermost batch scope of this thread, if any.
+pub fn current_label() -> Option<String> {
+    STACK.with(|stack| stack.borrow().last().map(|t| t.label.to_string()))
+}
+
+/// Tags the allocations made on this thread until the guard is dropped; escape reports
+/// group escaped allocations by their innermost tag (e.g. `"generator"`, `"history"`).
+pub fn tag(name: impl Into<Cow<'static, str>>) -> TagGuard {
+    let name: Arc<str> = Arc::from(name.into().as_ref());
+    TAGS.with(|tags| tags.borrow_mut().push(name));
+    TagGuard {
+        _not_send: PhantomData,
+    }
+}
+
+/// Active [`tag`]; the previous one is restored when it is dropped.
+#[must_use = "the tag is removed as soon as the guard is dropped"]
+#[derive(Debug)]
+pub struct TagGuard {
+    _not_send: PhantomData<*const ()>,
+}
+
+impl Drop for TagGuard {
+    fn drop(&mut self) {
+        TAGS.with(|tags| tags.borrow_mut().pop());
+    }
+}
+
+/// Accounting of one scope label on one thread; the allocator reports allocations made while
+/// it is the innermost scope of the current thread, and their frees (from any thread).
+pub struct ScopeTracker {
+    label: Arc<str>,
+    state: Mutex<TrackerState>,
+}
+
+impl fmt::Debug for ScopeTracker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ScopeTracker")
+            .field("label", &self.label)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Key of a live allocation: the allocator (0 when unknown) and the block id, which is unique
+/// within one allocator only.
+type AllocKey = (usize, u64);
+
+#[derive(Debug)]
+struct LiveAlloc {
+    bytes: u64,
+    iteration: u64,
+    tag: Option<Arc<str>>,
+}
+
 #[derive(Debug, Default)]
-pub struct ScopeTracker {}
+struct TrackerState {
+    /// Iterations begun; the current one's number when inside one.
+    iterations: u64,
+    /// The iteration new allocations belong to.
+    current_iteration: u64,
+    live: HashMap<AllocKey, LiveAlloc>,
+    live_bytes: u64,
+    /// (count, bytes) alive per iteration, for escapes and older survivors.
+    alive_by_iteration: BTreeMap<u64, (u64, u64)>,
+    total_allocated_bytes: u64,
+    total_allocated_count: u64,
+    peak_live_bytes: u64,
+    /// Live bytes at the end of the previous iteration, and the high mark since the last fall.
+    last_live_at_end: Option<u64>,
+    high_mark: u64,
+    growth_streak: u32,
+    /// Devices allocated on since the cache policy last ran, by allocator address.
+    devices: HashMap<usize, Device>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct IterationStart {
+    iteration: u64,
+    previous_iteration: u64,
+    allocated_bytes: u64,
+    allocated_count: u64,
+    previous_peak: u64,
+}
 
 impl ScopeTracker {
+    fn new(label: Arc<str>) -> Self {
+        Self {
+            label,
+            state: Mutex::new(TrackerState::default()),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, TrackerState> {
+        lock(&self.state)
+    }
+
     /// Called when a block of `bytes` bytes with id `id` is allocated inside this scope.
-    pub(crate) fn on_alloc(&self, _id: u64, _bytes: usize) {}
+    #[allow(dead_code)] // Part of the allocator's contract; `Device` uses the `_on` forms.
+    pub(crate) fn on_alloc(&self, id: u64, bytes: usize) {
+        self.record_alloc((0, id), bytes, None);
+    }
+
     /// Called when block `id`, allocated inside this scope, is freed.
-    pub(crate) fn on_free(&self, _id: u64) {}
+    #[allow(dead_code)] // Part of the allocator's contract; `Device` uses the `_on` forms.
+    pub(crate) fn on_free(&self, id: u64) {
+        self.record_free((0, id));
+    }
+
+    /// [`ScopeTracker::on_alloc`] for a known device: block ids of different devices may
+    /// collide, and the cache policy needs the device.
+    pub(crate) fn on_alloc_on(&self, device: &Device, id: u64, bytes: usize) {
+        self.record_alloc((allocator_key(device), id), bytes, Some(device));
+    }
+
+    /// [`ScopeTracker::on_free`] for a block allocated with [`ScopeTracker::on_alloc_on`].
+    pub(crate) fn on_free_on(&self, device: &Device, id: u64) {
+        self.record_free((allocator_key(device), id));
+    }
+
+    fn record_alloc(&self, key: AllocKey, bytes: usize, device: Option<&Device>) {
+        let tag = TAGS
+            .try_with(|tags| tags.borrow().last().cloned())
+            .ok()
+            .flatten();
+        let bytes = bytes as u64;
+        let mut state = self.state();
+        let iteration = state.current_iteration;
+        state.live.insert(
+            key,
+            LiveAlloc {
+                bytes,
+                iteration,
+                tag,
+            },
+        );
+        state.live_bytes += bytes;
+        state.peak_live_bytes = state.peak_live_bytes.max(state.live_bytes);
+        state.total_allocated_bytes += bytes;
+        state.total_allocated_count += 1;
+        let alive = state.alive_by_iteration.entry(iteration).or_default();
+        alive.0 += 1;
+        alive.1 += bytes;
+        if let Some(device) = device {
+            if !state.devices.contains_key(&key.0) {
+                state.devices.insert(key.0, device.clone());
+            }
+        }
+    }
+
+    fn record_free(&self, key: AllocKey) {
+        let mut state = self.state();
+        let Some(alloc) = state.live.remove(&key) else {
+            return;
+        };
+        state.live_bytes -= alloc.bytes;
+        if let Some(alive) = state.alive_by_iteration.get_mut(&alloc.iteration) {
+            alive.0 -= 1;
+            alive.1 -= alloc.bytes;
+            if alive.0 == 0 {
+                state.alive_by_iteration.remove(&alloc.iteration);
+            }
+        }
+    }
+
+    fn begin_iteration(&self) -> IterationStart {
+        let mut state = self.state();
+        state.iterations += 1;
+        let start = IterationStart {
+            iteration: state.iterations,
+            previous_iteration: state.current_iteration,
+            allocated_bytes: state.total_allocated_bytes,
+            allocated_count: state.total_allocated_count,
+            previous_peak: state.peak_live_bytes,
+        };
+        state.current_iteration = state.iterations;
+        state.peak_live_bytes = state.live_bytes;
+        start
+    }
+
+    fn end_iteration(
+        &self,
+        start: &IterationStart,
+        options: &ScopeOptions,
+    ) -> (ScopeReport, Vec<Device>) {
+        let mut state = self.state();
+        let iteration = start.iteration;
+        let (escaped_count, escaped_bytes) = state
+            .alive_by_iteration
+            .get(&iteration)
+            .copied()
+            .unwrap_or((0, 0));
+        let escaped_by_tag = if escaped_count > 0 {
+            group_escapes(&state.live, iteration, &self.label)
+        } else {
+            Vec::new()
+        };
+        let older_iterations_alive = state.alive_by_iteration.range(..iteration).count() as u64;
+        let live_bytes = state.live_bytes;
+        match state.last_live_at_end {
+            None => state.high_mark = live_bytes,
+            Some(_) if live_bytes > state.high_mark => {
+                state.high_mark = live_bytes;
+                state.growth_streak = state.growth_streak.saturating_add(1);
+            }
+            Some(_) if live_bytes < state.high_mark => {
+                state.high_mark = live_bytes;
+                state.growth_streak = 0;
+            }
+            Some(_) => {}
+        }
+        state.last_live_at_end = Some(live_bytes);
+        let peak_live_bytes = state.peak_live_bytes;
+        // A nested iteration of the same label hands the peak and the iteration back.
+        state.peak_live_bytes = start.previous_peak.max(peak_live_bytes);
+        state.current_iteration = start.previous_iteration;
+        let report = ScopeReport {
+            label: self.label.to_string(),
+            iterations: iteration,
+            allocated_bytes: state.total_allocated_bytes - start.allocated_bytes,
+            allocated_count: state.total_allocated_count - start.allocated_count,
+            peak_live_bytes,
+            escaped_bytes,
+            escaped_count,
+            escaped_by_tag,
+            live_bytes,
+            live_count: state.live.len() as u64,
+            older_iterations_alive,
+            growth_streak: state.growth_streak,
+            cache_released_bytes: None,
+        };
+        let devices = match options.empty_cache_every {
+            Some(every) if iteration % u64::from(every) == 0 => {
+                state.devices.drain().map(|(_, d)| d).collect()
+            }
+            Some(_) => Vec::new(),
+            // Without a cache policy, keep no device alive.
+            None => {
+                state.devices.clear();
+                Vec::new()
+            }
+        };
+        (report, devices)
+    }
+}
+
+fn group_escapes(
+    live: &HashMap<AllocKey, LiveAlloc>,
+    iteration: u64,
+    label: &Arc<str>,
+) -> Vec<EscapeGroup> {
+    let mut groups: HashMap<&str, (u64, u64)> = HashMap::new();
+    for alloc in live.values().filter(|a| a.iteration == iteration) {
+        let tag = alloc.tag.as_deref().unwrap_or(label);
+        let group = groups.entry(tag).or_default();
+        group.0 += 1;
+        group.1 += alloc.bytes;
+    }
+    let mut groups: Vec<EscapeGroup> = groups
+        .into_iter()
+        .map(|(tag, (count, bytes))| EscapeGroup {
+            tag: tag.to_string(),
+            count,
+            bytes,
+        })
+        .collect();
+    groups.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.tag.cmp(&b.tag)));
+    if groups.len() > MAX_TAGS_IN_REPORT {
+        let rest = groups.split_off(MAX_TAGS_IN_REPORT - 1);
+        groups.push(EscapeGroup {
+            tag: format!("({} more tags)", rest.len()),
+            count: rest.iter().map(|g| g.count).sum(),
+            bytes: rest.iter().map(|g| g.bytes).sum(),
+        });
+    }
+    groups
+}
+
+fn allocator_key(device: &Device) -> usize {
+    Arc::as_ptr(device.allocator()) as usize
+}
+
+thread_local! {
+    /// Active scopes of this thread, innermost last.
+    static STACK: RefCell<Vec<Arc<ScopeTracker>>> = const { RefCell::new(Vec::new()) };
+    /// Trackers of this thread by label; they outlive iterations to see later frees.
+    static TRACKERS: RefCell<HashMap<Arc<str>, Arc<ScopeTracker>>> = RefCell::new(HashMap::new());
+    /// Active tags of this thread, innermost last.
+    static TAGS: RefCell<Vec<Arc<str>>> = const { RefCell::new(Vec::new()) };
+}
+
+fn tracker_for(label: &str) -> Arc<ScopeTracker> {
+    TRACKERS.with(|trackers| {
+        let mut trackers = trackers.borrow_mut();
+        if let Some(tracker) = trackers.get(label) {
+            return Arc::clone(tracker);
+        }
+        let label: Arc<str> = Arc::from(label);
+        let tracker = Arc::new(ScopeTracker::new(Arc::clone(&label)));
+        trackers.insert(label, Arc::clone(&tracker));
+        tracker
+    })
+}
+
+fn reports() -> &'static Mutex<HashMap<String, ScopeReport>> {
+    static REPORTS: OnceLock<Mutex<HashMap<String, ScopeReport>>> = OnceLock::new();
+    REPORTS.get_or_init(Default::default)
+}
+
+fn store_report(report: &ScopeReport) {
+    let mut reports = lock(reports());
+    match reports.get_mut(report.label.as_str()) {
+        Some(slot) => slot.clone_from(report),
+        None => {
+            reports.insert(report.label.clone(), report.clone());
+        }
+    }
+}
+
+/// Locks a mutex, recovering from poisoning: the accounting stays consistent because every
+/// critical section finishes its updates without panicking.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The innermost scope of the current thread, if any.
 pub(crate) fn current_tracker() -> Option<Arc<ScopeTracker>> {
-    None
+    // `try_with`: allocations may happen while thread-locals are being destroyed.
+    STACK
+        .try_with(|stack| stack.borrow().last().cloned())
+        .ok()
+        .flatten()
 }
