@@ -452,9 +452,7 @@ impl ScopeTracker {
         alive.0 += 1;
         alive.1 += bytes;
         if let Some(device) = device {
-            if !state.devices.contains_key(&key.0) {
-                state.devices.insert(key.0, device.clone());
-            }
+            state.devices.entry(key.0).or_insert_with(|| device.clone());
         }
     }
 
