@@ -1,0 +1,428 @@
+//! Syntax helpers for the lints: what a binding holds, by the shape of its initializer.
+//!
+//! The macros have no type information, so every rule here is a guess from syntax. The guesses
+//! lean towards silence: a lint fires only on shapes that model code produces (a call or a
+//! method call producing a new value), never on literals, casts, counters or host scalars.
+
+use proc_macro2::{TokenStream, TokenTree};
+use std::collections::HashSet;
+use syn::{Attribute, Expr, Pat, Stmt, Type};
+
+/// What a local holds, guessed from its initializer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Holds {
+    /// A host scalar or a small host value (`loss.item()`, `x.len()`, `3.0`, `a as f32`).
+    Scalar,
+    /// A freshly created value that is not an activation (`Tensor::zeros(..)`, `Vec::new()`).
+    Created,
+    /// A value detached from the graph (`x.detach()`): still memory, but no graph.
+    Detached,
+    /// The result of a computation (`model.forward(&x)?`, `a.matmul(&b)`, `a + b`).
+    Produced,
+    /// A binding of a `for`/`match`/closure pattern: an item, not computed here.
+    Pattern,
+    /// Anything else (borrows, fields, indexing, control flow).
+    Other,
+}
+
+impl Holds {
+    /// Whether the value holds (device) memory of its own.
+    pub(crate) fn holds_memory(self) -> bool {
+        matches!(self, Holds::Created | Holds::Detached | Holds::Produced)
+    }
+}
+
+/// Methods that return host scalars or host copies: the fix for accumulating device values.
+const SCALAR_METHODS: &[&str] = &[
+    "item",
+    "to_scalar",
+    "to_f32",
+    "to_f64",
+    "to_vec",
+    "to_vec0",
+    "to_vec1",
+    "to_vec2",
+    "to_vec3",
+    "len",
+    "numel",
+    "elem_count",
+    "count",
+    "is_empty",
+    "to_string",
+    "dims",
+    "shape",
+    "dim",
+    "size",
+    "rank",
+    "as_f32",
+    "as_f64",
+    "as_usize",
+    "partial_cmp",
+    "cmp",
+    "eq",
+    "ne",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "is_some",
+    "is_none",
+    "is_ok",
+    "is_err",
+    "contains",
+    "starts_with",
+    "ends_with",
+];
+
+/// Functions and methods that create new values that are not computed from activations.
+const CREATION: &[&str] = &[
+    "new",
+    "default",
+    "with_capacity",
+    "zeros",
+    "ones",
+    "full",
+    "empty",
+    "zeros_like",
+    "ones_like",
+    "full_like",
+    "randn",
+    "rand",
+    "randn_like",
+    "rand_like",
+    "arange",
+    "eye",
+    "from_slice",
+    "from_vec",
+    "from_iter",
+    "collect",
+];
+
+/// `Option`/`Result`/iterator plumbing: not a computation on device values.
+const PLUMBING: &[&str] = &[
+    "and_then",
+    "or_else",
+    "map_or",
+    "map_or_else",
+    "ok_or",
+    "ok_or_else",
+    "ok",
+    "err",
+    "unwrap_or",
+    "unwrap_or_default",
+    "unwrap_or_else",
+    "cloned",
+    "copied",
+    "as_ref",
+    "as_deref",
+    "get",
+    "first",
+    "last",
+    "iter",
+    "into_iter",
+    "enumerate",
+    "zip",
+    "filter",
+    "take",
+    "skip",
+    "rev",
+    "chars",
+    "bytes",
+    "lines",
+    "split",
+    "trim",
+    "parse",
+    "min",
+    "max",
+    "abs",
+    "powi",
+    "powf",
+    "sqrt",
+    "ln",
+    "floor",
+    "ceil",
+    "round",
+];
+
+/// Methods that return a value without autograd history.
+const DETACHING: &[&str] = &["detach", "detach_"];
+
+/// Methods that keep the receiver's nature (a copy or a conversion of it).
+const TRANSPARENT: &[&str] = &[
+    "clone",
+    "to_owned",
+    "into",
+    "unwrap",
+    "expect",
+    "contiguous",
+];
+
+/// Primitive scalar types: a `let` annotated with one holds a host scalar.
+const SCALAR_TYPES: &[&str] = &[
+    "f32", "f64", "f16", "bf16", "usize", "isize", "u8", "u16", "u32", "u64", "u128", "i8", "i16",
+    "i32", "i64", "i128", "bool", "char", "String",
+];
+
+/// Strips parentheses, invisible groups, `?` and `.await`.
+pub(crate) fn peel(mut expr: &Expr) -> &Expr {
+    loop {
+        expr = match expr {
+            Expr::Paren(e) => &e.expr,
+            Expr::Group(e) => &e.expr,
+            Expr::Try(e) => &e.expr,
+            Expr::Await(e) => &e.base,
+            _ => return expr,
+        };
+    }
+}
+
+/// Strips what [`peel`] strips, plus `&`, `*` and transparent methods (`.clone()`).
+pub(crate) fn peel_value(mut expr: &Expr) -> &Expr {
+    loop {
+        expr = match peel(expr) {
+            Expr::Reference(e) => &e.expr,
+            Expr::Unary(e) if matches!(e.op, syn::UnOp::Deref(_)) => &e.expr,
+            Expr::MethodCall(m) if is_one_of(&m.method, TRANSPARENT) => &m.receiver,
+            other => return other,
+        };
+    }
+}
+
+pub(crate) fn is_one_of(ident: &syn::Ident, names: &[&str]) -> bool {
+    names.iter().any(|n| ident == n)
+}
+
+/// The single identifier an expression names (`x`), if it is one.
+pub(crate) fn single_ident(expr: &Expr) -> Option<&syn::Ident> {
+    match expr {
+        Expr::Path(p) if p.qself.is_none() => p.path.get_ident(),
+        _ => None,
+    }
+}
+
+/// Whether an expression is `self.field` (any depth): state that outlives iterations.
+pub(crate) fn is_self_field(expr: &Expr) -> bool {
+    match expr {
+        Expr::Field(f) => match peel(&f.base) {
+            Expr::Path(p) => p.path.is_ident("self"),
+            base => is_self_field(base),
+        },
+        _ => false,
+    }
+}
+
+/// Guesses what `expr` holds; `lookup` gives the nature of local names.
+pub(crate) fn classify(expr: &Expr, lookup: &dyn Fn(&str) -> Option<Holds>) -> Holds {
+    match peel(expr) {
+        Expr::Lit(_) | Expr::Cast(_) => Holds::Scalar,
+        Expr::Macro(m) => {
+            if m.mac.path.is_ident("vec") {
+                Holds::Created
+            } else {
+                Holds::Scalar
+            }
+        }
+        Expr::MethodCall(m) => {
+            if is_one_of(&m.method, SCALAR_METHODS) {
+                Holds::Scalar
+            } else if is_one_of(&m.method, DETACHING) {
+                Holds::Detached
+            } else if is_one_of(&m.method, CREATION) {
+                Holds::Created
+            } else if is_one_of(&m.method, TRANSPARENT) {
+                classify(&m.receiver, lookup)
+            } else if is_one_of(&m.method, PLUMBING) {
+                Holds::Other
+            } else {
+                Holds::Produced
+            }
+        }
+        Expr::Call(c) => match peel(&c.func) {
+            Expr::Path(p) => match p.path.segments.last() {
+                // `usize::from(..)`, `f32::max(..)`: host scalars.
+                _ if p
+                    .path
+                    .segments
+                    .iter()
+                    .any(|s| is_one_of(&s.ident, SCALAR_TYPES)) =>
+                {
+                    Holds::Scalar
+                }
+                Some(last) if is_one_of(&last.ident, CREATION) => Holds::Created,
+                // `Some(x)`, `Ok(x)`, `Wrapper(x)`: a constructor, not a computation.
+                Some(last) if last.ident.to_string().starts_with(char::is_uppercase) => {
+                    Holds::Other
+                }
+                _ => Holds::Produced,
+            },
+            _ => Holds::Produced,
+        },
+        Expr::Binary(b) => {
+            let left = classify(&b.left, lookup);
+            let right = classify(&b.right, lookup);
+            if left == Holds::Produced || right == Holds::Produced {
+                Holds::Produced
+            } else if left == Holds::Scalar && right == Holds::Scalar {
+                Holds::Scalar
+            } else {
+                Holds::Other
+            }
+        }
+        Expr::Tuple(t) => strongest(t.elems.iter().map(|e| classify(e, lookup))),
+        Expr::Array(a) => strongest(a.elems.iter().map(|e| classify(e, lookup))),
+        Expr::Unary(u) if matches!(u.op, syn::UnOp::Neg(_)) => classify(&u.expr, lookup),
+        Expr::Unary(u) if matches!(u.op, syn::UnOp::Not(_)) => Holds::Scalar,
+        Expr::Path(p) => p
+            .path
+            .get_ident()
+            .and_then(|i| lookup(&i.to_string()))
+            .unwrap_or(Holds::Other),
+        _ => Holds::Other,
+    }
+}
+
+/// For a tuple or array: `Produced` if any element is, else the first memory-holding kind.
+fn strongest(kinds: impl Iterator<Item = Holds>) -> Holds {
+    let kinds: Vec<Holds> = kinds.collect();
+    if kinds.contains(&Holds::Produced) {
+        Holds::Produced
+    } else if kinds.contains(&Holds::Detached) {
+        Holds::Detached
+    } else {
+        Holds::Other
+    }
+}
+
+/// What a `let` binds, from its type annotation and initializer.
+pub(crate) fn classify_local(local: &syn::Local, lookup: &dyn Fn(&str) -> Option<Holds>) -> Holds {
+    if let Pat::Type(pat_type) = &local.pat {
+        if is_scalar_type(&pat_type.ty) {
+            return Holds::Scalar;
+        }
+    }
+    match &local.init {
+        Some(init) => classify(&init.expr, lookup),
+        None => Holds::Other,
+    }
+}
+
+fn is_scalar_type(ty: &Type) -> bool {
+    match ty {
+        Type::Path(p) => p
+            .path
+            .get_ident()
+            .is_some_and(|ident| is_one_of(ident, SCALAR_TYPES)),
+        Type::Reference(_) => true,
+        Type::Paren(p) => is_scalar_type(&p.elem),
+        _ => false,
+    }
+}
+
+/// The names a pattern binds.
+pub(crate) fn pattern_names(pat: &Pat, out: &mut Vec<syn::Ident>) {
+    match pat {
+        Pat::Ident(p) => {
+            out.push(p.ident.clone());
+            if let Some((_, sub)) = &p.subpat {
+                pattern_names(sub, out);
+            }
+        }
+        Pat::Or(p) => {
+            if let Some(first) = p.cases.first() {
+                pattern_names(first, out);
+            }
+        }
+        Pat::Paren(p) => pattern_names(&p.pat, out),
+        Pat::Guard(p) => pattern_names(&p.pat, out),
+        Pat::Reference(p) => pattern_names(&p.pat, out),
+        Pat::Slice(p) => p.elems.iter().for_each(|e| pattern_names(e, out)),
+        Pat::Struct(p) => p.fields.iter().for_each(|f| pattern_names(&f.pat, out)),
+        Pat::Tuple(p) => p.elems.iter().for_each(|e| pattern_names(e, out)),
+        Pat::TupleStruct(p) => p.elems.iter().for_each(|e| pattern_names(e, out)),
+        Pat::Type(p) => pattern_names(&p.pat, out),
+        _ => {}
+    }
+}
+
+/// Every identifier in a token stream (a superset of the names an expression mentions).
+pub(crate) fn idents_in(tokens: TokenStream, out: &mut HashSet<String>) {
+    for tree in tokens {
+        match tree {
+            TokenTree::Ident(ident) => {
+                out.insert(ident.to_string());
+            }
+            TokenTree::Group(group) => idents_in(group.stream(), out),
+            _ => {}
+        }
+    }
+}
+
+/// The attributes of an expression, if its kind has any.
+pub(crate) fn expr_attrs_mut(expr: &mut Expr) -> Option<&mut Vec<Attribute>> {
+    macro_rules! attrs {
+        ($($variant:ident),*) => {
+            match expr {
+                $(Expr::$variant(e) => Some(&mut e.attrs),)*
+                _ => None,
+            }
+        };
+    }
+    attrs!(
+        Array, Assign, Async, Await, Binary, Block, Break, Call, Cast, Closure, Const, Continue,
+        Field, ForLoop, Group, If, Index, Infer, Let, Lit, Loop, Macro, Match, MethodCall, Paren,
+        Path, Range, RawAddr, Reference, Repeat, Return, Struct, Try, TryBlock, Tuple, Unary,
+        Unsafe, While, Yield
+    )
+}
+
+/// Source-like rendering of an expression for messages, shortened to `max` characters.
+pub(crate) fn shown(tokens: &impl quote::ToTokens, max: usize) -> String {
+    let mut text = tokens.to_token_stream().to_string();
+    for (from, to) in [
+        (" :: ", "::"),
+        (":: ", "::"),
+        (" . ", "."),
+        (" .", "."),
+        (" (", "("),
+        ("( ", "("),
+        (" )", ")"),
+        (" ,", ","),
+        ("& ", "&"),
+        (" ?", "?"),
+        ("! (", "!("),
+    ] {
+        text = text.replace(from, to);
+    }
+    if text.chars().count() > max {
+        text = text.chars().take(max).collect::<String>() + "…";
+    }
+    text
+}
+
+/// The attributes of an expression, if its kind has any (shared access).
+pub(crate) fn expr_attrs(expr: &Expr) -> Option<&Vec<Attribute>> {
+    macro_rules! attrs {
+        ($($variant:ident),*) => {
+            match expr {
+                $(Expr::$variant(e) => Some(&e.attrs),)*
+                _ => None,
+            }
+        };
+    }
+    attrs!(
+        Array, Assign, Async, Await, Binary, Block, Break, Call, Cast, Closure, Const, Continue,
+        Field, ForLoop, Group, If, Index, Infer, Let, Lit, Loop, Macro, Match, MethodCall, Paren,
+        Path, Range, RawAddr, Reference, Repeat, Return, Struct, Try, TryBlock, Tuple, Unary,
+        Unsafe, While, Yield
+    )
+}
+
+/// The attributes of a statement (for an expression statement, the expression's).
+pub(crate) fn stmt_attrs_mut(stmt: &mut Stmt) -> Option<&mut Vec<Attribute>> {
+    match stmt {
+        Stmt::Local(local) => Some(&mut local.attrs),
+        Stmt::Macro(mac) => Some(&mut mac.attrs),
+        Stmt::Expr(expr, _) => expr_attrs_mut(expr),
+        Stmt::Item(_) => None,
+    }
+}
