@@ -270,10 +270,17 @@ fn strip_markers(item: TokenStream) -> TokenStream {
     struct Strip;
     impl VisitMut for Strip {
         fn visit_expr_mut(&mut self, expr: &mut Expr) {
-            if let Some(attrs) = loop_attrs_mut(expr) {
+            if let Some(attrs) = crate::lints::expr_attrs_mut(expr) {
                 attrs.retain(|a| !is_marker(a));
             }
             visit_mut::visit_expr_mut(self, expr);
+        }
+        fn visit_local_mut(&mut self, local: &mut syn::Local) {
+            local.attrs.retain(|a| !is_marker(a));
+            visit_mut::visit_local_mut(self, local);
+        }
+        fn visit_stmt_macro_mut(&mut self, mac: &mut syn::StmtMacro) {
+            mac.attrs.retain(|a| !is_marker(a));
         }
     }
     match syn::parse2::<ItemFn>(item.clone()) {

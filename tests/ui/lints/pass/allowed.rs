@@ -1,0 +1,106 @@
+#![deny(deprecated)]
+struct Tensor(Vec<f32>);
+
+impl Tensor {
+    fn input(i: usize) -> Tensor {
+        Tensor(vec![i as f32; 4])
+    }
+    fn zeros() -> Tensor {
+        Tensor(vec![0.0; 4])
+    }
+    fn forward(&self) -> Tensor {
+        Tensor(self.0.iter().map(|x| x * 2.0).collect())
+    }
+    fn relu_(&mut self) {
+        self.0.iter_mut().for_each(|x| *x = x.max(0.0));
+    }
+    fn relu(&self) -> Tensor {
+        Tensor(self.0.iter().map(|x| x.max(0.0)).collect())
+    }
+    fn item(&self) -> f32 {
+        self.0[0]
+    }
+    fn detach(&self) -> Tensor {
+        Tensor(self.0.clone())
+    }
+}
+
+impl std::ops::AddAssign<Tensor> for Tensor {
+    fn add_assign(&mut self, other: Tensor) {
+        self.0.iter_mut().zip(other.0).for_each(|(a, b)| *a += b);
+    }
+}
+
+impl std::ops::Add<Tensor> for Tensor {
+    type Output = Tensor;
+    fn add(mut self, other: Tensor) -> Tensor {
+        self += other;
+        self
+    }
+}
+
+fn empty_cache(device: &vramguard::Device) -> u64 {
+    vramguard::memory::empty_cache(device)
+}
+
+// The allow after the processing attribute.
+#[vramguard::batch_scope]
+#[vramguard::allow(accumulates_across_iterations)]
+fn allow_after(n: usize) -> usize {
+    let mut results = Vec::new();
+    for i in 0..n {
+        let feat = Tensor::input(i).forward();
+        results.push(feat);
+    }
+    results.len()
+}
+
+// The allow before the processing attribute (it moves itself after it).
+#[vramguard::allow(accumulates_across_iterations, graph_across_iterations)]
+#[vramguard::batch_scope]
+fn allow_before(n: usize) -> f32 {
+    let mut results = Vec::new();
+    let mut total = Tensor::zeros();
+    for i in 0..n {
+        let feat = Tensor::input(i).forward();
+        results.push(feat);
+        let loss = Tensor::input(i).forward();
+        total += loss;
+    }
+    total.item()
+}
+
+// On a statement.
+#[vramguard::batch_scope]
+fn allow_statement(n: usize) -> f32 {
+    let mut last = 0.0;
+    for i in 0..n {
+        let mut h = Tensor::input(i).forward();
+        #[vramguard::allow(inplace_on_activation)]
+        h.relu_();
+        last = h.item();
+    }
+    last
+}
+
+// rustc's own level for the underlying lint applies.
+#[vramguard::batch_scope]
+#[allow(deprecated)]
+fn rustc_allow(device: &vramguard::Device, n: usize) -> f32 {
+    let mut score = 0.0;
+    for i in 0..n {
+        let activations = Tensor::input(i).forward();
+        let released = empty_cache(device);
+        score += activations.item() + released as f32;
+    }
+    score
+}
+
+fn main() {
+    let _ = allow_after(2);
+    let _ = allow_before(2);
+    let _ = allow_statement(2);
+    let _ = rustc_allow(&vramguard::Device::host(), 2);
+    let _ = (Tensor::input(0).relu(), Tensor::input(0).detach());
+    let _ = Tensor::zeros() + Tensor::zeros();
+}
