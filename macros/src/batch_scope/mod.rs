@@ -413,3 +413,6 @@ impl VisitMut for Scoper<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -79,19 +79,29 @@ pub(crate) fn check_fn(
     block: &mut syn::Block,
     ctx: &LintContext<'_>,
 ) -> LintOutput {
-    let mut output = LintOutput::default();
-    // Invalid names are reported by the `allow` macro itself when it expands.
-    let allowed = allowed_in(fn_attrs).unwrap_or_default();
-    let mut walker = analysis::Walker::new(ctx, allowed, block);
-    walker.visit_block_mut(block);
-    output.errors = walker.errors;
-    let warnings: Vec<syn::Stmt> = walker
-        .findings
+    let (findings, errors) = analyze(fn_attrs, block, ctx);
+    let warnings: Vec<syn::Stmt> = findings
         .iter()
         .map(|f| warning_statement(f.lint, &f.message, f.span))
         .collect();
     block.stmts.splice(0..0, warnings);
-    output
+    LintOutput {
+        errors,
+        warnings: TokenStream::new(),
+    }
+}
+
+/// Runs the lint pass (stripping statement-level allows) and returns warnings and errors.
+fn analyze(
+    fn_attrs: &[Attribute],
+    block: &mut syn::Block,
+    ctx: &LintContext<'_>,
+) -> (Vec<analysis::Finding>, Vec<syn::Error>) {
+    // Invalid names are reported by the `allow` macro itself when it expands.
+    let allowed = allowed_in(fn_attrs).unwrap_or_default();
+    let mut walker = analysis::Walker::new(ctx, allowed, block);
+    walker.visit_block_mut(block);
+    (walker.findings, walker.errors)
 }
 
 /// `{ #[deprecated(note = "...")] const VRAMGUARD_<LINT>: () = (); let () = VRAMGUARD_<LINT>; }`,
@@ -163,3 +173,6 @@ fn sibling_allow_path(processing: &syn::Path) -> syn::Path {
     }
     path
 }
+
+#[cfg(test)]
+mod tests;

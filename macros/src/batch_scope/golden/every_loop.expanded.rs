@@ -1,0 +1,31 @@
+fn train(model: &mut Model, data: &[Batch]) -> Result<f32, Error> {
+    let mut total = 0.0;
+    for batch in data {
+        let __vramguard_scope = ::vramguard::__private::BatchScope::enter_with(
+            ::core::concat!(::core::module_path!(), "::", "train", ":", ::core::line!()),
+            ::vramguard::__private::ScopeOptions::new()
+                .strict(true)
+                .empty_cache_every(10u32),
+        );
+        {
+            let loss = model.step(batch)?;
+            total += loss.item();
+            if total > 10.0 {
+                continue;
+            }
+        };
+    }
+    let mut n = 0;
+    while n < 3 {
+        let __vramguard_scope = ::vramguard::__private::BatchScope::enter_with(
+            ::core::concat!(::core::module_path!(), "::", "train", ":", ::core::line!()),
+            ::vramguard::__private::ScopeOptions::new()
+                .strict(true)
+                .empty_cache_every(10u32),
+        );
+        {
+            n += 1;
+        };
+    }
+    Ok(total)
+}

@@ -1,0 +1,87 @@
+//! Golden expansions (rendered with prettyplease). `UPDATE_GOLDEN=1 cargo test -p
+//! vramguard-macros` rewrites them; review the diff.
+
+use super::expand;
+use proc_macro2::TokenStream;
+use quote::quote;
+use std::path::PathBuf;
+
+fn check_golden(name: &str, args: TokenStream, item: TokenStream) {
+    let expanded = expand(args, item);
+    let file: syn::File = syn::parse2(expanded).expect("the expansion parses as a file");
+    let rendered = prettyplease::unparse(&file);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("src/batch_scope/golden")
+        .join(format!("{name}.expanded.rs"));
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, &rendered).expect("write golden file");
+        return;
+    }
+    let golden = std::fs::read_to_string(&path).unwrap_or_default();
+    assert_eq!(
+        rendered, golden,
+        "expansion of `{name}` changed; UPDATE_GOLDEN=1 to accept"
+    );
+}
+
+#[test]
+fn golden_every_loop() {
+    check_golden(
+        "every_loop",
+        quote!(strict, every = 10),
+        quote! {
+            fn train(model: &mut Model, data: &[Batch]) -> Result<f32, Error> {
+                let mut total = 0.0;
+                for batch in data {
+                    let loss = model.step(batch)?;
+                    total += loss.item();
+                    if total > 10.0 {
+                        continue;
+                    }
+                }
+                let mut n = 0;
+                while n < 3 {
+                    n += 1;
+                }
+                Ok(total)
+            }
+        },
+    );
+}
+
+#[test]
+fn golden_marked_loop_with_label_and_crate() {
+    check_golden(
+        "marked_loop",
+        quote!(crate = ::vg),
+        quote! {
+            fn evaluate(model: &Model, data: &[Batch]) -> Vec<f32> {
+                let mut scores = Vec::new();
+                for warmup in data.iter().take(1) {
+                    model.warm(warmup);
+                }
+                #[batch_scope(label = "eval", warn_after = 3)]
+                for (i, batch) in data.iter().enumerate() {
+                    let out = model.forward(batch);
+                    scores.push(out.item() + i as f32);
+                }
+                scores
+            }
+        },
+    );
+}
+
+#[test]
+fn errors_come_with_the_original_item() {
+    let out = expand(
+        quote!(bogus),
+        quote! { fn f() { #[batch_scope] for _ in 0..1 {} } },
+    );
+    let text = out.to_string();
+    assert!(text.contains("compile_error"), "{text}");
+    assert!(text.contains("fn f"), "{text}");
+    assert!(
+        !text.contains("# [batch_scope]"),
+        "markers are stripped: {text}"
+    );
+}
