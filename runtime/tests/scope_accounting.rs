@@ -291,3 +291,28 @@ fn empty_cache_every_n_runs_on_the_scope_devices_and_reports_the_released_bytes(
     assert_eq!(released, vec![false, false, true, false, false, true]);
     assert_eq!(memory::stats(&dev).allocated_bytes, 0);
 }
+
+#[test]
+fn reset_forgets_the_label_on_this_thread() {
+    let dev = Device::isolated_host();
+    let mut kept = Vec::new();
+    for _ in 0..3 {
+        let _scope = BatchScope::enter("resettable");
+        kept.push(alloc(&dev, 512));
+    }
+    assert_eq!(
+        scope::last_report("resettable").map(|r| r.growth_streak),
+        Some(2)
+    );
+    scope::reset("resettable");
+    assert_eq!(scope::last_report("resettable"), None);
+    {
+        let _scope = BatchScope::enter("resettable");
+    }
+    let fresh = scope::last_report("resettable").expect("report");
+    assert_eq!(fresh.iterations, 1);
+    assert_eq!(
+        fresh.live_bytes, 0,
+        "the old allocations belong to the old state"
+    );
+}

@@ -195,6 +195,8 @@ impl LoopScan {
 
 impl<'ast> Visit<'ast> for LoopScan {
     fn visit_item(&mut self, _: &'ast syn::Item) {}
+    // Loops in `const { .. }` run at compile time: nothing to scope.
+    fn visit_expr_const(&mut self, _: &'ast syn::ExprConst) {}
 
     fn visit_local(&mut self, local: &'ast syn::Local) {
         self.misplaced(&local.attrs);
@@ -404,6 +406,7 @@ impl Scoper<'_> {
 
 impl VisitMut for Scoper<'_> {
     fn visit_item_mut(&mut self, _: &mut syn::Item) {}
+    fn visit_expr_const_mut(&mut self, _: &mut syn::ExprConst) {}
 
     fn visit_expr_mut(&mut self, expr: &mut Expr) {
         // Inner loops first: the outer body's drop insertion then sees their final form.

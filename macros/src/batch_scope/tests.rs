@@ -85,3 +85,21 @@ fn errors_come_with_the_original_item() {
         "markers are stripped: {text}"
     );
 }
+
+#[test]
+fn loops_in_const_blocks_and_nested_items_are_left_alone() {
+    let out = expand(
+        quote!(),
+        quote! {
+            fn f() -> usize {
+                fn helper() { for _ in 0..1 {} }
+                let n = const { let mut i = 0; while i < 3 { i += 1; } i };
+                let mut m = 0;
+                for _ in 0..n { m += 1; }
+                m
+            }
+        },
+    )
+    .to_string();
+    assert_eq!(out.matches("enter_with").count(), 1, "{out}");
+}
