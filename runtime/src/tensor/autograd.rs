@@ -386,6 +386,27 @@ pub(crate) struct Node {
     state: Mutex<Option<Backward>>,
 }
 
+impl Drop for Node {
+    /// Drops long chains iteratively: the default recursive drop of `Arc<Node>` edges would
+    /// overflow the stack on a graph thousands of ops deep.
+    fn drop(&mut self) {
+        let mut stack: Vec<Arc<Node>> = Vec::new();
+        let take = |edges: &mut Vec<Option<Edge>>, stack: &mut Vec<Arc<Node>>| {
+            for edge in edges.drain(..) {
+                if let Some(Edge::Node(n)) = edge {
+                    stack.push(n);
+                }
+            }
+        };
+        take(&mut self.edges, &mut stack);
+        while let Some(node) = stack.pop() {
+            if let Some(mut inner) = Arc::into_inner(node) {
+                take(&mut inner.edges, &mut stack);
+            }
+        }
+    }
+}
+
 impl Node {
     pub(crate) fn name(&self) -> &'static str {
         self.name
