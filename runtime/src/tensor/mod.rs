@@ -579,6 +579,21 @@ impl Tensor {
         Ok(out)
     }
 
+    /// Calls `f` with the elements of a contiguous host tensor, in place (no copy), while
+    /// holding the storage's read lock. For interop with host libraries (BLAS, image codecs).
+    pub fn with_host_slice<R>(&self, f: impl FnOnce(&[f32]) -> R) -> Result<R> {
+        if !self.is_contiguous() {
+            return Err(TensorError::InvalidArgument {
+                op: "with_host_slice",
+                shape: self.dims().to_vec(),
+                message: "the tensor is not contiguous; call contiguous() first".into(),
+            });
+        }
+        let read = self.0.storage.read("with_host_slice")?;
+        let start = self.0.layout.offset;
+        Ok(f(&read.data[start..start + self.elem_count()]))
+    }
+
     /// The value of a single-element tensor.
     pub fn to_scalar(&self) -> Result<f32> {
         if self.elem_count() != 1 {

@@ -827,7 +827,9 @@ impl Tensor {
         let bd = br
             .as_ref()
             .map(|r| &r.data[b.as_ref().map_or(0, Tensor::offset)..]);
-        let mut stats = vec![(0.0f32, 0.0f32); 0];
+        // Per-row (mean, 1/std) when recording: host scratch of 8 bytes per row, copied into
+        // allocator tensors below.
+        let mut stats: Vec<(f32, f32)> = Vec::new();
         let out = Tensor::alloc_with(self.device(), self.dims(), OP, |out| {
             for r in 0..rows {
                 let row = &xd[r * d..(r + 1) * d];
@@ -1076,14 +1078,15 @@ impl Tensor {
         }
         let recording = should_record(&[self]);
         let logp = self.log_softmax_untracked(self.rank() - 1)?;
-        let lp = logp.to_vec_untracked(OP)?;
-        let loss: f32 = -targets
-            .iter()
-            .enumerate()
-            .map(|(r, &t)| lp[r * c + t as usize])
-            .sum::<f32>()
-            / rows.max(1) as f32;
-        drop(lp);
+        let loss = {
+            let lp = logp.storage().read(OP)?;
+            -targets
+                .iter()
+                .enumerate()
+                .map(|(r, &t)| lp.data[r * c + t as usize])
+                .sum::<f32>()
+                / rows.max(1) as f32
+        };
         let out = Tensor::scalar(loss, self.device())?;
         if recording {
             let probs = logp.map(OP, f32::exp)?;
@@ -1099,10 +1102,6 @@ impl Tensor {
     fn log_softmax_untracked(&self, dim: usize) -> Result<Tensor> {
         let _guard = crate::grad::NoGradGuard::new();
         self.softmax_impl(dim, true)
-    }
-
-    fn to_vec_untracked(&self, _op: &'static str) -> Result<Vec<f32>> {
-        self.to_vec()
     }
 
     /// Mean squared error between `self` and `target` (same shape). Returns a scalar; when
@@ -1570,42 +1569,56 @@ pub(crate) fn layer_norm_backward(
     const OP: &str = "layer_norm_backward";
     let d = x.dims()[x.rank() - 1];
     let rows = x.elem_count() / d.max(1);
+    // Every input here is contiguous with its own storage (saved by the forward, or made so
+    // above); read them in place.
     let g = g.contiguous()?;
-    let gv = g.to_vec()?;
-    let xv = x.to_vec()?;
-    let mv = mean.to_vec()?;
-    let rv = rstd.to_vec()?;
-    let wv = weight.map(Tensor::to_vec).transpose()?;
+    let (gr, xr, mr, rr) = (
+        g.storage().read(OP)?,
+        x.storage().read(OP)?,
+        mean.storage().read(OP)?,
+        rstd.storage().read(OP)?,
+    );
+    let wr = weight.map(|w| w.storage().read(OP)).transpose()?;
+    let gv = &gr.data[g.offset()..g.offset() + g.elem_count()];
+    let xv = &xr.data[x.offset()..x.offset() + x.elem_count()];
+    let mv = &mr.data[mean.offset()..];
+    let rv = &rr.data[rstd.offset()..];
+    let wv = wr
+        .as_ref()
+        .zip(weight)
+        .map(|(r, w)| &r.data[w.offset()..w.offset() + d]);
+    // Scratch of one row's size (host memory, O(features)): the weight and bias gradients.
     let mut gw = vec![0.0f32; if need_w { d } else { 0 }];
     let mut gb = vec![0.0f32; if need_b { d } else { 0 }];
     let gx = Tensor::alloc_with(x.device(), x.dims(), OP, |out| {
         for r in 0..rows {
             let (m, rs) = (mv[r], rv[r]);
             let xr = &xv[r * d..(r + 1) * d];
-            let gr = &gv[r * d..(r + 1) * d];
+            let grow = &gv[r * d..(r + 1) * d];
             let mut sum_gy = 0.0f32;
             let mut sum_gy_xhat = 0.0f32;
             for j in 0..d {
                 let xhat = (xr[j] - m) * rs;
-                let gy = gr[j] * wv.as_ref().map_or(1.0, |w| w[j]);
+                let gy = grow[j] * wv.map_or(1.0, |w| w[j]);
                 sum_gy += gy;
                 sum_gy_xhat += gy * xhat;
                 if need_w {
-                    gw[j] += gr[j] * xhat;
+                    gw[j] += grow[j] * xhat;
                 }
                 if need_b {
-                    gb[j] += gr[j];
+                    gb[j] += grow[j];
                 }
             }
             let (mg, mgx) = (sum_gy / d as f32, sum_gy_xhat / d as f32);
             for j in 0..d {
                 let xhat = (xr[j] - m) * rs;
-                let gy = gr[j] * wv.as_ref().map_or(1.0, |w| w[j]);
+                let gy = grow[j] * wv.map_or(1.0, |w| w[j]);
                 out[r * d + j] = rs * (gy - mg - xhat * mgx);
             }
         }
         Ok(())
     })?;
+    drop((gr, xr, mr, rr, wr));
     let gw = need_w
         .then(|| Tensor::from_slice(&gw, &[d], x.device()))
         .transpose()?;
@@ -1618,7 +1631,9 @@ pub(crate) fn layer_norm_backward(
 /// Gradient of an embedding lookup with respect to the table (rows scatter-added).
 pub(crate) fn embedding_backward(g: &Tensor, ids: &[u32], table_shape: &[usize]) -> Result<Tensor> {
     let d = table_shape[1];
-    let gv = g.contiguous()?.to_vec()?;
+    let g = g.contiguous()?;
+    let gr = g.storage().read("embedding_backward")?;
+    let gv = &gr.data[g.offset()..g.offset() + g.elem_count()];
     Tensor::alloc_with(g.device(), table_shape, "embedding_backward", |out| {
         out.fill(0.0);
         for (r, &id) in ids.iter().enumerate() {
