@@ -264,6 +264,16 @@ impl Activation {
             Activation::Tanh => xs.tanh(),
         }
     }
+
+    /// Applies the activation to an owned tensor, reusing its buffer when nothing else can
+    /// observe it and backward does not need the input (see [`Tensor::into_relu`]).
+    pub fn apply_owned(self, xs: Tensor) -> Result<Tensor> {
+        match self {
+            Activation::Relu => xs.into_relu(),
+            Activation::Gelu => xs.into_gelu(),
+            Activation::Tanh => xs.into_tanh(),
+        }
+    }
 }
 
 impl Mlp {
@@ -294,8 +304,10 @@ impl Parameters for Mlp {
 
 impl Module for Mlp {
     fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+        // Consuming activation: under no-grad (or for relu/tanh, which keep their output) the
+        // hidden activation is computed in the fc1 output's buffer.
         let h = self.fc1.forward(xs)?;
-        let h = self.activation.apply(&h)?;
+        let h = self.activation.apply_owned(h)?;
         self.fc2.forward(&h)
     }
 }

@@ -540,7 +540,12 @@ impl Tensor {
         let (sa, sb) = (self.strides(), rhs.strides());
         let out = read2(self, rhs, OP, |a, b| {
             Tensor::alloc_with(self.device(), &out_shape, OP, |c| {
-                if m == 0 || n == 0 {
+                if c.is_empty() {
+                    return Ok(());
+                }
+                if k == 0 {
+                    // An empty sum: the product is all zeros.
+                    c.fill(0.0);
                     return Ok(());
                 }
                 let (rsa, csa) = (sa[ra - 2], sa[ra - 1]);
@@ -551,16 +556,7 @@ impl Tensor {
                     && ra > 2
                     && (0..ra - 2).all(|i| sa[i] == sa[i + 1] * self.dims()[i + 1]);
                 if foldable || batch.iter().product::<usize>() == 1 && ra == 2 && rb == 2 {
-                    let rows = self.elem_count() / k.max(1);
-                    let rows = if k == 0 {
-                        out_shape[..out_shape.len() - 1].iter().product()
-                    } else {
-                        rows
-                    };
-                    if k == 0 {
-                        c.fill(0.0);
-                        return Ok(());
-                    }
+                    let rows = self.elem_count() / k;
                     // SAFETY: `a` and `b` are the whole storages of the operands, whose layouts
                     // address only elements inside them; `c` is a fresh rows×n buffer.
                     unsafe {
@@ -579,10 +575,6 @@ impl Tensor {
                             1,
                         )
                     };
-                    return Ok(());
-                }
-                if k == 0 {
-                    c.fill(0.0);
                     return Ok(());
                 }
                 let bsa = broadcast_strides(&self.dims()[..ra - 2], &sa[..ra - 2], &batch);
