@@ -429,3 +429,35 @@ fn optimizers_reduce_the_loss() {
         }
     }
 }
+
+#[test]
+fn clones_shared_across_threads_stay_consistent() {
+    let d = Device::isolated_host();
+    let a = Tensor::zeros(&[256], &d).unwrap();
+    let writer = {
+        let a = a.clone();
+        std::thread::spawn(move || {
+            let _g = NoGradGuard::new();
+            for _ in 0..500 {
+                a.add_(1.0).unwrap();
+            }
+        })
+    };
+    for _ in 0..200 {
+        // Each read sees one consistent version: all elements equal.
+        let v = (&a * 1.0).unwrap().to_vec().unwrap();
+        assert!(v.iter().all(|&x| x == v[0]), "torn read");
+    }
+    writer.join().unwrap();
+    assert_eq!(a.to_vec().unwrap(), vec![500.0; 256]);
+    assert_eq!(a.storage().version(), 500);
+    // One tensor passed as several operands of one op (a single lock).
+    let w = Tensor::ones(&[4], &d).unwrap();
+    let x = Tensor::randn(&[2, 4], 0.0, 1.0, 1, &d).unwrap();
+    assert_eq!(
+        x.layer_norm(Some(&w), Some(&w), 1e-5).unwrap().dims(),
+        &[2, 4]
+    );
+    assert_eq!(x.matmul(&x.t().unwrap()).unwrap().dims(), &[2, 2]);
+    x.add_(&x).unwrap();
+}

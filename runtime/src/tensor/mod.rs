@@ -307,6 +307,43 @@ pub(crate) struct StorageWrite<'a> {
     pub(crate) data: &'a mut [f32],
 }
 
+/// Read locks on the distinct storages of several tensors, taken in address order (so that
+/// concurrent readers and writers cannot deadlock, and a storage shared by two operands is
+/// locked once).
+pub(crate) struct ReadSet<'a> {
+    guards: Vec<(*const Storage, StorageRead<'a>)>,
+}
+
+impl<'a> ReadSet<'a> {
+    pub(crate) fn new(op: &'static str, tensors: &[&'a Tensor]) -> Result<ReadSet<'a>> {
+        let mut storages: Vec<&'a Arc<Storage>> = tensors.iter().map(|t| t.storage()).collect();
+        storages.sort_by_key(|s| Arc::as_ptr(s));
+        storages.dedup_by_key(|s| Arc::as_ptr(s));
+        let guards = storages
+            .into_iter()
+            .map(|s| Ok((Arc::as_ptr(s), s.read(op)?)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(ReadSet { guards })
+    }
+
+    /// The whole storage of `t`, which must be one of the tensors the set was made from.
+    pub(crate) fn storage_of(&self, t: &Tensor) -> &[f32] {
+        let key = Arc::as_ptr(t.storage());
+        self.guards
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map_or(&[], |(_, g)| g.data)
+    }
+
+    /// The elements of contiguous `t` (its window of the storage).
+    pub(crate) fn contiguous_data(&self, t: &Tensor) -> &[f32] {
+        let data = self.storage_of(t);
+        let start = t.offset().min(data.len());
+        let end = (t.offset() + t.elem_count()).min(data.len());
+        &data[start..end]
+    }
+}
+
 /// Shape, element strides and offset of a tensor into its storage.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Layout {

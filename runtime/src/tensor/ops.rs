@@ -809,16 +809,13 @@ impl Tensor {
             weight.map(Tensor::contiguous).transpose()?,
             bias.map(Tensor::contiguous).transpose()?,
         );
-        let xr = x.storage().read(OP)?;
-        let wr = w.as_ref().map(|w| w.storage().read(OP)).transpose()?;
-        let br = b.as_ref().map(|b| b.storage().read(OP)).transpose()?;
-        let xd = &xr.data[x.offset()..x.offset() + x.elem_count()];
-        let wd = wr
-            .as_ref()
-            .map(|r| &r.data[w.as_ref().map_or(0, Tensor::offset)..]);
-        let bd = br
-            .as_ref()
-            .map(|r| &r.data[b.as_ref().map_or(0, Tensor::offset)..]);
+        let mut operands = vec![&x];
+        operands.extend(w.as_ref());
+        operands.extend(b.as_ref());
+        let reads = super::ReadSet::new(OP, &operands)?;
+        let xd = reads.contiguous_data(&x);
+        let wd = w.as_ref().map(|w| reads.contiguous_data(w));
+        let bd = b.as_ref().map(|b| reads.contiguous_data(b));
         // Per-row (mean, 1/std) when recording: host scratch of 8 bytes per row, copied into
         // allocator tensors below.
         let mut stats: Vec<(f32, f32)> = Vec::new();
@@ -845,7 +842,7 @@ impl Tensor {
             }
             Ok(())
         })?;
-        drop((xr, wr, br));
+        drop(reads);
         if recording {
             // Per-row statistics, saved for backward (allocator memory, like everything saved).
             let mean = Tensor::alloc_with(self.device(), row_shape, OP, |m| {
@@ -1564,21 +1561,14 @@ pub(crate) fn layer_norm_backward(
     // Every input here is contiguous with its own storage (saved by the forward, or made so
     // above); read them in place.
     let g = g.contiguous()?;
-    let (gr, xr, mr, rr) = (
-        g.storage().read(OP)?,
-        x.storage().read(OP)?,
-        mean.storage().read(OP)?,
-        rstd.storage().read(OP)?,
-    );
-    let wr = weight.map(|w| w.storage().read(OP)).transpose()?;
-    let gv = &gr.data[g.offset()..g.offset() + g.elem_count()];
-    let xv = &xr.data[x.offset()..x.offset() + x.elem_count()];
-    let mv = &mr.data[mean.offset()..];
-    let rv = &rr.data[rstd.offset()..];
-    let wv = wr
-        .as_ref()
-        .zip(weight)
-        .map(|(r, w)| &r.data[w.offset()..w.offset() + d]);
+    let mut operands = vec![&g, x, mean, rstd];
+    operands.extend(weight);
+    let reads = super::ReadSet::new(OP, &operands)?;
+    let gv = reads.contiguous_data(&g);
+    let xv = reads.contiguous_data(x);
+    let mv = reads.contiguous_data(mean);
+    let rv = reads.contiguous_data(rstd);
+    let wv = weight.map(|w| reads.contiguous_data(w));
     // Scratch of one row's size (host memory, O(features)): the weight and bias gradients.
     let mut gw = vec![0.0f32; if need_w { d } else { 0 }];
     let mut gb = vec![0.0f32; if need_b { d } else { 0 }];
@@ -1610,7 +1600,7 @@ pub(crate) fn layer_norm_backward(
         }
         Ok(())
     })?;
-    drop((gr, xr, mr, rr, wr));
+    drop(reads);
     let gw = need_w
         .then(|| Tensor::from_slice(&gw, &[d], x.device()))
         .transpose()?;
