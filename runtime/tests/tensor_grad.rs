@@ -247,4 +247,15 @@ fn gradients_accumulate_and_zero_grad_clears() {
     // x + x: both edges of one node reach the same leaf.
     (&w + &w).unwrap().sum_all().unwrap().backward().unwrap();
     assert_eq!(w.grad().unwrap().to_vec().unwrap(), vec![2.0, 2.0]);
+
+    // zero_ on an activation: the overwritten value gets no gradient.
+    let x = Tensor::from_slice(&[1.0, -2.0], &[2], &device)
+        .unwrap()
+        .with_requires_grad()
+        .unwrap();
+    let h = x.mul_scalar(5.0).unwrap();
+    h.zero_().unwrap();
+    let out = (&h + &x).unwrap().mul_scalar(3.0).unwrap();
+    out.sum_all().unwrap().backward().unwrap();
+    assert_eq!(x.grad().unwrap().to_vec().unwrap(), vec![3.0, 3.0]);
 }

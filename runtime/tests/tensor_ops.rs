@@ -85,6 +85,12 @@ fn views_share_storage_and_contiguous_copies_only_when_needed() {
     let a = t(&[0., 1., 2., 3., 4., 5.], &[2, 3], &d);
     let at = a.t().unwrap();
     assert_eq!(at.dims(), &[3, 2]);
+    assert_eq!(at.dims2().unwrap(), (3, 2));
+    assert!(matches!(
+        at.dims3(),
+        Err(TensorError::InvalidArgument { op: "dims3", .. })
+    ));
+    assert_eq!(a.unsqueeze(0).unwrap().dims3().unwrap(), (1, 2, 3));
     assert!(at.shares_storage_with(&a));
     assert!(!at.is_contiguous());
     assert_eq!(at.to_vec().unwrap(), [0., 3., 1., 4., 2., 5.]);

@@ -542,6 +542,32 @@ impl Tensor {
         &self.0.layout.shape
     }
 
+    fn dims_n<const N: usize>(&self, op: &'static str) -> Result<[usize; N]> {
+        <[usize; N]>::try_from(self.dims()).map_err(|_| TensorError::InvalidArgument {
+            op,
+            shape: self.dims().to_vec(),
+            message: format!("expected {N} dimensions, found {}", self.rank()),
+        })
+    }
+
+    /// The two dimensions of a rank-2 tensor (`let (m, n) = x.dims2()?;`, as in candle).
+    pub fn dims2(&self) -> Result<(usize, usize)> {
+        let [a, b] = self.dims_n("dims2")?;
+        Ok((a, b))
+    }
+
+    /// The three dimensions of a rank-3 tensor.
+    pub fn dims3(&self) -> Result<(usize, usize, usize)> {
+        let [a, b, c] = self.dims_n("dims3")?;
+        Ok((a, b, c))
+    }
+
+    /// The four dimensions of a rank-4 tensor.
+    pub fn dims4(&self) -> Result<(usize, usize, usize, usize)> {
+        let [a, b, c, d] = self.dims_n("dims4")?;
+        Ok((a, b, c, d))
+    }
+
     /// Element strides into the storage.
     pub fn strides(&self) -> &[usize] {
         &self.0.layout.strides
