@@ -138,10 +138,23 @@ fn consuming_forms_respect_autograd() {
         .unwrap()
         .with_requires_grad()
         .unwrap();
+    let unique_leaf = Tensor::ones(&[n], &device)
+        .unwrap()
+        .with_requires_grad()
+        .unwrap();
+    let before = stats(&device).allocated_bytes;
     reset_peak_stats(&device);
-    let w_moved = w.clone();
-    let y = (w_moved * 3.0).unwrap();
-    assert_eq!(stats(&device).peak_allocated_bytes, 2 * n_bytes);
+    let leaf_storage = std::sync::Arc::as_ptr(unique_leaf.storage()) as usize;
+    let scaled = (unique_leaf * 3.0).unwrap(); // moved and unique, but a leaf requiring grad
+    assert_eq!(stats(&device).peak_allocated_bytes, before + n_bytes);
+    // The graph keeps the leaf (and its storage) alive, so the address cannot have been reused.
+    assert_ne!(
+        std::sync::Arc::as_ptr(scaled.storage()) as usize,
+        leaf_storage
+    );
+    assert_eq!(scaled.to_vec().unwrap()[0], 3.0);
+    drop(scaled);
+    let y = (w.clone() * 3.0).unwrap();
     assert_eq!(w.to_vec().unwrap()[0], 1.0);
 
     // A tensor saved for backward (tanh's output) is not reused: backward still works.
