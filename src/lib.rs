@@ -16,7 +16,8 @@ pub use vramguard_runtime::grad::{
     enable_grad, is_grad_enabled, no_grad, no_grad_future, EnableGradGuard, NoGradGuard,
     WithGradMode,
 };
-pub use vramguard_runtime::{alloc, grad, scope, Device};
+pub use vramguard_runtime::tensor::{DType, Rhs, Tensor, TensorError};
+pub use vramguard_runtime::{alloc, grad, nn, scope, tensor, Device};
 
 /// Memory tools per device: statistics, peaks, cache release.
 pub mod memory {

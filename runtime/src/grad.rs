@@ -170,4 +170,120 @@ mod tests {
         assert!(other);
         assert!(!is_grad_enabled());
     }
+
+    type WakerSlot = std::sync::Arc<std::sync::Mutex<Option<std::task::Waker>>>;
+
+    /// A future that stays pending `remaining` times, checking grad mode and noting its thread
+    /// at each poll. Its waker goes into `slot`, so whoever wakes it decides where it runs next
+    /// (or it wakes itself when there is no slot).
+    struct Probe {
+        remaining: usize,
+        threads: Vec<std::thread::ThreadId>,
+        grad_seen: Vec<bool>,
+        slot: Option<WakerSlot>,
+    }
+
+    impl Future for Probe {
+        type Output = (Vec<std::thread::ThreadId>, Vec<bool>);
+        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+            self.threads.push(std::thread::current().id());
+            let enabled = is_grad_enabled();
+            self.grad_seen.push(enabled);
+            if self.remaining == 0 {
+                return Poll::Ready((
+                    std::mem::take(&mut self.threads),
+                    std::mem::take(&mut self.grad_seen),
+                ));
+            }
+            self.remaining -= 1;
+            match &self.slot {
+                Some(slot) => *slot.lock().unwrap() = Some(cx.waker().clone()),
+                None => cx.waker().wake_by_ref(),
+            }
+            Poll::Pending
+        }
+    }
+
+    #[test]
+    fn future_adapter_follows_the_task_across_threads() {
+        // Deterministic: poll the same future on two threads by hand.
+        let waker = std::task::Waker::noop();
+        let mut fut = Box::pin(no_grad_future(Probe {
+            remaining: 2,
+            threads: Vec::new(),
+            grad_seen: Vec::new(),
+            slot: None,
+        }));
+        assert!(fut
+            .as_mut()
+            .poll(&mut Context::from_waker(waker))
+            .is_pending());
+        assert!(
+            is_grad_enabled(),
+            "the polling thread's mode is restored after the poll"
+        );
+        let fut = std::thread::spawn(move || {
+            let mut fut = fut;
+            assert!(fut
+                .as_mut()
+                .poll(&mut Context::from_waker(waker))
+                .is_pending());
+            assert!(is_grad_enabled());
+            fut
+        })
+        .join()
+        .unwrap();
+        let mut fut = fut;
+        let Poll::Ready((threads, grad)) = fut.as_mut().poll(&mut Context::from_waker(waker))
+        else {
+            panic!("probe should finish on its third poll");
+        };
+        assert_ne!(threads[0], threads[1]);
+        assert_eq!(grad, vec![false; 3]);
+    }
+
+    #[test]
+    fn future_adapter_on_a_multi_thread_executor() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(4)
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let slot: WakerSlot = Arc::default();
+            let done = Arc::new(AtomicBool::new(false));
+            // The waker runs on a plain thread: each wake-up goes through the runtime's shared
+            // queue to whichever worker is free, so the probe hops between workers.
+            let waker_thread = {
+                let (slot, done) = (Arc::clone(&slot), Arc::clone(&done));
+                std::thread::spawn(move || {
+                    while !done.load(Ordering::Acquire) {
+                        let waker = slot.lock().unwrap().take();
+                        if let Some(w) = waker {
+                            w.wake();
+                        }
+                        std::thread::sleep(std::time::Duration::from_micros(50));
+                    }
+                })
+            };
+            // Tasks without the adapter see the worker thread's own mode.
+            let plain = tokio::spawn(async { is_grad_enabled() });
+            assert!(plain.await.unwrap());
+            let probe = tokio::spawn(no_grad_future(Probe {
+                remaining: 500,
+                threads: Vec::new(),
+                grad_seen: Vec::new(),
+                slot: Some(Arc::clone(&slot)),
+            }));
+            let (threads, grad) = probe.await.unwrap();
+            done.store(true, Ordering::Release);
+            waker_thread.join().unwrap();
+            let mut distinct: Vec<String> = threads.iter().map(|t| format!("{t:?}")).collect();
+            distinct.sort();
+            distinct.dedup();
+            assert!(distinct.len() > 1, "the task never moved threads");
+            assert!(grad.iter().all(|&g| !g), "grad mode leaked into a poll");
+        });
+    }
 }

@@ -8,7 +8,10 @@ pub mod alloc;
 pub mod device;
 pub mod grad;
 pub mod memory;
+pub mod nn;
 pub mod scope;
+pub mod tensor;
 
 pub use device::Device;
 pub use grad::{enable_grad, is_grad_enabled, no_grad, EnableGradGuard, NoGradGuard};
+pub use tensor::{DType, Tensor, TensorError};

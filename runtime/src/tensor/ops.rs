@@ -1,0 +1,1655 @@
+//! Tensor operations: arithmetic, matmul, activations, normalisation, reductions, losses,
+//! views and in-place updates, with autograd recording.
+
+use super::autograd::{self, attach, edges, record, should_record, Backward, Saved};
+use super::kernels;
+use super::{contiguous_strides, Inner, Layout, Result, Tensor, TensorError};
+use std::sync::Arc;
+
+/// Right-hand side of arithmetic: a tensor (broadcast) or a scalar.
+#[derive(Debug, Clone, Copy)]
+pub enum Rhs<'a> {
+    /// A tensor, broadcast against the left operand.
+    Tensor(&'a Tensor),
+    /// A scalar.
+    Scalar(f32),
+}
+
+impl<'a> From<&'a Tensor> for Rhs<'a> {
+    fn from(t: &'a Tensor) -> Self {
+        Rhs::Tensor(t)
+    }
+}
+
+impl From<f32> for Rhs<'_> {
+    fn from(s: f32) -> Self {
+        Rhs::Scalar(s)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+}
+
+impl BinOp {
+    fn name(self) -> &'static str {
+        match self {
+            BinOp::Add => "add",
+            BinOp::Sub => "sub",
+            BinOp::Mul => "mul",
+            BinOp::Div => "div",
+        }
+    }
+
+    fn inplace_name(self) -> &'static str {
+        match self {
+            BinOp::Add => "add_",
+            BinOp::Sub => "sub_",
+            BinOp::Mul => "mul_",
+            BinOp::Div => "div_",
+        }
+    }
+
+    fn apply(self) -> fn(f32, f32) -> f32 {
+        match self {
+            BinOp::Add => |a, b| a + b,
+            BinOp::Sub => |a, b| a - b,
+            BinOp::Mul => |a, b| a * b,
+            BinOp::Div => |a, b| a / b,
+        }
+    }
+
+    /// Whether the backward of `a op b` needs `a`'s value (to differentiate with respect to `b`).
+    fn saves_lhs(self) -> bool {
+        matches!(self, BinOp::Mul | BinOp::Div)
+    }
+
+    fn backward(self, a: &Tensor, b: &Tensor) -> Backward {
+        let (a_shape, b_shape) = (a.dims().to_vec(), b.dims().to_vec());
+        match self {
+            BinOp::Add => Backward::Add { a_shape, b_shape },
+            BinOp::Sub => Backward::Sub { a_shape, b_shape },
+            BinOp::Mul => Backward::Mul {
+                a: b.requires_grad().then(|| Saved::new(a, "left operand")),
+                b: a.requires_grad().then(|| Saved::new(b, "right operand")),
+                a_shape,
+                b_shape,
+            },
+            BinOp::Div => Backward::Div {
+                a: b.requires_grad().then(|| Saved::new(a, "numerator")),
+                b: Saved::new(b, "denominator"),
+                a_shape,
+                b_shape,
+            },
+        }
+    }
+}
+
+/// The shape two shapes broadcast to (numpy rules).
+pub(crate) fn broadcast_shape(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
+    let rank = a.len().max(b.len());
+    let mut out = vec![0; rank];
+    for i in 0..rank {
+        let da = if i + a.len() >= rank {
+            a[i + a.len() - rank]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= rank {
+            b[i + b.len() - rank]
+        } else {
+            1
+        };
+        out[i] = match (da, db) {
+            (x, y) if x == y => x,
+            (1, y) => y,
+            (x, 1) => x,
+            _ => {
+                return Err(TensorError::ShapeMismatch {
+                    op,
+                    lhs: a.to_vec(),
+                    rhs: b.to_vec(),
+                    reason: format!(
+                        "dimension {i} (from the right: {}) has sizes {da} and {db}; sizes must match or one must be 1",
+                        rank - i
+                    ),
+                })
+            }
+        };
+    }
+    Ok(out)
+}
+
+/// Strides that read a tensor of `shape`/`strides` broadcast to `out_shape` (0 on broadcast dims).
+fn broadcast_strides(shape: &[usize], strides: &[usize], out_shape: &[usize]) -> Vec<usize> {
+    let lead = out_shape.len() - shape.len();
+    (0..out_shape.len())
+        .map(|i| {
+            if i < lead || shape[i - lead] == 1 {
+                0
+            } else {
+                strides[i - lead]
+            }
+        })
+        .collect()
+}
+
+fn same_device(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
+    if a.device() != b.device() {
+        return Err(TensorError::DeviceMismatch {
+            op,
+            lhs: format!("{:?}", a.device()),
+            rhs: format!("{:?}", b.device()),
+        });
+    }
+    Ok(())
+}
+
+fn check_dim(op: &'static str, t: &Tensor, dim: usize) -> Result<()> {
+    if dim >= t.rank() {
+        return Err(TensorError::DimOutOfRange {
+            op,
+            dim,
+            shape: t.dims().to_vec(),
+        });
+    }
+    Ok(())
+}
+
+/// Reads two tensors' storages (one lock when they share it; address order otherwise, so that
+/// concurrent readers and writers cannot deadlock).
+fn read2<R>(
+    a: &Tensor,
+    b: &Tensor,
+    op: &'static str,
+    f: impl FnOnce(&[f32], &[f32]) -> Result<R>,
+) -> Result<R> {
+    let (sa, sb) = (a.storage(), b.storage());
+    if Arc::ptr_eq(sa, sb) {
+        let r = sa.read(op)?;
+        return f(r.data, r.data);
+    }
+    if Arc::as_ptr(sa) < Arc::as_ptr(sb) {
+        let ra = sa.read(op)?;
+        let rb = sb.read(op)?;
+        f(ra.data, rb.data)
+    } else {
+        let rb = sb.read(op)?;
+        let ra = sa.read(op)?;
+        f(ra.data, rb.data)
+    }
+}
+
+pub(crate) fn gelu(x: f32) -> f32 {
+    const C: f32 = 0.797_884_6; // sqrt(2/pi)
+    0.5 * x * (1.0 + (C * (x + 0.044_715 * x * x * x)).tanh())
+}
+
+pub(crate) fn gelu_derivative(x: f32) -> f32 {
+    const C: f32 = 0.797_884_6;
+    let u = C * (x + 0.044_715 * x * x * x);
+    let t = u.tanh();
+    0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * C * (1.0 + 3.0 * 0.044_715 * x * x)
+}
+
+fn sigmoid(x: f32) -> f32 {
+    if x >= 0.0 {
+        1.0 / (1.0 + (-x).exp())
+    } else {
+        let e = x.exp();
+        e / (1.0 + e)
+    }
+}
+
+/// Element-wise activations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unary {
+    Relu,
+    Gelu,
+    Tanh,
+    Sigmoid,
+    Exp,
+    Log,
+}
+
+impl Unary {
+    fn name(self) -> &'static str {
+        match self {
+            Unary::Relu => "relu",
+            Unary::Gelu => "gelu",
+            Unary::Tanh => "tanh",
+            Unary::Sigmoid => "sigmoid",
+            Unary::Exp => "exp",
+            Unary::Log => "log",
+        }
+    }
+
+    fn apply(self) -> fn(f32) -> f32 {
+        match self {
+            Unary::Relu => |x| x.max(0.0),
+            Unary::Gelu => gelu,
+            Unary::Tanh => f32::tanh,
+            Unary::Sigmoid => sigmoid,
+            Unary::Exp => f32::exp,
+            Unary::Log => f32::ln,
+        }
+    }
+
+    /// Whether backward needs the input (otherwise it needs the output).
+    fn saves_input(self) -> bool {
+        matches!(self, Unary::Gelu | Unary::Log)
+    }
+
+    fn backward(self, input: &Tensor, output: &Tensor) -> Backward {
+        match self {
+            Unary::Relu => Backward::Relu {
+                out: Saved::new(output, "output"),
+            },
+            Unary::Gelu => Backward::Gelu {
+                x: Saved::new(input, "input"),
+            },
+            Unary::Tanh => Backward::Tanh {
+                out: Saved::new(output, "output"),
+            },
+            Unary::Sigmoid => Backward::Sigmoid {
+                out: Saved::new(output, "output"),
+            },
+            Unary::Exp => Backward::Exp {
+                out: Saved::new(output, "output"),
+            },
+            Unary::Log => Backward::Log {
+                x: Saved::new(input, "input"),
+            },
+        }
+    }
+}
+
+impl Tensor {
+    // ----- untracked building blocks -----
+
+    /// `f(self, other)` element-wise with broadcasting; records nothing.
+    pub(crate) fn zip_map(
+        &self,
+        other: &Tensor,
+        op: &'static str,
+        f: impl Fn(f32, f32) -> f32,
+    ) -> Result<Tensor> {
+        same_device(op, self, other)?;
+        let shape = broadcast_shape(op, self.dims(), other.dims())?;
+        let sa = broadcast_strides(self.dims(), self.strides(), &shape);
+        let sb = broadcast_strides(other.dims(), other.strides(), &shape);
+        read2(self, other, op, |a, b| {
+            Tensor::alloc_with(self.device(), &shape, op, |out| {
+                let so = contiguous_strides(&shape);
+                kernels::binary(
+                    &shape,
+                    out,
+                    &so,
+                    a,
+                    &sa,
+                    self.offset(),
+                    b,
+                    &sb,
+                    other.offset(),
+                    f,
+                );
+                Ok(())
+            })
+        })
+    }
+
+    /// `f(self)` element-wise into a new contiguous tensor; records nothing.
+    pub(crate) fn map(&self, op: &'static str, f: impl Fn(f32) -> f32) -> Result<Tensor> {
+        let read = self.storage().read(op)?;
+        Tensor::alloc_with(self.device(), self.dims(), op, |out| {
+            let so = contiguous_strides(self.dims());
+            kernels::unary(
+                self.dims(),
+                out,
+                &so,
+                read.data,
+                self.strides(),
+                self.offset(),
+                f,
+            );
+            Ok(())
+        })
+    }
+
+    /// Takes the buffer of an exclusively owned tensor (see [`Tensor::is_exclusively_owned`]).
+    fn into_buffer(self) -> std::result::Result<(Arc<super::Storage>, Layout), Tensor> {
+        match Arc::try_unwrap(self.0) {
+            Ok(Inner {
+                storage, layout, ..
+            }) => Ok((storage, layout)),
+            Err(inner) => Err(Tensor(inner)),
+        }
+    }
+
+    // ----- arithmetic -----
+
+    fn binary(&self, rhs: &Tensor, op: BinOp) -> Result<Tensor> {
+        let out = self.zip_map(rhs, op.name(), op.apply())?;
+        record(&out, op.name(), &[self, rhs], || op.backward(self, rhs));
+        Ok(out)
+    }
+
+    /// `self op rhs`, writing into `self`'s buffer when nothing else can observe it.
+    pub(crate) fn binary_owned(mut self, rhs: &Tensor, op: BinOp) -> Result<Tensor> {
+        same_device(op.name(), &self, rhs)?;
+        let shape = broadcast_shape(op.name(), self.dims(), rhs.dims())?;
+        let recording = should_record(&[&self, rhs]);
+        if shape != self.dims()
+            || (recording && op.saves_lhs() && rhs.requires_grad())
+            || !self.is_exclusively_owned()
+        {
+            return self.binary(rhs, op);
+        }
+        let edges = edges(&[&self, rhs]);
+        let (a_shape, b_shape) = (self.dims().to_vec(), rhs.dims().to_vec());
+        let (mut storage, layout) = match self.into_buffer() {
+            Ok(parts) => parts,
+            Err(this) => return this.binary(rhs, op),
+        };
+        {
+            let Some(slot) = Arc::get_mut(&mut storage) else {
+                return Err(super::unreachable_error(
+                    op.name(),
+                    "owned storage is shared",
+                ));
+            };
+            let dst = slot.fresh_mut(op.name())?;
+            let src = rhs.storage().read(op.name())?;
+            let ss = broadcast_strides(rhs.dims(), rhs.strides(), &shape);
+            kernels::inplace_binary(
+                &shape,
+                dst,
+                &layout.strides,
+                0,
+                src.data,
+                &ss,
+                rhs.offset(),
+                op.apply(),
+            );
+        }
+        let out = Tensor::from_parts(storage, layout, false);
+        attach(&out, op.name(), edges, || match op {
+            BinOp::Add => Backward::Add { a_shape, b_shape },
+            BinOp::Sub => Backward::Sub { a_shape, b_shape },
+            // Reached only when the right operand needs no gradient: nothing of `self` is kept.
+            BinOp::Mul => Backward::Mul {
+                a: None,
+                b: Some(Saved::new(rhs, "right operand")),
+                a_shape,
+                b_shape,
+            },
+            BinOp::Div => Backward::Div {
+                a: None,
+                b: Saved::new(rhs, "denominator"),
+                a_shape,
+                b_shape,
+            },
+        });
+        Ok(out)
+    }
+
+    fn scalar_op(&self, s: f32, op: BinOp) -> Result<Tensor> {
+        let f = op.apply();
+        let out = self.map(op.name(), |x| f(x, s))?;
+        record(&out, op.name(), &[self], || scalar_backward(op, s));
+        Ok(out)
+    }
+
+    pub(crate) fn scalar_owned(mut self, s: f32, op: BinOp) -> Result<Tensor> {
+        if !self.is_exclusively_owned() {
+            return self.scalar_op(s, op);
+        }
+        let edges = edges(&[&self]);
+        let (mut storage, layout) = match self.into_buffer() {
+            Ok(parts) => parts,
+            Err(this) => return this.scalar_op(s, op),
+        };
+        {
+            let Some(slot) = Arc::get_mut(&mut storage) else {
+                return Err(super::unreachable_error(
+                    op.name(),
+                    "owned storage is shared",
+                ));
+            };
+            let f = op.apply();
+            for v in slot.fresh_mut(op.name())? {
+                *v = f(*v, s);
+            }
+        }
+        let out = Tensor::from_parts(storage, layout, false);
+        attach(&out, op.name(), edges, || scalar_backward(op, s));
+        Ok(out)
+    }
+
+    /// `self + rhs` (tensor, broadcast; or scalar).
+    pub fn add<'a>(&self, rhs: impl Into<Rhs<'a>>) -> Result<Tensor> {
+        match rhs.into() {
+            Rhs::Tensor(t) => self.binary(t, BinOp::Add),
+            Rhs::Scalar(s) => self.scalar_op(s, BinOp::Add),
+        }
+    }
+
+    /// `self - rhs` (tensor, broadcast; or scalar).
+    pub fn sub<'a>(&self, rhs: impl Into<Rhs<'a>>) -> Result<Tensor> {
+        match rhs.into() {
+            Rhs::Tensor(t) => self.binary(t, BinOp::Sub),
+            Rhs::Scalar(s) => self.scalar_op(s, BinOp::Sub),
+        }
+    }
+
+    /// `self * rhs` element-wise (tensor, broadcast; or scalar).
+    pub fn mul<'a>(&self, rhs: impl Into<Rhs<'a>>) -> Result<Tensor> {
+        match rhs.into() {
+            Rhs::Tensor(t) => self.binary(t, BinOp::Mul),
+            Rhs::Scalar(s) => self.scalar_op(s, BinOp::Mul),
+        }
+    }
+
+    /// `self / rhs` element-wise (tensor, broadcast; or scalar).
+    pub fn div<'a>(&self, rhs: impl Into<Rhs<'a>>) -> Result<Tensor> {
+        match rhs.into() {
+            Rhs::Tensor(t) => self.binary(t, BinOp::Div),
+            Rhs::Scalar(s) => self.scalar_op(s, BinOp::Div),
+        }
+    }
+
+    /// Broadcasting add (candle's name).
+    pub fn broadcast_add(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.binary(rhs, BinOp::Add)
+    }
+
+    /// Broadcasting subtract (candle's name).
+    pub fn broadcast_sub(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.binary(rhs, BinOp::Sub)
+    }
+
+    /// Broadcasting multiply (candle's name).
+    pub fn broadcast_mul(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.binary(rhs, BinOp::Mul)
+    }
+
+    /// Broadcasting divide (candle's name).
+    pub fn broadcast_div(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.binary(rhs, BinOp::Div)
+    }
+
+    /// `self + s`.
+    pub fn add_scalar(&self, s: f32) -> Result<Tensor> {
+        self.scalar_op(s, BinOp::Add)
+    }
+
+    /// `self * s`.
+    pub fn mul_scalar(&self, s: f32) -> Result<Tensor> {
+        self.scalar_op(s, BinOp::Mul)
+    }
+
+    /// `self * mul + add`.
+    pub fn affine(&self, mul: f32, add: f32) -> Result<Tensor> {
+        let out = self.map("affine", |x| x * mul + add)?;
+        record(&out, "affine", &[self], || Backward::MulScalar(mul));
+        Ok(out)
+    }
+
+    /// `-self`.
+    pub fn neg(&self) -> Result<Tensor> {
+        let out = self.map("neg", |x| -x)?;
+        record(&out, "neg", &[self], || Backward::MulScalar(-1.0));
+        Ok(out)
+    }
+
+    // ----- matmul -----
+
+    /// Matrix product over the last two dimensions, with broadcast batch dimensions
+    /// (`[.., m, k] · [.., k, n] -> [.., m, n]`). Transposed views are read in place (strided
+    /// GEMM, no copy).
+    pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
+        const OP: &str = "matmul";
+        same_device(OP, self, rhs)?;
+        let mismatch = |reason: String| TensorError::ShapeMismatch {
+            op: OP,
+            lhs: self.dims().to_vec(),
+            rhs: rhs.dims().to_vec(),
+            reason,
+        };
+        let (ra, rb) = (self.rank(), rhs.rank());
+        if ra < 2 || rb < 2 {
+            return Err(mismatch(
+                "both operands need at least 2 dimensions; unsqueeze vectors first".into(),
+            ));
+        }
+        let (m, k) = (self.dims()[ra - 2], self.dims()[ra - 1]);
+        let (k2, n) = (rhs.dims()[rb - 2], rhs.dims()[rb - 1]);
+        if k != k2 {
+            return Err(mismatch(format!(
+                "inner dimensions differ ({k} vs {k2}); the left's last dimension must equal the right's second-to-last"
+            )));
+        }
+        let batch = broadcast_shape(OP, &self.dims()[..ra - 2], &rhs.dims()[..rb - 2])
+            .map_err(|_| mismatch("batch dimensions do not broadcast".into()))?;
+        let mut out_shape = batch.clone();
+        out_shape.extend_from_slice(&[m, n]);
+        let (sa, sb) = (self.strides(), rhs.strides());
+        let out = read2(self, rhs, OP, |a, b| {
+            Tensor::alloc_with(self.device(), &out_shape, OP, |c| {
+                if c.is_empty() {
+                    return Ok(());
+                }
+                if k == 0 {
+                    // An empty sum: the product is all zeros.
+                    c.fill(0.0);
+                    return Ok(());
+                }
+                let (rsa, csa) = (sa[ra - 2], sa[ra - 1]);
+                let (rsb, csb) = (sb[rb - 2], sb[rb - 1]);
+                // A plain matrix on the right and foldable batch dims on the left: one GEMM with
+                // all rows stacked (the Linear-layer case).
+                let foldable = rb == 2
+                    && ra > 2
+                    && (0..ra - 2).all(|i| sa[i] == sa[i + 1] * self.dims()[i + 1]);
+                if foldable || batch.iter().product::<usize>() == 1 && ra == 2 && rb == 2 {
+                    let rows = self.elem_count() / k;
+                    // SAFETY: `a` and `b` are the whole storages of the operands, whose layouts
+                    // address only elements inside them; `c` is a fresh rows×n buffer.
+                    unsafe {
+                        kernels::gemm(
+                            rows,
+                            k,
+                            n,
+                            a.as_ptr().add(self.offset()),
+                            rsa,
+                            csa,
+                            b.as_ptr().add(rhs.offset()),
+                            rsb,
+                            csb,
+                            c.as_mut_ptr(),
+                            n,
+                            1,
+                        )
+                    };
+                    return Ok(());
+                }
+                let bsa = broadcast_strides(&self.dims()[..ra - 2], &sa[..ra - 2], &batch);
+                let bsb = broadcast_strides(&rhs.dims()[..rb - 2], &sb[..rb - 2], &batch);
+                let bso: Vec<usize> = contiguous_strides(&batch)
+                    .iter()
+                    .map(|s| s * m * n)
+                    .collect();
+                let c_ptr = c.as_mut_ptr();
+                kernels::for_each_index(
+                    &batch,
+                    [&bso, &bsa, &bsb],
+                    [0, self.offset(), rhs.offset()],
+                    |[oc, oa, ob]| {
+                        // SAFETY: as above; each batch writes its own m×n block of `c`.
+                        unsafe {
+                            kernels::gemm(
+                                m,
+                                k,
+                                n,
+                                a.as_ptr().add(oa),
+                                rsa,
+                                csa,
+                                b.as_ptr().add(ob),
+                                rsb,
+                                csb,
+                                c_ptr.add(oc),
+                                n,
+                                1,
+                            )
+                        }
+                    },
+                );
+                Ok(())
+            })
+        })?;
+        record(&out, OP, &[self, rhs], || Backward::MatMul {
+            a: rhs
+                .requires_grad()
+                .then(|| Saved::new(self, "left operand")),
+            b: self
+                .requires_grad()
+                .then(|| Saved::new(rhs, "right operand")),
+            a_shape: self.dims().to_vec(),
+            b_shape: rhs.dims().to_vec(),
+        });
+        Ok(out)
+    }
+
+    // ----- activations -----
+
+    fn unary(&self, op: Unary) -> Result<Tensor> {
+        let out = self.map(op.name(), op.apply())?;
+        record(&out, op.name(), &[self], || op.backward(self, &out));
+        Ok(out)
+    }
+
+    fn unary_owned(mut self, op: Unary) -> Result<Tensor> {
+        let recording = should_record(&[&self]);
+        if (recording && op.saves_input()) || !self.is_exclusively_owned() {
+            return self.unary(op);
+        }
+        let edges = edges(&[&self]);
+        let (mut storage, layout) = match self.into_buffer() {
+            Ok(parts) => parts,
+            Err(this) => return this.unary(op),
+        };
+        {
+            let Some(slot) = Arc::get_mut(&mut storage) else {
+                return Err(super::unreachable_error(
+                    op.name(),
+                    "owned storage is shared",
+                ));
+            };
+            let f = op.apply();
+            for v in slot.fresh_mut(op.name())? {
+                *v = f(*v);
+            }
+        }
+        let out = Tensor::from_parts(storage, layout, false);
+        attach(&out, op.name(), edges, || op.backward(&out, &out));
+        Ok(out)
+    }
+
+    /// `max(x, 0)`.
+    pub fn relu(&self) -> Result<Tensor> {
+        self.unary(Unary::Relu)
+    }
+    /// GELU, tanh approximation (as in BERT/GPT-2 implementations).
+    pub fn gelu(&self) -> Result<Tensor> {
+        self.unary(Unary::Gelu)
+    }
+    /// Hyperbolic tangent.
+    pub fn tanh(&self) -> Result<Tensor> {
+        self.unary(Unary::Tanh)
+    }
+    /// Logistic sigmoid.
+    pub fn sigmoid(&self) -> Result<Tensor> {
+        self.unary(Unary::Sigmoid)
+    }
+    /// `e^x`.
+    pub fn exp(&self) -> Result<Tensor> {
+        self.unary(Unary::Exp)
+    }
+    /// Natural logarithm.
+    pub fn log(&self) -> Result<Tensor> {
+        self.unary(Unary::Log)
+    }
+
+    /// Consuming [`Tensor::relu`]: reuses the buffer when exclusively owned (see module docs).
+    pub fn into_relu(self) -> Result<Tensor> {
+        self.unary_owned(Unary::Relu)
+    }
+    /// Consuming [`Tensor::gelu`] (reuses the buffer unless backward needs the input).
+    pub fn into_gelu(self) -> Result<Tensor> {
+        self.unary_owned(Unary::Gelu)
+    }
+    /// Consuming [`Tensor::tanh`].
+    pub fn into_tanh(self) -> Result<Tensor> {
+        self.unary_owned(Unary::Tanh)
+    }
+    /// Consuming [`Tensor::sigmoid`].
+    pub fn into_sigmoid(self) -> Result<Tensor> {
+        self.unary_owned(Unary::Sigmoid)
+    }
+    /// Consuming [`Tensor::exp`].
+    pub fn into_exp(self) -> Result<Tensor> {
+        self.unary_owned(Unary::Exp)
+    }
+
+    // ----- softmax family -----
+
+    fn softmax_impl(&self, dim: usize, log: bool) -> Result<Tensor> {
+        let op = if log { "log_softmax" } else { "softmax" };
+        check_dim(op, self, dim)?;
+        let shape = self.dims().to_vec();
+        let len = shape[dim];
+        let mut lanes = shape.clone();
+        lanes[dim] = 1;
+        let so = contiguous_strides(&shape);
+        let (sx, xs) = (self.strides()[dim], so[dim]);
+        let read = self.storage().read(op)?;
+        let out = Tensor::alloc_with(self.device(), &shape, op, |out| {
+            kernels::for_each_index(
+                &lanes,
+                [&so, self.strides()],
+                [0, self.offset()],
+                |[o, ix]| {
+                    let x = |i: usize| read.data[ix + i * sx];
+                    let max = (0..len).map(x).fold(f32::NEG_INFINITY, f32::max);
+                    let mut sum = 0.0f32;
+                    for i in 0..len {
+                        let e = (x(i) - max).exp();
+                        out[o + i * xs] = e;
+                        sum += e;
+                    }
+                    if log {
+                        let lse = sum.ln();
+                        for i in 0..len {
+                            out[o + i * xs] = x(i) - max - lse;
+                        }
+                    } else {
+                        let inv = 1.0 / sum;
+                        for i in 0..len {
+                            out[o + i * xs] *= inv;
+                        }
+                    }
+                },
+            );
+            Ok(())
+        })?;
+        drop(read);
+        record(&out, op, &[self], || {
+            let saved = Saved::new(&out, "output");
+            if log {
+                Backward::LogSoftmax { out: saved, dim }
+            } else {
+                Backward::Softmax { out: saved, dim }
+            }
+        });
+        Ok(out)
+    }
+
+    /// Softmax along `dim`.
+    pub fn softmax(&self, dim: usize) -> Result<Tensor> {
+        self.softmax_impl(dim, false)
+    }
+
+    /// Log-softmax along `dim` (numerically stable).
+    pub fn log_softmax(&self, dim: usize) -> Result<Tensor> {
+        self.softmax_impl(dim, true)
+    }
+
+    // ----- layer norm -----
+
+    /// Layer normalisation over the last dimension, with optional `weight` and `bias` of
+    /// shape `[last dim]`. When recorded, it saves the input and the per-row mean and 1/std.
+    pub fn layer_norm(
+        &self,
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        eps: f32,
+    ) -> Result<Tensor> {
+        const OP: &str = "layer_norm";
+        if self.rank() == 0 {
+            return Err(TensorError::InvalidArgument {
+                op: OP,
+                shape: Vec::new(),
+                message: "needs at least one dimension".into(),
+            });
+        }
+        let d = self.dims()[self.rank() - 1];
+        for p in [weight, bias].into_iter().flatten() {
+            same_device(OP, self, p)?;
+            if p.dims() != [d] {
+                return Err(TensorError::ShapeMismatch {
+                    op: OP,
+                    lhs: self.dims().to_vec(),
+                    rhs: p.dims().to_vec(),
+                    reason: format!("weight and bias must have shape [{d}] (the last dimension)"),
+                });
+            }
+        }
+        let mut inputs = vec![self];
+        inputs.extend(weight);
+        inputs.extend(bias);
+        let recording = should_record(&inputs);
+        let x = self.contiguous()?;
+        let rows = x.elem_count() / d.max(1);
+        let row_shape = &self.dims()[..self.rank() - 1];
+        let (w, b) = (
+            weight.map(Tensor::contiguous).transpose()?,
+            bias.map(Tensor::contiguous).transpose()?,
+        );
+        let mut operands = vec![&x];
+        operands.extend(w.as_ref());
+        operands.extend(b.as_ref());
+        let reads = super::ReadSet::new(OP, &operands)?;
+        let xd = reads.contiguous_data(&x);
+        let wd = w.as_ref().map(|w| reads.contiguous_data(w));
+        let bd = b.as_ref().map(|b| reads.contiguous_data(b));
+        // Per-row (mean, 1/std) when recording: host scratch of 8 bytes per row, copied into
+        // allocator tensors below.
+        let mut stats: Vec<(f32, f32)> = Vec::new();
+        let out = Tensor::alloc_with(self.device(), self.dims(), OP, |out| {
+            for r in 0..rows {
+                let row = &xd[r * d..(r + 1) * d];
+                let mean = row.iter().sum::<f32>() / d as f32;
+                let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / d as f32;
+                let rstd = 1.0 / (var + eps).sqrt();
+                let o = &mut out[r * d..(r + 1) * d];
+                for j in 0..d {
+                    let mut y = (row[j] - mean) * rstd;
+                    if let Some(w) = wd {
+                        y *= w[j];
+                    }
+                    if let Some(b) = bd {
+                        y += b[j];
+                    }
+                    o[j] = y;
+                }
+                if recording {
+                    stats.push((mean, rstd));
+                }
+            }
+            Ok(())
+        })?;
+        drop(reads);
+        if recording {
+            // Per-row statistics, saved for backward (allocator memory, like everything saved).
+            let mean = Tensor::alloc_with(self.device(), row_shape, OP, |m| {
+                for (m, s) in m.iter_mut().zip(&stats) {
+                    *m = s.0;
+                }
+                Ok(())
+            })?;
+            let rstd = Tensor::alloc_with(self.device(), row_shape, OP, |m| {
+                for (m, s) in m.iter_mut().zip(&stats) {
+                    *m = s.1;
+                }
+                Ok(())
+            })?;
+            record(&out, OP, &inputs, || Backward::LayerNorm {
+                x: Saved::new(&x, "input"),
+                mean: Saved::new(&mean, "mean"),
+                rstd: Saved::new(&rstd, "rstd"),
+                weight: w.as_ref().map(|w| Saved::new(w, "weight")),
+                has_bias: bias.is_some(),
+            });
+        }
+        Ok(out)
+    }
+
+    // ----- embedding -----
+
+    /// Rows of the table `self` (`[vocab, dim]`) picked by `ids`, which has shape `ids_shape`;
+    /// the result has shape `ids_shape + [dim]`.
+    pub fn embedding(&self, ids: &[u32], ids_shape: &[usize]) -> Result<Tensor> {
+        const OP: &str = "embedding";
+        if self.rank() != 2 {
+            return Err(TensorError::InvalidArgument {
+                op: OP,
+                shape: self.dims().to_vec(),
+                message: "the table must have shape [vocab, dim]".into(),
+            });
+        }
+        let expected: usize = ids_shape.iter().product();
+        if ids.len() != expected {
+            return Err(TensorError::DataLength {
+                op: OP,
+                len: ids.len(),
+                shape: ids_shape.to_vec(),
+                expected,
+            });
+        }
+        let (vocab, d) = (self.dims()[0], self.dims()[1]);
+        if let Some(&bad) = ids.iter().find(|&&i| i as usize >= vocab) {
+            return Err(TensorError::IndexOutOfRange {
+                op: OP,
+                index: bad as usize,
+                size: vocab,
+            });
+        }
+        let mut out_shape = ids_shape.to_vec();
+        out_shape.push(d);
+        let (rs, cs) = (self.strides()[0], self.strides()[1]);
+        let read = self.storage().read(OP)?;
+        let out = Tensor::alloc_with(self.device(), &out_shape, OP, |out| {
+            for (r, &id) in ids.iter().enumerate() {
+                let base = self.offset() + id as usize * rs;
+                for j in 0..d {
+                    out[r * d + j] = read.data[base + j * cs];
+                }
+            }
+            Ok(())
+        })?;
+        drop(read);
+        record(&out, OP, &[self], || Backward::Embedding {
+            ids: ids.to_vec(),
+            table_shape: self.dims().to_vec(),
+        });
+        Ok(out)
+    }
+
+    // ----- reductions -----
+
+    fn reduce(&self, dims: &[usize], keepdim: bool, mean: bool) -> Result<Tensor> {
+        let op = if mean { "mean" } else { "sum" };
+        let mut keep_shape = self.dims().to_vec();
+        for &d in dims {
+            check_dim(op, self, d)?;
+            keep_shape[d] = 1;
+        }
+        let count: usize = dims
+            .iter()
+            .map(|&d| self.dims()[d])
+            .product::<usize>()
+            .max(1);
+        let scale = if mean { 1.0 / count as f32 } else { 1.0 };
+        let out_strides =
+            broadcast_strides(&keep_shape, &contiguous_strides(&keep_shape), self.dims());
+        let read = self.storage().read(op)?;
+        let out = Tensor::alloc_with(self.device(), &keep_shape, op, |out| {
+            out.fill(0.0);
+            kernels::for_each_index(
+                self.dims(),
+                [&out_strides, self.strides()],
+                [0, self.offset()],
+                |[o, i]| out[o] += read.data[i],
+            );
+            if scale != 1.0 {
+                for v in out.iter_mut() {
+                    *v *= scale;
+                }
+            }
+            Ok(())
+        })?;
+        drop(read);
+        let out = if keepdim {
+            out
+        } else {
+            let shape: Vec<usize> = self
+                .dims()
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !dims.contains(i))
+                .map(|(_, &s)| s)
+                .collect();
+            Tensor::from_parts(Arc::clone(out.storage()), Layout::contiguous(&shape), false)
+        };
+        record(&out, op, &[self], || Backward::Sum {
+            in_shape: self.dims().to_vec(),
+            keep_shape,
+            scale,
+        });
+        Ok(out)
+    }
+
+    /// Sum over `dims`, keeping them as size 1 when `keepdim`.
+    pub fn sum_dims(&self, dims: &[usize], keepdim: bool) -> Result<Tensor> {
+        self.reduce(dims, keepdim, false)
+    }
+    /// Sum over one dimension, removing it.
+    pub fn sum(&self, dim: usize) -> Result<Tensor> {
+        self.reduce(&[dim], false, false)
+    }
+    /// Sum over one dimension, keeping it as size 1.
+    pub fn sum_keepdim(&self, dim: usize) -> Result<Tensor> {
+        self.reduce(&[dim], true, false)
+    }
+    /// Sum of all elements (shape `[]`).
+    pub fn sum_all(&self) -> Result<Tensor> {
+        let all: Vec<usize> = (0..self.rank()).collect();
+        self.reduce(&all, false, false)
+    }
+    /// Mean over `dims`, keeping them as size 1 when `keepdim`.
+    pub fn mean_dims(&self, dims: &[usize], keepdim: bool) -> Result<Tensor> {
+        self.reduce(dims, keepdim, true)
+    }
+    /// Mean over one dimension, removing it.
+    pub fn mean(&self, dim: usize) -> Result<Tensor> {
+        self.reduce(&[dim], false, true)
+    }
+    /// Mean over one dimension, keeping it as size 1.
+    pub fn mean_keepdim(&self, dim: usize) -> Result<Tensor> {
+        self.reduce(&[dim], true, true)
+    }
+    /// Mean of all elements (shape `[]`).
+    pub fn mean_all(&self) -> Result<Tensor> {
+        let all: Vec<usize> = (0..self.rank()).collect();
+        self.reduce(&all, false, true)
+    }
+
+    /// Sums `self` down to `shape`, the inverse of broadcasting `shape` to `self`'s shape.
+    pub fn sum_to_shape(&self, shape: &[usize]) -> Result<Tensor> {
+        if self.dims() == shape {
+            return Ok(self.clone());
+        }
+        let mismatch = || TensorError::ShapeMismatch {
+            op: "sum_to_shape",
+            lhs: self.dims().to_vec(),
+            rhs: shape.to_vec(),
+            reason: "the target shape does not broadcast to the tensor's shape".into(),
+        };
+        if shape.len() > self.rank() {
+            return Err(mismatch());
+        }
+        let lead = self.rank() - shape.len();
+        let mut dims: Vec<usize> = (0..lead).collect();
+        for (i, &s) in shape.iter().enumerate() {
+            let d = self.dims()[lead + i];
+            if s == 1 && d != 1 {
+                dims.push(lead + i);
+            } else if s != d {
+                return Err(mismatch());
+            }
+        }
+        self.reduce(&dims, true, false)?.reshape(shape)
+    }
+
+    // ----- losses -----
+
+    /// Mean cross-entropy of `self` (logits `[.., classes]`) against class indices `targets`
+    /// (one per row). Returns a scalar. When recorded, it saves the softmax probabilities.
+    pub fn cross_entropy(&self, targets: &[u32]) -> Result<Tensor> {
+        const OP: &str = "cross_entropy";
+        if self.rank() == 0 {
+            return Err(TensorError::InvalidArgument {
+                op: OP,
+                shape: Vec::new(),
+                message: "logits need a class dimension".into(),
+            });
+        }
+        let c = self.dims()[self.rank() - 1];
+        let rows = self.elem_count() / c.max(1);
+        if targets.len() != rows {
+            return Err(TensorError::DataLength {
+                op: OP,
+                len: targets.len(),
+                shape: self.dims()[..self.rank() - 1].to_vec(),
+                expected: rows,
+            });
+        }
+        if let Some(&bad) = targets.iter().find(|&&t| t as usize >= c) {
+            return Err(TensorError::IndexOutOfRange {
+                op: OP,
+                index: bad as usize,
+                size: c,
+            });
+        }
+        let recording = should_record(&[self]);
+        let logp = self.log_softmax_untracked(self.rank() - 1)?;
+        let loss = {
+            let lp = logp.storage().read(OP)?;
+            -targets
+                .iter()
+                .enumerate()
+                .map(|(r, &t)| lp.data[r * c + t as usize])
+                .sum::<f32>()
+                / rows.max(1) as f32
+        };
+        let out = Tensor::scalar(loss, self.device())?;
+        if recording {
+            let probs = logp.map(OP, f32::exp)?;
+            drop(logp);
+            record(&out, OP, &[self], || Backward::CrossEntropy {
+                probs: Saved::new(&probs, "probabilities"),
+                targets: targets.to_vec(),
+            });
+        }
+        Ok(out)
+    }
+
+    fn log_softmax_untracked(&self, dim: usize) -> Result<Tensor> {
+        let _guard = crate::grad::NoGradGuard::new();
+        self.softmax_impl(dim, true)
+    }
+
+    /// Mean squared error between `self` and `target` (same shape). Returns a scalar; when
+    /// recorded, it saves the difference.
+    pub fn mse_loss(&self, target: &Tensor) -> Result<Tensor> {
+        const OP: &str = "mse_loss";
+        same_device(OP, self, target)?;
+        if self.dims() != target.dims() {
+            return Err(TensorError::ShapeMismatch {
+                op: OP,
+                lhs: self.dims().to_vec(),
+                rhs: target.dims().to_vec(),
+                reason: "prediction and target must have the same shape".into(),
+            });
+        }
+        let diff = self.zip_map(target, OP, |a, b| a - b)?;
+        let n = diff.elem_count().max(1) as f32;
+        let loss = {
+            let r = diff.storage().read(OP)?;
+            r.data[..diff.elem_count()]
+                .iter()
+                .map(|d| d * d)
+                .sum::<f32>()
+                / n
+        };
+        let out = Tensor::scalar(loss, self.device())?;
+        record(&out, OP, &[self, target], || Backward::Mse {
+            diff: Saved::new(&diff, "difference"),
+        });
+        Ok(out)
+    }
+
+    // ----- views -----
+
+    fn view(&self, layout: Layout, op: &'static str, make: impl FnOnce() -> Backward) -> Tensor {
+        let out = Tensor::from_parts(Arc::clone(self.storage()), layout, true);
+        record(&out, op, &[self], make);
+        out
+    }
+
+    /// The same elements with another shape: a view when the layout allows, a copy otherwise.
+    pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
+        let numel: usize = shape.iter().product();
+        if numel != self.elem_count() {
+            return Err(TensorError::ShapeMismatch {
+                op: "reshape",
+                lhs: self.dims().to_vec(),
+                rhs: shape.to_vec(),
+                reason: format!("{} elements cannot be viewed as {numel}", self.elem_count()),
+            });
+        }
+        if self.dims() == shape {
+            return Ok(self.clone());
+        }
+        if !self.is_contiguous() {
+            return self.contiguous()?.reshape(shape);
+        }
+        let layout = Layout {
+            shape: shape.to_vec(),
+            strides: contiguous_strides(shape),
+            offset: self.offset(),
+        };
+        Ok(self.view(layout, "reshape", || Backward::Reshape {
+            in_shape: self.dims().to_vec(),
+        }))
+    }
+
+    /// All elements as one dimension.
+    pub fn flatten_all(&self) -> Result<Tensor> {
+        self.reshape(&[self.elem_count()])
+    }
+
+    /// Swaps two dimensions (a view).
+    pub fn transpose(&self, d0: usize, d1: usize) -> Result<Tensor> {
+        check_dim("transpose", self, d0)?;
+        check_dim("transpose", self, d1)?;
+        let mut perm: Vec<usize> = (0..self.rank()).collect();
+        perm.swap(d0, d1);
+        self.permute(&perm)
+    }
+
+    /// Transpose of the last two dimensions (a view).
+    pub fn t(&self) -> Result<Tensor> {
+        if self.rank() < 2 {
+            return Err(TensorError::InvalidArgument {
+                op: "t",
+                shape: self.dims().to_vec(),
+                message: "needs at least 2 dimensions".into(),
+            });
+        }
+        self.transpose(self.rank() - 2, self.rank() - 1)
+    }
+
+    /// Reorders dimensions: dimension `i` of the result is dimension `perm[i]` of `self`.
+    pub fn permute(&self, perm: &[usize]) -> Result<Tensor> {
+        let mut seen = vec![false; self.rank()];
+        if perm.len() != self.rank()
+            || perm
+                .iter()
+                .any(|&p| p >= self.rank() || std::mem::replace(&mut seen[p], true))
+        {
+            return Err(TensorError::InvalidArgument {
+                op: "permute",
+                shape: self.dims().to_vec(),
+                message: format!("{perm:?} is not a permutation of 0..{}", self.rank()),
+            });
+        }
+        let layout = Layout {
+            shape: perm.iter().map(|&p| self.dims()[p]).collect(),
+            strides: perm.iter().map(|&p| self.strides()[p]).collect(),
+            offset: self.offset(),
+        };
+        Ok(self.view(layout, "permute", || Backward::Permute {
+            perm: perm.to_vec(),
+        }))
+    }
+
+    /// `len` elements of dimension `dim` starting at `start` (a view).
+    pub fn narrow(&self, dim: usize, start: usize, len: usize) -> Result<Tensor> {
+        check_dim("narrow", self, dim)?;
+        let size = self.dims()[dim];
+        if start.checked_add(len).is_none_or(|end| end > size) {
+            return Err(TensorError::IndexOutOfRange {
+                op: "narrow",
+                index: start.saturating_add(len),
+                size,
+            });
+        }
+        let mut layout = self.0.layout.clone();
+        layout.shape[dim] = len;
+        layout.offset += start * layout.strides[dim];
+        Ok(self.view(layout, "narrow", || Backward::Narrow {
+            in_shape: self.dims().to_vec(),
+            dim,
+            start,
+        }))
+    }
+
+    /// Inserts a dimension of size 1 at `dim` (a view).
+    pub fn unsqueeze(&self, dim: usize) -> Result<Tensor> {
+        if dim > self.rank() {
+            return Err(TensorError::DimOutOfRange {
+                op: "unsqueeze",
+                dim,
+                shape: self.dims().to_vec(),
+            });
+        }
+        let mut shape = self.dims().to_vec();
+        shape.insert(dim, 1);
+        self.reshape_view_any(shape, "unsqueeze")
+    }
+
+    /// Removes dimension `dim`, which must have size 1 (a view).
+    pub fn squeeze(&self, dim: usize) -> Result<Tensor> {
+        check_dim("squeeze", self, dim)?;
+        if self.dims()[dim] != 1 {
+            return Err(TensorError::InvalidArgument {
+                op: "squeeze",
+                shape: self.dims().to_vec(),
+                message: format!("dimension {dim} has size {}, not 1", self.dims()[dim]),
+            });
+        }
+        let mut shape = self.dims().to_vec();
+        shape.remove(dim);
+        self.reshape_view_any(shape, "squeeze")
+    }
+
+    /// Adds or removes size-1 dimensions of any layout as a view.
+    fn reshape_view_any(&self, shape: Vec<usize>, op: &'static str) -> Result<Tensor> {
+        let mut strides = Vec::with_capacity(shape.len());
+        let mut src = self
+            .dims()
+            .iter()
+            .zip(self.strides())
+            .filter(|(&d, _)| d != 1);
+        for &d in &shape {
+            if d == 1 {
+                strides.push(1);
+            } else {
+                let Some((_, &s)) = src.next() else {
+                    return Err(super::unreachable_error(
+                        op,
+                        "size-1 reshape lost a dimension",
+                    ));
+                };
+                strides.push(s);
+            }
+        }
+        let layout = Layout {
+            shape,
+            strides,
+            offset: self.offset(),
+        };
+        Ok(self.view(layout, op, || Backward::Reshape {
+            in_shape: self.dims().to_vec(),
+        }))
+    }
+
+    /// `self` repeated along broadcast dimensions to `shape` (a view with zero strides).
+    pub fn broadcast_as(&self, shape: &[usize]) -> Result<Tensor> {
+        let out = broadcast_shape("broadcast_as", self.dims(), shape)?;
+        if out != shape {
+            return Err(TensorError::ShapeMismatch {
+                op: "broadcast_as",
+                lhs: self.dims().to_vec(),
+                rhs: shape.to_vec(),
+                reason: "the tensor does not broadcast to the target shape".into(),
+            });
+        }
+        let layout = Layout {
+            shape: shape.to_vec(),
+            strides: broadcast_strides(self.dims(), self.strides(), shape),
+            offset: self.offset(),
+        };
+        Ok(self.view(layout, "broadcast_as", || Backward::Expand {
+            in_shape: self.dims().to_vec(),
+        }))
+    }
+
+    /// `self` if already contiguous, else a contiguous copy.
+    pub fn contiguous(&self) -> Result<Tensor> {
+        if self.is_contiguous() {
+            return Ok(self.clone());
+        }
+        self.copy_named("contiguous")
+    }
+
+    /// A contiguous copy with its own storage (PyTorch's `clone()`; `Clone` shares storage).
+    pub fn copy(&self) -> Result<Tensor> {
+        self.copy_named("copy")
+    }
+
+    fn copy_named(&self, op: &'static str) -> Result<Tensor> {
+        let out = self.map(op, |x| x)?;
+        record(&out, op, &[self], || Backward::Identity);
+        Ok(out)
+    }
+
+    // ----- in-place -----
+
+    /// Checks shared by all in-place ops; returns whether the op will be recorded.
+    fn check_inplace(&self, op: &'static str, others: &[&Tensor]) -> Result<bool> {
+        if crate::grad::is_grad_enabled()
+            && self.is_leaf()
+            && self
+                .0
+                .leaf_requires_grad
+                .load(std::sync::atomic::Ordering::Acquire)
+        {
+            return Err(TensorError::InplaceOnLeaf { op });
+        }
+        if self
+            .strides()
+            .iter()
+            .zip(self.dims())
+            .any(|(&s, &d)| s == 0 && d > 1)
+        {
+            return Err(TensorError::InvalidArgument {
+                op,
+                shape: self.dims().to_vec(),
+                message: "several elements share one memory location (a broadcast view); write into a contiguous copy".into(),
+            });
+        }
+        let mut inputs = vec![self];
+        inputs.extend_from_slice(others);
+        let recording = should_record(&inputs);
+        if recording && self.0.is_view {
+            return Err(TensorError::InplaceNotDifferentiable {
+                op,
+                reason: "the target is a view, and an in-place write through a view cannot update its base's gradient history",
+            });
+        }
+        Ok(recording)
+    }
+
+    fn inplace_binary(&self, rhs: Rhs<'_>, op: BinOp) -> Result<()> {
+        let name = op.inplace_name();
+        match rhs {
+            Rhs::Scalar(s) => {
+                self.check_inplace(name, &[])?;
+                let f = op.apply();
+                self.write_unary(name, |x| f(x, s))?;
+                record(self, name, &[self], || scalar_backward(op, s));
+            }
+            Rhs::Tensor(t) => {
+                same_device(name, self, t)?;
+                let recording = self.check_inplace(name, &[t])?;
+                let shape = broadcast_shape(name, self.dims(), t.dims())?;
+                if shape != self.dims() {
+                    return Err(TensorError::ShapeMismatch {
+                        op: name,
+                        lhs: self.dims().to_vec(),
+                        rhs: t.dims().to_vec(),
+                        reason: "the right operand must broadcast to the target's shape".into(),
+                    });
+                }
+                if recording && op.saves_lhs() && t.requires_grad() {
+                    return Err(TensorError::InplaceNotDifferentiable {
+                        op: name,
+                        reason: "the right operand requires grad, and its gradient needs the value this op overwrites",
+                    });
+                }
+                self.write_binary(name, t, op.apply())?;
+                record(self, name, &[self, t], || match op {
+                    BinOp::Mul => Backward::Mul {
+                        a: None,
+                        b: Some(Saved::new(t, "right operand")),
+                        a_shape: self.dims().to_vec(),
+                        b_shape: t.dims().to_vec(),
+                    },
+                    BinOp::Div => Backward::Div {
+                        a: None,
+                        b: Saved::new(t, "denominator"),
+                        a_shape: self.dims().to_vec(),
+                        b_shape: t.dims().to_vec(),
+                    },
+                    _ => op.backward(self, t),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes `f(self)` into `self`'s elements and bumps the storage version.
+    fn write_unary(&self, op: &'static str, f: impl Fn(f32) -> f32) -> Result<()> {
+        let w = self.storage().write(op)?;
+        kernels::inplace_unary(self.dims(), w.data, self.strides(), self.offset(), f);
+        drop(w);
+        self.storage().bump_version(op);
+        Ok(())
+    }
+
+    /// Writes `f(self, src)` (src broadcast) into `self` and bumps the storage version.
+    fn write_binary(
+        &self,
+        op: &'static str,
+        src: &Tensor,
+        f: impl Fn(f32, f32) -> f32,
+    ) -> Result<()> {
+        // Reading a storage while writing it through another layout would alias: copy first.
+        let src = if src.shares_storage_with(self) {
+            let _g = crate::grad::NoGradGuard::new();
+            src.copy()?
+        } else {
+            src.clone()
+        };
+        let ss = broadcast_strides(src.dims(), src.strides(), self.dims());
+        let (dst_s, src_s) = (self.storage(), src.storage());
+        let (w, r) = if Arc::as_ptr(dst_s) < Arc::as_ptr(src_s) {
+            let w = dst_s.write(op)?;
+            (w, src_s.read(op)?)
+        } else {
+            let r = src_s.read(op)?;
+            (dst_s.write(op)?, r)
+        };
+        kernels::inplace_binary(
+            self.dims(),
+            w.data,
+            self.strides(),
+            self.offset(),
+            r.data,
+            &ss,
+            src.offset(),
+            f,
+        );
+        drop((w, r));
+        self.storage().bump_version(op);
+        Ok(())
+    }
+
+    /// In place `self += rhs` (tensor broadcast to `self`'s shape, or scalar).
+    pub fn add_<'a>(&self, rhs: impl Into<Rhs<'a>>) -> Result<()> {
+        self.inplace_binary(rhs.into(), BinOp::Add)
+    }
+    /// In place `self -= rhs`.
+    pub fn sub_<'a>(&self, rhs: impl Into<Rhs<'a>>) -> Result<()> {
+        self.inplace_binary(rhs.into(), BinOp::Sub)
+    }
+    /// In place `self *= rhs`.
+    pub fn mul_<'a>(&self, rhs: impl Into<Rhs<'a>>) -> Result<()> {
+        self.inplace_binary(rhs.into(), BinOp::Mul)
+    }
+    /// In place `self /= rhs`.
+    pub fn div_<'a>(&self, rhs: impl Into<Rhs<'a>>) -> Result<()> {
+        self.inplace_binary(rhs.into(), BinOp::Div)
+    }
+
+    /// In place `max(self, 0)`.
+    pub fn relu_(&self) -> Result<()> {
+        self.check_inplace("relu_", &[])?;
+        self.write_unary("relu_", |x| x.max(0.0))?;
+        record(self, "relu_", &[self], || Backward::Relu {
+            out: Saved::new(self, "output"),
+        });
+        Ok(())
+    }
+
+    /// Copies `src` (broadcast to `self`'s shape) into `self`.
+    pub fn copy_(&self, src: &Tensor) -> Result<()> {
+        same_device("copy_", self, src)?;
+        self.check_inplace("copy_", &[src])?;
+        let shape = broadcast_shape("copy_", self.dims(), src.dims())?;
+        if shape != self.dims() {
+            return Err(TensorError::ShapeMismatch {
+                op: "copy_",
+                lhs: self.dims().to_vec(),
+                rhs: src.dims().to_vec(),
+                reason: "the source must broadcast to the target's shape".into(),
+            });
+        }
+        self.write_binary("copy_", src, |_, s| s)?;
+        record(self, "copy_", &[self, src], || Backward::CopyInto {
+            src_shape: src.dims().to_vec(),
+        });
+        Ok(())
+    }
+
+    /// Sets every element to zero.
+    pub fn zero_(&self) -> Result<()> {
+        self.fill_(0.0)
+    }
+
+    /// Sets every element to `value`.
+    pub fn fill_(&self, value: f32) -> Result<()> {
+        self.check_inplace("fill_", &[])?;
+        self.write_unary("fill_", |_| value)?;
+        record(self, "fill_", &[self], || Backward::Zeroed);
+        Ok(())
+    }
+
+    // ----- autograd entry points -----
+
+    /// Computes gradients of this single-element tensor with respect to every leaf that
+    /// requires grad, accumulating into their [`Tensor::grad`]. Runs under no-grad and frees
+    /// the graph's saved tensors as it goes.
+    pub fn backward(&self) -> Result<()> {
+        autograd::run_backward(self)
+    }
+
+    /// Number of recorded ops this tensor's value depends on (0 when nothing was recorded).
+    pub fn graph_node_count(&self) -> usize {
+        autograd::graph_node_count(self)
+    }
+}
+
+fn scalar_backward(op: BinOp, s: f32) -> Backward {
+    match op {
+        BinOp::Add | BinOp::Sub => Backward::Identity,
+        BinOp::Mul => Backward::MulScalar(s),
+        BinOp::Div => Backward::MulScalar(1.0 / s),
+    }
+}
+
+/// Gradient of layer norm: `(dx, dweight, dbias)`.
+#[allow(clippy::type_complexity)]
+pub(crate) fn layer_norm_backward(
+    g: &Tensor,
+    x: &Tensor,
+    mean: &Tensor,
+    rstd: &Tensor,
+    weight: Option<&Tensor>,
+    need_w: bool,
+    need_b: bool,
+) -> Result<(Tensor, Option<Tensor>, Option<Tensor>)> {
+    const OP: &str = "layer_norm_backward";
+    let d = x.dims()[x.rank() - 1];
+    let rows = x.elem_count() / d.max(1);
+    // Every input here is contiguous with its own storage (saved by the forward, or made so
+    // above); read them in place.
+    let g = g.contiguous()?;
+    let mut operands = vec![&g, x, mean, rstd];
+    operands.extend(weight);
+    let reads = super::ReadSet::new(OP, &operands)?;
+    let gv = reads.contiguous_data(&g);
+    let xv = reads.contiguous_data(x);
+    let mv = reads.contiguous_data(mean);
+    let rv = reads.contiguous_data(rstd);
+    let wv = weight.map(|w| reads.contiguous_data(w));
+    // Scratch of one row's size (host memory, O(features)): the weight and bias gradients.
+    let mut gw = vec![0.0f32; if need_w { d } else { 0 }];
+    let mut gb = vec![0.0f32; if need_b { d } else { 0 }];
+    let gx = Tensor::alloc_with(x.device(), x.dims(), OP, |out| {
+        for r in 0..rows {
+            let (m, rs) = (mv[r], rv[r]);
+            let xr = &xv[r * d..(r + 1) * d];
+            let grow = &gv[r * d..(r + 1) * d];
+            let mut sum_gy = 0.0f32;
+            let mut sum_gy_xhat = 0.0f32;
+            for j in 0..d {
+                let xhat = (xr[j] - m) * rs;
+                let gy = grow[j] * wv.map_or(1.0, |w| w[j]);
+                sum_gy += gy;
+                sum_gy_xhat += gy * xhat;
+                if need_w {
+                    gw[j] += grow[j] * xhat;
+                }
+                if need_b {
+                    gb[j] += grow[j];
+                }
+            }
+            let (mg, mgx) = (sum_gy / d as f32, sum_gy_xhat / d as f32);
+            for j in 0..d {
+                let xhat = (xr[j] - m) * rs;
+                let gy = grow[j] * wv.map_or(1.0, |w| w[j]);
+                out[r * d + j] = rs * (gy - mg - xhat * mgx);
+            }
+        }
+        Ok(())
+    })?;
+    drop(reads);
+    let gw = need_w
+        .then(|| Tensor::from_slice(&gw, &[d], x.device()))
+        .transpose()?;
+    let gb = need_b
+        .then(|| Tensor::from_slice(&gb, &[d], x.device()))
+        .transpose()?;
+    Ok((gx, gw, gb))
+}
+
+/// Gradient of an embedding lookup with respect to the table (rows scatter-added).
+pub(crate) fn embedding_backward(g: &Tensor, ids: &[u32], table_shape: &[usize]) -> Result<Tensor> {
+    let d = table_shape[1];
+    let g = g.contiguous()?;
+    let gr = g.storage().read("embedding_backward")?;
+    let gv = &gr.data[g.offset()..g.offset() + g.elem_count()];
+    Tensor::alloc_with(g.device(), table_shape, "embedding_backward", |out| {
+        out.fill(0.0);
+        for (r, &id) in ids.iter().enumerate() {
+            let row = &mut out[id as usize * d..(id as usize + 1) * d];
+            for (o, v) in row.iter_mut().zip(&gv[r * d..(r + 1) * d]) {
+                *o += v;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Gradient of mean cross-entropy: `(softmax - onehot) * g / rows`.
+pub(crate) fn cross_entropy_backward(
+    g: &Tensor,
+    probs: &Tensor,
+    targets: &[u32],
+) -> Result<Tensor> {
+    let c = probs.dims()[probs.rank() - 1];
+    let scale = g.to_scalar()? / targets.len().max(1) as f32;
+    let p = probs.storage().read("cross_entropy_backward")?;
+    let off = probs.offset();
+    Tensor::alloc_with(
+        probs.device(),
+        probs.dims(),
+        "cross_entropy_backward",
+        |out| {
+            for (i, o) in out.iter_mut().enumerate() {
+                *o = p.data[off + i] * scale;
+            }
+            for (r, &t) in targets.iter().enumerate() {
+                out[r * c + t as usize] -= scale;
+            }
+            Ok(())
+        },
+    )
+}
