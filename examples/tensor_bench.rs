@@ -4,7 +4,6 @@
 //! `cargo run --release --example tensor_bench [-- --json] [--quick] [--write]`
 
 // The shared file is owned elsewhere; leave its formatting to its owner.
-#[rustfmt::skip]
 #[path = "../benches/support/report.rs"]
 mod report;
 

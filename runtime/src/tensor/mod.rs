@@ -28,10 +28,12 @@
 
 mod autograd;
 mod kernels;
+pub mod liveness;
 mod ops;
 mod overload;
 pub mod rng;
 
+pub use liveness::{LivenessBound, LivenessRecorder};
 pub use ops::Rhs;
 
 use crate::alloc::OutOfMemory;
@@ -187,6 +189,8 @@ pub type Result<T, E = TensorError> = std::result::Result<T, E>;
 /// Reference-counted memory of one or more tensors: one allocator block, its element count,
 /// and a version counter bumped by every in-place write.
 pub struct Storage {
+    /// Process-unique id (addresses are reused after a free; ids are not).
+    id: u64,
     allocation: Allocation,
     numel: usize,
     dtype: DType,
@@ -199,8 +203,12 @@ pub struct Storage {
 
 impl Storage {
     fn new(device: &Device, numel: usize) -> Result<Arc<Storage>> {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         let allocation = device.allocate(numel * DType::F32.size_in_bytes())?;
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        liveness::on_alloc(id, allocation.size());
         Ok(Arc::new(Storage {
+            id,
             allocation,
             numel,
             dtype: DType::F32,
@@ -255,6 +263,7 @@ impl Storage {
         Ok(StorageRead {
             _guard: guard,
             data,
+            storage_id: self.id,
         })
     }
 
@@ -267,12 +276,14 @@ impl Storage {
         Ok(StorageWrite {
             _guard: guard,
             data,
+            storage_id: self.id,
         })
     }
 
     /// Mutable access to storage nobody else can reach (just allocated, or uniquely owned).
     fn fresh_mut(&mut self, op: &'static str) -> Result<&mut [f32]> {
         let ptr = self.base_ptr(op)?;
+        liveness::on_use_end(self.id);
         // SAFETY: `&mut self` proves exclusive access; the block holds `numel` aligned f32s.
         Ok(unsafe { std::slice::from_raw_parts_mut(ptr, self.numel) })
     }
@@ -300,11 +311,33 @@ impl fmt::Debug for Storage {
 pub(crate) struct StorageRead<'a> {
     _guard: RwLockReadGuard<'a, ()>,
     pub(crate) data: &'a [f32],
+    storage_id: u64,
 }
 
 pub(crate) struct StorageWrite<'a> {
     _guard: RwLockWriteGuard<'a, ()>,
     pub(crate) data: &'a mut [f32],
+    storage_id: u64,
+}
+
+// A use ends when the kernel releases its access: after it wrote its output, so an op's
+// inputs and output overlap in the liveness bound.
+impl Drop for StorageRead<'_> {
+    fn drop(&mut self) {
+        liveness::on_use_end(self.storage_id);
+    }
+}
+
+impl Drop for StorageWrite<'_> {
+    fn drop(&mut self) {
+        liveness::on_use_end(self.storage_id);
+    }
+}
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        liveness::on_free(self.id);
+    }
 }
 
 /// Read locks on the distinct storages of several tensors, taken in address order (so that
