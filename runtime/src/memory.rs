@@ -1,6 +1,15 @@
-//! Per-device memory tools: statistics, peaks, cache release.
+//! Per-device memory tools: statistics, peaks, cache release, preallocation, snapshots and the
+//! event trace. Every function takes the [`Device`] whose allocator it asks.
+//!
+//! Configuration comes from `VRAMGUARD_ALLOC_CONF` for the process-wide devices
+//! ([`Device::Host`], [`Device::cuda`]) and from [`AllocatorConfig`] for devices made with
+//! [`Device::host_with_config`]. A bad `VRAMGUARD_ALLOC_CONF` never panics: it is logged once
+//! (a `tracing` warning), the defaults are used, and [`config_error`] returns the error.
 
-pub use crate::alloc::MemoryStats;
+pub use crate::alloc::{
+    AllocatorConfig, ConfigError, MemorySnapshot, MemoryStats, OomCause, OutOfMemory,
+    PressureHandlerId, Trace, Workspace,
+};
 use crate::Device;
 
 /// Current statistics of `device`'s allocator.
@@ -18,4 +27,34 @@ pub fn reset_peak_stats(device: &Device) {
 /// This frees nothing that is still referenced: drop the values first.
 pub fn empty_cache(device: &Device) -> u64 {
     device.allocator().empty_cache()
+}
+
+/// Preallocates `bytes` on `device` as one cached segment, so that later large requests are
+/// carved from it without backend calls; returns the bytes reserved.
+pub fn reserve(device: &Device, bytes: usize) -> Result<u64, OutOfMemory> {
+    device.allocator().reserve(bytes)
+}
+
+/// The segments and blocks of `device`'s allocator, with its statistics (`to_json()` exports it).
+pub fn snapshot(device: &Device) -> MemorySnapshot {
+    device.allocator().snapshot()
+}
+
+/// The recent allocator events of `device` (`to_json()` exports them).
+pub fn trace(device: &Device) -> Trace {
+    device.allocator().trace()
+}
+
+/// Registers a callback that frees memory when `device` runs out (see
+/// [`crate::alloc::CachingAllocator::add_pressure_handler`]).
+pub fn add_pressure_handler(
+    device: &Device,
+    handler: impl Fn(usize) -> usize + Send + Sync + 'static,
+) -> PressureHandlerId {
+    device.allocator().add_pressure_handler(handler)
+}
+
+/// The error that made the process-wide devices ignore `VRAMGUARD_ALLOC_CONF`, if any.
+pub fn config_error() -> Option<ConfigError> {
+    crate::device::config_error()
 }
