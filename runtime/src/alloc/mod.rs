@@ -985,7 +985,9 @@ impl<B: Backend> CachingAllocator<B> {
     /// Preallocates one large-pool segment of `bytes` (rounded to 512) and keeps it cached, so
     /// later requests above 1 MiB are carved from it without backend calls. Returns the bytes
     /// reserved. With `max_split_size` set, a segment at least that large serves only requests
-    /// close to its size (it is not split).
+    /// close to its size (it is not split). The segment is cache like any other: `empty_cache`
+    /// releases it while it is unused, and so does the out-of-memory path when a request needs
+    /// a segment of another shape.
     pub fn reserve(&self, bytes: usize) -> Result<u64, OutOfMemory> {
         let size = round_size(bytes);
         let mut st = lock(&self.state);
