@@ -158,7 +158,8 @@ pub struct OutOfMemory {
     pub reserved: u64,
     /// Reserved bytes in free cached blocks.
     pub cached_free: u64,
-    /// The largest free cached block.
+    /// The largest cached free block this request could use (same pool — requests up to 1 MiB
+    /// and larger ones are served from separate pools — and allowed by `max_split_size`).
     pub largest_free_block: u64,
     /// Why it failed.
     pub cause: OomCause,
@@ -742,6 +743,7 @@ impl<B: Backend> CachingAllocator<B> {
         st.stats.num_ooms += 1;
         st.record(self.start, TraceEventKind::Oom, 0, rounded as u64);
         let s = st.snapshot_stats();
+        let usable = self.largest_usable(st, rounded);
         let cause = if s.cached_free_bytes >= rounded as u64 {
             OomCause::Fragmentation
         } else if self
@@ -761,9 +763,29 @@ impl<B: Backend> CachingAllocator<B> {
             allocated: s.allocated_bytes,
             reserved: s.reserved_bytes,
             cached_free: s.cached_free_bytes,
-            largest_free_block: s.largest_free_block,
+            largest_free_block: usable,
             cause,
         }
+    }
+
+    /// The largest free block a request of `size` bytes may use: same pool, allowed by the
+    /// max-split rules.
+    fn largest_usable(&self, st: &State, size: usize) -> u64 {
+        let set = if size <= SMALL_SIZE {
+            &st.small_free
+        } else {
+            &st.large_free
+        };
+        let allowed = |b: usize| match self.config.max_split_size {
+            Some(ms) if size < ms => b < ms,
+            Some(_) => b < size + LARGE_SEGMENT,
+            None => true,
+        };
+        set.iter()
+            .rev()
+            .map(|&(b, _, _)| b)
+            .find(|&b| allowed(b))
+            .unwrap_or(0) as u64
     }
 
     /// Gets a new segment for a `size` request into `pool`'s free set: garbage collection,
