@@ -112,7 +112,14 @@ impl Report {
     }
 
     /// Records a metric with a target (`"≤ 1.15"`) and whether the measured value meets it.
-    pub fn metric_with_target(&mut self, name: &str, value: f64, unit: Unit, target: &str, met: bool) {
+    pub fn metric_with_target(
+        &mut self,
+        name: &str,
+        value: f64,
+        unit: Unit,
+        target: &str,
+        met: bool,
+    ) {
         self.metrics.push(Metric {
             name: name.to_string(),
             value,
@@ -204,7 +211,9 @@ impl Report {
             "# Benchmarks\n\nFigures measured by the benchmark programs; each section is rewritten by its program with `--write`.\n".to_string()
         });
         let new = match (old.find(&start), old.find(&end)) {
-            (Some(s), Some(e)) if e > s => format!("{}{}{}", &old[..s], section, &old[e + end.len()..]),
+            (Some(s), Some(e)) if e > s => {
+                format!("{}{}{}", &old[..s], section, &old[e + end.len()..])
+            }
             _ => format!("{}\n{}\n", old.trim_end(), section),
         };
         std::fs::write(path, new)
@@ -266,6 +275,8 @@ fn machine() -> String {
                 .map(|s| s.trim().to_string())
         })
         .unwrap_or_else(|| std::env::consts::ARCH.to_string());
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     format!("{cpu}, {cores} cores")
 }

@@ -40,6 +40,12 @@ pub fn snapshot(device: &Device) -> MemorySnapshot {
     device.allocator().snapshot()
 }
 
+/// Records the last `events` allocator events of `device` from now on (0 stops recording).
+/// Tracing is off by default; `trace_capacity` in `VRAMGUARD_ALLOC_CONF` turns it on at start.
+pub fn record_trace(device: &Device, events: usize) {
+    device.allocator().set_trace_capacity(events)
+}
+
 /// The recent allocator events of `device` (`to_json()` exports them).
 pub fn trace(device: &Device) -> Trace {
     device.allocator().trace()

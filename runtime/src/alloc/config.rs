@@ -16,15 +16,16 @@
 //! | `roundup_power2_divisions` (alias `round_up`) | 0 or a power of two ≤ 64 | round sizes up to one of N steps between powers of two |
 //! | `expandable_segments` | `true`/`false` | only `false` is accepted: expandable segments are not implemented yet |
 //! | `preallocate` | bytes (same forms as `memory_limit`) | reserve this much once, at start |
-//! | `trace_capacity` | events (0 disables the trace) | length of the bounded event trace |
+//! | `trace_capacity` | events (0, the default, disables the trace) | length of the bounded event trace |
 
 use serde::Serialize;
 
 /// Name of the environment variable read by the process-wide devices.
 pub const ENV_VAR: &str = "VRAMGUARD_ALLOC_CONF";
 
-/// Default length of the event trace ring.
-pub const DEFAULT_TRACE_CAPACITY: usize = 4096;
+/// Default length of the event trace ring: 0, tracing is off unless asked for (a timestamp per
+/// event costs about as much as the rest of a cached allocation).
+pub const DEFAULT_TRACE_CAPACITY: usize = 0;
 
 /// Keys accepted in `VRAMGUARD_ALLOC_CONF`.
 pub const KNOWN_KEYS: &[&str] = &[
@@ -380,6 +381,7 @@ mod tests {
         assert_eq!(cfg.roundup_power2_divisions, 4);
         assert_eq!(cfg.preallocate, 64 << 20);
         assert_eq!(cfg.trace_capacity, 10);
+        assert_eq!(AllocatorConfig::default().trace_capacity, 0);
         let f = AllocatorConfig::parse("memory_fraction:0.5").unwrap();
         assert_eq!(f.memory_limit, Some(MemoryLimit::Fraction(0.5)));
         assert_eq!(

@@ -347,7 +347,56 @@ struct Segment {
     live: bool,
 }
 
-type FreeSet = BTreeSet<(usize, u64, u32)>;
+/// Free blocks of one pool ordered by (size, address), each key packed into one `u128`
+/// (48-bit size, 48-bit address, 32-bit slot) so the B-tree compares single integers.
+#[derive(Default)]
+struct FreeSet(BTreeSet<u128>);
+
+/// Sizes and addresses must fit in 48 bits (256 TiB) for the packed keys.
+const ADDR_LIMIT: u64 = 1 << 48;
+
+impl FreeSet {
+    #[inline]
+    fn key(size: usize, addr: u64, slot: u32) -> u128 {
+        ((size as u128) << 80) | ((addr as u128) << 32) | slot as u128
+    }
+    #[inline]
+    fn unpack(k: u128) -> (usize, u64, u32) {
+        (
+            (k >> 80) as usize,
+            ((k >> 32) as u64) & (ADDR_LIMIT - 1),
+            k as u32,
+        )
+    }
+    #[inline]
+    fn insert(&mut self, size: usize, addr: u64, slot: u32) {
+        self.0.insert(Self::key(size, addr, slot));
+    }
+    #[inline]
+    fn remove(&mut self, size: usize, addr: u64, slot: u32) -> bool {
+        self.0.remove(&Self::key(size, addr, slot))
+    }
+    fn contains(&self, size: usize, addr: u64, slot: u32) -> bool {
+        self.0.contains(&Self::key(size, addr, slot))
+    }
+    /// The smallest block of at least `size` bytes (lowest address among equals).
+    #[inline]
+    fn best_fit(&self, size: usize) -> Option<(usize, u64, u32)> {
+        self.0
+            .range(Self::key(size, 0, 0)..)
+            .next()
+            .map(|&k| Self::unpack(k))
+    }
+    fn largest(&self) -> usize {
+        self.0.last().map_or(0, |&k| Self::unpack(k).0)
+    }
+    fn sizes_descending(&self) -> impl Iterator<Item = usize> + '_ {
+        self.0.iter().rev().map(|&k| Self::unpack(k).0)
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
 
 struct State {
     nodes: Vec<Node>,
@@ -435,8 +484,8 @@ impl State {
             spare_nodes: Vec::new(),
             segs: Vec::new(),
             spare_segs: Vec::new(),
-            small_free: FreeSet::new(),
-            large_free: FreeSet::new(),
+            small_free: FreeSet::default(),
+            large_free: FreeSet::default(),
             stats: MemoryStats::default(),
             next_id: 1,
             tick: 0,
@@ -465,9 +514,7 @@ impl State {
     }
 
     fn largest_free(&self) -> u64 {
-        let s = self.small_free.last().map_or(0, |b| b.0);
-        let l = self.large_free.last().map_or(0, |b| b.0);
-        s.max(l) as u64
+        self.small_free.largest().max(self.large_free.largest()) as u64
     }
 
     fn snapshot_stats(&self) -> MemoryStats {
@@ -486,7 +533,7 @@ impl State {
     /// Returns the node slot, now sized for the request (not yet marked allocated).
     fn take_free(&mut self, pool: PoolKind, size: usize, max_split: Option<usize>) -> Option<u32> {
         let set = self.free_set(pool);
-        let &(bsize, baddr, slot) = set.range((size, 0, 0)..).next()?;
+        let (bsize, baddr, slot) = set.best_fit(size)?;
         if let Some(ms) = max_split {
             if size < ms && bsize >= ms {
                 return None;
@@ -495,7 +542,7 @@ impl State {
                 return None;
             }
         }
-        set.remove(&(bsize, baddr, slot));
+        set.remove(bsize, baddr, slot);
         let remaining = bsize - size;
         let split = match pool {
             PoolKind::Small => remaining >= ROUND,
@@ -527,7 +574,7 @@ impl State {
             n.next = rest;
             n.size = size;
             self.free_set(pool)
-                .insert((remaining, baddr + size as u64, rest));
+                .insert(remaining, baddr + size as u64, rest);
         }
         Some(slot)
     }
@@ -556,8 +603,7 @@ impl State {
 
     fn release_segment<B: Backend + ?Sized>(&mut self, backend: &B, start: Instant, i: u32) -> u64 {
         let seg = self.segs[i as usize].clone();
-        self.free_set(seg.pool)
-            .remove(&(seg.size, seg.addr, seg.head));
+        self.free_set(seg.pool).remove(seg.size, seg.addr, seg.head);
         self.spare_nodes.push(seg.head);
         self.segs[i as usize].live = false;
         self.spare_segs.push(i);
@@ -673,7 +719,7 @@ impl<B: Backend> CachingAllocator<B> {
     pub fn allocate(&self, bytes: usize) -> Result<Block, OutOfMemory> {
         let size = self
             .rounded_size(bytes)
-            .filter(|&s| s <= isize::MAX as usize)
+            .filter(|&s| (s as u64) < ADDR_LIMIT)
             .ok_or_else(|| {
                 let mut st = lock(&self.state);
                 self.fail(&mut st, bytes, usize::MAX)
@@ -781,11 +827,7 @@ impl<B: Backend> CachingAllocator<B> {
             Some(_) => b < size + LARGE_SEGMENT,
             None => true,
         };
-        set.iter()
-            .rev()
-            .map(|&(b, _, _)| b)
-            .find(|&b| allowed(b))
-            .unwrap_or(0) as u64
+        set.sizes_descending().find(|&b| allowed(b)).unwrap_or(0) as u64
     }
 
     /// Gets a new segment for a `size` request into `pool`'s free set: garbage collection,
@@ -844,7 +886,13 @@ impl<B: Backend> CachingAllocator<B> {
             return false;
         }
         let addr = match self.backend.alloc_segment(bytes) {
-            Ok(addr) => addr,
+            Ok(addr) if addr.saturating_add(bytes as u64) < ADDR_LIMIT => addr,
+            Ok(addr) => {
+                tracing::warn!(device = %self.name, "segment at {addr:#x} lies above 2^48; not usable");
+                // SAFETY: just obtained from the backend with this size and never handed out.
+                unsafe { self.backend.free_segment(addr, bytes) };
+                return false;
+            }
             Err(BackendError::OutOfMemory { .. }) => return false,
             Err(e) => {
                 tracing::warn!(device = %self.name, "segment allocation failed: {e}");
@@ -885,7 +933,7 @@ impl<B: Backend> CachingAllocator<B> {
             head,
             live: true,
         };
-        st.free_set(pool).insert((bytes, addr, head));
+        st.free_set(pool).insert(bytes, addr, head);
         let s = &mut st.stats;
         s.reserved_bytes += bytes as u64;
         s.peak_reserved_bytes = s.peak_reserved_bytes.max(s.reserved_bytes);
@@ -953,20 +1001,20 @@ impl<B: Backend> CachingAllocator<B> {
         let prev = st.nodes[slot as usize].prev;
         if prev != NIL && !st.nodes[prev as usize].allocated {
             let (psize, paddr) = (st.nodes[prev as usize].size, st.nodes[prev as usize].addr);
-            st.free_set(pool).remove(&(psize, paddr, prev));
+            st.free_set(pool).remove(psize, paddr, prev);
             self.absorb_next(&mut st, prev);
             slot = prev;
         }
         let next = st.nodes[slot as usize].next;
         if next != NIL && !st.nodes[next as usize].allocated {
             let (nsize, naddr) = (st.nodes[next as usize].size, st.nodes[next as usize].addr);
-            st.free_set(pool).remove(&(nsize, naddr, next));
+            st.free_set(pool).remove(nsize, naddr, next);
             self.absorb_next(&mut st, slot);
         }
         let n = &mut st.nodes[slot as usize];
         n.freed_at = tick;
-        let key = (n.size, n.addr, slot);
-        st.free_set(pool).insert(key);
+        let (size, addr) = (n.size, n.addr);
+        st.free_set(pool).insert(size, addr, slot);
     }
 
     /// Merges the block after `slot` into `slot` (both in the same segment).
@@ -1013,6 +1061,9 @@ impl<B: Backend> CachingAllocator<B> {
     pub fn reserve(&self, bytes: usize) -> Result<u64, OutOfMemory> {
         let size = round_size(bytes);
         let mut st = lock(&self.state);
+        if size as u64 >= ADDR_LIMIT {
+            return Err(self.fail(&mut st, bytes, size));
+        }
         for attempt in 0..2 {
             if self.new_segment(&mut st, PoolKind::Large, size) {
                 return Ok(size as u64);
@@ -1094,6 +1145,12 @@ impl<B: Backend> CachingAllocator<B> {
         lock(&self.state).trace.to_trace()
     }
 
+    /// Starts recording the last `events` allocator events (0 stops recording); replaces the
+    /// ring, so earlier events are dropped.
+    pub fn set_trace_capacity(&self, events: usize) {
+        lock(&self.state).trace = TraceRing::new(events);
+    }
+
     /// Empties the event trace ring.
     pub fn clear_trace(&self) {
         lock(&self.state).trace.clear();
@@ -1138,7 +1195,7 @@ impl<B: Backend> CachingAllocator<B> {
                         PoolKind::Small => &st.small_free,
                         PoolKind::Large => &st.large_free,
                     };
-                    if !set.contains(&(n.size, n.addr, at)) {
+                    if !set.contains(n.size, n.addr, at) {
                         return Err(format!("free block {:#x} missing from its pool", n.addr));
                     }
                 }
