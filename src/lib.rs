@@ -16,9 +16,9 @@ pub use vramguard_runtime::grad::{
     enable_grad, is_grad_enabled, no_grad, no_grad_future, EnableGradGuard, NoGradGuard,
     WithGradMode,
 };
-pub use vramguard_runtime::{alloc, grad, scope, Device};
+pub use vramguard_runtime::{alloc, device, grad, scope, Device, DeviceError};
 
-/// Memory tools per device: statistics, peaks, cache release.
+/// Memory tools per device: statistics, peaks, cache release, preallocation, snapshots, traces.
 pub mod memory {
     pub use vramguard_runtime::memory::*;
 }
