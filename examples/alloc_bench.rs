@@ -17,8 +17,8 @@
 //!   synthetic variable-length transformer inference trace on a fresh allocator with default
 //!   settings — peak reserved / peak allocated over the whole trace (target ≤ 1.15), and backend
 //!   segment calls (allocs + frees) in the second half of the trace (target 0). The same trace
-//!   is also replayed after a warm-up (one max-size batch first, the article's advice), and
-//!   with `max_split_size_mb:64`, as extra rows.
+//!   is also replayed after a warm-up (one max-size batch first, the article's advice), with
+//!   `expandable_segments:true` (host only) and with `max_split_size_mb:64`, as extra rows.
 //!
 //! The trace generator: a BERT-base-shaped encoder (12 layers, d = 768, 12 heads, FFN 3072,
 //! f32). Each of 400 steps (100 with `--quick`) draws a batch size from {1, 2, 4, 8} and a
@@ -299,6 +299,24 @@ fn main() {
         Unit::Count,
     );
     if !cuda {
+        let expandable = replay(
+            &new_device(
+                false,
+                AllocatorConfig::default().with_expandable_segments(true),
+            ),
+            &steps,
+            false,
+        );
+        report.metric(
+            "trace_peak_reserved_over_allocated_expandable",
+            expandable.ratio,
+            Unit::Ratio,
+        );
+        report.metric(
+            "trace_backend_calls_steady_expandable",
+            expandable.steady_calls as f64,
+            Unit::Count,
+        );
         let split = replay(
             &new_device(
                 false,
@@ -324,8 +342,8 @@ fn main() {
          alloc+free pair with default settings (event trace off; `cached_pair_ns_trace_on`: a \
          4096-event trace recording every alloc and free). Trace: {} steps of a BERT-base-shaped \
          encoder, batch ∈ {{1,2,4,8}}, length 16–512, drop-at-last-use; ratios and counts from \
-         the allocator's statistics. `_warmup`: one max-size batch first; `_max_split_64mb`: \
-         `max_split_size_mb:64`.",
+         the allocator's statistics. `_warmup`: one max-size batch first; `_expandable`: \
+         `expandable_segments:true`; `_max_split_64mb`: `max_split_size_mb:64`.",
         if cuda { "cuda:0" } else { "host" },
         rounds,
         steps.len()

@@ -14,7 +14,7 @@
 //! | `max_split_size_mb` | MiB (≥ 1) | cached blocks this large or larger are never split |
 //! | `garbage_collection_threshold` | a number in (0, 1) | release cached segments before reserved exceeds this fraction of the limit |
 //! | `roundup_power2_divisions` (alias `round_up`) | 0 or a power of two ≤ 64 | round sizes up to one of N steps between powers of two |
-//! | `expandable_segments` | `true`/`false` | only `false` is accepted: expandable segments are not implemented yet |
+//! | `expandable_segments` | `true`/`false` | the large pool grows one mapped address range instead of adding segments (host backend on Unix; not on CUDA yet) |
 //! | `preallocate` | bytes (same forms as `memory_limit`) | reserve this much once, at start |
 //! | `trace_capacity` | events (0, the default, disables the trace) | length of the bounded event trace |
 
@@ -64,8 +64,10 @@ pub struct AllocatorConfig {
     /// Round sizes up to one of this many steps between consecutive powers of two (0: off,
     /// plain 512-byte rounding).
     pub roundup_power2_divisions: usize,
-    /// Expandable segments (virtual ranges mapped page by page). Not implemented yet: only
-    /// `false` passes validation.
+    /// Expandable segments: the large pool is one reserved address range whose pages are mapped
+    /// as it grows and unmapped (free tail) by `empty_cache`, so a large request needs no
+    /// contiguous free hole among segments. Needs a backend with
+    /// [`crate::alloc::Backend::virtual_memory`] (the host backend on Unix; not CUDA yet).
     pub expandable_segments: bool,
     /// Bytes reserved once when the allocator is created (see [`crate::memory::reserve`]).
     pub preallocate: usize,
@@ -128,6 +130,14 @@ pub enum ConfigError {
         /// The out-of-memory message.
         message: String,
     },
+    /// Address space for expandable segments could not be reserved.
+    #[error("could not reserve {bytes} bytes of address space for expandable segments: {message}; set `memory_limit` to reserve less, or turn `expandable_segments` off")]
+    ReserveFailed {
+        /// Bytes of address space asked for.
+        bytes: usize,
+        /// The backend's message.
+        message: String,
+    },
     /// `memory_fraction` on a device whose capacity is unknown.
     #[error("`memory_fraction` needs a device with a known capacity, and {device} has none: use `memory_limit` (bytes) instead")]
     FractionWithoutCapacity {
@@ -144,7 +154,6 @@ const SPLIT_FORM: &str = "a whole number of MiB, at least 1, e.g. `256`";
 const DIVISIONS_FORM: &str = "0 (off) or a power of two up to 64, e.g. `4`";
 const BOOL_FORM: &str = "`true` or `false`";
 const COUNT_FORM: &str = "a whole number of events, e.g. `4096` (0 disables the trace)";
-const EXPANDABLE_REASON: &str = "expandable segments are not implemented yet (only `false` is accepted); against fragmentation use `max_split_size_mb`, `preallocate`/`memory::reserve`, a `Workspace`, or `empty_cache`";
 
 impl AllocatorConfig {
     /// Sets a memory limit in bytes.
@@ -172,7 +181,7 @@ impl AllocatorConfig {
         self.roundup_power2_divisions = divisions;
         self
     }
-    /// Asks for expandable segments (rejected by [`AllocatorConfig::validate`] for now).
+    /// Turns expandable segments on or off.
     pub fn with_expandable_segments(mut self, on: bool) -> Self {
         self.expandable_segments = on;
         self
@@ -221,12 +230,6 @@ impl AllocatorConfig {
                 d.to_string(),
                 DIVISIONS_FORM,
             ));
-        }
-        if self.expandable_segments {
-            return Err(ConfigError::Unsupported {
-                key: "expandable_segments".to_string(),
-                reason: EXPANDABLE_REASON,
-            });
         }
         Ok(())
     }
@@ -280,12 +283,7 @@ impl AllocatorConfig {
                 }
                 "expandable_segments" => match value {
                     "false" | "False" | "0" => cfg.expandable_segments = false,
-                    "true" | "True" | "1" => {
-                        return Err(ConfigError::Unsupported {
-                            key: key.to_string(),
-                            reason: EXPANDABLE_REASON,
-                        })
-                    }
+                    "true" | "True" | "1" => cfg.expandable_segments = true,
                     _ => return Err(bad(BOOL_FORM)),
                 },
                 "preallocate" => {
@@ -437,8 +435,11 @@ mod tests {
         }
         let e = AllocatorConfig::parse("memory_limit").unwrap_err();
         assert!(matches!(e, ConfigError::Malformed { .. }));
-        let e = AllocatorConfig::parse("expandable_segments:true").unwrap_err();
-        assert!(e.to_string().contains("not implemented"), "{e}");
+        assert!(
+            AllocatorConfig::parse("expandable_segments:true")
+                .unwrap()
+                .expandable_segments
+        );
     }
 
     #[test]
@@ -461,6 +462,6 @@ mod tests {
         assert!(AllocatorConfig::default()
             .with_expandable_segments(true)
             .validate()
-            .is_err());
+            .is_ok());
     }
 }

@@ -21,6 +21,12 @@
 //!   larger than the request.
 //! - **Garbage-collection threshold**: before a new segment would take reserved memory above
 //!   `threshold × limit`, fully free cached segments are returned, least recently used first.
+//! - **Expandable segments** (`expandable_segments:true`, backends with
+//!   [`Backend::virtual_memory`]): the large pool is one reserved address range; when no free
+//!   block fits, pages are mapped at its end (extending a free tail block, so a large request
+//!   needs only the missing bytes), and `empty_cache` or the out-of-memory path unmap the free
+//!   tail in whole granules. Map and unmap calls count as `backend_allocs`/`backend_frees`.
+//!   When the range is used up, plain segments serve the request.
 //! - **Out of memory**: when the backend (or the memory limit) refuses a segment, every fully free
 //!   cached segment is returned and the segment is asked for again (`alloc_retries`); then the
 //!   registered pressure handlers run (without the allocator's lock) and the request is tried
@@ -88,9 +94,9 @@ pub trait Backend: Send + Sync + 'static {
 /// Reserve-then-map memory management (CUDA `cuMemAddressReserve`/`cuMemCreate`/`cuMemMap`,
 /// host `mmap(PROT_NONE)` + `mprotect`/`madvise`).
 ///
-/// This is the extension point for expandable segments: one reserved virtual range per pool,
-/// with physical pages mapped as the pool grows and unmapped when its tail is free. No backend
-/// in this crate implements it yet, and the allocator does not call it yet.
+/// Expandable segments use it: the large pool's reserved range has its pages mapped as the
+/// pool grows and its free tail unmapped by `empty_cache`. [`HostBackend`] implements it on Unix;
+/// the CUDA backend does not yet.
 pub trait VirtualMemory: Send + Sync {
     /// Mapping granularity in bytes; every size and offset passed below is a multiple of it.
     fn granularity(&self) -> usize;
@@ -206,11 +212,11 @@ impl fmt::Display for OutOfMemory {
         f.write_str("). ")?;
         match self.cause {
             OomCause::Fragmentation => f.write_str(
-                "Free memory is split into pieces: preallocate the largest buffer once \
-                 (memory::reserve or a Workspace, `preallocate` in VRAMGUARD_ALLOC_CONF), \
-                 bucket variable shapes, set `max_split_size_mb` so large blocks stay whole, \
-                 or call memory::empty_cache between phases (expandable segments, the full \
-                 answer, are not implemented yet).",
+                "Free memory is split into pieces: set `expandable_segments:true` in \
+                 VRAMGUARD_ALLOC_CONF (host backend; not on CUDA yet), preallocate the largest \
+                 buffer once (a Workspace, memory::reserve, `preallocate`), bucket variable \
+                 shapes, set `max_split_size_mb` so large blocks stay whole, or call \
+                 memory::empty_cache between phases.",
             ),
             OomCause::LimitReached => f.write_str(
                 "Drop tensors that are no longer needed, lower the batch size, or raise \
@@ -344,8 +350,26 @@ struct Segment {
     size: usize,
     pool: PoolKind,
     head: u32,
+    /// Last block (the one that grows or shrinks in an expandable segment).
+    tail: u32,
     live: bool,
+    expandable: bool,
 }
+
+/// The large pool's expandable segment: a reserved address range whose mapped prefix is a
+/// segment that grows (map at the end) and shrinks (unmap a free tail).
+#[derive(Debug, Clone, Copy)]
+struct Expandable {
+    addr: u64,
+    virt: usize,
+    granularity: usize,
+    /// Index of the segment while anything is mapped.
+    seg: Option<u32>,
+}
+
+/// Address space reserved for an expandable segment when neither a limit nor a capacity bounds
+/// it (only address space: pages are mapped as the pool grows).
+pub const DEFAULT_EXPANDABLE_RANGE: usize = 64 << 30;
 
 /// Free blocks of one pool ordered by (size, address), each key packed into one `u128`
 /// (48-bit size, 48-bit address, 32-bit slot) so the B-tree compares single integers.
@@ -409,6 +433,7 @@ struct State {
     next_id: u64,
     tick: u64,
     trace: TraceRing,
+    expandable: Option<Expandable>,
 }
 
 type PressureHandler = Arc<dyn Fn(usize) -> usize + Send + Sync>;
@@ -490,6 +515,7 @@ impl State {
             next_id: 1,
             tick: 0,
             trace: TraceRing::new(trace_capacity),
+            expandable: None,
         }
     }
 
@@ -569,6 +595,8 @@ impl State {
             });
             if next != NIL {
                 self.nodes[next as usize].prev = rest;
+            } else {
+                self.segs[seg as usize].tail = rest;
             }
             let n = &mut self.nodes[slot as usize];
             n.next = rest;
@@ -586,10 +614,10 @@ impl State {
         start: Instant,
         mut want: impl FnMut(&Segment) -> bool,
     ) -> u64 {
-        let mut released = 0u64;
+        let mut released = self.shrink_expandable(backend, start);
         for i in 0..self.segs.len() {
             let seg = &self.segs[i];
-            if !seg.live {
+            if !seg.live || seg.expandable {
                 continue;
             }
             let head = &self.nodes[seg.head as usize];
@@ -599,6 +627,53 @@ impl State {
             released += self.release_segment(backend, start, i as u32);
         }
         released
+    }
+
+    /// Unmaps the free tail of the expandable segment (whole granules); returns bytes released.
+    fn shrink_expandable<B: Backend + ?Sized>(&mut self, backend: &B, start: Instant) -> u64 {
+        let (Some(e), Some(vm)) = (self.expandable, backend.virtual_memory()) else {
+            return 0;
+        };
+        let Some(si) = e.seg else { return 0 };
+        let seg = self.segs[si as usize].clone();
+        let tail = seg.tail;
+        let (taddr, tsize, tprev, tfree) = {
+            let t = &self.nodes[tail as usize];
+            (t.addr, t.size, t.prev, !t.allocated)
+        };
+        let end = seg.addr + seg.size as u64;
+        let cut = (taddr - e.addr).next_multiple_of(e.granularity as u64) + e.addr;
+        if !tfree || cut >= end {
+            return 0;
+        }
+        let bytes = (end - cut) as usize;
+        // SAFETY: `[cut, end)` is mapped (inside the segment) and lies in a free block, so
+        // nothing handed out uses it.
+        unsafe { vm.unmap(cut, bytes) };
+        self.free_set(seg.pool).remove(tsize, taddr, tail);
+        let keep = (cut - taddr) as usize;
+        if keep > 0 {
+            self.nodes[tail as usize].size = keep;
+            self.free_set(seg.pool).insert(keep, taddr, tail);
+        } else if tprev != NIL {
+            self.nodes[tprev as usize].next = NIL;
+            self.segs[si as usize].tail = tprev;
+            self.spare_nodes.push(tail);
+        } else {
+            // Nothing mapped anymore: the segment goes, the address range stays reserved.
+            self.spare_nodes.push(tail);
+            self.segs[si as usize].live = false;
+            self.spare_segs.push(si);
+            self.stats.segments -= 1;
+            if let Some(x) = self.expandable.as_mut() {
+                x.seg = None;
+            }
+        }
+        self.segs[si as usize].size -= bytes;
+        self.stats.reserved_bytes -= bytes as u64;
+        self.stats.backend_frees += 1;
+        self.record(start, TraceEventKind::SegmentFree, cut, bytes as u64);
+        bytes as u64
     }
 
     fn release_segment<B: Backend + ?Sized>(&mut self, backend: &B, start: Instant, i: u32) -> u64 {
@@ -658,7 +733,45 @@ impl<B: Backend> CachingAllocator<B> {
         let name = backend.name();
         let limit = config.limit_bytes(backend.capacity(), &name)?;
         let preallocate = config.preallocate;
+        let expandable = if config.expandable_segments {
+            let Some(vm) = backend.virtual_memory() else {
+                return Err(ConfigError::Unsupported {
+                    key: "expandable_segments".to_string(),
+                    reason: "this backend cannot map pages into reserved address space (the \
+                             host backend on Unix can; CUDA VMM is not implemented yet)",
+                });
+            };
+            let granularity = vm.granularity();
+            let virt = limit
+                .map(|l| l as usize)
+                .or(backend.capacity())
+                .unwrap_or(DEFAULT_EXPANDABLE_RANGE)
+                .next_multiple_of(granularity);
+            let addr = vm
+                .reserve_range(virt)
+                .map_err(|e| ConfigError::ReserveFailed {
+                    bytes: virt,
+                    message: e.to_string(),
+                })?;
+            if addr.saturating_add(virt as u64) >= ADDR_LIMIT {
+                // SAFETY: just reserved, nothing mapped.
+                unsafe { vm.release_range(addr, virt) };
+                return Err(ConfigError::ReserveFailed {
+                    bytes: virt,
+                    message: "the range lies above 2^48".into(),
+                });
+            }
+            Some(Expandable {
+                addr,
+                virt,
+                granularity,
+                seg: None,
+            })
+        } else {
+            None
+        };
         let this = Self::build(backend, config, limit, name);
+        lock(&this.state).expandable = expandable;
         if preallocate > 0 {
             this.reserve(preallocate)
                 .map_err(|e| ConfigError::PreallocateFailed {
@@ -837,6 +950,20 @@ impl<B: Backend> CachingAllocator<B> {
         if let (Some(t), Some(limit)) = (self.config.garbage_collection_threshold, self.limit) {
             self.collect_garbage(st, preferred, (limit as f64 * t) as u64);
         }
+        if pool == PoolKind::Large && st.expandable.is_some() {
+            for attempt in 0..2 {
+                if self.expand(st, size) {
+                    return true;
+                }
+                if attempt == 0 {
+                    if st.release_segments(&self.backend, self.start, |_| true) == 0 {
+                        break;
+                    }
+                    st.stats.alloc_retries += 1;
+                }
+            }
+            // The address range is used up (or the device is full): plain segments below.
+        }
         for attempt in 0..2 {
             if self.new_segment(st, pool, preferred)
                 || (preferred != size && self.new_segment(st, pool, size))
@@ -878,6 +1005,124 @@ impl<B: Backend> CachingAllocator<B> {
         }
     }
 
+    /// Maps enough pages at the end of the expandable segment for a free block of `size` bytes
+    /// there (the free tail grows; no new hole is needed).
+    fn expand(&self, st: &mut State, size: usize) -> bool {
+        let (Some(e), Some(vm)) = (st.expandable, self.backend.virtual_memory()) else {
+            return false;
+        };
+        let (mapped, tail_free) = match e.seg {
+            Some(si) => {
+                let seg = &st.segs[si as usize];
+                let t = &st.nodes[seg.tail as usize];
+                (seg.size, if t.allocated { 0 } else { t.size })
+            }
+            None => (0, 0),
+        };
+        let need = size
+            .saturating_sub(tail_free)
+            .next_multiple_of(e.granularity);
+        if mapped + need > e.virt
+            || self
+                .limit
+                .is_some_and(|l| st.stats.reserved_bytes + need as u64 > l)
+        {
+            return false;
+        }
+        let at = e.addr + mapped as u64;
+        // SAFETY: `[at, at + need)` lies in the reserved range past the mapped prefix.
+        if let Err(err) = unsafe { vm.map(at, need) } {
+            if let BackendError::Driver(msg) = err {
+                tracing::warn!(device = %self.name, "mapping pages failed: {msg}");
+            }
+            return false;
+        }
+        let tick = st.tick;
+        match e.seg {
+            None => {
+                let si = match st.spare_segs.pop() {
+                    Some(i) => i,
+                    None => {
+                        st.segs.push(Segment {
+                            addr: 0,
+                            size: 0,
+                            pool: PoolKind::Large,
+                            head: NIL,
+                            tail: NIL,
+                            live: false,
+                            expandable: true,
+                        });
+                        (st.segs.len() - 1) as u32
+                    }
+                };
+                let head = st.new_node(Node {
+                    addr: at,
+                    size: need,
+                    rounded: 0,
+                    requested: 0,
+                    id: 0,
+                    seg: si,
+                    prev: NIL,
+                    next: NIL,
+                    pool: PoolKind::Large,
+                    allocated: false,
+                    freed_at: tick,
+                });
+                st.segs[si as usize] = Segment {
+                    addr: at,
+                    size: need,
+                    pool: PoolKind::Large,
+                    head,
+                    tail: head,
+                    live: true,
+                    expandable: true,
+                };
+                st.free_set(PoolKind::Large).insert(need, at, head);
+                st.stats.segments += 1;
+                if let Some(x) = st.expandable.as_mut() {
+                    x.seg = Some(si);
+                }
+            }
+            Some(si) => {
+                let tail = st.segs[si as usize].tail;
+                let (taddr, tsize, tfree) = {
+                    let t = &st.nodes[tail as usize];
+                    (t.addr, t.size, !t.allocated)
+                };
+                if tfree {
+                    st.free_set(PoolKind::Large).remove(tsize, taddr, tail);
+                    st.nodes[tail as usize].size += need;
+                    st.free_set(PoolKind::Large)
+                        .insert(tsize + need, taddr, tail);
+                } else {
+                    let node = st.new_node(Node {
+                        addr: at,
+                        size: need,
+                        rounded: 0,
+                        requested: 0,
+                        id: 0,
+                        seg: si,
+                        prev: tail,
+                        next: NIL,
+                        pool: PoolKind::Large,
+                        allocated: false,
+                        freed_at: tick,
+                    });
+                    st.nodes[tail as usize].next = node;
+                    st.segs[si as usize].tail = node;
+                    st.free_set(PoolKind::Large).insert(need, at, node);
+                }
+                st.segs[si as usize].size += need;
+            }
+        }
+        let s = &mut st.stats;
+        s.reserved_bytes += need as u64;
+        s.peak_reserved_bytes = s.peak_reserved_bytes.max(s.reserved_bytes);
+        s.backend_allocs += 1;
+        st.record(self.start, TraceEventKind::SegmentAlloc, at, need as u64);
+        true
+    }
+
     fn new_segment(&self, st: &mut State, pool: PoolKind, bytes: usize) -> bool {
         if self
             .limit
@@ -907,7 +1152,9 @@ impl<B: Backend> CachingAllocator<B> {
                     size: 0,
                     pool,
                     head: NIL,
+                    tail: NIL,
                     live: false,
+                    expandable: false,
                 });
                 (st.segs.len() - 1) as u32
             }
@@ -931,7 +1178,9 @@ impl<B: Backend> CachingAllocator<B> {
             size: bytes,
             pool,
             head,
+            tail: head,
             live: true,
+            expandable: false,
         };
         st.free_set(pool).insert(bytes, addr, head);
         let s = &mut st.stats;
@@ -1024,8 +1273,11 @@ impl<B: Backend> CachingAllocator<B> {
         let n = &mut st.nodes[slot as usize];
         n.size += nsize;
         n.next = nnext;
+        let seg = n.seg;
         if nnext != NIL {
             st.nodes[nnext as usize].prev = slot;
+        } else {
+            st.segs[seg as usize].tail = slot;
         }
         st.spare_nodes.push(next);
     }
@@ -1128,6 +1380,7 @@ impl<B: Backend> CachingAllocator<B> {
                     addr: s.addr,
                     size: s.size as u64,
                     pool: s.pool,
+                    expandable: s.expandable,
                     blocks,
                 }
             })
@@ -1207,6 +1460,9 @@ impl<B: Backend> CachingAllocator<B> {
             if addr != s.addr + s.size as u64 {
                 return Err(format!("blocks of segment {:#x} do not tile it", s.addr));
             }
+            if prev != s.tail {
+                return Err(format!("segment {:#x}: wrong tail block", s.addr));
+            }
         }
         let s = &st.stats;
         if free_count != st.small_free.len() + st.large_free.len() {
@@ -1237,7 +1493,16 @@ impl<B: Backend + ?Sized> Drop for CachingAllocator<B> {
         // through a device can be live here; raw `Block`s are plain data, and dereferencing
         // their addresses was the caller's unsafe business.
         let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
-        for seg in st.segs.iter().filter(|s| s.live) {
+        if let (Some(e), Some(vm)) = (st.expandable, self.backend.virtual_memory()) {
+            if let Some(si) = e.seg {
+                let seg = &st.segs[si as usize];
+                // SAFETY: the mapped prefix of the range, unused from now on (see above).
+                unsafe { vm.unmap(seg.addr, seg.size) };
+            }
+            // SAFETY: reserved by this allocator, nothing mapped anymore.
+            unsafe { vm.release_range(e.addr, e.virt) };
+        }
+        for seg in st.segs.iter().filter(|s| s.live && !s.expandable) {
             // SAFETY: the segment came from this backend with this size and the allocator is
             // going away, so it will never hand out a block of it again (see above).
             unsafe { self.backend.free_segment(seg.addr, seg.size) };

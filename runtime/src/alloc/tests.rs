@@ -582,3 +582,116 @@ fn workspace_hands_out_non_overlapping_views() {
     drop(ws);
     assert_eq!(device.allocator().stats().allocated_bytes, 0);
 }
+
+#[cfg(unix)]
+#[test]
+fn expandable_segment_grows_at_its_tail_and_shrinks_on_empty_cache() {
+    let cfg = AllocatorConfig::default().with_expandable_segments(true);
+    let a = alloc(Some(64 * MIB), cfg);
+    let x = a.allocate(5 * MIB).unwrap();
+    let s = a.stats();
+    // 5 MiB rounded up to the 2 MiB granularity, not a 20 MiB segment.
+    assert_eq!(
+        (s.reserved_bytes, s.segments, s.backend_allocs),
+        (6 * MIB as u64, 1, 1)
+    );
+    // x's block keeps its 1 MiB slack (the large pool splits off only remainders over 1 MiB),
+    // so y's pages are mapped right after it.
+    assert_eq!(a.stats().active_bytes, 6 * MIB as u64);
+    let y = a.allocate(3 * MIB).unwrap();
+    assert_eq!(y.addr, x.addr + 6 * MIB as u64);
+    assert_eq!(a.stats().reserved_bytes, 10 * MIB as u64);
+    let snap = a.snapshot();
+    assert_eq!(snap.segments.len(), 1);
+    assert!(snap.segments[0].expandable);
+    // Memory is usable.
+    // SAFETY: the block holds 3 MiB of mapped host memory owned by this test.
+    unsafe { std::ptr::write_bytes(y.addr as *mut u8, 0xab, 3 * MIB) };
+    let x_addr = x.addr;
+    a.free(x);
+    check(&a);
+    // The freed head serves what fits in it; a larger request maps pages at the end.
+    let v = a.allocate(6 * MIB).unwrap();
+    assert_eq!(v.addr, x_addr);
+    a.free(v);
+    let z = a.allocate(12 * MIB).unwrap();
+    assert_eq!(z.addr, y.addr + 4 * MIB as u64);
+    assert_eq!(a.stats().reserved_bytes, 22 * MIB as u64);
+    a.free(z);
+    check(&a);
+    // A free tail grows by only the missing bytes.
+    let t = a.allocate(16 * MIB).unwrap();
+    assert_eq!(t.addr, y.addr + 4 * MIB as u64);
+    assert_eq!(a.stats().reserved_bytes, 26 * MIB as u64);
+    a.free(t);
+    // empty_cache unmaps the free tail in whole granules; the live block stays mapped.
+    assert_eq!(a.empty_cache(), 16 * MIB as u64);
+    assert_eq!(a.stats().reserved_bytes, 10 * MIB as u64);
+    assert_eq!(a.backend().in_use(), 10 * MIB);
+    check(&a);
+    a.free(y);
+    assert_eq!(a.empty_cache(), 10 * MIB as u64);
+    let s = a.stats();
+    assert_eq!((s.reserved_bytes, s.segments), (0, 0));
+    assert_eq!(a.backend().in_use(), 0);
+    check(&a);
+    // Growing again after it was emptied.
+    let w = a.allocate(40 * MIB).unwrap();
+    assert_eq!(a.stats().reserved_bytes, 40 * MIB as u64);
+    a.free(w);
+}
+
+#[cfg(unix)]
+#[test]
+fn expandable_segment_serves_the_large_request_that_fragmentation_refuses() {
+    // Holes between live blocks cannot serve 8 MiB, but the segment can grow at its end: no
+    // contiguous hole among segments is needed, only free pages on the device.
+    let cfg = AllocatorConfig::default().with_expandable_segments(true);
+    let a = alloc(Some(40 * MIB), cfg);
+    let mut blocks: Vec<Option<Block>> =
+        (0..8).map(|_| Some(a.allocate(4 * MIB).unwrap())).collect();
+    for i in [1, 3, 5] {
+        a.free(blocks[i].take().unwrap());
+    }
+    // 32 MiB mapped, 20 MiB live, 12 MiB in 4 MiB holes: 8 MiB more pages fit the device.
+    let big = a.allocate(8 * MIB).unwrap();
+    assert_eq!(a.stats().reserved_bytes, 40 * MIB as u64);
+    assert_eq!(a.stats().num_ooms, 0);
+    a.free(big);
+    for b in blocks.into_iter().flatten() {
+        a.free(b);
+    }
+    check(&a);
+}
+
+#[test]
+fn expandable_segments_need_a_backend_that_maps_pages() {
+    struct Plain(HostBackend);
+    impl Backend for Plain {
+        fn name(&self) -> String {
+            "plain".into()
+        }
+        fn capacity(&self) -> Option<usize> {
+            None
+        }
+        fn host_addressable(&self) -> bool {
+            true
+        }
+        fn alloc_segment(&self, bytes: usize) -> Result<u64, BackendError> {
+            self.0.alloc_segment(bytes)
+        }
+        unsafe fn free_segment(&self, addr: u64, bytes: usize) {
+            // SAFETY: forwarded contract.
+            unsafe { self.0.free_segment(addr, bytes) }
+        }
+    }
+    let e = CachingAllocator::with_config(
+        Plain(HostBackend::new()),
+        AllocatorConfig::default().with_expandable_segments(true),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&e, ConfigError::Unsupported { key, .. } if key == "expandable_segments"),
+        "{e}"
+    );
+}

@@ -184,6 +184,8 @@ pub struct SegmentSnapshot {
     pub size: u64,
     /// Pool it serves.
     pub pool: PoolKind,
+    /// Whether this is the pool's expandable segment (its size is the mapped part).
+    pub expandable: bool,
     /// Blocks, by address.
     pub blocks: Vec<BlockSnapshot>,
 }
