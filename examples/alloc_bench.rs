@@ -2,7 +2,11 @@
 //!
 //! ```sh
 //! cargo run --release --example alloc_bench [-- --json] [--quick] [--write] [--device cuda]
+//!                                             [--html timeline.html]
 //! ```
+//!
+//! `--html PATH` also writes the allocator's HTML page (timeline by step, segment map) for the
+//! first 40 steps of the trace.
 //!
 //! Metrics:
 //!
@@ -337,6 +341,10 @@ fn main() {
         );
     }
 
+    if let Some(path) = args.value::<String>("html") {
+        write_html(&path, cuda, &steps);
+    }
+
     report.note(&format!(
         "Device: {}. Pairs: {} rounds of 256 sizes log-uniform in 512 B–4 MiB, median ns per \
          alloc+free pair with default settings (event trace off; `cached_pair_ns_trace_on`: a \
@@ -349,6 +357,23 @@ fn main() {
         steps.len()
     ));
     report.finish(&args);
+}
+
+/// Replays the first 40 steps with the trace on, each step labelled, and writes the HTML page.
+fn write_html(path: &str, cuda: bool, steps: &[(usize, usize)]) {
+    let device = new_device(cuda, AllocatorConfig::default());
+    memory::empty_cache(&device);
+    memory::record_trace(&device, 1 << 16);
+    for (i, &(b, t)) in steps.iter().take(40).enumerate() {
+        let _label = vramguard::alloc::TraceLabelGuard::new(&format!("step {i}: batch {b} × {t}"));
+        forward(&device, b, t);
+    }
+    let page = memory::html_report(&device, "alloc_bench: synthetic transformer trace");
+    memory::record_trace(&device, 0);
+    match std::fs::write(path, page) {
+        Ok(()) => eprintln!("wrote {path}"),
+        Err(e) => eprintln!("could not write {path}: {e}"),
+    }
 }
 
 /// `cuMemAlloc` + `cuMemFree` per pair, through the CUDA backend directly.

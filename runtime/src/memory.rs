@@ -51,6 +51,13 @@ pub fn trace(device: &Device) -> Trace {
     device.allocator().trace()
 }
 
+/// A self-contained HTML page for `device`: allocated vs reserved over time (from the trace,
+/// shaded by trace label) and a segment map of the current snapshot. Write it to a file and
+/// open it in a browser.
+pub fn html_report(device: &Device, title: &str) -> String {
+    crate::alloc::html_report(title, &trace(device), &snapshot(device))
+}
+
 /// Registers a callback that frees memory when `device` runs out (see
 /// [`crate::alloc::CachingAllocator::add_pressure_handler`]).
 pub fn add_pressure_handler(

@@ -39,6 +39,7 @@
 mod config;
 pub mod cuda;
 mod host;
+mod html;
 mod trace;
 mod workspace;
 
@@ -46,7 +47,8 @@ pub use config::{
     parse_bytes, AllocatorConfig, ConfigError, MemoryLimit, DEFAULT_TRACE_CAPACITY, ENV_VAR,
     KNOWN_KEYS,
 };
-pub use host::{HostBackend, HOST_ALIGN};
+pub use host::{HostBackend, HOST_ALIGN, HOST_MAP_GRANULARITY};
+pub use html::html_report;
 pub use trace::{
     set_trace_label, trace_label, BlockSnapshot, MemorySnapshot, PoolKind, SegmentSnapshot, Trace,
     TraceEvent, TraceEventKind, TraceLabelGuard,
