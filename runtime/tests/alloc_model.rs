@@ -5,7 +5,8 @@
 //! tile their segments, the statistics equal the model's (allocated, requested, live blocks,
 //! allocs, frees, OOMs), reserved stays within the capacity, and after freeing everything and
 //! `empty_cache()` reserved is 0 and every segment went back to the backend. Configurations:
-//! defaults, max split size, limit + GC threshold, expandable segments (with and without limit).
+//! defaults, max split size, limit + GC threshold, expandable segments (alone, and with a limit
+//! and a max split size).
 
 use proptest::prelude::*;
 use std::collections::HashMap;
@@ -56,6 +57,7 @@ fn config() -> impl Strategy<Value = AllocatorConfig> {
             AllocatorConfig::default()
                 .with_expandable_segments(true)
                 .with_memory_limit(48 * MIB as u64)
+                .with_max_split_size(8 * MIB)
         ),
     ]
 }

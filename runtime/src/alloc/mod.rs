@@ -18,7 +18,7 @@
 //! - **Coalescing**: a freed block merges with free neighbours of the same segment.
 //! - **Max split size** (`max_split_size_mb`): blocks of at least that size are never split;
 //!   requests below it never take them, requests above it take them only when less than 20 MiB
-//!   larger than the request.
+//!   larger than the request. Blocks of the expandable segment are exempt.
 //! - **Garbage-collection threshold**: before a new segment would take reserved memory above
 //!   `threshold × limit`, fully free cached segments are returned, least recently used first.
 //! - **Expandable segments** (`expandable_segments:true`, backends with
@@ -416,8 +416,15 @@ impl FreeSet {
     fn largest(&self) -> usize {
         self.0.last().map_or(0, |&k| Self::unpack(k).0)
     }
-    fn sizes_descending(&self) -> impl Iterator<Item = usize> + '_ {
-        self.0.iter().rev().map(|&k| Self::unpack(k).0)
+    /// Blocks from the largest down.
+    fn descending(&self) -> impl Iterator<Item = (usize, u64, u32)> + '_ {
+        self.0.iter().rev().map(|&k| Self::unpack(k))
+    }
+    /// Blocks of at least `size` bytes, smallest first.
+    fn fitting(&self, size: usize) -> impl Iterator<Item = (usize, u64, u32)> + '_ {
+        self.0
+            .range(Self::key(size, 0, 0)..)
+            .map(|&k| Self::unpack(k))
     }
     fn len(&self) -> usize {
         self.0.len()
@@ -528,6 +535,13 @@ impl State {
         }
     }
 
+    fn pool_free(&self, pool: PoolKind) -> &FreeSet {
+        match pool {
+            PoolKind::Small => &self.small_free,
+            PoolKind::Large => &self.large_free,
+        }
+    }
+
     fn new_node(&mut self, node: Node) -> u32 {
         match self.spare_nodes.pop() {
             Some(slot) => {
@@ -560,21 +574,22 @@ impl State {
     /// Best-fit free block for `size` in `pool` under the max-split rules, split if worth it.
     /// Returns the node slot, now sized for the request (not yet marked allocated).
     fn take_free(&mut self, pool: PoolKind, size: usize, max_split: Option<usize>) -> Option<u32> {
-        let set = self.free_set(pool);
-        let (bsize, baddr, slot) = set.best_fit(size)?;
-        if let Some(ms) = max_split {
-            if size < ms && bsize >= ms {
-                return None;
-            }
-            if size >= ms && bsize >= size + LARGE_SEGMENT {
-                return None;
-            }
-        }
-        set.remove(bsize, baddr, slot);
+        let (bsize, baddr, slot) = match max_split {
+            None => self.free_set(pool).best_fit(size)?,
+            // The smallest block that fits and that the max-split rules allow.
+            Some(ms) => self
+                .pool_free(pool)
+                .fitting(size)
+                .find(|&(b, _, slot)| self.split_rules_allow(ms, size, b, slot))?,
+        };
+        let expandable = self.segs[self.nodes[slot as usize].seg as usize].expandable;
+        self.free_set(pool).remove(bsize, baddr, slot);
         let remaining = bsize - size;
         let split = match pool {
             PoolKind::Small => remaining >= ROUND,
-            PoolKind::Large => remaining > SMALL_SIZE && max_split.is_none_or(|ms| size < ms),
+            PoolKind::Large => {
+                remaining > SMALL_SIZE && (expandable || max_split.is_none_or(|ms| size < ms))
+            }
         };
         if split {
             let (seg, next) = {
@@ -607,6 +622,20 @@ impl State {
                 .insert(remaining, baddr + size as u64, rest);
         }
         Some(slot)
+    }
+
+    /// Whether a request of `size` may take free block (`block`, `slot`) under max split size
+    /// `ms`: blocks of at least `ms` serve only requests of at least `ms`, and only when less
+    /// than 20 MiB larger. Blocks of the expandable segment are exempt: its tail grows to fit.
+    fn split_rules_allow(&self, ms: usize, size: usize, block: usize, slot: u32) -> bool {
+        if self.segs[self.nodes[slot as usize].seg as usize].expandable {
+            return true;
+        }
+        if size < ms {
+            block < ms
+        } else {
+            block < size + LARGE_SEGMENT
+        }
     }
 
     /// Returns every fully free segment chosen by `pick` to the backend; returns bytes released.
@@ -937,12 +966,13 @@ impl<B: Backend> CachingAllocator<B> {
         } else {
             &st.large_free
         };
-        let allowed = |b: usize| match self.config.max_split_size {
-            Some(ms) if size < ms => b < ms,
-            Some(_) => b < size + LARGE_SEGMENT,
-            None => true,
-        };
-        set.sizes_descending().find(|&b| allowed(b)).unwrap_or(0) as u64
+        set.descending()
+            .find(|&(b, _, slot)| {
+                self.config
+                    .max_split_size
+                    .is_none_or(|ms| st.split_rules_allow(ms, size, b, slot))
+            })
+            .map_or(0, |(b, _, _)| b as u64)
     }
 
     /// Gets a new segment for a `size` request into `pool`'s free set: garbage collection,
@@ -1024,6 +1054,10 @@ impl<B: Backend> CachingAllocator<B> {
         let need = size
             .saturating_sub(tail_free)
             .next_multiple_of(e.granularity);
+        if need == 0 {
+            // The free tail already fits the request.
+            return true;
+        }
         if mapped + need > e.virt
             || self
                 .limit

@@ -742,3 +742,33 @@ fn html_report_shows_the_timeline_by_label_and_the_segment_map() {
     let html = crate::memory::html_report(&quiet, "quiet");
     assert!(html.contains("No events recorded") && html.contains("No segments reserved"));
 }
+
+#[cfg(unix)]
+#[test]
+fn expandable_segment_blocks_are_exempt_from_max_split_size() {
+    let cfg = AllocatorConfig::default()
+        .with_expandable_segments(true)
+        .with_max_split_size(8 * MIB);
+    let a = alloc(Some(64 * MIB), cfg);
+    // 7 MiB maps an 8 MiB tail, at the max split size: still served, and split.
+    let x = a.allocate(7 * MIB).unwrap();
+    let y = a.allocate(20 * MIB).unwrap();
+    a.free(y);
+    // The free 20 MiB tail is larger than the max split size, yet serves a small request.
+    let z = a.allocate(2 * MIB).unwrap();
+    assert_eq!(a.stats().active_bytes, 8 * MIB as u64 + 2 * MIB as u64);
+    assert_eq!(a.stats().num_ooms, 0);
+    a.free(x);
+    a.free(z);
+    check(&a);
+}
+
+#[test]
+fn public_types_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<DeviceAllocator>();
+    send_sync::<Device>();
+    send_sync::<crate::device::Allocation>();
+    send_sync::<Workspace>();
+    send_sync::<OutOfMemory>();
+}
