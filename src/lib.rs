@@ -12,11 +12,12 @@
 #![warn(missing_docs)]
 
 pub use vramguard_macros::{allow, batch_scope, inference};
+pub use vramguard_runtime::device::DeviceError;
 pub use vramguard_runtime::grad::{
     enable_grad, is_grad_enabled, no_grad, no_grad_future, EnableGradGuard, NoGradGuard,
     WithGradMode,
 };
-pub use vramguard_runtime::{alloc, device, grad, scope, Device, DeviceError};
+pub use vramguard_runtime::{alloc, device, grad, scope, Device};
 
 /// Memory tools per device: statistics, peaks, cache release, preallocation, snapshots, traces.
 pub mod memory {

@@ -10,5 +10,5 @@ pub mod grad;
 pub mod memory;
 pub mod scope;
 
-pub use device::{Device, DeviceError};
+pub use device::Device;
 pub use grad::{enable_grad, is_grad_enabled, no_grad, EnableGradGuard, NoGradGuard};

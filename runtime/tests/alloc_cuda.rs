@@ -3,7 +3,8 @@
 //! cudarc. Set `VRAMGUARD_REQUIRE_GPU=1` (scripts/gpu-check.sh does) to fail instead of skip.
 
 use vramguard_runtime::alloc::cuda::{driver_present, CudaBuffer};
-use vramguard_runtime::{memory, Device, DeviceError};
+use vramguard_runtime::device::DeviceError;
+use vramguard_runtime::{memory, Device};
 
 fn require_gpu() -> bool {
     std::env::var("VRAMGUARD_REQUIRE_GPU").is_ok_and(|v| v == "1")
