@@ -134,6 +134,24 @@ impl Device {
         Ok(Device::Cuda(device))
     }
 
+    /// A second allocator on GPU `ordinal`, configured by `config` instead of
+    /// `VRAMGUARD_ALLOC_CONF` (e.g. expandable segments). Its statistics are its own; the GPU's
+    /// memory is shared with every other allocator on it. Tests and benchmarks use it.
+    pub fn cuda_with_config(
+        ordinal: usize,
+        config: AllocatorConfig,
+    ) -> Result<Device, DeviceError> {
+        let backend = CudaBackend::new(ordinal)?;
+        let context = Arc::clone(backend.context());
+        let boxed: Box<dyn crate::alloc::Backend> = Box::new(backend);
+        let allocator = CachingAllocator::with_config(boxed, config)?;
+        Ok(Device::Cuda(CudaDevice {
+            ordinal,
+            allocator: Arc::new(allocator),
+            context,
+        }))
+    }
+
     /// The cudarc context of a CUDA device.
     pub fn cuda_context(&self) -> Option<&Arc<CudaContext>> {
         match self {

@@ -3,6 +3,7 @@
 //! cudarc. Set `VRAMGUARD_REQUIRE_GPU=1` (scripts/gpu-check.sh does) to fail instead of skip.
 
 use vramguard_runtime::alloc::cuda::{driver_present, CudaBuffer};
+use vramguard_runtime::alloc::AllocatorConfig;
 use vramguard_runtime::device::DeviceError;
 use vramguard_runtime::{memory, Device};
 
@@ -27,6 +28,10 @@ fn cuda_device_is_a_typed_error_without_a_driver_and_round_trips_with_one() {
             );
             // Asking again gives the same answer, still without a panic.
             assert!(matches!(Device::cuda(1), Err(DeviceError::NoDriver)));
+            assert!(matches!(
+                Device::cuda_with_config(0, AllocatorConfig::default()),
+                Err(DeviceError::NoDriver)
+            ));
             return skip("no CUDA driver (libcuda.so) on this machine");
         }
         Err(e @ DeviceError::NoDevice { .. }) => return skip(&e.to_string()),
@@ -71,6 +76,50 @@ fn cuda_device_is_a_typed_error_without_a_driver_and_round_trips_with_one() {
     let s = memory::stats(&device);
     assert_eq!(s.allocated_bytes, before.allocated_bytes);
     assert_eq!(s.backend_allocs - s.backend_frees, s.segments);
+}
+
+#[test]
+fn expandable_segments_on_the_gpu_map_and_unmap_pages() {
+    let config = AllocatorConfig::default().with_expandable_segments(true);
+    let device = match Device::cuda_with_config(0, config) {
+        Ok(d) => d,
+        Err(DeviceError::NoDriver) => return skip("no CUDA driver (libcuda.so) on this machine"),
+        Err(e @ DeviceError::NoDevice { .. }) => return skip(&e.to_string()),
+        Err(DeviceError::Config(e)) => {
+            // The GPU lacks virtual memory management: a typed error, not a crash.
+            assert!(e.to_string().contains("expandable_segments"), "{e}");
+            return skip(&format!("no virtual memory management on this GPU: {e}"));
+        }
+        Err(e) => panic!("unexpected error opening cuda:0: {e}"),
+    };
+    let allocator = device.allocator();
+    let granularity = {
+        use vramguard_runtime::alloc::Backend;
+        allocator.backend().virtual_memory().unwrap().granularity() as u64
+    };
+    let a = device.allocate(5 << 20).unwrap();
+    let s = memory::stats(&device);
+    assert_eq!(s.reserved_bytes, (5u64 << 20).next_multiple_of(granularity));
+    assert_eq!(s.segments, 1);
+    let b = device.allocate(30 << 20).unwrap();
+    // The pages are usable: copy through them.
+    let values: Vec<f32> = (0..(30 << 18)).map(|i| (i % 977) as f32).collect();
+    let mut back = vec![0f32; values.len()];
+    // SAFETY: `b` holds 30 MiB of device memory owned by this test; the copies are synchronous.
+    unsafe {
+        cudarc::driver::result::memcpy_htod_sync(b.addr(), &values).unwrap();
+        cudarc::driver::result::memcpy_dtoh_sync(&mut back, b.addr()).unwrap();
+    }
+    assert_eq!(back, values);
+    let snap = memory::snapshot(&device);
+    assert_eq!(snap.segments.len(), 1);
+    assert!(snap.segments[0].expandable);
+    drop((a, b));
+    allocator.check_invariants().unwrap();
+    let reserved = memory::stats(&device).reserved_bytes;
+    assert_eq!(memory::empty_cache(&device), reserved);
+    let s = memory::stats(&device);
+    assert_eq!((s.reserved_bytes, s.segments), (0, 0));
 }
 
 #[test]

@@ -14,7 +14,7 @@
 //! | `max_split_size_mb` | MiB (≥ 1) | cached blocks this large or larger are never split |
 //! | `garbage_collection_threshold` | a number in (0, 1) | release cached segments before reserved exceeds this fraction of the limit |
 //! | `roundup_power2_divisions` (alias `round_up`) | 0 or a power of two ≤ 64 | round sizes up to one of N steps between powers of two |
-//! | `expandable_segments` | `true`/`false` | the large pool grows one mapped address range instead of adding segments (host backend on Unix; not on CUDA yet) |
+//! | `expandable_segments` | `true`/`false` | the large pool grows one mapped address range instead of adding segments (host backend on Unix; CUDA on GPUs with virtual memory management) |
 //! | `preallocate` | bytes (same forms as `memory_limit`) | reserve this much once, at start |
 //! | `trace_capacity` | events (0, the default, disables the trace) | length of the bounded event trace |
 
@@ -67,7 +67,7 @@ pub struct AllocatorConfig {
     /// Expandable segments: the large pool is one reserved address range whose pages are mapped
     /// as it grows and unmapped (free tail) by `empty_cache`, so a large request needs no
     /// contiguous free hole among segments. Needs a backend with
-    /// [`crate::alloc::Backend::virtual_memory`] (the host backend on Unix; not CUDA yet).
+    /// [`crate::alloc::Backend::virtual_memory`] (the host backend on Unix; CUDA on GPUs with virtual memory management).
     pub expandable_segments: bool,
     /// Bytes reserved once when the allocator is created (see [`crate::memory::reserve`]).
     pub preallocate: usize,

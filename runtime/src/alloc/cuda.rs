@@ -1,6 +1,12 @@
 //! CUDA backend: segments from the driver (`cuMemAlloc`/`cuMemFree`) through cudarc, loaded at
 //! run time, and [`CudaBuffer`], a typed buffer usable with cudarc's kernel launches.
 //!
+//! With `expandable_segments:true` the backend maps memory into a reserved address range
+//! through the driver's virtual memory management (`cuMemAddressReserve`, `cuMemCreate`,
+//! `cuMemMap`, `cuMemSetAccess`; `cuMemUnmap` + `cuMemRelease` to give pages back), one handle
+//! per granule (2 MiB or the device's minimum granularity if larger), on GPUs that report
+//! `CU_DEVICE_ATTRIBUTE_VIRTUAL_ADDRESS_MANAGEMENT_SUPPORTED`.
+//!
 //! The driver library is probed with `is_culib_present()` before any driver call: cudarc panics
 //! when it is missing, this module returns [`DeviceError::NoDriver`] instead.
 //!
@@ -10,12 +16,13 @@
 //! synchronised once the launch that uses the pointer has been queued, so a block freed to the
 //! cache is never reused while a kernel may still touch it.
 
-use super::{Backend, BackendError};
+use super::{Backend, BackendError, VirtualMemory};
 use crate::device::{Allocation, Device, DeviceError};
 use cudarc::driver::{result, sys, CudaContext, CudaStream, DevicePtr, DevicePtrMut, DeviceSlice};
 use cudarc::driver::{DriverError, SyncOnDrop};
+use std::collections::BTreeMap;
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Whether the CUDA driver library (libcuda) can be loaded.
 pub fn driver_present() -> bool {
@@ -37,6 +44,52 @@ pub struct CudaBackend {
     ordinal: usize,
     context: Arc<CudaContext>,
     capacity: usize,
+    /// Mapping granularity, when the GPU supports virtual memory management.
+    vmm_granularity: Option<usize>,
+    /// Physical allocation handle of each mapped granule, by address.
+    mapped: Mutex<BTreeMap<u64, sys::CUmemGenericAllocationHandle>>,
+}
+
+fn allocation_prop(device: sys::CUdevice) -> sys::CUmemAllocationProp {
+    // SAFETY: a plain C struct for which all-zero bytes are valid (null pointer, zero flags).
+    let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
+    prop.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.requestedHandleTypes = sys::CUmemAllocationHandleType(0);
+    prop.location = sys::CUmemLocation {
+        type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+        id: device,
+    };
+    prop
+}
+
+/// The mapping granularity of `device`, if it supports virtual memory management.
+fn vmm_granularity(device: sys::CUdevice) -> Option<usize> {
+    // SAFETY: `device` came from `cuDeviceGet`.
+    let supported = unsafe {
+        result::device::get_attribute(
+            device,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_VIRTUAL_ADDRESS_MANAGEMENT_SUPPORTED,
+        )
+    };
+    if supported.ok()? == 0 {
+        return None;
+    }
+    let prop = allocation_prop(device);
+    let mut minimum = 0usize;
+    // SAFETY: valid out-pointer and property struct.
+    unsafe {
+        sys::cuMemGetAllocationGranularity(
+            &mut minimum,
+            &prop,
+            sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM,
+        )
+    }
+    .result()
+    .ok()?;
+    if minimum == 0 {
+        return None;
+    }
+    Some((2usize << 20).next_multiple_of(minimum))
 }
 
 impl CudaBackend {
@@ -66,8 +119,10 @@ impl CudaBackend {
         let (_free, total) = result::mem_get_info().map_err(|e| driver_error("cuMemGetInfo", e))?;
         Ok(CudaBackend {
             ordinal,
+            vmm_granularity: vmm_granularity(context.cu_device()),
             context,
             capacity: total,
+            mapped: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -79,6 +134,118 @@ impl CudaBackend {
     /// The cudarc context (the device's primary context).
     pub fn context(&self) -> &Arc<CudaContext> {
         &self.context
+    }
+}
+
+impl CudaBackend {
+    fn bind(&self) -> Result<(), BackendError> {
+        self.context
+            .bind_to_thread()
+            .map_err(|e| BackendError::Driver(format!("binding the context: {e}")))
+    }
+
+    /// Unmaps and releases the granules starting at `addrs` (all mapped by this backend).
+    fn unmap_granules(&self, addrs: &[u64], granularity: usize) {
+        let mut mapped = self.mapped.lock().unwrap_or_else(|e| e.into_inner());
+        for addr in addrs {
+            let Some(handle) = mapped.remove(addr) else {
+                continue;
+            };
+            // SAFETY: `addr` is a mapped granule of this backend that nothing uses; its handle is
+            // released once, after the unmap.
+            unsafe {
+                if let Err(e) = sys::cuMemUnmap(*addr, granularity).result() {
+                    tracing::warn!("cuda:{}: cuMemUnmap failed: {e}", self.ordinal);
+                }
+                if let Err(e) = sys::cuMemRelease(handle).result() {
+                    tracing::warn!("cuda:{}: cuMemRelease failed: {e}", self.ordinal);
+                }
+            }
+        }
+    }
+}
+
+impl VirtualMemory for CudaBackend {
+    fn granularity(&self) -> usize {
+        self.vmm_granularity.unwrap_or(2 << 20)
+    }
+    fn reserve_range(&self, bytes: usize) -> Result<u64, BackendError> {
+        self.bind()?;
+        let mut ptr: sys::CUdeviceptr = 0;
+        // SAFETY: valid out-pointer; reserving address space touches no memory.
+        unsafe { sys::cuMemAddressReserve(&mut ptr, bytes, self.granularity(), 0, 0) }
+            .result()
+            .map_err(|e| BackendError::Driver(format!("cuMemAddressReserve({bytes}): {e}")))?;
+        Ok(ptr)
+    }
+    unsafe fn release_range(&self, addr: u64, bytes: usize) {
+        if self.bind().is_err() {
+            return;
+        }
+        // SAFETY: the caller passes a reserved range with nothing mapped.
+        if let Err(e) = unsafe { sys::cuMemAddressFree(addr, bytes) }.result() {
+            tracing::warn!("cuda:{}: cuMemAddressFree failed: {e}", self.ordinal);
+        }
+    }
+    unsafe fn map(&self, addr: u64, bytes: usize) -> Result<(), BackendError> {
+        self.bind()?;
+        let g = self.granularity();
+        let prop = allocation_prop(self.context.cu_device());
+        let access = sys::CUmemAccessDesc {
+            location: prop.location,
+            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+        };
+        let mut done: Vec<u64> = Vec::new();
+        for at in (addr..addr + bytes as u64).step_by(g) {
+            let mut handle: sys::CUmemGenericAllocationHandle = 0;
+            // SAFETY: valid out-pointer and property struct; `at` is an unmapped granule of a
+            // range this backend reserved (the caller's contract).
+            let step = unsafe {
+                sys::cuMemCreate(&mut handle, g, &prop, 0)
+                    .result()
+                    .and_then(|()| {
+                        sys::cuMemMap(at, g, 0, handle, 0)
+                            .result()
+                            .inspect_err(|_| {
+                                let _ = sys::cuMemRelease(handle);
+                            })
+                    })
+            };
+            let step = step.and_then(|()| {
+                self.mapped
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(at, handle);
+                done.push(at);
+                // SAFETY: `at` was just mapped.
+                unsafe { sys::cuMemSetAccess(at, g, &access, 1) }.result()
+            });
+            if let Err(e) = step {
+                self.unmap_granules(&done, g);
+                return Err(match e {
+                    DriverError(sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY) => {
+                        BackendError::OutOfMemory { requested: bytes }
+                    }
+                    e => BackendError::Driver(format!("mapping {bytes} bytes: {e}")),
+                });
+            }
+        }
+        Ok(())
+    }
+    unsafe fn unmap(&self, addr: u64, bytes: usize) {
+        if self.bind().is_err() {
+            return;
+        }
+        // Kernels queued on any stream may still use the pages: let them finish first.
+        if let Err(e) = result::ctx::synchronize() {
+            tracing::warn!(
+                "cuda:{}: synchronize before unmap failed: {e}",
+                self.ordinal
+            );
+        }
+        let g = self.granularity();
+        let addrs: Vec<u64> = (addr..addr + bytes as u64).step_by(g).collect();
+        self.unmap_granules(&addrs, g);
     }
 }
 
@@ -109,6 +276,9 @@ impl Backend for CudaBackend {
             }
             Err(e) => Err(BackendError::Driver(format!("cuMemAlloc({bytes}): {e}"))),
         }
+    }
+    fn virtual_memory(&self) -> Option<&dyn VirtualMemory> {
+        self.vmm_granularity.map(|_| self as &dyn VirtualMemory)
     }
     unsafe fn free_segment(&self, addr: u64, _bytes: usize) {
         if let Err(e) = self.context.bind_to_thread() {

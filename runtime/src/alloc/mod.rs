@@ -97,8 +97,8 @@ pub trait Backend: Send + Sync + 'static {
 /// host `mmap(PROT_NONE)` + `mprotect`/`madvise`).
 ///
 /// Expandable segments use it: the large pool's reserved range has its pages mapped as the
-/// pool grows and its free tail unmapped by `empty_cache`. [`HostBackend`] implements it on Unix;
-/// the CUDA backend does not yet.
+/// pool grows and its free tail unmapped by `empty_cache`. [`HostBackend`] implements it on Unix,
+/// [`cuda::CudaBackend`] on GPUs with virtual memory management.
 pub trait VirtualMemory: Send + Sync {
     /// Mapping granularity in bytes; every size and offset passed below is a multiple of it.
     fn granularity(&self) -> usize;
@@ -215,7 +215,7 @@ impl fmt::Display for OutOfMemory {
         match self.cause {
             OomCause::Fragmentation => f.write_str(
                 "Free memory is split into pieces: set `expandable_segments:true` in \
-                 VRAMGUARD_ALLOC_CONF (host backend; not on CUDA yet), preallocate the largest \
+                 VRAMGUARD_ALLOC_CONF, preallocate the largest \
                  buffer once (a Workspace, memory::reserve, `preallocate`), bucket variable \
                  shapes, set `max_split_size_mb` so large blocks stay whole, or call \
                  memory::empty_cache between phases.",
@@ -769,7 +769,7 @@ impl<B: Backend> CachingAllocator<B> {
                 return Err(ConfigError::Unsupported {
                     key: "expandable_segments".to_string(),
                     reason: "this backend cannot map pages into reserved address space (the \
-                             host backend on Unix can; CUDA VMM is not implemented yet)",
+                             host backend on Unix and CUDA on GPUs with virtual memory management can)",
                 });
             };
             let granularity = vm.granularity();
