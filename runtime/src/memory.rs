@@ -5,6 +5,27 @@
 //! ([`Device::Host`], [`Device::cuda`]) and from [`AllocatorConfig`] for devices made with
 //! [`Device::host_with_config`]. A bad `VRAMGUARD_ALLOC_CONF` never panics: it is logged once
 //! (a `tracing` warning), the defaults are used, and [`config_error`] returns the error.
+//!
+//! ```
+//! use vramguard_runtime::alloc::{AllocatorConfig, HostBackend, OomCause};
+//! use vramguard_runtime::{memory, Device};
+//!
+//! // A host device that behaves like a 64 MiB GPU.
+//! let config = AllocatorConfig::parse("max_split_size_mb:32,garbage_collection_threshold:0.8")?;
+//! let device = Device::host_pool(HostBackend::with_capacity(64 << 20), config)?;
+//! let a = device.allocate(1000).expect("fits");
+//! let s = memory::stats(&device);
+//! assert_eq!(s.allocated_bytes, 1024); // rounded to 512 bytes
+//! assert_eq!(s.reserved_bytes, 2 << 20); // one small-pool segment
+//! drop(a);
+//! assert_eq!(memory::empty_cache(&device), 2 << 20);
+//!
+//! let err = device.allocate(100 << 20).unwrap_err();
+//! assert_eq!(err.cause, OomCause::DeviceFull);
+//! println!("{err}"); // says what happened and what helps
+//! println!("{}", memory::snapshot(&device).to_json());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 pub use crate::alloc::{
     AllocatorConfig, ConfigError, MemorySnapshot, MemoryStats, OomCause, OutOfMemory,
