@@ -12,7 +12,7 @@
 //! | `memory_limit` | bytes, or a number with `B`/`KiB`/`MiB`/`GiB`/`KB`/`MB`/`GB` | the allocator never reserves more |
 //! | `memory_fraction` | a number in (0, 1] | limit = fraction × device capacity |
 //! | `max_split_size_mb` | MiB (≥ 1) | cached blocks this large or larger are never split |
-//! | `garbage_collection_threshold` | a number in (0, 1) | release cached segments before reserved exceeds this fraction of the limit |
+//! | `garbage_collection_threshold` | a number in (0, 1) | release cached segments before reserved exceeds this fraction of the limit (or capacity) |
 //! | `roundup_power2_divisions` (alias `round_up`) | 0 or a power of two ≤ 64 | round sizes up to one of N steps between powers of two |
 //! | `expandable_segments` | `true`/`false` | the large pool grows one mapped address range instead of adding segments (host backend on Unix; CUDA on GPUs with virtual memory management) |
 //! | `preallocate` | bytes (same forms as `memory_limit`) | reserve this much once, at start |
@@ -58,8 +58,8 @@ pub struct AllocatorConfig {
     /// Cached blocks of at least this many bytes are not split, and serve only requests close in
     /// size (`None`: no limit, every block can be split).
     pub max_split_size: Option<usize>,
-    /// Fraction of the limit above which cached segments are released before new ones are
-    /// reserved (`None`: only on out-of-memory).
+    /// Fraction of the limit (of the device capacity when no limit is set) above which cached
+    /// segments are released before new ones are reserved (`None`: only on out-of-memory).
     pub garbage_collection_threshold: Option<f64>,
     /// Round sizes up to one of this many steps between consecutive powers of two (0: off,
     /// plain 512-byte rounding).
@@ -171,7 +171,7 @@ impl AllocatorConfig {
         self.max_split_size = Some(bytes);
         self
     }
-    /// Sets the garbage-collection threshold (fraction of the limit).
+    /// Sets the garbage-collection threshold (fraction of the limit, or of the capacity).
     pub fn with_garbage_collection_threshold(mut self, fraction: f64) -> Self {
         self.garbage_collection_threshold = Some(fraction);
         self

@@ -20,7 +20,8 @@
 //!   requests below it never take them, requests above it take them only when less than 20 MiB
 //!   larger than the request. Blocks of the expandable segment are exempt.
 //! - **Garbage-collection threshold**: before a new segment would take reserved memory above
-//!   `threshold × limit`, fully free cached segments are returned, least recently used first.
+//!   `threshold × limit` (the device capacity when no limit is set), fully free cached segments
+//!   are returned, least recently used first.
 //! - **Expandable segments** (`expandable_segments:true`, backends with
 //!   [`Backend::virtual_memory`]): the large pool is one reserved address range; when no free
 //!   block fits, pages are mapped at its end (extending a free tail block, so a large request
@@ -979,8 +980,11 @@ impl<B: Backend> CachingAllocator<B> {
     /// the preferred then the exact segment size, then release of the cache and a retry.
     fn grow(&self, st: &mut State, pool: PoolKind, size: usize) -> bool {
         let preferred = self.segment_size(pool, size);
-        if let (Some(t), Some(limit)) = (self.config.garbage_collection_threshold, self.limit) {
-            self.collect_garbage(st, preferred, (limit as f64 * t) as u64);
+        let bound = self
+            .limit
+            .or_else(|| self.backend.capacity().map(|c| c as u64));
+        if let (Some(t), Some(bound)) = (self.config.garbage_collection_threshold, bound) {
+            self.collect_garbage(st, preferred, (bound as f64 * t) as u64);
         }
         if pool == PoolKind::Large && st.expandable.is_some() {
             for attempt in 0..2 {
@@ -1370,7 +1374,9 @@ impl<B: Backend> CachingAllocator<B> {
     /// released. It gets the rounded request size and returns the bytes it freed (e.g. a KV
     /// cache that evicts entries); the request is retried once if any handler freed something.
     /// Handlers run without the allocator's lock, so they may free (and allocate) memory; a
-    /// handler's own allocations do not run the handlers again.
+    /// handler's own allocations do not run the handlers again. A handler that holds
+    /// allocations or a clone of the device keeps this allocator alive: remove it with
+    /// [`CachingAllocator::remove_pressure_handler`] when it is no longer needed.
     pub fn add_pressure_handler(
         &self,
         handler: impl Fn(usize) -> usize + Send + Sync + 'static,

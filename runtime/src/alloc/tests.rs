@@ -772,3 +772,19 @@ fn public_types_are_send_and_sync() {
     send_sync::<Workspace>();
     send_sync::<OutOfMemory>();
 }
+
+#[test]
+fn garbage_collection_threshold_uses_the_capacity_without_a_limit() {
+    let cfg = AllocatorConfig::default().with_garbage_collection_threshold(0.5);
+    let a = alloc(Some(64 * MIB), cfg);
+    let x = a.allocate(12 * MIB).unwrap();
+    a.free(x);
+    // 12 MiB cached + a 24 MiB segment > 32 MiB: the idle segment goes first.
+    let y = a.allocate(24 * MIB).unwrap();
+    let s = a.stats();
+    assert_eq!(
+        (s.reserved_bytes, s.backend_frees, s.alloc_retries),
+        (24 * MIB as u64, 1, 0)
+    );
+    a.free(y);
+}
