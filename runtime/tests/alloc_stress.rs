@@ -1,7 +1,8 @@
 //! Multi-thread stress: 8 threads × 12,500 operations (100,000 in all) on one allocator, each
 //! thread writing its id into its blocks and checking it before the free (an overlap between
 //! two live blocks would show up as a foreign id). Ends with exact statistics and the
-//! allocator's invariants; a second run on a bounded device counts every OOM exactly.
+//! allocator's invariants; runs on a bounded device (plain and with expandable segments) count
+//! every OOM exactly.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -154,4 +155,20 @@ fn statistics_stay_exact_through_ooms_under_threads() {
     );
     assert!(memory::stats(&device).peak_reserved_bytes <= 24 << 20);
     check_final(&device, &counts);
+}
+
+#[cfg(unix)]
+#[test]
+fn expandable_segments_under_threads_keep_exact_statistics() {
+    use vramguard_runtime::alloc::{AllocatorConfig, HostBackend};
+    let config = AllocatorConfig::default().with_expandable_segments(true);
+    let device = Device::host_pool(HostBackend::with_capacity(24 << 20), config).unwrap();
+    let counts = hammer(&device);
+    assert!(memory::stats(&device).peak_reserved_bytes <= 24 << 20);
+    let s = memory::stats(&device);
+    assert_eq!(s.num_ooms, counts.ooms.load(Ordering::Relaxed));
+    device.allocator().check_invariants().unwrap();
+    assert_eq!((s.allocated_bytes, s.active_blocks), (0, 0));
+    memory::empty_cache(&device);
+    assert_eq!(memory::stats(&device).reserved_bytes, 0);
 }
