@@ -12,14 +12,15 @@
 #![warn(missing_docs)]
 
 pub use vramguard_macros::{allow, batch_scope, inference};
+pub use vramguard_runtime::device::DeviceError;
 pub use vramguard_runtime::grad::{
     enable_grad, is_grad_enabled, no_grad, no_grad_future, EnableGradGuard, NoGradGuard,
     WithGradMode,
 };
 pub use vramguard_runtime::tensor::{DType, Rhs, Tensor, TensorError};
-pub use vramguard_runtime::{alloc, grad, nn, scope, tensor, Device};
+pub use vramguard_runtime::{alloc, device, grad, nn, scope, tensor, Device};
 
-/// Memory tools per device: statistics, peaks, cache release.
+/// Memory tools per device: statistics, peaks, cache release, preallocation, snapshots, traces.
 pub mod memory {
     pub use vramguard_runtime::memory::*;
 }

@@ -1,9 +1,61 @@
 //! Devices and the allocations made on them.
 
-use crate::alloc::{Block, CachingAllocator, DeviceAllocator, HostBackend, OutOfMemory};
+use crate::alloc::cuda::CudaBackend;
+use crate::alloc::{
+    AllocatorConfig, Block, CachingAllocator, ConfigError, DeviceAllocator, HostBackend,
+    OutOfMemory,
+};
 use crate::scope::ScopeTracker;
+use cudarc::driver::CudaContext;
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// A device that cannot be opened.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum DeviceError {
+    /// The CUDA driver library is not installed.
+    #[error("no CUDA driver found (libcuda.so): install the NVIDIA driver or use Device::Host")]
+    NoDriver,
+    /// The driver sees no GPU with this ordinal.
+    #[error("no CUDA device {ordinal}: the driver sees {count} device(s); pick an ordinal below {count} or use Device::Host")]
+    NoDevice {
+        /// Ordinal asked for.
+        ordinal: usize,
+        /// Devices the driver reports.
+        count: usize,
+    },
+    /// A driver call failed.
+    #[error("CUDA driver call {op} failed: {message}")]
+    Driver {
+        /// The driver function.
+        op: &'static str,
+        /// The driver's error name.
+        message: String,
+    },
+    /// The allocator settings cannot be used on this device.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+}
+
+/// A CUDA device: its ordinal, its allocator and its cudarc context.
+#[derive(Clone)]
+pub struct CudaDevice {
+    ordinal: usize,
+    allocator: Arc<DeviceAllocator>,
+    context: Arc<CudaContext>,
+}
+
+impl CudaDevice {
+    /// The device ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+    /// The cudarc context (the device's primary context), for kernel launches and streams.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.context
+    }
+}
 
 /// Where memory lives. Each device owns one caching allocator.
 #[derive(Clone)]
@@ -13,6 +65,8 @@ pub enum Device {
     /// A host device with an allocator of its own, e.g. bounded to behave as a GPU of N bytes.
     /// Tests and benchmarks use one each so that no other code touches their statistics.
     HostPool(Arc<DeviceAllocator>),
+    /// A GPU, through the CUDA driver. One allocator per GPU, shared by every `Device::cuda(n)`.
+    Cuda(CudaDevice),
 }
 
 impl Device {
@@ -35,17 +89,94 @@ impl Device {
         )))
     }
 
+    /// A new host device with its own allocator built from `config` (bounded by
+    /// `config.memory_limit`, if any). Use [`Device::host_pool`] for a bounded backend.
+    pub fn host_with_config(config: AllocatorConfig) -> Result<Device, ConfigError> {
+        Self::host_pool(HostBackend::new(), config)
+    }
+
+    /// A new host device over `backend` (e.g. `HostBackend::with_capacity(n)`) with `config`.
+    pub fn host_pool(backend: HostBackend, config: AllocatorConfig) -> Result<Device, ConfigError> {
+        let allocator = CachingAllocator::with_config(Box::new(backend) as Box<_>, config)?;
+        Ok(Device::HostPool(Arc::new(allocator)))
+    }
+
+    /// GPU `ordinal` through the CUDA driver. Every call for the same ordinal returns the same
+    /// device (one caching allocator per GPU), configured by `VRAMGUARD_ALLOC_CONF` (a bad value
+    /// is reported once and the defaults are used; see [`crate::memory::config_error`]).
+    ///
+    /// Without the driver library this returns [`DeviceError::NoDriver`] (cudarc would panic).
+    pub fn cuda(ordinal: usize) -> Result<Device, DeviceError> {
+        static DEVICES: OnceLock<Mutex<HashMap<usize, CudaDevice>>> = OnceLock::new();
+        let devices = DEVICES.get_or_init(|| Mutex::new(HashMap::new()));
+        let mut devices = devices.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(d) = devices.get(&ordinal) {
+            return Ok(Device::Cuda(d.clone()));
+        }
+        let backend = CudaBackend::new(ordinal)?;
+        let context = Arc::clone(backend.context());
+        let config = env_config().unwrap_or_default();
+        let boxed: Box<dyn crate::alloc::Backend> = Box::new(backend);
+        let allocator = match CachingAllocator::with_config(boxed, config) {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!("{e}; cuda:{ordinal} uses the default allocator settings");
+                let backend = CudaBackend::new(ordinal)?;
+                CachingAllocator::new(Box::new(backend) as Box<_>)
+            }
+        };
+        let device = CudaDevice {
+            ordinal,
+            allocator: Arc::new(allocator),
+            context,
+        };
+        devices.insert(ordinal, device.clone());
+        Ok(Device::Cuda(device))
+    }
+
+    /// A second allocator on GPU `ordinal`, configured by `config` instead of
+    /// `VRAMGUARD_ALLOC_CONF` (e.g. expandable segments). Its statistics are its own; the GPU's
+    /// memory is shared with every other allocator on it. Tests and benchmarks use it.
+    pub fn cuda_with_config(
+        ordinal: usize,
+        config: AllocatorConfig,
+    ) -> Result<Device, DeviceError> {
+        let backend = CudaBackend::new(ordinal)?;
+        let context = Arc::clone(backend.context());
+        let boxed: Box<dyn crate::alloc::Backend> = Box::new(backend);
+        let allocator = CachingAllocator::with_config(boxed, config)?;
+        Ok(Device::Cuda(CudaDevice {
+            ordinal,
+            allocator: Arc::new(allocator),
+            context,
+        }))
+    }
+
+    /// The cudarc context of a CUDA device.
+    pub fn cuda_context(&self) -> Option<&Arc<CudaContext>> {
+        match self {
+            Device::Cuda(d) => Some(&d.context),
+            _ => None,
+        }
+    }
+
     /// The allocator of this device.
     pub fn allocator(&self) -> &Arc<DeviceAllocator> {
         match self {
             Device::Host => global_host(),
             Device::HostPool(a) => a,
+            Device::Cuda(d) => &d.allocator,
         }
     }
 
     /// Whether the CPU can read this device's memory directly.
     pub fn is_host(&self) -> bool {
         matches!(self, Device::Host | Device::HostPool(_))
+    }
+
+    /// Whether this is a CUDA device.
+    pub fn is_cuda(&self) -> bool {
+        matches!(self, Device::Cuda(_))
     }
 
     /// Allocates `bytes` bytes on this device, attributed to the innermost batch scope.
@@ -63,9 +194,47 @@ impl Device {
     }
 }
 
+/// `VRAMGUARD_ALLOC_CONF`, parsed once per process. A bad value is logged once.
+fn env_config() -> Result<AllocatorConfig, ConfigError> {
+    static CONFIG: OnceLock<Result<AllocatorConfig, ConfigError>> = OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            let parsed = AllocatorConfig::from_env().and_then(|c| c.validate().map(|()| c));
+            if let Err(e) = &parsed {
+                tracing::warn!("{e}; using the default allocator settings");
+            }
+            parsed
+        })
+        .clone()
+}
+
+/// The error that made a process-wide device ignore `VRAMGUARD_ALLOC_CONF`, if any.
+pub(crate) fn config_error() -> Option<ConfigError> {
+    env_config().err().or_else(|| {
+        global_host();
+        HOST_INIT_ERROR.get().cloned().flatten()
+    })
+}
+
+static HOST_INIT_ERROR: OnceLock<Option<ConfigError>> = OnceLock::new();
+
 fn global_host() -> &'static Arc<DeviceAllocator> {
     static HOST: OnceLock<Arc<DeviceAllocator>> = OnceLock::new();
-    HOST.get_or_init(|| Arc::new(CachingAllocator::new(Box::new(HostBackend::new()))))
+    HOST.get_or_init(|| {
+        let config = env_config().unwrap_or_default();
+        let backend: Box<dyn crate::alloc::Backend> = Box::new(HostBackend::new());
+        match CachingAllocator::with_config(backend, config) {
+            Ok(a) => {
+                let _ = HOST_INIT_ERROR.set(None);
+                Arc::new(a)
+            }
+            Err(e) => {
+                tracing::warn!("{e}; the host device uses the default allocator settings");
+                let _ = HOST_INIT_ERROR.set(Some(e));
+                Arc::new(CachingAllocator::new(Box::new(HostBackend::new())))
+            }
+        }
+    })
 }
 
 impl PartialEq for Device {
@@ -80,6 +249,7 @@ impl fmt::Debug for Device {
         match self {
             Device::Host => f.write_str("Host"),
             Device::HostPool(a) => write!(f, "HostPool({:p})", Arc::as_ptr(a)),
+            Device::Cuda(d) => write!(f, "Cuda({})", d.ordinal),
         }
     }
 }

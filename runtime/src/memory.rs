@@ -1,6 +1,36 @@
-//! Per-device memory tools: statistics, peaks, cache release.
+//! Per-device memory tools: statistics, peaks, cache release, preallocation, snapshots and the
+//! event trace. Every function takes the [`Device`] whose allocator it asks.
+//!
+//! Configuration comes from `VRAMGUARD_ALLOC_CONF` for the process-wide devices
+//! ([`Device::Host`], [`Device::cuda`]) and from [`AllocatorConfig`] for devices made with
+//! [`Device::host_with_config`]. A bad `VRAMGUARD_ALLOC_CONF` never panics: it is logged once
+//! (a `tracing` warning), the defaults are used, and [`config_error`] returns the error.
+//!
+//! ```
+//! use vramguard_runtime::alloc::{AllocatorConfig, HostBackend, OomCause};
+//! use vramguard_runtime::{memory, Device};
+//!
+//! // A host device that behaves like a 64 MiB GPU.
+//! let config = AllocatorConfig::parse("max_split_size_mb:32,garbage_collection_threshold:0.8")?;
+//! let device = Device::host_pool(HostBackend::with_capacity(64 << 20), config)?;
+//! let a = device.allocate(1000).expect("fits");
+//! let s = memory::stats(&device);
+//! assert_eq!(s.allocated_bytes, 1024); // rounded to 512 bytes
+//! assert_eq!(s.reserved_bytes, 2 << 20); // one small-pool segment
+//! drop(a);
+//! assert_eq!(memory::empty_cache(&device), 2 << 20);
+//!
+//! let err = device.allocate(100 << 20).unwrap_err();
+//! assert_eq!(err.cause, OomCause::DeviceFull);
+//! println!("{err}"); // says what happened and what helps
+//! println!("{}", memory::snapshot(&device).to_json());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
-pub use crate::alloc::MemoryStats;
+pub use crate::alloc::{
+    AllocatorConfig, ConfigError, MemorySnapshot, MemoryStats, OomCause, OutOfMemory,
+    PressureHandlerId, Trace, Workspace,
+};
 use crate::Device;
 
 /// Current statistics of `device`'s allocator.
@@ -18,4 +48,47 @@ pub fn reset_peak_stats(device: &Device) {
 /// This frees nothing that is still referenced: drop the values first.
 pub fn empty_cache(device: &Device) -> u64 {
     device.allocator().empty_cache()
+}
+
+/// Preallocates `bytes` on `device` as one cached segment, so that later large requests are
+/// carved from it without backend calls; returns the bytes reserved.
+pub fn reserve(device: &Device, bytes: usize) -> Result<u64, OutOfMemory> {
+    device.allocator().reserve(bytes)
+}
+
+/// The segments and blocks of `device`'s allocator, with its statistics (`to_json()` exports it).
+pub fn snapshot(device: &Device) -> MemorySnapshot {
+    device.allocator().snapshot()
+}
+
+/// Records the last `events` allocator events of `device` from now on (0 stops recording).
+/// Tracing is off by default; `trace_capacity` in `VRAMGUARD_ALLOC_CONF` turns it on at start.
+pub fn record_trace(device: &Device, events: usize) {
+    device.allocator().set_trace_capacity(events)
+}
+
+/// The recent allocator events of `device` (`to_json()` exports them).
+pub fn trace(device: &Device) -> Trace {
+    device.allocator().trace()
+}
+
+/// A self-contained HTML page for `device`: allocated vs reserved over time (from the trace,
+/// shaded by trace label) and a segment map of the current snapshot. Write it to a file and
+/// open it in a browser.
+pub fn html_report(device: &Device, title: &str) -> String {
+    crate::alloc::html_report(title, &trace(device), &snapshot(device))
+}
+
+/// Registers a callback that frees memory when `device` runs out (see
+/// [`crate::alloc::CachingAllocator::add_pressure_handler`]).
+pub fn add_pressure_handler(
+    device: &Device,
+    handler: impl Fn(usize) -> usize + Send + Sync + 'static,
+) -> PressureHandlerId {
+    device.allocator().add_pressure_handler(handler)
+}
+
+/// The error that made the process-wide devices ignore `VRAMGUARD_ALLOC_CONF`, if any.
+pub fn config_error() -> Option<ConfigError> {
+    crate::device::config_error()
 }

@@ -1,6 +1,10 @@
 //! Host backend: aligned host memory, optionally bounded to behave as a device of N bytes.
+//!
+//! On Unix it also maps pages into reserved address space (`mmap(PROT_NONE)`, then `mprotect`
+//! to commit and `madvise(MADV_DONTNEED)` + `mprotect(PROT_NONE)` to give pages back), which is
+//! what expandable segments use.
 
-use super::{Backend, BackendError};
+use super::{Backend, BackendError, VirtualMemory};
 use std::alloc::Layout;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -29,6 +33,95 @@ impl HostBackend {
     }
 }
 
+impl HostBackend {
+    /// Counts `bytes` against the capacity, or refuses them.
+    fn charge(&self, bytes: usize) -> Result<(), BackendError> {
+        if let Some(cap) = self.capacity {
+            let reserved = self.in_use.fetch_add(bytes, Ordering::SeqCst);
+            if reserved.saturating_add(bytes) > cap {
+                self.in_use.fetch_sub(bytes, Ordering::SeqCst);
+                return Err(BackendError::OutOfMemory { requested: bytes });
+            }
+        }
+        Ok(())
+    }
+
+    fn uncharge(&self, bytes: usize) {
+        if self.capacity.is_some() {
+            self.in_use.fetch_sub(bytes, Ordering::SeqCst);
+        }
+    }
+
+    /// Bytes currently held (segments plus mapped pages), when the capacity is bounded.
+    pub fn in_use(&self) -> usize {
+        self.in_use.load(Ordering::SeqCst)
+    }
+}
+
+/// Mapping granularity of the host backend: 2 MiB, as CUDA's VMM granularity on most GPUs.
+pub const HOST_MAP_GRANULARITY: usize = 2 << 20;
+
+#[cfg(unix)]
+impl VirtualMemory for HostBackend {
+    fn granularity(&self) -> usize {
+        HOST_MAP_GRANULARITY
+    }
+    fn reserve_range(&self, bytes: usize) -> Result<u64, BackendError> {
+        // SAFETY: an anonymous private PROT_NONE mapping at an address the kernel picks touches
+        // no existing memory.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(BackendError::Driver(format!(
+                "mmap of {bytes} bytes of address space failed: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        Ok(p as u64)
+    }
+    unsafe fn release_range(&self, addr: u64, bytes: usize) {
+        // SAFETY: the caller passes a range from `reserve_range` that nothing uses.
+        unsafe { libc::munmap(addr as *mut libc::c_void, bytes) };
+    }
+    unsafe fn map(&self, addr: u64, bytes: usize) -> Result<(), BackendError> {
+        self.charge(bytes)?;
+        // SAFETY: the caller passes an unmapped part of a reserved range.
+        let rc = unsafe {
+            libc::mprotect(
+                addr as *mut libc::c_void,
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+            )
+        };
+        if rc != 0 {
+            self.uncharge(bytes);
+            let err = std::io::Error::last_os_error();
+            return Err(match err.raw_os_error() {
+                Some(libc::ENOMEM) => BackendError::OutOfMemory { requested: bytes },
+                _ => BackendError::Driver(format!("mprotect: {err}")),
+            });
+        }
+        Ok(())
+    }
+    unsafe fn unmap(&self, addr: u64, bytes: usize) {
+        // SAFETY: the caller passes a mapped range nothing uses anymore: its pages may be
+        // dropped and the range made inaccessible again.
+        unsafe {
+            libc::madvise(addr as *mut libc::c_void, bytes, libc::MADV_DONTNEED);
+            libc::mprotect(addr as *mut libc::c_void, bytes, libc::PROT_NONE);
+        }
+        self.uncharge(bytes);
+    }
+}
+
 impl Backend for HostBackend {
     fn name(&self) -> String {
         "host".to_string()
@@ -41,28 +134,22 @@ impl Backend for HostBackend {
     }
     fn alloc_segment(&self, bytes: usize) -> Result<u64, BackendError> {
         let oom = BackendError::OutOfMemory { requested: bytes };
-        if let Some(cap) = self.capacity {
-            let reserved = self.in_use.fetch_add(bytes, Ordering::SeqCst);
-            if reserved + bytes > cap {
-                self.in_use.fetch_sub(bytes, Ordering::SeqCst);
-                return Err(oom);
-            }
-        }
-        let layout = Layout::from_size_align(bytes.max(1), HOST_ALIGN).map_err(|_| oom)?;
+        let layout = Layout::from_size_align(bytes.max(1), HOST_ALIGN).map_err(|_| oom.clone())?;
+        self.charge(bytes)?;
         // SAFETY: the layout has a non-zero size.
         let ptr = unsafe { std::alloc::alloc(layout) };
         if ptr.is_null() {
-            if self.capacity.is_some() {
-                self.in_use.fetch_sub(bytes, Ordering::SeqCst);
-            }
-            return Err(BackendError::OutOfMemory { requested: bytes });
+            self.uncharge(bytes);
+            return Err(oom);
         }
         Ok(ptr as u64)
     }
+    #[cfg(unix)]
+    fn virtual_memory(&self) -> Option<&dyn VirtualMemory> {
+        Some(self)
+    }
     unsafe fn free_segment(&self, addr: u64, bytes: usize) {
-        if self.capacity.is_some() {
-            self.in_use.fetch_sub(bytes, Ordering::SeqCst);
-        }
+        self.uncharge(bytes);
         if let Ok(layout) = Layout::from_size_align(bytes.max(1), HOST_ALIGN) {
             // SAFETY: the caller guarantees `addr` came from `alloc_segment(bytes)`, which used
             // this same layout.

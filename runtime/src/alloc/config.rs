@@ -1,0 +1,467 @@
+//! Allocator settings: a builder API and the `VRAMGUARD_ALLOC_CONF` environment variable.
+//!
+//! The variable holds `key:value` pairs separated by commas, like PyTorch's
+//! `PYTORCH_CUDA_ALLOC_CONF`:
+//!
+//! ```text
+//! VRAMGUARD_ALLOC_CONF=memory_limit:6GiB,max_split_size_mb:256,garbage_collection_threshold:0.8
+//! ```
+//!
+//! | key | value | effect |
+//! | --- | --- | --- |
+//! | `memory_limit` | bytes, or a number with `B`/`KiB`/`MiB`/`GiB`/`KB`/`MB`/`GB` | the allocator never reserves more |
+//! | `memory_fraction` | a number in (0, 1] | limit = fraction × device capacity |
+//! | `max_split_size_mb` | MiB (≥ 1) | cached blocks this large or larger are never split |
+//! | `garbage_collection_threshold` | a number in (0, 1) | release cached segments before reserved exceeds this fraction of the limit (or capacity) |
+//! | `roundup_power2_divisions` (alias `round_up`) | 0 or a power of two ≤ 64 | round sizes up to one of N steps between powers of two |
+//! | `expandable_segments` | `true`/`false` | the large pool grows one mapped address range instead of adding segments (host backend on Unix; CUDA on GPUs with virtual memory management) |
+//! | `preallocate` | bytes (same forms as `memory_limit`) | reserve this much once, at start |
+//! | `trace_capacity` | events (0, the default, disables the trace) | length of the bounded event trace |
+
+use serde::Serialize;
+
+/// Name of the environment variable read by the process-wide devices.
+pub const ENV_VAR: &str = "VRAMGUARD_ALLOC_CONF";
+
+/// Default length of the event trace ring: 0, tracing is off unless asked for (a timestamp per
+/// event costs about as much as the rest of a cached allocation).
+pub const DEFAULT_TRACE_CAPACITY: usize = 0;
+
+/// Keys accepted in `VRAMGUARD_ALLOC_CONF`.
+pub const KNOWN_KEYS: &[&str] = &[
+    "memory_limit",
+    "memory_fraction",
+    "max_split_size_mb",
+    "garbage_collection_threshold",
+    "roundup_power2_divisions",
+    "round_up",
+    "expandable_segments",
+    "preallocate",
+    "trace_capacity",
+];
+
+/// An upper bound on the bytes an allocator reserves.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub enum MemoryLimit {
+    /// At most this many bytes.
+    Bytes(u64),
+    /// At most this fraction (0, 1] of the device capacity.
+    Fraction(f64),
+}
+
+/// Settings of one caching allocator. Build with the chained setters or parse from
+/// `VRAMGUARD_ALLOC_CONF`; [`AllocatorConfig::validate`] runs when an allocator is created.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AllocatorConfig {
+    /// Upper bound on reserved bytes (`None`: the device capacity only).
+    pub memory_limit: Option<MemoryLimit>,
+    /// Cached blocks of at least this many bytes are not split, and serve only requests close in
+    /// size (`None`: no limit, every block can be split).
+    pub max_split_size: Option<usize>,
+    /// Fraction of the limit (of the device capacity when no limit is set) above which cached
+    /// segments are released before new ones are reserved (`None`: only on out-of-memory).
+    pub garbage_collection_threshold: Option<f64>,
+    /// Round sizes up to one of this many steps between consecutive powers of two (0: off,
+    /// plain 512-byte rounding).
+    pub roundup_power2_divisions: usize,
+    /// Expandable segments: the large pool is one reserved address range whose pages are mapped
+    /// as it grows and unmapped (free tail) by `empty_cache`, so a large request needs no
+    /// contiguous free hole among segments. Needs a backend with
+    /// [`crate::alloc::Backend::virtual_memory`] (the host backend on Unix; CUDA on GPUs with virtual memory management).
+    pub expandable_segments: bool,
+    /// Bytes reserved once when the allocator is created (see [`crate::memory::reserve`]).
+    pub preallocate: usize,
+    /// Events kept by the trace ring (0 disables tracing).
+    pub trace_capacity: usize,
+}
+
+impl Default for AllocatorConfig {
+    fn default() -> Self {
+        Self {
+            memory_limit: None,
+            max_split_size: None,
+            garbage_collection_threshold: None,
+            roundup_power2_divisions: 0,
+            expandable_segments: false,
+            preallocate: 0,
+            trace_capacity: DEFAULT_TRACE_CAPACITY,
+        }
+    }
+}
+
+/// A setting that cannot be used. The message names the key and the accepted form.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    /// A key the allocator does not know.
+    #[error("unknown allocator setting `{key}` in {ENV_VAR}; known keys: {}", KNOWN_KEYS.join(", "))]
+    UnknownKey {
+        /// The key as written.
+        key: String,
+    },
+    /// An entry without `:`.
+    #[error("malformed entry `{entry}` in {ENV_VAR}: write `key:value` pairs separated by commas, e.g. `memory_limit:4GiB,max_split_size_mb:128`")]
+    Malformed {
+        /// The entry as written.
+        entry: String,
+    },
+    /// A value that does not parse or is out of range.
+    #[error("bad value `{value}` for allocator setting `{key}`: expected {expected}")]
+    BadValue {
+        /// The key.
+        key: String,
+        /// The value as written.
+        value: String,
+        /// The accepted form.
+        expected: &'static str,
+    },
+    /// A setting this build does not support.
+    #[error("allocator setting `{key}` is not supported: {reason}")]
+    Unsupported {
+        /// The key.
+        key: String,
+        /// Why, and what to use instead.
+        reason: &'static str,
+    },
+    /// The `preallocate` reservation failed.
+    #[error("could not preallocate {bytes} bytes: {message}; lower `preallocate`")]
+    PreallocateFailed {
+        /// Bytes asked for.
+        bytes: usize,
+        /// The out-of-memory message.
+        message: String,
+    },
+    /// Address space for expandable segments could not be reserved.
+    #[error("could not reserve {bytes} bytes of address space for expandable segments: {message}; set `memory_limit` to reserve less, or turn `expandable_segments` off")]
+    ReserveFailed {
+        /// Bytes of address space asked for.
+        bytes: usize,
+        /// The backend's message.
+        message: String,
+    },
+    /// `memory_fraction` on a device whose capacity is unknown.
+    #[error("`memory_fraction` needs a device with a known capacity, and {device} has none: use `memory_limit` (bytes) instead")]
+    FractionWithoutCapacity {
+        /// Device name.
+        device: String,
+    },
+}
+
+const BYTES_FORM: &str =
+    "a byte count, optionally with a suffix B, KiB, MiB, GiB (or KB, MB, GB), e.g. `512MiB`";
+const FRACTION_FORM: &str = "a number in (0, 1], e.g. `0.8`";
+const THRESHOLD_FORM: &str = "a number strictly between 0 and 1, e.g. `0.8`";
+const SPLIT_FORM: &str = "a whole number of MiB, at least 1, e.g. `256`";
+const DIVISIONS_FORM: &str = "0 (off) or a power of two up to 64, e.g. `4`";
+const BOOL_FORM: &str = "`true` or `false`";
+const COUNT_FORM: &str = "a whole number of events, e.g. `4096` (0 disables the trace)";
+
+impl AllocatorConfig {
+    /// Sets a memory limit in bytes.
+    pub fn with_memory_limit(mut self, bytes: u64) -> Self {
+        self.memory_limit = Some(MemoryLimit::Bytes(bytes));
+        self
+    }
+    /// Sets a memory limit as a fraction of the device capacity.
+    pub fn with_memory_fraction(mut self, fraction: f64) -> Self {
+        self.memory_limit = Some(MemoryLimit::Fraction(fraction));
+        self
+    }
+    /// Sets the max split size in bytes.
+    pub fn with_max_split_size(mut self, bytes: usize) -> Self {
+        self.max_split_size = Some(bytes);
+        self
+    }
+    /// Sets the garbage-collection threshold (fraction of the limit, or of the capacity).
+    pub fn with_garbage_collection_threshold(mut self, fraction: f64) -> Self {
+        self.garbage_collection_threshold = Some(fraction);
+        self
+    }
+    /// Sets power-of-two round-up divisions (0: off).
+    pub fn with_roundup_power2_divisions(mut self, divisions: usize) -> Self {
+        self.roundup_power2_divisions = divisions;
+        self
+    }
+    /// Turns expandable segments on or off.
+    pub fn with_expandable_segments(mut self, on: bool) -> Self {
+        self.expandable_segments = on;
+        self
+    }
+    /// Bytes to reserve when the allocator is created.
+    pub fn with_preallocate(mut self, bytes: usize) -> Self {
+        self.preallocate = bytes;
+        self
+    }
+    /// Length of the event trace (0 disables it).
+    pub fn with_trace_capacity(mut self, events: usize) -> Self {
+        self.trace_capacity = events;
+        self
+    }
+
+    /// Checks ranges; the same rules as the parser.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |key: &str, value: String, expected| ConfigError::BadValue {
+            key: key.to_string(),
+            value,
+            expected,
+        };
+        if let Some(MemoryLimit::Fraction(f)) = self.memory_limit {
+            if !(f > 0.0 && f <= 1.0) {
+                return Err(bad("memory_fraction", f.to_string(), FRACTION_FORM));
+            }
+        }
+        if let Some(s) = self.max_split_size {
+            if s < MIB {
+                return Err(bad("max_split_size_mb", format!("{s} bytes"), SPLIT_FORM));
+            }
+        }
+        if let Some(t) = self.garbage_collection_threshold {
+            if !(t > 0.0 && t < 1.0) {
+                return Err(bad(
+                    "garbage_collection_threshold",
+                    t.to_string(),
+                    THRESHOLD_FORM,
+                ));
+            }
+        }
+        let d = self.roundup_power2_divisions;
+        if d != 0 && (!d.is_power_of_two() || d > 64) {
+            return Err(bad(
+                "roundup_power2_divisions",
+                d.to_string(),
+                DIVISIONS_FORM,
+            ));
+        }
+        Ok(())
+    }
+
+    /// Parses `key:value,key:value` (whitespace around items is ignored; empty input gives
+    /// the defaults).
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        let mut cfg = AllocatorConfig::default();
+        for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            let Some((key, value)) = entry.split_once(':') else {
+                return Err(ConfigError::Malformed {
+                    entry: entry.to_string(),
+                });
+            };
+            let (key, value) = (key.trim(), value.trim());
+            let bad = |expected| ConfigError::BadValue {
+                key: key.to_string(),
+                value: value.to_string(),
+                expected,
+            };
+            match key {
+                "memory_limit" => {
+                    let bytes = parse_bytes(value).ok_or_else(|| bad(BYTES_FORM))?;
+                    cfg.memory_limit = Some(MemoryLimit::Bytes(bytes));
+                }
+                "memory_fraction" => {
+                    let f: f64 = value.parse().map_err(|_| bad(FRACTION_FORM))?;
+                    if !(f > 0.0 && f <= 1.0) {
+                        return Err(bad(FRACTION_FORM));
+                    }
+                    cfg.memory_limit = Some(MemoryLimit::Fraction(f));
+                }
+                "max_split_size_mb" => {
+                    let mb: usize = value.parse().map_err(|_| bad(SPLIT_FORM))?;
+                    let bytes = mb.checked_mul(MIB).filter(|_| mb >= 1);
+                    cfg.max_split_size = Some(bytes.ok_or_else(|| bad(SPLIT_FORM))?);
+                }
+                "garbage_collection_threshold" => {
+                    let t: f64 = value.parse().map_err(|_| bad(THRESHOLD_FORM))?;
+                    if !(t > 0.0 && t < 1.0) {
+                        return Err(bad(THRESHOLD_FORM));
+                    }
+                    cfg.garbage_collection_threshold = Some(t);
+                }
+                "roundup_power2_divisions" | "round_up" => {
+                    let d: usize = value.parse().map_err(|_| bad(DIVISIONS_FORM))?;
+                    if d != 0 && (!d.is_power_of_two() || d > 64) {
+                        return Err(bad(DIVISIONS_FORM));
+                    }
+                    cfg.roundup_power2_divisions = d;
+                }
+                "expandable_segments" => match value {
+                    "false" | "False" | "0" => cfg.expandable_segments = false,
+                    "true" | "True" | "1" => cfg.expandable_segments = true,
+                    _ => return Err(bad(BOOL_FORM)),
+                },
+                "preallocate" => {
+                    let bytes = parse_bytes(value).ok_or_else(|| bad(BYTES_FORM))?;
+                    cfg.preallocate = usize::try_from(bytes).map_err(|_| bad(BYTES_FORM))?;
+                }
+                "trace_capacity" => {
+                    cfg.trace_capacity = value.parse().map_err(|_| bad(COUNT_FORM))?;
+                }
+                _ => {
+                    return Err(ConfigError::UnknownKey {
+                        key: key.to_string(),
+                    })
+                }
+            }
+        }
+        Ok(cfg)
+    }
+
+    /// Reads [`ENV_VAR`]; unset gives the defaults.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        match std::env::var(ENV_VAR) {
+            Ok(text) => Self::parse(&text),
+            Err(_) => Ok(Self::default()),
+        }
+    }
+
+    /// The limit in bytes on a device of `capacity` bytes (`None`: unlimited).
+    pub(crate) fn limit_bytes(
+        &self,
+        capacity: Option<usize>,
+        device: &str,
+    ) -> Result<Option<u64>, ConfigError> {
+        match self.memory_limit {
+            None => Ok(None),
+            Some(MemoryLimit::Bytes(b)) => Ok(Some(b)),
+            Some(MemoryLimit::Fraction(f)) => match capacity {
+                Some(c) => Ok(Some((c as f64 * f) as u64)),
+                None => Err(ConfigError::FractionWithoutCapacity {
+                    device: device.to_string(),
+                }),
+            },
+        }
+    }
+}
+
+const MIB: usize = 1 << 20;
+
+/// Parses `123`, `123B`, `4KiB`, `1.5GiB`, `512MB` ... into bytes.
+pub fn parse_bytes(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let unit_bytes: u64 = match unit.trim() {
+        "" | "B" | "b" => 1,
+        "KiB" | "K" | "k" | "kib" => 1 << 10,
+        "MiB" | "M" | "m" | "mib" => 1 << 20,
+        "GiB" | "G" | "g" | "gib" => 1 << 30,
+        "TiB" | "T" | "tib" => 1 << 40,
+        "KB" | "kB" | "kb" => 1_000,
+        "MB" | "mb" => 1_000_000,
+        "GB" | "gb" => 1_000_000_000,
+        "TB" | "tb" => 1_000_000_000_000,
+        _ => return None,
+    };
+    if number.is_empty() {
+        return None;
+    }
+    if let Ok(whole) = number.parse::<u64>() {
+        return whole.checked_mul(unit_bytes);
+    }
+    let value: f64 = number.parse().ok()?;
+    let bytes = value * unit_bytes as f64;
+    (bytes.is_finite() && bytes >= 0.0 && bytes < u64::MAX as f64).then_some(bytes as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_key() {
+        let cfg = AllocatorConfig::parse(
+            " memory_limit:6GiB, max_split_size_mb:256,garbage_collection_threshold:0.8,\
+             round_up:4,expandable_segments:false,preallocate:64MiB,trace_capacity:10",
+        )
+        .unwrap();
+        assert_eq!(cfg.memory_limit, Some(MemoryLimit::Bytes(6 << 30)));
+        assert_eq!(cfg.max_split_size, Some(256 << 20));
+        assert_eq!(cfg.garbage_collection_threshold, Some(0.8));
+        assert_eq!(cfg.roundup_power2_divisions, 4);
+        assert_eq!(cfg.preallocate, 64 << 20);
+        assert_eq!(cfg.trace_capacity, 10);
+        assert_eq!(AllocatorConfig::default().trace_capacity, 0);
+        let f = AllocatorConfig::parse("memory_fraction:0.5").unwrap();
+        assert_eq!(f.memory_limit, Some(MemoryLimit::Fraction(0.5)));
+        assert_eq!(
+            AllocatorConfig::parse("").unwrap(),
+            AllocatorConfig::default()
+        );
+    }
+
+    #[test]
+    fn byte_suffixes() {
+        assert_eq!(parse_bytes("1024"), Some(1024));
+        assert_eq!(parse_bytes("2KiB"), Some(2048));
+        assert_eq!(parse_bytes("1.5GiB"), Some(3 << 29));
+        assert_eq!(parse_bytes("3MB"), Some(3_000_000));
+        assert_eq!(parse_bytes("12 MiB"), Some(12 << 20));
+        assert_eq!(parse_bytes("lots"), None);
+        assert_eq!(parse_bytes("5XB"), None);
+        assert_eq!(parse_bytes("99999999999999999999GiB"), None);
+    }
+
+    #[test]
+    fn errors_name_the_key_and_the_form() {
+        let e = AllocatorConfig::parse("max_split:12").unwrap_err();
+        assert_eq!(
+            e,
+            ConfigError::UnknownKey {
+                key: "max_split".into()
+            }
+        );
+        assert!(e.to_string().contains("max_split_size_mb"), "{e}");
+
+        let e = AllocatorConfig::parse("memory_limit:lots").unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("`memory_limit`") && msg.contains("GiB"),
+            "{msg}"
+        );
+
+        for bad in [
+            "memory_fraction:1.5",
+            "garbage_collection_threshold:1",
+            "max_split_size_mb:0",
+            "round_up:3",
+            "expandable_segments:maybe",
+            "trace_capacity:-1",
+        ] {
+            let e = AllocatorConfig::parse(bad).unwrap_err();
+            let key = bad.split(':').next().unwrap();
+            assert!(
+                matches!(&e, ConfigError::BadValue { key: k, .. } if k == key),
+                "{bad}: {e:?}"
+            );
+        }
+        let e = AllocatorConfig::parse("memory_limit").unwrap_err();
+        assert!(matches!(e, ConfigError::Malformed { .. }));
+        assert!(
+            AllocatorConfig::parse("expandable_segments:true")
+                .unwrap()
+                .expandable_segments
+        );
+    }
+
+    #[test]
+    fn builder_is_validated() {
+        assert!(AllocatorConfig::default()
+            .with_memory_limit(1 << 30)
+            .with_max_split_size(64 << 20)
+            .with_garbage_collection_threshold(0.7)
+            .with_roundup_power2_divisions(8)
+            .validate()
+            .is_ok());
+        assert!(AllocatorConfig::default()
+            .with_memory_fraction(0.0)
+            .validate()
+            .is_err());
+        assert!(AllocatorConfig::default()
+            .with_max_split_size(1000)
+            .validate()
+            .is_err());
+        assert!(AllocatorConfig::default()
+            .with_expandable_segments(true)
+            .validate()
+            .is_ok());
+    }
+}

@@ -1,0 +1,368 @@
+//! CUDA backend: segments from the driver (`cuMemAlloc`/`cuMemFree`) through cudarc, loaded at
+//! run time, and [`CudaBuffer`], a typed buffer usable with cudarc's kernel launches.
+//!
+//! With `expandable_segments:true` the backend maps memory into a reserved address range
+//! through the driver's virtual memory management (`cuMemAddressReserve`, `cuMemCreate`,
+//! `cuMemMap`, `cuMemSetAccess`; `cuMemUnmap` + `cuMemRelease` to give pages back), one handle
+//! per granule (2 MiB or the device's minimum granularity if larger), on GPUs that report
+//! `CU_DEVICE_ATTRIBUTE_VIRTUAL_ADDRESS_MANAGEMENT_SUPPORTED`.
+//!
+//! The driver library is probed with `is_culib_present()` before any driver call: cudarc panics
+//! when it is missing, this module returns [`DeviceError::NoDriver`] instead.
+//!
+//! Segment calls are synchronous (`cuMemAlloc`/`cuMemFree` are not stream-ordered), and the
+//! caching allocator does not track which stream last used a block. [`CudaBuffer`]'s
+//! `device_ptr`/`device_ptr_mut` therefore hand cudarc a `SyncOnDrop::Sync` guard: the stream is
+//! synchronised once the launch that uses the pointer has been queued, so a block freed to the
+//! cache is never reused while a kernel may still touch it.
+
+use super::{Backend, BackendError, VirtualMemory};
+use crate::device::{Allocation, Device, DeviceError};
+use cudarc::driver::{result, sys, CudaContext, CudaStream, DevicePtr, DevicePtrMut, DeviceSlice};
+use cudarc::driver::{DriverError, SyncOnDrop};
+use std::collections::BTreeMap;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex};
+
+/// Whether the CUDA driver library (libcuda) can be loaded.
+pub fn driver_present() -> bool {
+    // SAFETY: only tries to `dlopen` the library by its usual names; no driver call is made.
+    unsafe { sys::is_culib_present() }
+}
+
+fn driver_error(op: &'static str, e: DriverError) -> DeviceError {
+    let name = e
+        .error_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| format!("{:?}", e.0));
+    DeviceError::Driver { op, message: name }
+}
+
+/// Device memory of one GPU, taken from the driver segment by segment.
+#[derive(Debug)]
+pub struct CudaBackend {
+    ordinal: usize,
+    context: Arc<CudaContext>,
+    capacity: usize,
+    /// Mapping granularity, when the GPU supports virtual memory management.
+    vmm_granularity: Option<usize>,
+    /// Physical allocation handle of each mapped granule, by address.
+    mapped: Mutex<BTreeMap<u64, sys::CUmemGenericAllocationHandle>>,
+}
+
+fn allocation_prop(device: sys::CUdevice) -> sys::CUmemAllocationProp {
+    // SAFETY: a plain C struct for which all-zero bytes are valid (null pointer, zero flags).
+    let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
+    prop.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.requestedHandleTypes = sys::CUmemAllocationHandleType(0);
+    prop.location = sys::CUmemLocation {
+        type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+        id: device,
+    };
+    prop
+}
+
+/// The mapping granularity of `device`, if it supports virtual memory management.
+fn vmm_granularity(device: sys::CUdevice) -> Option<usize> {
+    // SAFETY: `device` came from `cuDeviceGet`.
+    let supported = unsafe {
+        result::device::get_attribute(
+            device,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_VIRTUAL_ADDRESS_MANAGEMENT_SUPPORTED,
+        )
+    };
+    if supported.ok()? == 0 {
+        return None;
+    }
+    let prop = allocation_prop(device);
+    let mut minimum = 0usize;
+    // SAFETY: valid out-pointer and property struct.
+    unsafe {
+        sys::cuMemGetAllocationGranularity(
+            &mut minimum,
+            &prop,
+            sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM,
+        )
+    }
+    .result()
+    .ok()?;
+    if minimum == 0 {
+        return None;
+    }
+    Some((2usize << 20).next_multiple_of(minimum))
+}
+
+impl CudaBackend {
+    /// Opens GPU `ordinal`: loads the driver, `cuInit`, retains the primary context and binds it
+    /// to this thread, and reads the capacity with `cuMemGetInfo`.
+    pub fn new(ordinal: usize) -> Result<CudaBackend, DeviceError> {
+        if !driver_present() {
+            return Err(DeviceError::NoDriver);
+        }
+        match result::init() {
+            Ok(()) => {}
+            Err(DriverError(sys::CUresult::CUDA_ERROR_NO_DEVICE)) => {
+                return Err(DeviceError::NoDevice { ordinal, count: 0 })
+            }
+            Err(e) => return Err(driver_error("cuInit", e)),
+        }
+        let count = result::device::get_count().map_err(|e| driver_error("cuDeviceGetCount", e))?;
+        if ordinal >= count.max(0) as usize {
+            return Err(DeviceError::NoDevice {
+                ordinal,
+                count: count.max(0) as usize,
+            });
+        }
+        // Retains the primary context and binds it to this thread.
+        let context =
+            CudaContext::new(ordinal).map_err(|e| driver_error("cuDevicePrimaryCtxRetain", e))?;
+        let (_free, total) = result::mem_get_info().map_err(|e| driver_error("cuMemGetInfo", e))?;
+        Ok(CudaBackend {
+            ordinal,
+            vmm_granularity: vmm_granularity(context.cu_device()),
+            context,
+            capacity: total,
+            mapped: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    /// The device ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+
+    /// The cudarc context (the device's primary context).
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.context
+    }
+}
+
+impl CudaBackend {
+    fn bind(&self) -> Result<(), BackendError> {
+        self.context
+            .bind_to_thread()
+            .map_err(|e| BackendError::Driver(format!("binding the context: {e}")))
+    }
+
+    /// Unmaps and releases the granules starting at `addrs` (all mapped by this backend).
+    fn unmap_granules(&self, addrs: &[u64], granularity: usize) {
+        let mut mapped = self.mapped.lock().unwrap_or_else(|e| e.into_inner());
+        for addr in addrs {
+            let Some(handle) = mapped.remove(addr) else {
+                continue;
+            };
+            // SAFETY: `addr` is a mapped granule of this backend that nothing uses; its handle is
+            // released once, after the unmap.
+            unsafe {
+                if let Err(e) = sys::cuMemUnmap(*addr, granularity).result() {
+                    tracing::warn!("cuda:{}: cuMemUnmap failed: {e}", self.ordinal);
+                }
+                if let Err(e) = sys::cuMemRelease(handle).result() {
+                    tracing::warn!("cuda:{}: cuMemRelease failed: {e}", self.ordinal);
+                }
+            }
+        }
+    }
+}
+
+impl VirtualMemory for CudaBackend {
+    fn granularity(&self) -> usize {
+        self.vmm_granularity.unwrap_or(2 << 20)
+    }
+    fn reserve_range(&self, bytes: usize) -> Result<u64, BackendError> {
+        self.bind()?;
+        let mut ptr: sys::CUdeviceptr = 0;
+        // SAFETY: valid out-pointer; reserving address space touches no memory.
+        unsafe { sys::cuMemAddressReserve(&mut ptr, bytes, self.granularity(), 0, 0) }
+            .result()
+            .map_err(|e| BackendError::Driver(format!("cuMemAddressReserve({bytes}): {e}")))?;
+        Ok(ptr)
+    }
+    unsafe fn release_range(&self, addr: u64, bytes: usize) {
+        if self.bind().is_err() {
+            return;
+        }
+        // SAFETY: the caller passes a reserved range with nothing mapped.
+        if let Err(e) = unsafe { sys::cuMemAddressFree(addr, bytes) }.result() {
+            tracing::warn!("cuda:{}: cuMemAddressFree failed: {e}", self.ordinal);
+        }
+    }
+    unsafe fn map(&self, addr: u64, bytes: usize) -> Result<(), BackendError> {
+        self.bind()?;
+        let g = self.granularity();
+        let prop = allocation_prop(self.context.cu_device());
+        let access = sys::CUmemAccessDesc {
+            location: prop.location,
+            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+        };
+        let mut done: Vec<u64> = Vec::new();
+        for at in (addr..addr + bytes as u64).step_by(g) {
+            let mut handle: sys::CUmemGenericAllocationHandle = 0;
+            // SAFETY: valid out-pointer and property struct; `at` is an unmapped granule of a
+            // range this backend reserved (the caller's contract).
+            let step = unsafe {
+                sys::cuMemCreate(&mut handle, g, &prop, 0)
+                    .result()
+                    .and_then(|()| {
+                        sys::cuMemMap(at, g, 0, handle, 0)
+                            .result()
+                            .inspect_err(|_| {
+                                let _ = sys::cuMemRelease(handle);
+                            })
+                    })
+            };
+            let step = step.and_then(|()| {
+                self.mapped
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(at, handle);
+                done.push(at);
+                // SAFETY: `at` was just mapped.
+                unsafe { sys::cuMemSetAccess(at, g, &access, 1) }.result()
+            });
+            if let Err(e) = step {
+                self.unmap_granules(&done, g);
+                return Err(match e {
+                    DriverError(sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY) => {
+                        BackendError::OutOfMemory { requested: bytes }
+                    }
+                    e => BackendError::Driver(format!("mapping {bytes} bytes: {e}")),
+                });
+            }
+        }
+        Ok(())
+    }
+    unsafe fn unmap(&self, addr: u64, bytes: usize) {
+        if self.bind().is_err() {
+            return;
+        }
+        // Kernels queued on any stream may still use the pages: let them finish first.
+        if let Err(e) = result::ctx::synchronize() {
+            tracing::warn!(
+                "cuda:{}: synchronize before unmap failed: {e}",
+                self.ordinal
+            );
+        }
+        let g = self.granularity();
+        let addrs: Vec<u64> = (addr..addr + bytes as u64).step_by(g).collect();
+        self.unmap_granules(&addrs, g);
+    }
+}
+
+impl Backend for CudaBackend {
+    fn name(&self) -> String {
+        format!("cuda:{}", self.ordinal)
+    }
+    fn capacity(&self) -> Option<usize> {
+        Some(self.capacity)
+    }
+    fn host_addressable(&self) -> bool {
+        false
+    }
+    fn alignment(&self) -> usize {
+        // cuMemAlloc guarantees at least 256 bytes.
+        256
+    }
+    fn alloc_segment(&self, bytes: usize) -> Result<u64, BackendError> {
+        self.context
+            .bind_to_thread()
+            .map_err(|e| BackendError::Driver(format!("binding the context: {e}")))?;
+        // SAFETY: the device's context is current on this thread; the memory is only handed out
+        // as addresses.
+        match unsafe { result::malloc_sync(bytes) } {
+            Ok(ptr) => Ok(ptr),
+            Err(DriverError(sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY)) => {
+                Err(BackendError::OutOfMemory { requested: bytes })
+            }
+            Err(e) => Err(BackendError::Driver(format!("cuMemAlloc({bytes}): {e}"))),
+        }
+    }
+    fn virtual_memory(&self) -> Option<&dyn VirtualMemory> {
+        self.vmm_granularity.map(|_| self as &dyn VirtualMemory)
+    }
+    unsafe fn free_segment(&self, addr: u64, _bytes: usize) {
+        if let Err(e) = self.context.bind_to_thread() {
+            tracing::warn!(
+                "cuda:{}: cannot bind context to free a segment: {e}",
+                self.ordinal
+            );
+            return;
+        }
+        // SAFETY: the caller guarantees `addr` came from `alloc_segment` and is unused.
+        if let Err(e) = unsafe { result::free_sync(addr) } {
+            tracing::warn!("cuda:{}: cuMemFree failed: {e}", self.ordinal);
+        }
+    }
+}
+
+/// Why a [`CudaBuffer`] could not be made.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CudaBufferError {
+    /// The device is not a CUDA device.
+    #[error("CudaBuffer needs a CUDA device (Device::cuda), got {0}")]
+    NotCuda(String),
+    /// `len * size_of::<T>()` overflows.
+    #[error("a buffer of {0} elements does not fit in the address space")]
+    TooLarge(usize),
+    /// The allocator refused.
+    #[error(transparent)]
+    OutOfMemory(#[from] super::OutOfMemory),
+}
+
+/// `len` values of `T` in device memory from the caching allocator, usable wherever cudarc takes
+/// a [`DevicePtr`]/[`DevicePtrMut`] (kernel launches, cuBLAS).
+#[derive(Debug)]
+pub struct CudaBuffer<T> {
+    allocation: Allocation,
+    len: usize,
+    stream: Arc<CudaStream>,
+    _values: PhantomData<T>,
+}
+
+impl<T> CudaBuffer<T> {
+    /// Allocates `len` uninitialised values on `device`, used on the device's default stream.
+    pub fn new(device: &Device, len: usize) -> Result<CudaBuffer<T>, CudaBufferError> {
+        let Some(context) = device.cuda_context() else {
+            return Err(CudaBufferError::NotCuda(format!("{device:?}")));
+        };
+        let bytes = len
+            .checked_mul(std::mem::size_of::<T>())
+            .ok_or(CudaBufferError::TooLarge(len))?;
+        let allocation = device.allocate(bytes)?;
+        Ok(CudaBuffer {
+            allocation,
+            len,
+            stream: context.default_stream(),
+            _values: PhantomData,
+        })
+    }
+
+    /// The allocation behind the buffer.
+    pub fn allocation(&self) -> &Allocation {
+        &self.allocation
+    }
+}
+
+impl<T> DeviceSlice<T> for CudaBuffer<T> {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+}
+
+impl<T> DevicePtr<T> for CudaBuffer<T> {
+    fn device_ptr<'a>(&'a self, stream: &'a CudaStream) -> (sys::CUdeviceptr, SyncOnDrop<'a>) {
+        (self.allocation.addr(), SyncOnDrop::sync_stream(stream))
+    }
+}
+
+impl<T> DevicePtrMut<T> for CudaBuffer<T> {
+    fn device_ptr_mut<'a>(
+        &'a mut self,
+        stream: &'a CudaStream,
+    ) -> (sys::CUdeviceptr, SyncOnDrop<'a>) {
+        (self.allocation.addr(), SyncOnDrop::sync_stream(stream))
+    }
+}

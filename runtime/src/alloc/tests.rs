@@ -1,0 +1,790 @@
+//! Unit tests, one per rule of the allocator. Byte counts come from the allocator's statistics.
+
+use super::*;
+use crate::device::Device;
+use std::sync::Mutex as StdMutex;
+
+const KIB: usize = 1 << 10;
+const MIB: usize = 1 << 20;
+
+fn alloc(cap: Option<usize>, cfg: AllocatorConfig) -> CachingAllocator<HostBackend> {
+    let backend = match cap {
+        Some(c) => HostBackend::with_capacity(c),
+        None => HostBackend::new(),
+    };
+    CachingAllocator::with_config(backend, cfg).unwrap()
+}
+
+fn plain() -> CachingAllocator<HostBackend> {
+    alloc(None, AllocatorConfig::default())
+}
+
+fn check(a: &CachingAllocator<HostBackend>) {
+    a.check_invariants().unwrap();
+}
+
+#[test]
+fn rounds_to_512_bytes() {
+    assert_eq!(round_size(0), 512);
+    assert_eq!(round_size(1), 512);
+    assert_eq!(round_size(512), 512);
+    assert_eq!(round_size(513), 1024);
+    let a = plain();
+    let b = a.allocate(1000).unwrap();
+    assert_eq!((b.size, b.requested), (1024, 1000));
+    let s = a.stats();
+    assert_eq!(s.allocated_bytes, 1024);
+    assert_eq!(s.requested_bytes, 1000);
+    a.free(b);
+    check(&a);
+}
+
+#[test]
+fn rounds_to_power_of_two_divisions() {
+    let a = alloc(
+        None,
+        AllocatorConfig::default().with_roundup_power2_divisions(4),
+    );
+    // Below 512 * 4 bytes: plain rounding.
+    assert_eq!(a.rounded_size(1500), Some(1536));
+    // 1.3 MiB lies between 1 and 2 MiB: steps of 256 KiB, so 1.5 MiB.
+    assert_eq!(a.rounded_size(1_363_149), Some(1536 * KIB));
+    assert_eq!(a.rounded_size(4 * MIB), Some(4 * MIB));
+    assert_eq!(a.rounded_size(4 * MIB + 1), Some(5 * MIB));
+    let b = a.allocate(1_363_149).unwrap();
+    assert_eq!(a.stats().allocated_bytes, 1536 * KIB as u64);
+    a.free(b);
+}
+
+#[test]
+fn small_and_large_pools_use_their_segment_sizes() {
+    let a = plain();
+    let small = a.allocate(MIB).unwrap();
+    let snap = a.snapshot();
+    assert_eq!(snap.segments.len(), 1);
+    assert_eq!(snap.segments[0].pool, PoolKind::Small);
+    assert_eq!(snap.segments[0].size, SMALL_SEGMENT as u64);
+
+    // The exact-size 12 MiB segment first, so the 1 MiB request cannot be carved from it.
+    let big = a.allocate(11 * MIB + 1).unwrap();
+    let large = a.allocate(MIB + 1).unwrap();
+    let snap = a.snapshot();
+    let mut sizes: Vec<(PoolKind, u64)> = snap.segments.iter().map(|s| (s.pool, s.size)).collect();
+    sizes.sort_by_key(|x| x.1);
+    assert_eq!(
+        sizes,
+        vec![
+            (PoolKind::Small, 2 * MIB as u64),
+            (PoolKind::Large, 12 * MIB as u64),
+            (PoolKind::Large, 20 * MIB as u64)
+        ]
+    );
+    let s = a.stats();
+    assert_eq!(s.reserved_bytes, 34 * MIB as u64);
+    assert_eq!(
+        s.allocated_bytes,
+        (MIB + (MIB + 512) + (11 * MIB + 512)) as u64
+    );
+    assert_eq!(s.backend_allocs, 3);
+    // A second small request is carved from the same small segment.
+    let small2 = a.allocate(4 * KIB).unwrap();
+    assert_eq!(a.stats().backend_allocs, 3);
+    assert_eq!(small2.addr, small.addr + MIB as u64);
+    for b in [small, small2, large, big] {
+        a.free(b);
+    }
+    check(&a);
+}
+
+#[test]
+fn best_fit_picks_the_smallest_block_that_fits_then_the_lowest_address() {
+    let a = plain();
+    // One 20 MiB large segment cut into: 3 | x | 2 | x | 4 | x | 2 | rest
+    let sizes = [3, 1, 2, 1, 4, 1, 2, 1];
+    let blocks: Vec<Block> = sizes
+        .iter()
+        .map(|&m| a.allocate(m * MIB + 512).unwrap())
+        .collect();
+    assert_eq!(a.stats().backend_allocs, 1);
+    let addrs: Vec<u64> = blocks.iter().map(|b| b.addr).collect();
+    let mut keep = Vec::new();
+    for (i, b) in blocks.into_iter().enumerate() {
+        if i % 2 == 0 {
+            a.free(b);
+        } else {
+            keep.push(b);
+        }
+    }
+    // Free: 3 MiB at [0], 2 MiB at [2], 4 MiB at [4], 2 MiB at [6], and the segment's tail.
+    let b = a.allocate(2 * MIB).unwrap();
+    assert_eq!(b.addr, addrs[2], "the lower of the two 2 MiB holes");
+    let c = a.allocate(2 * MIB).unwrap();
+    assert_eq!(c.addr, addrs[6]);
+    let d = a.allocate(3 * MIB).unwrap();
+    assert_eq!(d.addr, addrs[0]);
+    assert_eq!(a.stats().backend_allocs, 1);
+    check(&a);
+    for x in [b, c, d].into_iter().chain(keep) {
+        a.free(x);
+    }
+    check(&a);
+    assert_eq!(a.snapshot().segments[0].blocks.len(), 1);
+}
+
+#[test]
+fn splits_only_when_the_remainder_is_worth_keeping() {
+    let a = plain();
+    // Small pool: any remainder of at least 512 bytes stays cached.
+    let s = a.allocate(1000).unwrap();
+    let snap = a.snapshot();
+    let blocks = &snap.segments[0].blocks;
+    assert_eq!(blocks.len(), 2);
+    assert_eq!((blocks[0].size, blocks[0].allocated), (1024, true));
+    assert_eq!(
+        (blocks[1].size, blocks[1].allocated),
+        (2 * MIB as u64 - 1024, false)
+    );
+    a.free(s);
+
+    // Large pool: a remainder of 1 MiB or less is not split off.
+    let x = a.allocate(19 * MIB + 512 * KIB).unwrap();
+    let st = a.stats();
+    assert_eq!(st.allocated_bytes, (19 * MIB + 512 * KIB) as u64);
+    assert_eq!(st.active_bytes, 20 * MIB as u64, "the whole 20 MiB block");
+    a.free(x);
+    // A remainder over 1 MiB is split off and reused.
+    let y = a.allocate(18 * MIB).unwrap();
+    let st = a.stats();
+    assert_eq!(st.active_bytes, 18 * MIB as u64);
+    assert_eq!(st.cached_free_bytes, 2 * MIB as u64 + 2 * MIB as u64);
+    a.free(y);
+    check(&a);
+}
+
+#[test]
+fn freeing_coalesces_with_free_neighbours_in_any_order() {
+    for order in [
+        [0, 1, 2],
+        [0, 2, 1],
+        [2, 1, 0],
+        [1, 0, 2],
+        [1, 2, 0],
+        [2, 0, 1],
+    ] {
+        let a = plain();
+        let mut blocks: Vec<Option<Block>> =
+            (0..3).map(|_| Some(a.allocate(4 * MIB).unwrap())).collect();
+        for i in order {
+            a.free(blocks[i].take().unwrap());
+            check(&a);
+        }
+        let snap = a.snapshot();
+        assert_eq!(snap.segments.len(), 1);
+        assert_eq!(snap.segments[0].blocks.len(), 1, "order {order:?}");
+        assert_eq!(a.stats().largest_free_block, 20 * MIB as u64);
+        // The coalesced segment serves a request as large as itself without a backend call.
+        let whole = a.allocate(20 * MIB).unwrap();
+        assert_eq!(a.stats().backend_allocs, 1);
+        a.free(whole);
+    }
+}
+
+#[test]
+fn max_split_size_keeps_large_blocks_whole() {
+    let a = alloc(
+        None,
+        AllocatorConfig::default().with_max_split_size(30 * MIB),
+    );
+    a.reserve(60 * MIB).unwrap();
+    // A request below the max split size does not take the oversize block.
+    let small = a.allocate(5 * MIB).unwrap();
+    let s = a.stats();
+    assert_eq!(s.backend_allocs, 2);
+    assert_eq!(s.reserved_bytes, 80 * MIB as u64);
+    // A request above it, within 20 MiB of the block, takes the block whole (not split).
+    let big = a.allocate(45 * MIB).unwrap();
+    let s = a.stats();
+    assert_eq!(s.backend_allocs, 2);
+    assert_eq!(s.allocated_bytes, 50 * MIB as u64);
+    assert_eq!(s.active_bytes, 65 * MIB as u64);
+    a.free(big);
+    // A request more than 20 MiB smaller than the oversize block does not take it.
+    let mid = a.allocate(32 * MIB).unwrap();
+    let s = a.stats();
+    assert_eq!(s.backend_allocs, 3);
+    assert_eq!(s.active_bytes, 37 * MIB as u64);
+    for b in [small, mid] {
+        a.free(b);
+    }
+    check(&a);
+
+    // Below the max split size, segments stay splittable even when 20 MiB would be oversize.
+    let a = alloc(
+        None,
+        AllocatorConfig::default().with_max_split_size(8 * MIB),
+    );
+    let b = a.allocate(3 * MIB).unwrap();
+    assert_eq!(a.stats().reserved_bytes, 3 * MIB as u64);
+    a.free(b);
+}
+
+#[test]
+fn garbage_collection_threshold_releases_least_recently_used_segments() {
+    let cfg = AllocatorConfig::default()
+        .with_memory_limit(100 * MIB as u64)
+        .with_garbage_collection_threshold(0.5);
+    let a = alloc(None, cfg);
+    let blocks: Vec<Block> = (0..3).map(|_| a.allocate(12 * MIB).unwrap()).collect();
+    let first = blocks[0].addr;
+    for b in blocks {
+        a.free(b);
+    }
+    assert_eq!(a.stats().reserved_bytes, 36 * MIB as u64);
+    // A 16 MiB segment would take reserved to 52 MiB > 50 MiB: the oldest idle segment goes.
+    let b = a.allocate(16 * MIB).unwrap();
+    let s = a.stats();
+    assert_eq!(s.reserved_bytes, 40 * MIB as u64);
+    assert_eq!(s.backend_frees, 1);
+    assert!(a.snapshot().segments.iter().all(|seg| seg.addr != first));
+    a.free(b);
+    check(&a);
+}
+
+#[test]
+fn memory_limit_bounds_reserved_bytes_and_the_allocator_survives() {
+    let a = alloc(
+        None,
+        AllocatorConfig::default().with_memory_limit(30 * MIB as u64),
+    );
+    assert_eq!(a.memory_limit(), Some(30 * MIB as u64));
+    let x = a.allocate(12 * MIB).unwrap();
+    let y = a.allocate(12 * MIB).unwrap();
+    let err = a.allocate(12 * MIB).unwrap_err();
+    assert_eq!(err.cause, OomCause::LimitReached);
+    assert_eq!(
+        (err.limit, err.reserved),
+        (Some(30 * MIB as u64), 24 * MIB as u64)
+    );
+    let msg = err.to_string();
+    assert!(msg.contains("memory limit reached"), "{msg}");
+    assert!(msg.contains("memory_limit"), "{msg}");
+    let s = a.stats();
+    assert_eq!(
+        (s.num_ooms, s.allocated_bytes, s.reserved_bytes),
+        (1, 24 * MIB as u64, 24 * MIB as u64)
+    );
+    // The 20 MiB segment does not fit under the limit, the exact 4 MiB one does.
+    let z = a.allocate(4 * MIB).unwrap();
+    assert_eq!(a.stats().reserved_bytes, 28 * MIB as u64);
+    for b in [x, y, z] {
+        a.free(b);
+    }
+    check(&a);
+
+    let frac = alloc(
+        Some(100 * MIB),
+        AllocatorConfig::default().with_memory_fraction(0.5),
+    );
+    assert_eq!(frac.memory_limit(), Some(50 * MIB as u64));
+    let unbounded = CachingAllocator::with_config(
+        HostBackend::new(),
+        AllocatorConfig::default().with_memory_fraction(0.5),
+    );
+    assert!(matches!(
+        unbounded,
+        Err(ConfigError::FractionWithoutCapacity { .. })
+    ));
+}
+
+#[test]
+fn backend_oom_releases_the_cache_and_retries() {
+    let a = alloc(Some(40 * MIB), AllocatorConfig::default());
+    let x = a.allocate(12 * MIB).unwrap();
+    a.free(x);
+    assert_eq!(a.stats().cached_free_bytes, 12 * MIB as u64);
+    let y = a.allocate(30 * MIB).unwrap();
+    let s = a.stats();
+    assert_eq!(s.alloc_retries, 1);
+    assert_eq!((s.backend_allocs, s.backend_frees), (2, 1));
+    assert_eq!(s.reserved_bytes, 30 * MIB as u64);
+    assert_eq!(s.num_ooms, 0);
+    a.free(y);
+    check(&a);
+}
+
+#[test]
+fn oom_message_names_fragmentation() {
+    let a = alloc(Some(40 * MIB), AllocatorConfig::default());
+    // Two 20 MiB segments of five 4 MiB blocks; free every other block.
+    let mut blocks: Vec<Option<Block>> = (0..10)
+        .map(|_| Some(a.allocate(4 * MIB).unwrap()))
+        .collect();
+    for i in [1, 3, 6, 8] {
+        a.free(blocks[i].take().unwrap());
+    }
+    let err = a.allocate(12 * MIB).unwrap_err();
+    assert_eq!(err.cause, OomCause::Fragmentation);
+    assert_eq!(err.cached_free, 16 * MIB as u64);
+    assert_eq!(err.largest_free_block, 4 * MIB as u64);
+    assert_eq!(err.allocated, 24 * MIB as u64);
+    let msg = err.to_string();
+    assert!(
+        msg.contains("fragmentation: 16.0 MiB cached free, but the largest free block is 4.0 MiB"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("max_split_size_mb") && msg.contains("empty_cache"),
+        "{msg}"
+    );
+    let s = a.stats();
+    assert_eq!(
+        (s.num_ooms, s.allocated_bytes, s.reserved_bytes),
+        (1, 24 * MIB as u64, 40 * MIB as u64)
+    );
+    // Intact: a request that fits still succeeds.
+    let ok = a.allocate(4 * MIB).unwrap();
+    a.free(ok);
+    for b in blocks.into_iter().flatten() {
+        a.free(b);
+    }
+    check(&a);
+}
+
+#[test]
+fn oom_message_names_a_full_device() {
+    let a = alloc(Some(16 * MIB), AllocatorConfig::default());
+    let err = a.allocate(32 * MIB).unwrap_err();
+    assert_eq!(err.cause, OomCause::DeviceFull);
+    assert_eq!(err.capacity, Some(16 * MIB as u64));
+    assert!(err.to_string().contains("the device is full"), "{err}");
+    assert_eq!(a.stats().num_ooms, 1);
+    // Requests too large to round are an OOM too, not a panic.
+    assert!(a.allocate(usize::MAX).is_err());
+    assert_eq!(a.stats().num_ooms, 2);
+}
+
+#[test]
+fn pressure_handlers_run_after_the_cache_and_can_free_memory() {
+    let device = Device::host_with_capacity(40 * MIB);
+    let kv_cache: Arc<StdMutex<Vec<crate::device::Allocation>>> = Arc::default();
+    for _ in 0..2 {
+        let a = device.allocate(16 * MIB).unwrap();
+        kv_cache.lock().unwrap().push(a);
+    }
+    let calls = Arc::new(AtomicU64::new(0));
+    let (cache, seen) = (Arc::clone(&kv_cache), Arc::clone(&calls));
+    let id = device.allocator().add_pressure_handler(move |needed| {
+        seen.fetch_add(1, Ordering::SeqCst);
+        assert_eq!(needed, 20 * MIB);
+        match cache.lock().unwrap().pop() {
+            Some(a) => {
+                let freed = a.size();
+                drop(a);
+                freed
+            }
+            None => 0,
+        }
+    });
+    let got = device.allocate(20 * MIB).unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(kv_cache.lock().unwrap().len(), 1);
+    let s = device.allocator().stats();
+    assert_eq!(s.allocated_bytes, 36 * MIB as u64);
+    assert_eq!(s.num_ooms, 0);
+    drop(got);
+    assert!(device.allocator().remove_pressure_handler(id));
+    assert!(!device.allocator().remove_pressure_handler(id));
+    kv_cache.lock().unwrap().clear();
+}
+
+#[test]
+fn a_handler_that_allocates_does_not_recurse() {
+    let device = Device::host_with_capacity(8 * MIB);
+    let inner = device.clone();
+    let calls = Arc::new(AtomicU64::new(0));
+    let seen = Arc::clone(&calls);
+    device.allocator().add_pressure_handler(move |_| {
+        seen.fetch_add(1, Ordering::SeqCst);
+        // Fails: no handler runs for it.
+        assert!(inner.allocate(64 * MIB).is_err());
+        0
+    });
+    assert!(device.allocate(32 * MIB).is_err());
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(device.allocator().stats().num_ooms, 2);
+}
+
+#[test]
+fn empty_cache_returns_free_segments_only() {
+    let a = plain();
+    let live = a.allocate(4 * KIB).unwrap();
+    let gone = a.allocate(4 * MIB).unwrap();
+    a.free(gone);
+    assert_eq!(a.empty_cache(), 20 * MIB as u64);
+    let s = a.stats();
+    assert_eq!(
+        (s.reserved_bytes, s.allocated_bytes),
+        (2 * MIB as u64, 4 * KIB as u64)
+    );
+    assert_eq!(a.empty_cache(), 0);
+    a.free(live);
+    assert_eq!(a.empty_cache(), 2 * MIB as u64);
+    assert_eq!(a.stats().reserved_bytes, 0);
+    check(&a);
+}
+
+#[test]
+fn reserve_preallocates_a_segment_large_requests_are_carved_from() {
+    let a = plain();
+    assert_eq!(a.reserve(64 * MIB).unwrap(), 64 * MIB as u64);
+    let blocks: Vec<Block> = [3, 17, 30]
+        .iter()
+        .map(|&m| a.allocate(m * MIB).unwrap())
+        .collect();
+    let s = a.stats();
+    assert_eq!((s.backend_allocs, s.reserved_bytes), (1, 64 * MIB as u64));
+    for b in blocks {
+        a.free(b);
+    }
+    check(&a);
+    let small = alloc(Some(8 * MIB), AllocatorConfig::default());
+    let err = small.reserve(16 * MIB).unwrap_err();
+    assert_eq!(err.cause, OomCause::DeviceFull);
+
+    let pre = alloc(None, AllocatorConfig::default().with_preallocate(24 * MIB));
+    assert_eq!(pre.stats().reserved_bytes, 24 * MIB as u64);
+    let e = CachingAllocator::with_config(
+        HostBackend::with_capacity(MIB),
+        AllocatorConfig::default().with_preallocate(2 * MIB),
+    )
+    .unwrap_err();
+    assert!(matches!(e, ConfigError::PreallocateFailed { bytes, .. } if bytes == 2 * MIB));
+}
+
+#[test]
+fn statistics_track_peaks_and_reset() {
+    let a = plain();
+    let x = a.allocate(3 * MIB).unwrap();
+    let y = a.allocate(5 * MIB).unwrap();
+    a.free(x);
+    let s = a.stats();
+    assert_eq!(s.peak_allocated_bytes, 8 * MIB as u64);
+    assert_eq!(s.allocated_bytes, 5 * MIB as u64);
+    assert_eq!((s.active_blocks, s.peak_active_blocks), (1, 2));
+    assert_eq!(s.cached_free_bytes, 15 * MIB as u64);
+    assert_eq!(s.largest_free_block, 12 * MIB as u64);
+    assert!((s.fragmentation - 0.75).abs() < 1e-12);
+    assert_eq!((s.num_allocs, s.num_frees, s.segments), (2, 1, 1));
+    a.reset_peak_stats();
+    let s = a.stats();
+    assert_eq!(s.peak_allocated_bytes, 5 * MIB as u64);
+    assert_eq!(s.peak_active_blocks, 1);
+    assert_eq!(s.peak_reserved_bytes, 20 * MIB as u64);
+    a.free(y);
+    a.empty_cache();
+    a.reset_peak_stats();
+    assert_eq!(a.stats().peak_reserved_bytes, 0);
+    assert_eq!(a.stats().fragmentation, 0.0);
+}
+
+#[test]
+fn trace_records_events_with_labels_in_a_bounded_ring() {
+    let a = alloc(None, AllocatorConfig::default().with_trace_capacity(4));
+    let x = {
+        let _label = TraceLabelGuard::new("batch 7");
+        a.allocate(4 * KIB).unwrap()
+    };
+    assert_eq!(trace_label(), None);
+    a.free(x);
+    let t = a.trace();
+    let kinds: Vec<TraceEventKind> = t.events.iter().map(|e| e.kind).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            TraceEventKind::SegmentAlloc,
+            TraceEventKind::Alloc,
+            TraceEventKind::Free
+        ]
+    );
+    assert_eq!(t.events[1].label.as_deref(), Some("batch 7"));
+    assert_eq!(t.events[1].size, 4 * KIB as u64);
+    assert_eq!(t.events[1].allocated_bytes, 4 * KIB as u64);
+    assert_eq!(t.events[2].label, None);
+    assert!(t.events.windows(2).all(|w| w[0].time_ns <= w[1].time_ns));
+    a.empty_cache();
+    let y = a.allocate(512).unwrap();
+    a.free(y);
+    let t = a.trace();
+    assert_eq!(t.events.len(), 4);
+    assert_eq!(t.dropped, 3);
+    assert_eq!(t.events[3].kind, TraceEventKind::Free);
+    let json: serde_json::Value = serde_json::from_str(&t.to_json()).unwrap();
+    assert_eq!(json["events"][0]["kind"], "segment_free");
+    a.clear_trace();
+    assert!(a.trace().events.is_empty());
+
+    let off = alloc(None, AllocatorConfig::default().with_trace_capacity(0));
+    let z = off.allocate(1).unwrap();
+    off.free(z);
+    assert!(off.trace().events.is_empty());
+}
+
+#[test]
+fn snapshot_lists_segments_and_blocks_as_json() {
+    let a = plain();
+    let x = a.allocate(1000).unwrap();
+    let snap = a.snapshot();
+    let json: serde_json::Value = serde_json::from_str(&snap.to_json()).unwrap();
+    assert_eq!(json["device"], "host");
+    assert_eq!(json["segments"][0]["pool"], "small");
+    assert_eq!(json["segments"][0]["blocks"][0]["requested"], 1000);
+    assert_eq!(json["segments"][0]["blocks"][0]["allocated"], true);
+    assert_eq!(json["segments"][0]["blocks"][1]["allocated"], false);
+    assert_eq!(json["stats"]["allocated_bytes"], 1024);
+    a.free(x);
+}
+
+#[test]
+fn block_ids_are_unique_and_memory_is_aligned() {
+    let a = plain();
+    let b1 = a.allocate(100).unwrap();
+    let b2 = a.allocate(100).unwrap();
+    let id2 = b2.id;
+    a.free(b2);
+    let b3 = a.allocate(100).unwrap();
+    assert_eq!(b3.addr % 64, 0);
+    assert!(b1.id != id2 && b3.id != id2 && b3.id != b1.id);
+    a.free(b1);
+    a.free(b3);
+}
+
+#[test]
+fn workspace_hands_out_non_overlapping_views() {
+    let device = Device::isolated_host();
+    let mut ws = Workspace::new(&device, 10 * KIB).unwrap();
+    assert_eq!(device.allocator().stats().allocated_bytes, 10 * KIB as u64);
+    {
+        let mut v = ws.view(4 * KIB).unwrap();
+        assert_eq!(v.len(), 4 * KIB);
+        v.as_f32_mut().unwrap().fill(1.5);
+    }
+    let [mut a, mut b] = ws.views([3 * KIB, 5000]).unwrap();
+    assert!(a.addr() + a.len() as u64 <= b.addr());
+    assert_eq!(b.addr() % 256, 0);
+    assert_eq!(a.as_f32_mut().unwrap()[0], 1.5);
+    b.as_bytes_mut().unwrap().fill(7);
+    let err = ws.view(10 * KIB + 1).unwrap_err();
+    assert!(err.to_string().contains("largest size"), "{err}");
+    assert!(ws.views([6 * KIB, 5 * KIB]).is_err());
+    // Views never allocate.
+    let s = device.allocator().stats();
+    assert_eq!((s.num_allocs, s.allocated_bytes), (1, 10 * KIB as u64));
+    drop(ws);
+    assert_eq!(device.allocator().stats().allocated_bytes, 0);
+}
+
+#[cfg(unix)]
+#[test]
+fn expandable_segment_grows_at_its_tail_and_shrinks_on_empty_cache() {
+    let cfg = AllocatorConfig::default().with_expandable_segments(true);
+    let a = alloc(Some(64 * MIB), cfg);
+    let x = a.allocate(5 * MIB).unwrap();
+    let s = a.stats();
+    // 5 MiB rounded up to the 2 MiB granularity, not a 20 MiB segment.
+    assert_eq!(
+        (s.reserved_bytes, s.segments, s.backend_allocs),
+        (6 * MIB as u64, 1, 1)
+    );
+    // x's block keeps its 1 MiB slack (the large pool splits off only remainders over 1 MiB),
+    // so y's pages are mapped right after it.
+    assert_eq!(a.stats().active_bytes, 6 * MIB as u64);
+    let y = a.allocate(3 * MIB).unwrap();
+    assert_eq!(y.addr, x.addr + 6 * MIB as u64);
+    assert_eq!(a.stats().reserved_bytes, 10 * MIB as u64);
+    let snap = a.snapshot();
+    assert_eq!(snap.segments.len(), 1);
+    assert!(snap.segments[0].expandable);
+    // Memory is usable.
+    // SAFETY: the block holds 3 MiB of mapped host memory owned by this test.
+    unsafe { std::ptr::write_bytes(y.addr as *mut u8, 0xab, 3 * MIB) };
+    let x_addr = x.addr;
+    a.free(x);
+    check(&a);
+    // The freed head serves what fits in it; a larger request maps pages at the end.
+    let v = a.allocate(6 * MIB).unwrap();
+    assert_eq!(v.addr, x_addr);
+    a.free(v);
+    let z = a.allocate(12 * MIB).unwrap();
+    assert_eq!(z.addr, y.addr + 4 * MIB as u64);
+    assert_eq!(a.stats().reserved_bytes, 22 * MIB as u64);
+    a.free(z);
+    check(&a);
+    // A free tail grows by only the missing bytes.
+    let t = a.allocate(16 * MIB).unwrap();
+    assert_eq!(t.addr, y.addr + 4 * MIB as u64);
+    assert_eq!(a.stats().reserved_bytes, 26 * MIB as u64);
+    a.free(t);
+    // empty_cache unmaps the free tail in whole granules; the live block stays mapped.
+    assert_eq!(a.empty_cache(), 16 * MIB as u64);
+    assert_eq!(a.stats().reserved_bytes, 10 * MIB as u64);
+    assert_eq!(a.backend().in_use(), 10 * MIB);
+    check(&a);
+    a.free(y);
+    assert_eq!(a.empty_cache(), 10 * MIB as u64);
+    let s = a.stats();
+    assert_eq!((s.reserved_bytes, s.segments), (0, 0));
+    assert_eq!(a.backend().in_use(), 0);
+    check(&a);
+    // Growing again after it was emptied.
+    let w = a.allocate(40 * MIB).unwrap();
+    assert_eq!(a.stats().reserved_bytes, 40 * MIB as u64);
+    a.free(w);
+}
+
+#[cfg(unix)]
+#[test]
+fn expandable_segment_serves_the_large_request_that_fragmentation_refuses() {
+    // Holes between live blocks cannot serve 8 MiB, but the segment can grow at its end: no
+    // contiguous hole among segments is needed, only free pages on the device.
+    let cfg = AllocatorConfig::default().with_expandable_segments(true);
+    let a = alloc(Some(40 * MIB), cfg);
+    let mut blocks: Vec<Option<Block>> =
+        (0..8).map(|_| Some(a.allocate(4 * MIB).unwrap())).collect();
+    for i in [1, 3, 5] {
+        a.free(blocks[i].take().unwrap());
+    }
+    // 32 MiB mapped, 20 MiB live, 12 MiB in 4 MiB holes: 8 MiB more pages fit the device.
+    let big = a.allocate(8 * MIB).unwrap();
+    assert_eq!(a.stats().reserved_bytes, 40 * MIB as u64);
+    assert_eq!(a.stats().num_ooms, 0);
+    a.free(big);
+    for b in blocks.into_iter().flatten() {
+        a.free(b);
+    }
+    check(&a);
+}
+
+#[test]
+fn expandable_segments_need_a_backend_that_maps_pages() {
+    struct Plain(HostBackend);
+    impl Backend for Plain {
+        fn name(&self) -> String {
+            "plain".into()
+        }
+        fn capacity(&self) -> Option<usize> {
+            None
+        }
+        fn host_addressable(&self) -> bool {
+            true
+        }
+        fn alloc_segment(&self, bytes: usize) -> Result<u64, BackendError> {
+            self.0.alloc_segment(bytes)
+        }
+        unsafe fn free_segment(&self, addr: u64, bytes: usize) {
+            // SAFETY: forwarded contract.
+            unsafe { self.0.free_segment(addr, bytes) }
+        }
+    }
+    let e = CachingAllocator::with_config(
+        Plain(HostBackend::new()),
+        AllocatorConfig::default().with_expandable_segments(true),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&e, ConfigError::Unsupported { key, .. } if key == "expandable_segments"),
+        "{e}"
+    );
+}
+
+#[test]
+fn html_report_shows_the_timeline_by_label_and_the_segment_map() {
+    let device =
+        Device::host_with_config(AllocatorConfig::default().with_trace_capacity(64)).unwrap();
+    let keep = {
+        let _l = TraceLabelGuard::new("batch <1> & \"co\"");
+        let a = device.allocate(3 * MIB).unwrap();
+        let b = device.allocate(1000).unwrap();
+        drop(a);
+        b
+    };
+    let _later = {
+        let _l = TraceLabelGuard::new("batch 2");
+        device.allocate(5 * MIB).unwrap()
+    };
+    let html = crate::memory::html_report(&device, "run <x>");
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    assert!(html.contains("<title>run &lt;x&gt;</title>"));
+    assert!(html.contains("batch &lt;1&gt; &amp; &quot;co&quot;"));
+    assert!(!html.contains("<x>") && !html.contains("<1>"));
+    assert!(!html.contains("<script"));
+    assert_eq!(html.matches("class=\"band\"").count(), 2);
+    assert!(html.contains("class=\"reserved\"") && html.contains("class=\"allocated\""));
+    let snap = device.allocator().snapshot();
+    let live = snap
+        .segments
+        .iter()
+        .flat_map(|s| &s.blocks)
+        .filter(|b| b.allocated)
+        .count();
+    let free = snap
+        .segments
+        .iter()
+        .flat_map(|s| &s.blocks)
+        .filter(|b| !b.allocated)
+        .count();
+    assert_eq!(live, 2);
+    assert_eq!(html.matches("class=\"blk alloc\"").count(), live);
+    assert_eq!(html.matches("class=\"blk free\"").count(), free);
+    assert_eq!(html.matches("class=\"seg\"").count(), snap.segments.len());
+    drop(keep);
+
+    let quiet = Device::isolated_host();
+    let html = crate::memory::html_report(&quiet, "quiet");
+    assert!(html.contains("No events recorded") && html.contains("No segments reserved"));
+}
+
+#[cfg(unix)]
+#[test]
+fn expandable_segment_blocks_are_exempt_from_max_split_size() {
+    let cfg = AllocatorConfig::default()
+        .with_expandable_segments(true)
+        .with_max_split_size(8 * MIB);
+    let a = alloc(Some(64 * MIB), cfg);
+    // 7 MiB maps an 8 MiB tail, at the max split size: still served, and split.
+    let x = a.allocate(7 * MIB).unwrap();
+    let y = a.allocate(20 * MIB).unwrap();
+    a.free(y);
+    // The free 20 MiB tail is larger than the max split size, yet serves a small request.
+    let z = a.allocate(2 * MIB).unwrap();
+    assert_eq!(a.stats().active_bytes, 8 * MIB as u64 + 2 * MIB as u64);
+    assert_eq!(a.stats().num_ooms, 0);
+    a.free(x);
+    a.free(z);
+    check(&a);
+}
+
+#[test]
+fn public_types_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<DeviceAllocator>();
+    send_sync::<Device>();
+    send_sync::<crate::device::Allocation>();
+    send_sync::<Workspace>();
+    send_sync::<OutOfMemory>();
+}
+
+#[test]
+fn garbage_collection_threshold_uses_the_capacity_without_a_limit() {
+    let cfg = AllocatorConfig::default().with_garbage_collection_threshold(0.5);
+    let a = alloc(Some(64 * MIB), cfg);
+    let x = a.allocate(12 * MIB).unwrap();
+    a.free(x);
+    // 12 MiB cached + a 24 MiB segment > 32 MiB: the idle segment goes first.
+    let y = a.allocate(24 * MIB).unwrap();
+    let s = a.stats();
+    assert_eq!(
+        (s.reserved_bytes, s.backend_frees, s.alloc_retries),
+        (24 * MIB as u64, 1, 0)
+    );
+    a.free(y);
+}

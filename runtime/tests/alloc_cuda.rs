@@ -1,0 +1,129 @@
+//! CUDA backend. Without a driver `Device::cuda(0)` must return the typed error (cudarc alone
+//! would panic); with a GPU, an alloc/free/stats round trip and a `CudaBuffer` copy through
+//! cudarc. Set `VRAMGUARD_REQUIRE_GPU=1` (scripts/gpu-check.sh does) to fail instead of skip.
+
+use vramguard_runtime::alloc::cuda::{driver_present, CudaBuffer};
+use vramguard_runtime::alloc::AllocatorConfig;
+use vramguard_runtime::device::DeviceError;
+use vramguard_runtime::{memory, Device};
+
+fn require_gpu() -> bool {
+    std::env::var("VRAMGUARD_REQUIRE_GPU").is_ok_and(|v| v == "1")
+}
+
+fn skip(why: &str) {
+    assert!(!require_gpu(), "VRAMGUARD_REQUIRE_GPU=1 but {why}");
+    eprintln!("skipping the GPU part: {why}");
+}
+
+#[test]
+fn cuda_device_is_a_typed_error_without_a_driver_and_round_trips_with_one() {
+    let device = match Device::cuda(0) {
+        Err(DeviceError::NoDriver) => {
+            assert!(!driver_present());
+            let msg = DeviceError::NoDriver.to_string();
+            assert!(
+                msg.contains("libcuda") && msg.contains("Device::Host"),
+                "{msg}"
+            );
+            // Asking again gives the same answer, still without a panic.
+            assert!(matches!(Device::cuda(1), Err(DeviceError::NoDriver)));
+            assert!(matches!(
+                Device::cuda_with_config(0, AllocatorConfig::default()),
+                Err(DeviceError::NoDriver)
+            ));
+            return skip("no CUDA driver (libcuda.so) on this machine");
+        }
+        Err(e @ DeviceError::NoDevice { .. }) => return skip(&e.to_string()),
+        Err(e) => panic!("unexpected error opening cuda:0: {e}"),
+        Ok(d) => d,
+    };
+    assert!(device.is_cuda() && !device.is_host());
+    assert_eq!(Device::cuda(0).unwrap(), device, "one allocator per GPU");
+    let capacity = device.allocator().backend().capacity().unwrap();
+    assert!(capacity > 0);
+
+    let allocator = device.allocator();
+    let before = memory::stats(&device);
+    {
+        let a = device.allocate(1000).unwrap();
+        assert_eq!(a.size(), 1024);
+        assert!(a.host_ptr().is_none());
+        assert_eq!(a.addr() % 256, 0);
+        let b = device.allocate(5 << 20).unwrap();
+        let s = memory::stats(&device);
+        assert_eq!(s.allocated_bytes, before.allocated_bytes + 1024 + (5 << 20));
+        drop((a, b));
+    }
+    let s = memory::stats(&device);
+    assert_eq!(s.allocated_bytes, before.allocated_bytes);
+    allocator.check_invariants().unwrap();
+
+    // A CudaBuffer through cudarc: copy in, copy out.
+    let context = device.cuda_context().unwrap().clone();
+    let stream = context.default_stream();
+    let values: Vec<f32> = (0..4096).map(|i| i as f32).collect();
+    let mut buf = CudaBuffer::<f32>::new(&device, values.len()).unwrap();
+    stream.memcpy_htod(&values, &mut buf).unwrap();
+    let back: Vec<f32> = stream.clone_dtoh(&buf).unwrap();
+    assert_eq!(back, values);
+    drop(buf);
+
+    // An impossible request fails with the typed error and leaves the allocator intact.
+    let err = device.allocate(capacity * 2).unwrap_err();
+    assert!(err.to_string().contains("cuda:0"), "{err}");
+    memory::empty_cache(&device);
+    let s = memory::stats(&device);
+    assert_eq!(s.allocated_bytes, before.allocated_bytes);
+    assert_eq!(s.backend_allocs - s.backend_frees, s.segments);
+}
+
+#[test]
+fn expandable_segments_on_the_gpu_map_and_unmap_pages() {
+    let config = AllocatorConfig::default().with_expandable_segments(true);
+    let device = match Device::cuda_with_config(0, config) {
+        Ok(d) => d,
+        Err(DeviceError::NoDriver) => return skip("no CUDA driver (libcuda.so) on this machine"),
+        Err(e @ DeviceError::NoDevice { .. }) => return skip(&e.to_string()),
+        Err(DeviceError::Config(e)) => {
+            // The GPU lacks virtual memory management: a typed error, not a crash.
+            assert!(e.to_string().contains("expandable_segments"), "{e}");
+            return skip(&format!("no virtual memory management on this GPU: {e}"));
+        }
+        Err(e) => panic!("unexpected error opening cuda:0: {e}"),
+    };
+    let allocator = device.allocator();
+    let granularity = {
+        use vramguard_runtime::alloc::Backend;
+        allocator.backend().virtual_memory().unwrap().granularity() as u64
+    };
+    let a = device.allocate(5 << 20).unwrap();
+    let s = memory::stats(&device);
+    assert_eq!(s.reserved_bytes, (5u64 << 20).next_multiple_of(granularity));
+    assert_eq!(s.segments, 1);
+    let b = device.allocate(30 << 20).unwrap();
+    // The pages are usable: copy through them.
+    let values: Vec<f32> = (0..(30 << 18)).map(|i| (i % 977) as f32).collect();
+    let mut back = vec![0f32; values.len()];
+    // SAFETY: `b` holds 30 MiB of device memory owned by this test; the copies are synchronous.
+    unsafe {
+        cudarc::driver::result::memcpy_htod_sync(b.addr(), &values).unwrap();
+        cudarc::driver::result::memcpy_dtoh_sync(&mut back, b.addr()).unwrap();
+    }
+    assert_eq!(back, values);
+    let snap = memory::snapshot(&device);
+    assert_eq!(snap.segments.len(), 1);
+    assert!(snap.segments[0].expandable);
+    drop((a, b));
+    allocator.check_invariants().unwrap();
+    let reserved = memory::stats(&device).reserved_bytes;
+    assert_eq!(memory::empty_cache(&device), reserved);
+    let s = memory::stats(&device);
+    assert_eq!((s.reserved_bytes, s.segments), (0, 0));
+}
+
+#[test]
+fn cuda_buffer_needs_a_cuda_device() {
+    let err = CudaBuffer::<f32>::new(&Device::isolated_host(), 16).unwrap_err();
+    assert!(err.to_string().contains("Device::cuda"), "{err}");
+}

@@ -1,0 +1,143 @@
+//! The article's case: free memory remains but a large request fails ("4 GB free, a 3 GB
+//! allocation fails"), reproduced on a 20 MiB host device, and the remedies that make the same
+//! sequence succeed: coalescing (drop what is no longer needed), `empty_cache` (when another
+//! allocator needs the memory), preallocation (a `Workspace`, or `reserve` with
+//! `max_split_size`).
+
+use std::sync::Arc;
+use vramguard_runtime::alloc::{
+    Backend, BackendError, CachingAllocator, HostBackend, OomCause, Workspace,
+};
+use vramguard_runtime::device::Allocation;
+use vramguard_runtime::{memory, Device};
+
+const MIB: usize = 1 << 20;
+const CAPACITY: usize = 20 * MIB;
+/// Activation sizes of the variable-length batches (MiB): sequences grow batch by batch.
+const ACTIVATIONS: [usize; 6] = [2, 3, 4, 5, 6, 7];
+/// Each batch keeps an output of this size (the article's `results.append(out)`).
+const OUTPUT: usize = 3 * MIB / 2;
+/// The request that fails: a final large buffer. 9 MiB of outputs + 9 MiB fit in 20 MiB.
+const BIG: usize = 9 * MIB;
+
+/// Runs the batches; activations come from `workspace` when given.
+fn batches(device: &Device, mut workspace: Option<&mut Workspace>) -> Vec<Allocation> {
+    let mut outputs = Vec::new();
+    for &mib in &ACTIVATIONS {
+        let activation = match workspace.as_deref_mut() {
+            Some(ws) => {
+                let view = ws.view(mib * MIB).unwrap();
+                assert_eq!(view.len(), mib * MIB);
+                None
+            }
+            None => Some(device.allocate(mib * MIB).unwrap()),
+        };
+        outputs.push(device.allocate(OUTPUT).unwrap());
+        drop(activation);
+    }
+    outputs
+}
+
+#[test]
+fn free_memory_remains_but_a_large_request_fails_with_fragmentation() {
+    let device = Device::host_with_capacity(CAPACITY);
+    let outputs = batches(&device, None);
+    let before = memory::stats(&device);
+    assert_eq!(before.allocated_bytes, (ACTIVATIONS.len() * OUTPUT) as u64);
+    let err = device.allocate(BIG).unwrap_err();
+    assert_eq!(err.cause, OomCause::Fragmentation);
+    // Outputs pinned between the holes the activations left.
+    assert_eq!(err.cached_free, 19 * MIB as u64 / 2);
+    assert_eq!(err.largest_free_block, 7 * MIB as u64);
+    let msg = err.to_string();
+    assert!(
+        msg.contains("fragmentation: 9.5 MiB cached free, but the largest free block is 7.0 MiB"),
+        "{msg}"
+    );
+    let after = memory::stats(&device);
+    assert_eq!(after.num_ooms, 1);
+    assert_eq!(after.allocated_bytes, before.allocated_bytes);
+    assert_eq!(after.reserved_bytes, CAPACITY as u64);
+    drop(outputs);
+}
+
+#[test]
+fn coalescing_freed_outputs_makes_the_request_succeed() {
+    let device = Device::host_with_capacity(CAPACITY);
+    let outputs = batches(&device, None);
+    assert!(device.allocate(BIG).is_err());
+    let segments = memory::stats(&device).backend_allocs;
+    // The outputs are consumed: dropping them merges every hole with its neighbours.
+    drop(outputs);
+    let s = memory::stats(&device);
+    assert_eq!(s.allocated_bytes, 0);
+    assert_eq!(s.largest_free_block, CAPACITY as u64);
+    let big = device.allocate(BIG).unwrap();
+    assert_eq!(
+        memory::stats(&device).backend_allocs,
+        segments,
+        "served from the cache"
+    );
+    drop(big);
+    device.allocator().check_invariants().unwrap();
+}
+
+#[test]
+fn a_preallocated_workspace_makes_the_same_sequence_succeed() {
+    let device = Device::host_with_capacity(CAPACITY);
+    // Preallocate the largest buffer once and slice it: activations and the final buffer.
+    let largest = (ACTIVATIONS.iter().max().unwrap() * MIB).max(BIG);
+    let mut ws = Workspace::new(&device, largest).unwrap();
+    let outputs = batches(&device, Some(&mut ws));
+    let big = ws.view(BIG).unwrap();
+    assert_eq!(big.len(), BIG);
+    let s = memory::stats(&device);
+    assert_eq!(
+        s.allocated_bytes,
+        (largest + ACTIVATIONS.len() * OUTPUT) as u64
+    );
+    assert_eq!(s.num_ooms, 0);
+    drop(outputs);
+}
+
+/// One device shared by two allocators (two models), as on a GPU.
+struct Shared(Arc<HostBackend>);
+
+impl Backend for Shared {
+    fn name(&self) -> String {
+        "shared-host".into()
+    }
+    fn capacity(&self) -> Option<usize> {
+        self.0.capacity()
+    }
+    fn host_addressable(&self) -> bool {
+        true
+    }
+    fn alloc_segment(&self, bytes: usize) -> Result<u64, BackendError> {
+        self.0.alloc_segment(bytes)
+    }
+    unsafe fn free_segment(&self, addr: u64, bytes: usize) {
+        // SAFETY: forwarded contract.
+        unsafe { self.0.free_segment(addr, bytes) }
+    }
+}
+
+#[test]
+fn empty_cache_gives_cached_memory_back_to_another_model() {
+    let gpu = Arc::new(HostBackend::with_capacity(CAPACITY));
+    let model_a = CachingAllocator::new(Shared(Arc::clone(&gpu)));
+    let model_b = CachingAllocator::new(Shared(Arc::clone(&gpu)));
+    // Model A ran its batches and freed everything, but its cache still holds the memory.
+    let blocks: Vec<_> = (0..5).map(|_| model_a.allocate(4 * MIB).unwrap()).collect();
+    for b in blocks {
+        model_a.free(b);
+    }
+    assert_eq!(model_a.stats().reserved_bytes, CAPACITY as u64);
+    let err = model_b.allocate(BIG).unwrap_err();
+    assert_eq!(err.cause, OomCause::DeviceFull);
+    // Model A returns its cache: model B's request now succeeds.
+    assert_eq!(model_a.empty_cache(), CAPACITY as u64);
+    let big = model_b.allocate(BIG).unwrap();
+    assert_eq!(model_b.stats().allocated_bytes, BIG as u64);
+    model_b.free(big);
+}

@@ -1,0 +1,192 @@
+//! Property test: random sequences of alloc / free / empty_cache / reserve on a bounded host
+//! device, checked against a simple reference model after every step.
+//!
+//! Checked: no two live blocks overlap, every live block lies inside one segment, the blocks
+//! tile their segments, the statistics equal the model's (allocated, requested, live blocks,
+//! allocs, frees, OOMs), reserved stays within the capacity, and after freeing everything and
+//! `empty_cache()` reserved is 0 and every segment went back to the backend. Configurations:
+//! defaults, max split size, limit + GC threshold, expandable segments (alone, and with a limit
+//! and a max split size).
+
+use proptest::prelude::*;
+use std::collections::HashMap;
+use vramguard_runtime::alloc::{round_size, AllocatorConfig, HostBackend, OomCause};
+use vramguard_runtime::device::Allocation;
+use vramguard_runtime::{memory, Device};
+
+const MIB: usize = 1 << 20;
+const CAPACITY: usize = 96 * MIB;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Alloc(usize),
+    Free(usize),
+    EmptyCache,
+    Reserve(usize),
+}
+
+fn size() -> impl Strategy<Value = usize> {
+    prop_oneof![
+        6 => 1usize..=64 * 1024,
+        3 => 64 * 1024..=MIB,
+        3 => MIB + 1..=8 * MIB,
+        1 => 8 * MIB..=40 * MIB,
+    ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        10 => size().prop_map(Op::Alloc),
+        8 => any::<usize>().prop_map(Op::Free),
+        1 => Just(Op::EmptyCache),
+        1 => (MIB..=24 * MIB).prop_map(Op::Reserve),
+    ]
+}
+
+fn config() -> impl Strategy<Value = AllocatorConfig> {
+    prop_oneof![
+        Just(AllocatorConfig::default()),
+        Just(AllocatorConfig::default().with_max_split_size(16 * MIB)),
+        Just(
+            AllocatorConfig::default()
+                .with_memory_limit(64 * MIB as u64)
+                .with_garbage_collection_threshold(0.6)
+        ),
+        Just(AllocatorConfig::default().with_expandable_segments(true)),
+        Just(
+            AllocatorConfig::default()
+                .with_expandable_segments(true)
+                .with_memory_limit(48 * MIB as u64)
+                .with_max_split_size(8 * MIB)
+        ),
+    ]
+}
+
+#[derive(Default)]
+struct Model {
+    live: HashMap<u64, (usize, usize)>,
+    allocs: u64,
+    frees: u64,
+    ooms: u64,
+}
+
+impl Model {
+    fn allocated(&self) -> u64 {
+        self.live.values().map(|&(r, _)| r as u64).sum()
+    }
+    fn requested(&self) -> u64 {
+        self.live.values().map(|&(_, q)| q as u64).sum()
+    }
+}
+
+fn check(device: &Device, model: &Model, live: &[Allocation]) {
+    device.allocator().check_invariants().unwrap();
+    let s = memory::stats(device);
+    assert_eq!(s.allocated_bytes, model.allocated());
+    assert_eq!(s.requested_bytes, model.requested());
+    assert_eq!(s.active_blocks, model.live.len() as u64);
+    assert_eq!(
+        (s.num_allocs, s.num_frees, s.num_ooms),
+        (model.allocs, model.frees, model.ooms)
+    );
+    assert!(s.reserved_bytes <= CAPACITY as u64);
+    assert!(s.active_bytes >= s.allocated_bytes);
+    assert_eq!(s.cached_free_bytes, s.reserved_bytes - s.active_bytes);
+    if !device.allocator().config().expandable_segments {
+        // With expandable segments, page maps and unmaps count as backend calls too.
+        assert_eq!(s.segments, s.backend_allocs - s.backend_frees);
+    }
+
+    let snap = memory::snapshot(device);
+    assert_eq!(
+        snap.segments.iter().map(|g| g.size).sum::<u64>(),
+        s.reserved_bytes
+    );
+    let mut spans: Vec<(u64, u64)> = live.iter().map(|a| (a.addr(), a.size() as u64)).collect();
+    spans.sort_unstable();
+    for w in spans.windows(2) {
+        assert!(w[0].0 + w[0].1 <= w[1].0, "live blocks overlap: {w:?}");
+    }
+    for a in live {
+        let (addr, size) = (a.addr(), a.size() as u64);
+        let seg = snap
+            .segments
+            .iter()
+            .find(|g| g.addr <= addr && addr + size <= g.addr + g.size)
+            .unwrap_or_else(|| panic!("block {addr:#x} lies in no segment"));
+        assert!(seg
+            .blocks
+            .iter()
+            .any(|b| b.addr == addr && b.allocated && b.size >= size));
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+    #[test]
+    fn allocator_matches_the_reference_model(
+        cfg in config(),
+        ops in proptest::collection::vec(op(), 1..120),
+    ) {
+        let device = Device::host_pool(HostBackend::with_capacity(CAPACITY), cfg).unwrap();
+        let mut model = Model::default();
+        let mut live: Vec<Allocation> = Vec::new();
+        for op in ops {
+            match op {
+                Op::Alloc(n) => match device.allocate(n) {
+                    Ok(a) => {
+                        prop_assert_eq!(a.size(), round_size(n));
+                        prop_assert_eq!(a.requested_bytes(), n);
+                        prop_assert_eq!(a.addr() % 64, 0);
+                        model.live.insert(a.addr(), (round_size(n), n));
+                        model.allocs += 1;
+                        live.push(a);
+                    }
+                    Err(e) => {
+                        model.ooms += 1;
+                        prop_assert_eq!(e.allocated, model.allocated());
+                        if e.cause == OomCause::Fragmentation {
+                            prop_assert!(e.cached_free >= round_size(n) as u64);
+                            prop_assert!(e.largest_free_block < round_size(n) as u64);
+                        }
+                    }
+                },
+                Op::Free(i) if !live.is_empty() => {
+                    let a = live.swap_remove(i % live.len());
+                    model.live.remove(&a.addr());
+                    model.frees += 1;
+                    drop(a);
+                }
+                Op::Free(_) => {}
+                Op::EmptyCache => {
+                    let before = memory::stats(&device).reserved_bytes;
+                    let released = memory::empty_cache(&device);
+                    let after = memory::stats(&device);
+                    prop_assert_eq!(after.reserved_bytes, before - released);
+                    // Only segments holding a live block remain.
+                    let snap = memory::snapshot(&device);
+                    prop_assert!(snap.segments.iter().all(|g| g.blocks.iter().any(|b| b.allocated)));
+                }
+                Op::Reserve(n) => {
+                    if let Err(e) = memory::reserve(&device, n) {
+                        model.ooms += 1;
+                        prop_assert_eq!(e.allocated, model.allocated());
+                    }
+                }
+            }
+            check(&device, &model, &live);
+        }
+        drop(live);
+        model.live.clear();
+        memory::empty_cache(&device);
+        let s = memory::stats(&device);
+        prop_assert_eq!(s.reserved_bytes, 0);
+        prop_assert_eq!(s.allocated_bytes, 0);
+        prop_assert_eq!(s.active_bytes, 0);
+        prop_assert_eq!(s.segments, 0);
+        if !device.allocator().config().expandable_segments {
+            prop_assert_eq!(s.backend_allocs, s.backend_frees);
+        }
+        prop_assert_eq!(s.num_allocs, s.num_frees);
+    }
+}

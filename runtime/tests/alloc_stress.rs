@@ -1,0 +1,174 @@
+//! Multi-thread stress: 8 threads × 12,500 operations (100,000 in all) on one allocator, each
+//! thread writing its id into its blocks and checking it before the free (an overlap between
+//! two live blocks would show up as a foreign id). Ends with exact statistics and the
+//! allocator's invariants; runs on a bounded device (plain and with expandable segments) count
+//! every OOM exactly.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use vramguard_runtime::device::Allocation;
+use vramguard_runtime::{memory, Device};
+
+const THREADS: usize = 8;
+const OPS_PER_THREAD: usize = 12_500;
+const MAX_LIVE: usize = 24;
+
+/// xorshift64*: deterministic per thread, no dependency.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Mostly small sizes, some up to 4 MiB.
+fn size(rng: &mut Rng) -> usize {
+    match rng.below(16) {
+        0..=9 => 1 + rng.below(16 << 10) as usize,
+        10..=13 => 1 + rng.below(1 << 20) as usize,
+        _ => 1 + rng.below(4 << 20) as usize,
+    }
+}
+
+fn stamp(a: &Allocation, tag: u64) {
+    let p = a.host_ptr().unwrap() as *mut u64;
+    let last = (a.requested_bytes() / 8).saturating_sub(1);
+    // SAFETY: the allocation holds at least `requested_bytes` bytes, 64-byte aligned, and this
+    // thread owns it.
+    unsafe {
+        p.write(tag);
+        p.add(last).write(tag);
+    }
+}
+
+fn verify(a: &Allocation, tag: u64) {
+    let p = a.host_ptr().unwrap() as *const u64;
+    let last = (a.requested_bytes() / 8).saturating_sub(1);
+    // SAFETY: as in `stamp`; written by this thread.
+    let (first, end) = unsafe { (p.read(), p.add(last).read()) };
+    assert_eq!(
+        (first, end),
+        (tag, tag),
+        "block {:#x} was overwritten",
+        a.addr()
+    );
+}
+
+struct Counts {
+    allocs: AtomicU64,
+    frees: AtomicU64,
+    ooms: AtomicU64,
+}
+
+fn hammer(device: &Device) -> Counts {
+    let counts = Arc::new(Counts {
+        allocs: AtomicU64::new(0),
+        frees: AtomicU64::new(0),
+        ooms: AtomicU64::new(0),
+    });
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let (device, counts) = (device.clone(), Arc::clone(&counts));
+            s.spawn(move || {
+                let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ ((t as u64 + 1) * 0x1234_5678));
+                let mut live: Vec<(Allocation, u64)> = Vec::new();
+                for op in 0..OPS_PER_THREAD {
+                    let tag = ((t as u64) << 32) | op as u64;
+                    if !live.is_empty() && (live.len() >= MAX_LIVE || rng.below(2) == 0) {
+                        let i = rng.below(live.len() as u64) as usize;
+                        let (a, tag) = live.swap_remove(i);
+                        verify(&a, tag);
+                        drop(a);
+                        counts.frees.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        match device.allocate(size(&mut rng).max(8)) {
+                            Ok(a) => {
+                                stamp(&a, tag);
+                                live.push((a, tag));
+                                counts.allocs.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(_) => {
+                                counts.ooms.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                }
+                for (a, tag) in live {
+                    verify(&a, tag);
+                    drop(a);
+                    counts.frees.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    Arc::into_inner(counts).unwrap()
+}
+
+fn check_final(device: &Device, counts: &Counts) {
+    device.allocator().check_invariants().unwrap();
+    let s = memory::stats(device);
+    let allocs = counts.allocs.load(Ordering::Relaxed);
+    assert_eq!(s.num_allocs, allocs);
+    assert_eq!(s.num_frees, allocs);
+    assert_eq!(counts.frees.load(Ordering::Relaxed), allocs);
+    assert_eq!(s.num_ooms, counts.ooms.load(Ordering::Relaxed));
+    assert_eq!(
+        (
+            s.allocated_bytes,
+            s.active_bytes,
+            s.active_blocks,
+            s.requested_bytes
+        ),
+        (0, 0, 0, 0)
+    );
+    assert_eq!(s.cached_free_bytes, s.reserved_bytes);
+    let released = memory::empty_cache(device);
+    assert_eq!(released, s.reserved_bytes);
+    let s = memory::stats(device);
+    assert_eq!((s.reserved_bytes, s.segments), (0, 0));
+    assert_eq!(s.backend_allocs, s.backend_frees);
+}
+
+#[test]
+fn eight_threads_share_one_allocator() {
+    let device = Device::isolated_host();
+    let counts = hammer(&device);
+    assert_eq!(counts.ooms.load(Ordering::Relaxed), 0);
+    assert!(counts.allocs.load(Ordering::Relaxed) >= (THREADS * OPS_PER_THREAD / 3) as u64);
+    check_final(&device, &counts);
+}
+
+#[test]
+fn statistics_stay_exact_through_ooms_under_threads() {
+    // Far too small for 8 × 24 live blocks of up to 4 MiB: some requests fail.
+    let device = Device::host_with_capacity(24 << 20);
+    let counts = hammer(&device);
+    assert!(
+        counts.ooms.load(Ordering::Relaxed) > 0,
+        "the device was meant to run out"
+    );
+    assert!(memory::stats(&device).peak_reserved_bytes <= 24 << 20);
+    check_final(&device, &counts);
+}
+
+#[cfg(unix)]
+#[test]
+fn expandable_segments_under_threads_keep_exact_statistics() {
+    use vramguard_runtime::alloc::{AllocatorConfig, HostBackend};
+    let config = AllocatorConfig::default().with_expandable_segments(true);
+    let device = Device::host_pool(HostBackend::with_capacity(24 << 20), config).unwrap();
+    let counts = hammer(&device);
+    assert!(memory::stats(&device).peak_reserved_bytes <= 24 << 20);
+    let s = memory::stats(&device);
+    assert_eq!(s.num_ooms, counts.ooms.load(Ordering::Relaxed));
+    device.allocator().check_invariants().unwrap();
+    assert_eq!((s.allocated_bytes, s.active_blocks), (0, 0));
+    memory::empty_cache(&device);
+    assert_eq!(memory::stats(&device).reserved_bytes, 0);
+}
