@@ -1,0 +1,113 @@
+//! The main example: BERT-style encoder inference with and without `#[inference]`
+//! (the article's §4.1 and §4.2, with exact numbers).
+//!
+//! ```sh
+//! cargo run --release --example bert_inference
+//! cargo run --release --example bert_inference -- --layers 12 --batch 8 --seq 128 --budget-mib 1024 --html timeline.html
+//! ```
+//!
+//! It loads one set of weights and runs the same forward pass (written in plain candle style,
+//! see `examples/common/bert.rs`) three ways: grad on without the attribute, under the no-grad
+//! guard alone, and under `#[inference]`. Peaks are exact allocator statistics above the bytes
+//! live before the pass. Then it searches the largest batch that fits a fixed memory budget,
+//! weights included, with grad on and with `#[inference]` (the article: batch 16 → 32).
+//! `--html FILE` writes the allocator's timeline of the three passes as one HTML page.
+
+#[path = "common/bert.rs"]
+mod bert;
+#[path = "common/measure.rs"]
+mod measure;
+#[path = "../benches/support/report.rs"]
+mod report;
+
+use bert::{Batch, BertConfig};
+use measure::{activation_peak, liveness_bound, load, max_batch, mib, Variant};
+use report::Args;
+use vramguard::alloc::TraceLabelGuard;
+use vramguard::{memory, Device};
+
+fn main() {
+    let args = Args::parse();
+    if let Err(e) = run(&args) {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
+    let layers: usize = args.value("layers").unwrap_or(4);
+    let batch_size: usize = args.value("batch").unwrap_or(8);
+    let seq: usize = args.value("seq").unwrap_or(128);
+    let budget_mib: usize = args.value("budget-mib").unwrap_or(384);
+    let html: Option<String> = args.value("html");
+    if layers == 0 || batch_size == 0 || seq == 0 || seq > 512 {
+        return Err("--layers, --batch and --seq must be at least 1, and --seq at most 512".into());
+    }
+    if let Some(device) = args.value::<String>("device") {
+        if device != "host" {
+            return Err(cuda_message(&device).into());
+        }
+    }
+
+    let config = BertConfig::base().with_layers(layers);
+    let device = Device::isolated_host();
+    if html.is_some() {
+        memory::record_trace(&device, 200_000);
+    }
+    let weights = load(config, &device)?;
+    let weight_bytes = memory::stats(&device).allocated_bytes;
+    let batch = Batch::synthetic(batch_size, seq, config.vocab, &device)?;
+
+    println!("BERT-style encoder: {layers} layers, hidden 768, 12 heads, FFN 3072; weights {:.1} MiB", mib(weight_bytes));
+    println!("batch {batch_size} × sequence {seq}, host backend\n");
+    println!("activation peak (exact allocator bytes above weights and inputs)");
+    let mut peaks = Vec::new();
+    for variant in [Variant::Grad, Variant::GuardOnly, Variant::Inference] {
+        let _label = TraceLabelGuard::new(variant.name());
+        peaks.push((variant, activation_peak(variant, &weights, &batch, &device)?));
+    }
+    let grad_peak = peaks[0].1;
+    for (variant, peak) in &peaks {
+        println!("  {:<24} {:>10.2} MiB  {:>5.2}×", variant.name(), mib(*peak), *peak as f64 / grad_peak as f64);
+    }
+    let bound = liveness_bound(&weights, &batch)?;
+    println!("  {:<24} {:>10.2} MiB  {:>5.2}×", "liveness lower bound", mib(bound), bound as f64 / grad_peak as f64);
+
+    let plain = vramguard::no_grad(|| measure::forward(Variant::Grad, &weights, &batch))?.to_vec()?;
+    let transformed = measure::forward(Variant::Inference, &weights, &batch)?.to_vec()?;
+    let identical = plain.iter().zip(&transformed).all(|(a, b)| a.to_bits() == b.to_bits());
+    println!("  outputs of #[inference] and the plain forward are bit-identical: {}", if identical { "yes" } else { "NO" });
+
+    if let Some(path) = &html {
+        std::fs::write(path, memory::html_report(&device, "bert_inference: grad on, guard only, #[inference]"))?;
+        println!("  memory timeline written to {path}");
+    }
+    drop((weights, batch, device));
+
+    println!("\nlargest batch in a {budget_mib} MiB budget (weights included; progress on stderr)");
+    let budget = Device::host_with_capacity(budget_mib << 20);
+    let weights = load(config, &budget)?;
+    let max_grad = max_batch(Variant::Grad, &weights, seq, &budget, 1024)?;
+    let max_inference = max_batch(Variant::Inference, &weights, seq, &budget, 1024)?;
+    println!("  {:<24} {max_grad:>5}", Variant::Grad.name());
+    println!("  {:<24} {max_inference:>5}  ({:.1}×)", Variant::Inference.name(), max_inference as f64 / max_grad.max(1) as f64);
+    if !identical {
+        return Err("the #[inference] output differs from the plain output".into());
+    }
+    Ok(())
+}
+
+/// Why `--device cuda` stops here, in a sentence the user can act on.
+fn cuda_message(device: &str) -> String {
+    let ordinal = device.strip_prefix("cuda").map(|s| s.trim_start_matches(':')).unwrap_or("x");
+    let Ok(ordinal) = (if ordinal.is_empty() { Ok(0) } else { ordinal.parse::<usize>() }) else {
+        return format!("unknown device `{device}`: use `host` or `cuda[:N]`");
+    };
+    match Device::cuda(ordinal) {
+        Err(e) => format!("cannot use cuda:{ordinal}: {e}"),
+        Ok(_) => format!(
+            "cuda:{ordinal} is present, but the tensor kernels of this version run on the host backend only; \
+             the caching allocator itself runs on CUDA (try `cargo run --release --example alloc_bench -- --device cuda`)"
+        ),
+    }
+}

@@ -1,0 +1,124 @@
+//! `inference` benchmark: what `#[inference]` saves on a BERT-style encoder written in plain,
+//! idiomatic style (see `examples/common/bert.rs`).
+//!
+//! Peaks are exact allocator statistics above the bytes live before the forward pass (weights
+//! and inputs excluded), so they are activation memory:
+//! - `peak_bytes_grad`: grad on, no attribute (the graph keeps activations alive);
+//! - `peak_bytes_nograd`: `#[inference(drops = false)]`, the no-grad guard alone;
+//! - `peak_bytes_inference`: `#[inference]`, guard plus drops at last use;
+//! - `peak_bytes_liveness_bound`: the same ops if every tensor died at its last use.
+//!
+//! `max_batch_*` is the largest batch whose forward pass fits a host device of `--budget-mib`
+//! capacity, weights included. `time_ratio_inference_over_nograd` is the median run time with
+//! the attribute over the guard alone, interleaved in one run.
+//!
+//! Flags: `--layers N` (12), `--seq N` (128), `--batch N` (8), `--budget-mib N` (2048),
+//! `--reps N` (5), `--quick` (2 layers, seq 64, batch 2, budget 256 MiB, 3 reps), plus the
+//! shared `--json` and `--write`.
+
+#[path = "common/bert.rs"]
+mod bert;
+#[path = "common/measure.rs"]
+mod measure;
+#[path = "../benches/support/report.rs"]
+mod report;
+
+use bert::{Batch, BertConfig};
+use measure::{activation_peak, liveness_bound, load, max_batch, mib, Variant};
+use report::{Args, Report, Unit};
+use std::time::Instant;
+use vramguard::{memory, Device};
+
+fn main() {
+    let args = Args::parse();
+    if let Err(e) = run(&args) {
+        eprintln!("inference_bench failed: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
+    let quick = args.quick;
+    let layers = args.value("layers").unwrap_or(if quick { 2 } else { 12 });
+    let seq = args.value("seq").unwrap_or(if quick { 64 } else { 128 });
+    let batch_size = args.value("batch").unwrap_or(if quick { 2 } else { 8 });
+    let budget_mib: usize = args.value("budget-mib").unwrap_or(if quick { 256 } else { 2048 });
+    let reps: usize = args.value::<usize>("reps").unwrap_or(if quick { 3 } else { 5 }).max(1);
+    let config = BertConfig::base().with_layers(layers);
+
+    eprintln!("BERT-style encoder: {layers} layers, hidden 768, 12 heads, FFN 3072, batch {batch_size}, seq {seq}");
+    let device = Device::isolated_host();
+    let weights = load(config, &device)?;
+    let weight_bytes = memory::stats(&device).allocated_bytes;
+    let batch = Batch::synthetic(batch_size, seq, config.vocab, &device)?;
+
+    eprintln!("measuring peaks ...");
+    let peak_grad = activation_peak(Variant::Grad, &weights, &batch, &device)?;
+    let peak_nograd = activation_peak(Variant::GuardOnly, &weights, &batch, &device)?;
+    let peak_inference = activation_peak(Variant::Inference, &weights, &batch, &device)?;
+    let bound = liveness_bound(&weights, &batch)?;
+
+    // The transform must not change results: compare outputs bit for bit.
+    let reference = vramguard::no_grad(|| measure::forward(Variant::Grad, &weights, &batch))?.to_vec()?;
+    let transformed = measure::forward(Variant::Inference, &weights, &batch)?.to_vec()?;
+    let identical = reference.len() == transformed.len()
+        && reference.iter().zip(&transformed).all(|(a, b)| a.to_bits() == b.to_bits());
+
+    eprintln!("timing {reps} interleaved forward passes of each variant ...");
+    let (mut t_nograd, mut t_inference) = (Vec::new(), Vec::new());
+    for _ in 0..reps {
+        for (variant, times) in [(Variant::GuardOnly, &mut t_nograd), (Variant::Inference, &mut t_inference)] {
+            let start = Instant::now();
+            let out = measure::forward(variant, &weights, &batch)?;
+            times.push(start.elapsed().as_secs_f64());
+            drop(out);
+        }
+    }
+    let time_ratio = median(&mut t_inference) / median(&mut t_nograd);
+    drop((weights, batch, device));
+
+    eprintln!("searching the largest batch in a {budget_mib} MiB budget ...");
+    let budget = Device::host_with_capacity(budget_mib << 20);
+    let weights = load(config, &budget)?;
+    let max_grad = max_batch(Variant::Grad, &weights, seq, &budget, 4096)?;
+    let max_inference = max_batch(Variant::Inference, &weights, seq, &budget, 4096)?;
+
+    let mut r = Report::new("inference");
+    let ratio = |a: u64, b: u64| a as f64 / b.max(1) as f64;
+    r.metric("peak_bytes_grad", peak_grad as f64, Unit::Bytes);
+    r.metric("peak_bytes_nograd", peak_nograd as f64, Unit::Bytes);
+    r.metric("peak_bytes_inference", peak_inference as f64, Unit::Bytes);
+    r.metric("peak_bytes_liveness_bound", bound as f64, Unit::Bytes);
+    r.metric_with_target("inference_over_grad", ratio(peak_inference, peak_grad), Unit::Ratio, "≤ 0.5", ratio(peak_inference, peak_grad) <= 0.5);
+    r.metric_with_target("inference_over_nograd", ratio(peak_inference, peak_nograd), Unit::Ratio, "≤ 0.7", ratio(peak_inference, peak_nograd) <= 0.7);
+    r.metric_with_target("inference_over_liveness_bound", ratio(peak_inference, bound), Unit::Ratio, "≤ 1.15", ratio(peak_inference, bound) <= 1.15);
+    r.metric("max_batch_grad", max_grad as f64, Unit::Batch);
+    r.metric("max_batch_inference", max_inference as f64, Unit::Batch);
+    r.metric_with_target(
+        "max_batch_inference_over_grad",
+        max_inference as f64 / max_grad.max(1) as f64,
+        Unit::Ratio,
+        "≥ 2",
+        max_inference >= 2 * max_grad,
+    );
+    r.metric_with_target("time_ratio_inference_over_nograd", time_ratio, Unit::Ratio, "≤ 1.02", time_ratio <= 1.02);
+    r.metric("weight_bytes", weight_bytes as f64, Unit::Bytes);
+    r.metric("outputs_bit_identical", f64::from(u8::from(identical)), Unit::Count);
+    r.note(&format!(
+        "BERT-style encoder ({layers} layers, hidden 768, 12 heads, FFN 3072), batch {batch_size}, sequence {seq}, host backend. \
+         Peaks: allocator statistics above the weights ({:.1} MiB) and inputs. Max batch: host device of {budget_mib} MiB, weights included, \
+         doubling then bisection. Times: median of {reps} interleaved forward passes. `outputs_bit_identical` = 1 when the \
+         #[inference] output equals the plain no-grad output bit for bit.",
+        mib(weight_bytes)
+    ));
+    r.finish(args);
+    if !identical {
+        return Err("the #[inference] output differs from the plain output".into());
+    }
+    Ok(())
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
