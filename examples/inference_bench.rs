@@ -12,7 +12,7 @@
 //! capacity, weights included. `time_ratio_inference_over_nograd` is the median run time with
 //! the attribute over the guard alone, interleaved in one run.
 //!
-//! Flags: `--layers N` (12), `--seq N` (128), `--batch N` (8), `--budget-mib N` (2048),
+//! Flags: `--layers N` (12), `--seq N` (128), `--batch N` (8), `--budget-mib N` (768),
 //! `--reps N` (5), `--quick` (2 layers, seq 64, batch 2, budget 256 MiB, 3 reps), plus the
 //! shared `--json` and `--write`.
 
@@ -42,7 +42,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let layers = args.value("layers").unwrap_or(if quick { 2 } else { 12 });
     let seq = args.value("seq").unwrap_or(if quick { 64 } else { 128 });
     let batch_size = args.value("batch").unwrap_or(if quick { 2 } else { 8 });
-    let budget_mib: usize = args.value("budget-mib").unwrap_or(if quick { 256 } else { 2048 });
+    let budget_mib: usize = args.value("budget-mib").unwrap_or(if quick { 256 } else { 768 });
     let reps: usize = args.value::<usize>("reps").unwrap_or(if quick { 3 } else { 5 }).max(1);
     let config = BertConfig::base().with_layers(layers);
 

@@ -5,9 +5,11 @@
 //! intermediate at its last use reaches it; code that keeps intermediates to the end of their
 //! scope does not. The recorder sees every storage the tensor layer allocates on this thread
 //! while it is active, every end of a use (a kernel releasing its read or write access, so an
-//! op's inputs overlap its output), and every free. Buffers that existed before recording
-//! started (weights, inputs) are not counted, matching peaks measured above the bytes live
-//! before the computation.
+//! op's inputs overlap its output), and every free. The bound is relative to the bytes live
+//! when recording started, matching peaks measured above that baseline: buffers that existed
+//! before (weights, inputs) are not counted, and one of them that is freed while recording
+//! (last step's gradients, say) counts as negative from its last use while recording, or from
+//! the start if it was not used.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -15,9 +17,14 @@ use std::collections::HashMap;
 /// Result of a recording.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LivenessBound {
-    /// Peak bytes live if each buffer lived from its allocation to its last use (buffers still
-    /// alive when recording ended, such as the returned output, count to the end).
+    /// Peak bytes live above the bytes live when recording started, if each buffer lived from
+    /// its allocation to its last use (buffers still alive when recording ended, such as the
+    /// returned output, count to the end).
     pub peak_bytes: u64,
+    /// The same, except that gradients stored in leaves (parameters) live until the code frees
+    /// them (`zero_grad`), as the optimizer API holds them: the bound for what dropping locals
+    /// early can reach without changing where the code zeroes gradients.
+    pub peak_bytes_grads_held: u64,
     /// Buffers allocated while recording.
     pub buffers: u64,
     /// Bytes of all buffers allocated while recording.
@@ -29,13 +36,29 @@ struct Buffer {
     bytes: u64,
     allocated_at: u64,
     last_use_at: u64,
-    freed: bool,
+    /// When it was freed, if it was.
+    freed_at: Option<u64>,
+    /// Stored as a leaf's gradient.
+    held_as_grad: bool,
+}
+
+#[derive(Debug)]
+struct OlderFreed {
+    bytes: u64,
+    /// Last use while recording, or 0.
+    last_use_at: u64,
+    freed_at: u64,
+    held_as_grad: bool,
 }
 
 #[derive(Debug, Default)]
 struct Recording {
     clock: u64,
     buffers: HashMap<u64, Buffer>,
+    /// Last use of buffers allocated before recording started.
+    older_last_use: HashMap<u64, u64>,
+    /// Buffers allocated before recording and freed during it.
+    older_freed: Vec<OlderFreed>,
 }
 
 impl Recording {
@@ -95,19 +118,31 @@ impl Drop for LivenessRecorder {
 }
 
 fn bound_of(recording: &Recording) -> LivenessBound {
+    let total = recording.buffers.values().map(|b| b.bytes).sum();
+    LivenessBound {
+        peak_bytes: peak_of(recording, false),
+        peak_bytes_grads_held: peak_of(recording, true),
+        buffers: recording.buffers.len() as u64,
+        total_allocated_bytes: total,
+    }
+}
+
+/// Peak of the live bytes over time; a buffer is live on `[allocated_at, end]` inclusive.
+fn peak_of(recording: &Recording, grads_held: bool) -> u64 {
     let end = recording.clock + 1;
-    // (time, delta): a buffer is live on [allocated_at, last_use_at] inclusive.
     let mut events: Vec<(u64, i64)> = Vec::with_capacity(recording.buffers.len() * 2);
-    let mut total = 0u64;
     for b in recording.buffers.values() {
-        let last = if b.freed {
-            b.last_use_at.max(b.allocated_at)
-        } else {
-            end
+        let last = match b.freed_at {
+            None => end,
+            Some(freed_at) if grads_held && b.held_as_grad => freed_at,
+            Some(_) => b.last_use_at.max(b.allocated_at),
         };
         events.push((b.allocated_at, b.bytes as i64));
         events.push((last + 1, -(b.bytes as i64)));
-        total += b.bytes;
+    }
+    for o in &recording.older_freed {
+        let last = if grads_held && o.held_as_grad { o.freed_at } else { o.last_use_at };
+        events.push((last + 1, -(o.bytes as i64)));
     }
     // At equal times, frees (negative) come before allocations.
     events.sort_unstable();
@@ -116,11 +151,7 @@ fn bound_of(recording: &Recording) -> LivenessBound {
         live += delta;
         peak = peak.max(live);
     }
-    LivenessBound {
-        peak_bytes: peak as u64,
-        buffers: recording.buffers.len() as u64,
-        total_allocated_bytes: total,
-    }
+    peak as u64
 }
 
 fn with_recording(f: impl FnOnce(&mut Recording)) {
@@ -143,7 +174,8 @@ pub(crate) fn on_alloc(id: u64, bytes: usize) {
                 bytes: bytes as u64,
                 allocated_at: now,
                 last_use_at: now,
-                freed: false,
+                freed_at: None,
+                held_as_grad: false,
             },
         );
     });
@@ -152,17 +184,33 @@ pub(crate) fn on_alloc(id: u64, bytes: usize) {
 pub(crate) fn on_use_end(id: u64) {
     with_recording(|rec| {
         let now = rec.tick();
-        if let Some(b) = rec.buffers.get_mut(&id) {
-            b.last_use_at = now;
+        match rec.buffers.get_mut(&id) {
+            Some(b) => b.last_use_at = now,
+            None => {
+                rec.older_last_use.insert(id, now);
+            }
         }
     });
 }
 
-pub(crate) fn on_free(id: u64) {
+/// Buffer `id` of `bytes` bytes is freed; `held_as_grad`: it was stored as a leaf's gradient.
+pub(crate) fn on_free(id: u64, bytes: usize, held_as_grad: bool) {
     with_recording(|rec| {
-        rec.tick();
-        if let Some(b) = rec.buffers.get_mut(&id) {
-            b.freed = true;
+        let now = rec.tick();
+        match rec.buffers.get_mut(&id) {
+            Some(b) => {
+                b.freed_at = Some(now);
+                b.held_as_grad = held_as_grad;
+            }
+            None => {
+                let last_use_at = rec.older_last_use.remove(&id).unwrap_or(0);
+                rec.older_freed.push(OlderFreed {
+                    bytes: bytes as u64,
+                    last_use_at,
+                    freed_at: now,
+                    held_as_grad,
+                });
+            }
         }
     });
 }
@@ -177,11 +225,11 @@ mod tests {
         on_alloc(1, 100); // t1
         on_alloc(2, 50); // t2
         on_use_end(1); // t3: 1 dies here (150 live at t2..t3)
-        on_free(1);
+        on_free(1, 0, false);
         on_alloc(3, 70); // 2 + 3 = 120
         on_use_end(2);
-        on_free(2);
-        on_free(3);
+        on_free(2, 0, false);
+        on_free(3, 0, false);
         let b = r.finish();
         assert_eq!(b.peak_bytes, 150);
         assert_eq!(b.buffers, 3);
@@ -194,9 +242,35 @@ mod tests {
         on_alloc(1, 10);
         on_alloc(2, 20);
         on_use_end(2);
-        on_free(2);
+        on_free(2, 0, false);
         on_alloc(3, 30);
         assert_eq!(r.finish().peak_bytes, 40);
+    }
+
+    #[test]
+    fn older_buffers_freed_while_recording_make_room() {
+        let r = LivenessRecorder::start();
+        on_free(90, 100, false); // t1: allocated before, unused while recording: gone from the start
+        on_alloc(1, 150); // t2: 150 - 100 = 50 above the baseline
+        on_use_end(91); // t3: allocated before, last used here
+        on_alloc(2, 20); // t4: 91 is dead from t4 on: 50 - 80 + 20 = -10
+        on_free(91, 80, false); // t5
+        assert_eq!(r.finish().peak_bytes, 50);
+    }
+
+    #[test]
+    fn gradients_held_by_leaves_live_until_freed_in_the_second_bound() {
+        let r = LivenessRecorder::start();
+        on_free(90, 40, true); // t1: last step's gradient, zeroed
+        on_alloc(1, 100); // t2: a gradient
+        on_use_end(1); // t3: the optimizer reads it
+        on_alloc(2, 30); // t4: an activation of the next step
+        on_free(1, 100, true); // t5: zero_grad
+        let b = r.finish();
+        // Every tensor at its last use: 90 is gone from the start, 1 dies at t3.
+        assert_eq!(b.peak_bytes, 100 - 40);
+        // Gradients live until zeroed: 90 until t1, 1 until t5 (overlapping 2).
+        assert_eq!(b.peak_bytes_grads_held, 100 + 30 - 40);
     }
 
     #[test]

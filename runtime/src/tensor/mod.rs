@@ -191,6 +191,8 @@ pub type Result<T, E = TensorError> = std::result::Result<T, E>;
 pub struct Storage {
     /// Process-unique id (addresses are reused after a free; ids are not).
     id: u64,
+    /// Stored as a leaf's gradient (for the liveness bound, which keeps those until freed).
+    held_as_grad: AtomicBool,
     allocation: Allocation,
     numel: usize,
     dtype: DType,
@@ -209,6 +211,7 @@ impl Storage {
         liveness::on_alloc(id, allocation.size());
         Ok(Arc::new(Storage {
             id,
+            held_as_grad: AtomicBool::new(false),
             allocation,
             numel,
             dtype: DType::F32,
@@ -336,7 +339,11 @@ impl Drop for StorageWrite<'_> {
 
 impl Drop for Storage {
     fn drop(&mut self) {
-        liveness::on_free(self.id);
+        liveness::on_free(
+            self.id,
+            self.allocation.size(),
+            self.held_as_grad.load(Ordering::Relaxed),
+        );
     }
 }
 

@@ -1,0 +1,97 @@
+//! Exact-byte tests of `#[batch_scope]` on a real GAN training loop (generator and
+//! discriminator MLPs, both updated with Adam), shared with `examples/gan_bench.rs`.
+
+#[macro_use]
+#[path = "../examples/common/gan.rs"]
+mod gan;
+
+use gan::{real_batch, train_leaky, train_plain, train_scoped, Gan, GanConfig, Result};
+use vramguard::{memory, scope, Device, Tensor};
+
+// A strict copy of the loop: sustained growth would panic.
+gan_loop!(train_strict, #[vramguard::batch_scope(label = "gan-strict", strict, warn_after = 3)]);
+
+const F32: u64 = 4;
+
+fn round(bytes: u64) -> u64 {
+    bytes.div_ceil(512) * 512
+}
+
+/// A GAN after one warm-up step (optimizer state and gradients exist).
+fn warm_gan(config: GanConfig, device: &Device) -> Result<Gan> {
+    let mut gan = Gan::new(config, 7, device)?;
+    train_plain(&mut gan, 1, 0, device)?;
+    Ok(gan)
+}
+
+#[test]
+fn the_naive_loop_is_reported_with_the_leaked_bytes() -> Result<()> {
+    let config = GanConfig::tiny();
+    let device = Device::isolated_host();
+    let mut gan = warm_gan(config, &device)?;
+    let mut history = Vec::new();
+    scope::reset("gan-leaky");
+    train_leaky(&mut gan, 1, 1, &device, &mut history)?;
+    let first = scope::last_report("gan-leaky").expect("a report");
+    train_leaky(&mut gan, 9, 2, &device, &mut history)?;
+    let last = scope::last_report("gan-leaky").expect("a report");
+
+    // Each iteration keeps fake and real ([batch, data]) and the two scalar losses.
+    let per_iteration = 2 * round((config.batch * config.data) as u64 * F32) + 2 * round(F32);
+    assert_eq!(last.iterations, 10);
+    assert_eq!(last.live_bytes - first.live_bytes, 9 * per_iteration);
+    assert!(last.growth_streak >= 9, "growth is detected: {last}");
+    // Gradients (12 parameters) also outlive each iteration, but the next one replaces them.
+    assert_eq!(last.escaped_count, 4 + 12);
+    drop(history);
+    Ok(())
+}
+
+#[test]
+fn the_fixed_loop_has_flat_live_memory_for_50_iterations() -> Result<()> {
+    let device = Device::isolated_host();
+    let mut gan = warm_gan(GanConfig::tiny(), &device)?;
+    let mut allocated_at_iteration_end = Vec::new();
+    for step in 1..=50 {
+        train_strict(&mut gan, 1, step, &device)?;
+        allocated_at_iteration_end.push(memory::stats(&device).allocated_bytes);
+    }
+    assert!(
+        allocated_at_iteration_end.iter().all(|&b| b == allocated_at_iteration_end[0]),
+        "live memory must be flat: {allocated_at_iteration_end:?}"
+    );
+    let report = scope::last_report("gan-strict").expect("a report");
+    assert_eq!(report.growth_streak, 0);
+    Ok(())
+}
+
+#[test]
+fn the_scoped_loop_computes_the_same_losses_with_a_lower_peak() -> Result<()> {
+    // Activations larger than the parameters, so that dropping them early shows.
+    let config = GanConfig { batch: 256, noise: 4, hidden: 16, data: 12 };
+    let (plain_dev, scoped_dev) = (Device::isolated_host(), Device::isolated_host());
+    let (mut plain_gan, mut scoped_gan) = (warm_gan(config, &plain_dev)?, warm_gan(config, &scoped_dev)?);
+
+    let peak = |device: &Device, f: &mut dyn FnMut() -> Result<Vec<(f32, f32)>>| -> Result<(u64, Vec<(f32, f32)>)> {
+        let before = memory::stats(device).allocated_bytes;
+        memory::reset_peak_stats(device);
+        let losses = f()?;
+        Ok((memory::stats(device).peak_allocated_bytes - before, losses))
+    };
+    let (plain_peak, plain_losses) = peak(&plain_dev, &mut || train_plain(&mut plain_gan, 5, 1, &plain_dev))?;
+    let (scoped_peak, scoped_losses) = peak(&scoped_dev, &mut || train_scoped(&mut scoped_gan, 5, 1, &scoped_dev))?;
+
+    assert_eq!(plain_losses.len(), 5);
+    for (a, b) in plain_losses.iter().zip(&scoped_losses) {
+        assert_eq!((a.0.to_bits(), a.1.to_bits()), (b.0.to_bits(), b.1.to_bits()));
+    }
+    // In the plain loop `real` and `z` stay alive through the generator step; the scoped loop
+    // drops them after the discriminator's forward pass.
+    let real_and_z = round((config.batch * config.data) as u64 * F32) + round((config.batch * config.noise) as u64 * F32);
+    assert!(
+        scoped_peak + real_and_z <= plain_peak,
+        "scoped peak {scoped_peak} should be at least {real_and_z} below plain peak {plain_peak}"
+    );
+    let _ = (real_batch, Tensor::zeros);
+    Ok(())
+}
