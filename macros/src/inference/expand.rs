@@ -1,0 +1,126 @@
+//! Code generation of `#[inference]`: the no-grad guard, the lints and the drops at last use.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{quote, ToTokens};
+
+use super::parse::{Options, Target};
+use crate::lints::{self, LintContext};
+use crate::liveness::{self, DropOptions};
+
+/// Expands a validated target.
+pub(crate) fn expand(target: Target, options: &Options) -> TokenStream {
+    let krate = options
+        .krate
+        .clone()
+        .unwrap_or_else(crate::common::default_crate_path);
+    let mut drop_options = DropOptions::new(krate.clone());
+    drop_options.keep = options.keep.clone();
+    drop_options.owned = options.owned.iter().map(|i| i.to_string()).collect();
+    drop_options.borrows = options.borrows.iter().map(|i| i.to_string()).collect();
+    let mut errors: Vec<syn::Error> = Vec::new();
+    let tokens = match target {
+        Target::Fn(mut function) => {
+            let sig = function.sig.clone();
+            function.block = Box::new(body(
+                &sig,
+                *function.block,
+                options,
+                &drop_options,
+                &mut errors,
+            ));
+            function.into_token_stream()
+        }
+        Target::TraitFn(mut method) => {
+            if let Some(block) = method.default.take() {
+                let sig = method.sig.clone();
+                method.default = Some(body(&sig, block, options, &drop_options, &mut errors));
+            }
+            method.into_token_stream()
+        }
+        Target::Impl(mut block) => {
+            for item in &mut block.items {
+                if let syn::ImplItem::Fn(method) = item {
+                    if method.sig.constness.is_none() {
+                        let sig = method.sig.clone();
+                        let old = std::mem::replace(&mut method.block, syn::parse_quote!({}));
+                        method.block = body(&sig, old, options, &drop_options, &mut errors);
+                    }
+                }
+            }
+            block.into_token_stream()
+        }
+        Target::Other(..) => TokenStream::new(),
+    };
+    let errors = errors.into_iter().map(|e| e.to_compile_error());
+    quote! { #tokens #(#errors)* }
+}
+
+/// The new body of one function.
+fn body(
+    sig: &syn::Signature,
+    mut block: syn::Block,
+    options: &Options,
+    drop_options: &DropOptions,
+    errors: &mut Vec<syn::Error>,
+) -> syn::Block {
+    let krate = &drop_options.krate;
+    let lint = lints::check(
+        &mut block,
+        &LintContext {
+            inference: true,
+            krate,
+            fn_name: &sig.ident,
+        },
+    );
+    errors.extend(lint.errors);
+    let warnings = lint.warnings;
+    if options.drops {
+        liveness::insert_drops(&mut block, &liveness::params_of(sig), drop_options);
+    } else {
+        liveness::strip_keep_markers(&mut block);
+    }
+    let stmts = &block.stmts;
+    let new: TokenStream = if sig.asyncness.is_some() {
+        // A guard must not be held across `.await` (the task may move threads): the runtime
+        // sets grad mode around each poll of the body instead.
+        let annotated = match &sig.output {
+            syn::ReturnType::Type(_, ty) if !mentions_impl(ty) => Some(ty),
+            _ => None,
+        };
+        let value = syn::Ident::new("__vg_return", Span::mixed_site());
+        let inner = match annotated {
+            // The annotation lets `?` inside the body find the error type.
+            Some(ty) => quote! { let #value: #ty = { #(#stmts)* }; #value },
+            None => quote! { #(#stmts)* },
+        };
+        quote! {{
+            #warnings
+            #krate::__private::no_grad_future(async move { #inner }).await
+        }}
+    } else {
+        let guard = syn::Ident::new("__vg_no_grad", Span::mixed_site());
+        quote! {{
+            let #guard = #krate::__private::NoGradGuard::new();
+            #warnings
+            #(#stmts)*
+        }}
+    };
+    match syn::parse2(new) {
+        Ok(block) => block,
+        Err(error) => {
+            errors.push(error);
+            block
+        }
+    }
+}
+
+fn mentions_impl(ty: &syn::Type) -> bool {
+    fn scan(tokens: TokenStream) -> bool {
+        tokens.into_iter().any(|t| match t {
+            proc_macro2::TokenTree::Ident(i) => i == "impl",
+            proc_macro2::TokenTree::Group(g) => scan(g.stream()),
+            _ => false,
+        })
+    }
+    scan(ty.to_token_stream())
+}
