@@ -8,3 +8,43 @@ mod basics;
 fn basics() {
     basics::main();
 }
+
+#[path = "ui/inference/pass/control.rs"]
+mod control;
+
+#[test]
+fn control() {
+    control::main();
+}
+
+#[path = "ui/inference/pass/macros.rs"]
+mod macros;
+
+#[test]
+fn macros() {
+    macros::main();
+}
+
+#[path = "ui/inference/pass/borrows.rs"]
+mod borrows;
+
+#[test]
+fn borrows() {
+    borrows::main();
+}
+
+#[path = "ui/inference/pass/placement.rs"]
+mod placement;
+
+#[test]
+fn placement() {
+    placement::main();
+}
+
+#[path = "ui/inference/pass/model.rs"]
+mod model;
+
+#[test]
+fn model() {
+    model::main();
+}

@@ -277,7 +277,8 @@ impl Env<'_> {
             self.borrow_of(&call.receiver, Kind::Borrow, out);
             return;
         }
-        if lists::PASSTHROUGH_METHODS.contains(&name.as_str()) {
+        // `into_*` methods consume `self`: their result cannot borrow it, only hold its value.
+        if lists::PASSTHROUGH_METHODS.contains(&name.as_str()) || name.starts_with("into_") {
             self.value(&call.receiver, out);
             call.args.iter().for_each(|a| self.value(a, out));
             return;

@@ -68,6 +68,21 @@ impl std::ops::Add<&T> for T {
     }
 }
 
+/// A module-like helper whose methods take `&self` and `&T` (lifetime elision ties their
+/// results to `self`, so the transform knows they do not borrow the argument).
+pub struct Net;
+
+impl Net {
+    /// A fallible step returning an owned value.
+    pub fn step(&self, t: &T, fail: bool) -> Result<T, String> {
+        if fail {
+            Err(format!("failed on {}", t.name))
+        } else {
+            Ok(mk("ok", t.v + 1))
+        }
+    }
+}
+
 /// A new logging value.
 pub fn mk(name: &'static str, v: i64) -> T {
     T { name, v }
@@ -76,6 +91,11 @@ pub fn mk(name: &'static str, v: i64) -> T {
 /// Logs a step (an anchor).
 pub fn step(name: &str) {
     LOG.with(|l| l.borrow_mut().push(format!("step {name}")));
+}
+
+/// Logs the drop of a value named `name` (for types defined elsewhere).
+pub fn step_drop(name: &str) {
+    LOG.with(|l| l.borrow_mut().push(format!("drop {name}")));
 }
 
 /// A guard that logs when it ends (an anchor: its name starts with `_`).
@@ -174,6 +194,7 @@ pub fn compare<R: PartialEq + fmt::Debug>(
 
 /// `check!(f(args))`: both versions equivalent. `check!(f(args) => earlier)`: and at least one
 /// drop strictly earlier with the attribute. Both `with::` and `without::` must define `f`.
+#[allow(unused_macros)]
 macro_rules! check {
     ($f:ident ( $($arg:expr),* )) => {
         support::compare(stringify!($f), || without::$f($($arg),*), || with::$f($($arg),*))
