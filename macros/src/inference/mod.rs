@@ -23,3 +23,6 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
     }
     expand::expand(target, &options)
 }
+
+#[cfg(test)]
+mod tests;

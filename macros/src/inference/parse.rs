@@ -74,11 +74,17 @@ pub(crate) fn options(args: TokenStream) -> syn::Result<Options> {
                         "`crate` takes the path of the renamed facade: `crate = my_vramguard`",
                     )
                 })?;
+                let invalid = |e: syn::Error| {
+                    syn::Error::new(
+                        e.span(),
+                        "`crate` takes the path of the renamed facade: `crate = my_vramguard`",
+                    )
+                };
                 let path = if value.peek(syn::LitStr) {
                     let text: syn::LitStr = value.parse()?;
-                    text.parse::<syn::Path>()?
+                    text.parse::<syn::Path>().map_err(invalid)?
                 } else {
-                    syn::Path::parse_mod_style(value)?
+                    syn::Path::parse_mod_style(value).map_err(invalid)?
                 };
                 options.krate = Some(path);
             }

@@ -71,7 +71,7 @@ mod tests {
     #[test]
     fn finds_inline_and_dollar_captures() {
         assert_eq!(captures("{x} {y:?} {{z}} {0} {}"), ["x", "y"]);
-        assert_eq!(captures("{:>w$} {v:.p$} {a:>1$}"), ["w", "v", "p"]);
+        assert_eq!(captures("{:>w$} {v:.p$} {a:>1$}"), ["w", "v", "p", "a"]);
         assert_eq!(
             captures("{r#type} {_x:<width$.prec$}"),
             ["type", "_x", "width", "prec"]

@@ -111,7 +111,8 @@ pub(crate) fn params_of(sig: &syn::Signature) -> Vec<ParamBinding> {
     let mut out = Vec::new();
     for input in &sig.inputs {
         if let syn::FnArg::Typed(typed) = input {
-            if matches!(*typed.ty, syn::Type::Reference(_)) {
+            // Dropping a reference or a primitive number early frees nothing.
+            if matches!(*typed.ty, syn::Type::Reference(_)) || is_primitive(&typed.ty) {
                 continue;
             }
             let mut names = Vec::new();
@@ -124,6 +125,15 @@ pub(crate) fn params_of(sig: &syn::Signature) -> Vec<ParamBinding> {
         }
     }
     out
+}
+
+fn is_primitive(ty: &syn::Type) -> bool {
+    const PRIMITIVES: &[&str] = &[
+        "bool", "char", "f32", "f64", "i8", "i16", "i32", "i64", "i128", "isize", "u8", "u16",
+        "u32", "u64", "u128", "usize",
+    ];
+    matches!(ty, syn::Type::Path(p) if p.qself.is_none()
+        && p.path.get_ident().is_some_and(|i| PRIMITIVES.contains(&i.to_string().as_str())))
 }
 
 /// Inserts drops at last use into `block` and every block nested in it. `params` are the
@@ -229,6 +239,8 @@ struct Edge {
     from: usize,
     to: usize,
     kind: Kind,
+    /// `from` is a reference into `to` (reading through it yields what `to` holds).
+    into: bool,
     at: usize,
 }
 
@@ -326,13 +338,13 @@ impl Rewriter<'_> {
                        bindings: &[Binding],
                        edges: &[Edge],
                        sources: &[Source]|
-         -> Vec<(usize, Kind)> {
+         -> Vec<(usize, Kind, bool)> {
             let mut out = Vec::new();
             for source in sources {
                 match source {
-                    Source::Storage(name, kind) => {
+                    Source::Storage(name, kind, into) => {
                         if let Some(&b) = current.get(name) {
-                            out.push((b, *kind));
+                            out.push((b, *kind, *into));
                         }
                     }
                     // What the named local may borrow, the new value may borrow too.
@@ -340,8 +352,28 @@ impl Rewriter<'_> {
                         if let Some(&b) = current.get(name) {
                             let _ = bindings;
                             out.extend(
-                                edges.iter().filter(|e| e.from == b).map(|e| (e.to, e.kind)),
+                                edges
+                                    .iter()
+                                    .filter(|e| e.from == b)
+                                    .map(|e| (e.to, e.kind, e.into)),
                             );
+                        }
+                    }
+                    // Read out of the local: through a reference into `t`, what `t` holds.
+                    Source::Contents(name) => {
+                        if let Some(&b) = current.get(name) {
+                            for edge in edges.iter().filter(|e| e.from == b) {
+                                if edge.into {
+                                    out.extend(
+                                        edges
+                                            .iter()
+                                            .filter(|e| e.from == edge.to)
+                                            .map(|e| (e.to, e.kind, e.into)),
+                                    );
+                                } else {
+                                    out.push((edge.to, edge.kind, edge.into));
+                                }
+                            }
                         }
                     }
                 }
@@ -362,16 +394,17 @@ impl Rewriter<'_> {
             for (target, sources) in &facts.stores {
                 let resolved = resolve(&current, &bindings, &edges, sources);
                 match current.get(target) {
-                    Some(&t) => edges.extend(resolved.into_iter().map(|(to, kind)| Edge {
+                    Some(&t) => edges.extend(resolved.into_iter().map(|(to, kind, into)| Edge {
                         from: t,
                         to,
                         kind,
+                        into,
                         at: index,
                     })),
                     // Stored into something declared outside this block: keep it whole.
                     None => resolved
                         .into_iter()
-                        .for_each(|(to, _)| bindings[to].pinned = true),
+                        .for_each(|(to, _, _)| bindings[to].pinned = true),
                 }
             }
             match stmt {
@@ -394,7 +427,8 @@ impl Rewriter<'_> {
                                 env.value_sources(&init.expr)
                             };
                             resolved = resolve(&current, &bindings, &edges, &sources);
-                            borrowed_by_value[index] = resolved.clone();
+                            borrowed_by_value[index] =
+                                resolved.iter().map(|&(b, k, _)| (b, k)).collect();
                             if let Some((_, otherwise)) = &init.diverge {
                                 for name in env.scan_expr(otherwise).mentions.keys() {
                                     if let Some(&b) = current.get(name) {
@@ -415,10 +449,11 @@ impl Rewriter<'_> {
                             Some(index),
                             marked_keep || uninit,
                         );
-                        edges.extend(resolved.iter().map(|&(to, kind)| Edge {
+                        edges.extend(resolved.iter().map(|&(to, kind, into)| Edge {
                             from: new,
                             to,
                             kind,
+                            into,
                             at: index,
                         }));
                     }

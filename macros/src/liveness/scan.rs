@@ -25,10 +25,15 @@ pub(crate) enum Kind {
 /// Where a value may get references from.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Source {
-    /// The storage of the named local itself.
-    Storage(String, Kind),
+    /// The storage of the named local itself. `into` when the value *is* a reference into it
+    /// (`&x`, `x.dims()`), so that reading through it yields what `x` holds; `false` when the
+    /// value merely holds such a reference somewhere (a tuple, a struct, a call's result).
+    Storage(String, Kind, bool),
     /// Whatever the named local's value borrows (its value flows into the result).
     ValueOf(String),
+    /// Something read out of the named local (`r.field`, `r[i]`, `*r`): through a reference
+    /// into `x` that is what `x` holds; otherwise what the local holds.
+    Contents(String),
 }
 
 /// How a statement uses one local.
@@ -145,11 +150,11 @@ impl Env<'_> {
             Expr::Cast(cast) => self.value(&cast.expr, out),
             Expr::Paren(paren) => self.value(&paren.expr, out),
             Expr::Group(group) => self.value(&group.expr, out),
-            Expr::Tuple(tuple) => tuple.elems.iter().for_each(|e| self.value(e, out)),
-            Expr::Array(array) => array.elems.iter().for_each(|e| self.value(e, out)),
-            Expr::Repeat(repeat) => self.value(&repeat.expr, out),
+            Expr::Tuple(tuple) => tuple.elems.iter().for_each(|e| self.held(e, out)),
+            Expr::Array(array) => array.elems.iter().for_each(|e| self.held(e, out)),
+            Expr::Repeat(repeat) => self.held(&repeat.expr, out),
             Expr::Struct(lit) => {
-                lit.fields.iter().for_each(|f| self.value(&f.expr, out));
+                lit.fields.iter().for_each(|f| self.held(&f.expr, out));
                 if let Some(rest) = &lit.rest {
                     self.value(rest, out);
                 }
@@ -190,7 +195,7 @@ impl Env<'_> {
     fn borrow_of(&self, operand: &Expr, kind: Kind, out: &mut Vec<Source>) {
         match place_root(operand) {
             Some(root) => {
-                out.push(Source::Storage(root.clone(), kind));
+                out.push(Source::Storage(root.clone(), kind, kind == Kind::Borrow));
                 out.push(Source::ValueOf(root));
             }
             None => self.value(operand, out),
@@ -200,14 +205,32 @@ impl Env<'_> {
     /// A field, element or pointee read out of `base`.
     fn projection_value(&self, base: &Expr, out: &mut Vec<Source>) {
         match (place_root(base), base) {
-            (Some(root), _) => out.push(Source::ValueOf(root)),
+            (Some(root), _) => out.push(Source::Contents(root)),
             // Read through a reference an accessor returned (`x.get(0).v`): the field holds
             // what `x`'s contents hold, never `x`'s own storage.
             (None, Expr::MethodCall(call)) if self.is_borrow_method(&call.method.to_string()) => {
                 self.projection_value(&call.receiver, out);
             }
-            (None, _) => self.value(base, out),
+            (None, _) => {
+                let mut inner = Vec::new();
+                self.value(base, &mut inner);
+                out.extend(inner.into_iter().map(|s| match s {
+                    Source::Storage(name, _, true) => Source::ValueOf(name),
+                    other => other,
+                }));
+            }
         }
+    }
+
+    /// The sources of a value stored inside another (tuple, struct, argument, container): a
+    /// reference into `x` becomes "holds a reference into `x`".
+    fn held(&self, expr: &Expr, out: &mut Vec<Source>) {
+        let mut inner = Vec::new();
+        self.value(expr, &mut inner);
+        out.extend(inner.into_iter().map(|s| match s {
+            Source::Storage(name, kind, _) => Source::Storage(name, kind, false),
+            other => other,
+        }));
     }
 
     fn captured_by_move(&self, expr: &Expr, out: &mut Vec<Source>) {
@@ -229,7 +252,13 @@ impl Env<'_> {
             let mut result = Vec::new();
             for source in sources {
                 match &source {
-                    Source::Storage(name, _) if locals.contains_key(name) => {}
+                    Source::Storage(name, _, _) if locals.contains_key(name) => {}
+                    Source::Contents(name) if locals.contains_key(name) => {
+                        result.extend(locals[name].iter().map(|s| match s {
+                            Source::Storage(target, _, true) => Source::ValueOf(target.clone()),
+                            other => other.clone(),
+                        }));
+                    }
                     Source::ValueOf(name) if locals.contains_key(name) => {
                         result.extend(locals[name].iter().cloned());
                     }
@@ -280,7 +309,7 @@ impl Env<'_> {
         // `into_*` methods consume `self`: their result cannot borrow it, only hold its value.
         if lists::PASSTHROUGH_METHODS.contains(&name.as_str()) || name.starts_with("into_") {
             self.value(&call.receiver, out);
-            call.args.iter().for_each(|a| self.value(a, out));
+            call.args.iter().for_each(|a| self.held(a, out));
             return;
         }
         if lists::STORING_METHODS.contains(&name.as_str()) || self.optimistic {
@@ -292,7 +321,7 @@ impl Env<'_> {
         self.borrow_of(&call.receiver, Kind::Maybe, out);
         for arg in &call.args {
             if !matches!(arg, Expr::Reference(_)) {
-                self.value(arg, out);
+                self.held(arg, out);
             }
         }
     }
@@ -321,7 +350,7 @@ impl Env<'_> {
         }
         // A free function's output can only borrow what its arguments hold (no autoref):
         // `f(&x)` may borrow `x`, `f(x)` may hold what `x` holds.
-        call.args.iter().for_each(|a| self.value(a, out));
+        call.args.iter().for_each(|a| self.held(a, out));
     }
 
     fn macro_value(&self, mac: &Macro, out: &mut Vec<Source>) {
@@ -336,7 +365,7 @@ impl Env<'_> {
         }
         if lists::CONTAINER_MACROS.contains(&name.as_str()) {
             if let Some(args) = container_args(mac) {
-                args.iter().for_each(|a| self.value(a, out));
+                args.iter().for_each(|a| self.held(a, out));
                 return;
             }
         }
@@ -348,7 +377,7 @@ impl Env<'_> {
         out.extend(sources_of_mentions(&walker.facts.mentions));
         // An unknown macro may take references: every mention may be borrowed.
         for name in walker.facts.mentions.into_keys() {
-            out.push(Source::Storage(name, Kind::Maybe));
+            out.push(Source::Storage(name, Kind::Maybe, false));
         }
     }
 
@@ -394,7 +423,7 @@ fn sources_of_mentions(mentions: &BTreeMap<String, Mention>) -> Vec<Source> {
         } else {
             Kind::Borrow
         };
-        out.push(Source::Storage(name.clone(), kind));
+        out.push(Source::Storage(name.clone(), kind, false));
         out.push(Source::ValueOf(name.clone()));
     }
     out

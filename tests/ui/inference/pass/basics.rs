@@ -120,6 +120,26 @@ macro_rules! cases {
 mod with {
     cases!(vramguard::inference);
 
+    use ::vramguard as vg;
+
+    /// `crate = path`: the facade under another name.
+    #[vg::inference(crate = vg)]
+    pub fn renamed_facade() -> (i64, bool) {
+        let a = mk("a", 1);
+        let b = mk("b", a.v + 1);
+        step("1");
+        (b.v, vg::is_grad_enabled())
+    }
+
+    /// `crate = "path"` (string form, as serde accepts it).
+    #[vramguard::inference(crate = "::vramguard")]
+    pub fn renamed_facade_string() -> (i64, bool) {
+        let a = mk("a", 1);
+        let b = mk("b", a.v + 1);
+        step("1");
+        (b.v, vramguard::is_grad_enabled())
+    }
+
     #[vramguard::inference(keep(keep_x))]
     pub fn keep_option() -> i64 {
         let keep_x = super::support::mk("keep_x", 4);
@@ -148,6 +168,20 @@ mod with {
 
 mod without {
     cases!();
+
+    pub fn renamed_facade() -> (i64, bool) {
+        let a = mk("a", 1);
+        let b = mk("b", a.v + 1);
+        step("1");
+        (b.v, false)
+    }
+
+    pub fn renamed_facade_string() -> (i64, bool) {
+        let a = mk("a", 1);
+        let b = mk("b", a.v + 1);
+        step("1");
+        (b.v, false)
+    }
 
     pub fn keep_option() -> i64 {
         let keep_x = super::support::mk("keep_x", 4);
@@ -184,4 +218,6 @@ pub fn main() {
     check!(keep_option());
     check!(no_drops());
     check!(keep_marker());
+    check!(renamed_facade() => earlier);
+    check!(renamed_facade_string() => earlier);
 }
