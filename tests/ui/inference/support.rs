@@ -88,6 +88,11 @@ pub fn mk(name: &'static str, v: i64) -> T {
     T { name, v }
 }
 
+/// Consumes a value (it is dropped inside) and returns a new one named `name`.
+pub fn consume(t: T, name: &'static str) -> T {
+    mk(name, t.v + 1)
+}
+
 /// Logs a step (an anchor).
 pub fn step(name: &str) {
     LOG.with(|l| l.borrow_mut().push(format!("step {name}")));
