@@ -1,5 +1,6 @@
 //! Runtime equivalence of `#[inference]`: every pass case run with and without the attribute
 //! returns the same value, and its drop log differs only by earlier drops of non-guard locals.
+#![allow(clippy::duplicate_mod)] // each pass case includes the shared support module itself
 
 #[path = "ui/inference/pass/basics.rs"]
 mod basics;

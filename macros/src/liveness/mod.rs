@@ -419,25 +419,23 @@ impl Rewriter<'_> {
                     let has_ref = scan::pattern_bindings(&local.pat, &mut names);
                     let marked_keep = local.attrs.iter().any(is_keep_attr);
                     let mut resolved = Vec::new();
-                    match &local.init {
-                        Some(init) => {
-                            let sources = if has_ref || Env::has_extended_temporary(&init.expr) {
-                                env.conservative(&init.expr)
-                            } else {
-                                env.value_sources(&init.expr)
-                            };
-                            resolved = resolve(&current, &bindings, &edges, &sources);
-                            borrowed_by_value[index] =
-                                resolved.iter().map(|&(b, k, _)| (b, k)).collect();
-                            if let Some((_, otherwise)) = &init.diverge {
-                                for name in env.scan_expr(otherwise).mentions.keys() {
-                                    if let Some(&b) = current.get(name) {
-                                        bindings[b].no_move_in.push(index);
-                                    }
+                    if let Some(init) = &local.init {
+                        // `let r = &make(&x);` and `ref` bindings: everything mentioned.
+                        let sources = if has_ref || Env::has_extended_temporary(&init.expr) {
+                            env.conservative(&init.expr)
+                        } else {
+                            env.value_sources(&init.expr)
+                        };
+                        resolved = resolve(&current, &bindings, &edges, &sources);
+                        borrowed_by_value[index] =
+                            resolved.iter().map(|&(b, k, _)| (b, k)).collect();
+                        if let Some((_, otherwise)) = &init.diverge {
+                            for name in env.scan_expr(otherwise).mentions.keys() {
+                                if let Some(&b) = current.get(name) {
+                                    bindings[b].no_move_in.push(index);
                                 }
                             }
                         }
-                        None => {}
                     }
                     let uninit = local.init.is_none();
                     for (ident, mutable) in &names {

@@ -335,7 +335,7 @@ impl Env<'_> {
                 .unwrap_or_default();
             let owner =
                 (segments.len() >= 2).then(|| segments[segments.len() - 2].ident.to_string());
-            let owned = self.owned.iter().any(|n| *n == last)
+            let owned = self.owned.contains(&last)
                 || lists::OWNED_FUNCTIONS.contains(&last.as_str())
                 || owner.is_some_and(|o| lists::OWNED_TYPES.contains(&o.as_str()));
             if owned {

@@ -1,5 +1,6 @@
 //! The `#[inference]` pass cases and the generated corpus, compiled as edition 2024 and run:
 //! the generated code must compile and behave the same on both editions.
+#![allow(clippy::duplicate_mod)] // each pass case includes the shared support module itself
 
 #[path = "../../ui/inference/pass/basics.rs"]
 mod basics;

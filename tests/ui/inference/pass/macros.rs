@@ -38,7 +38,7 @@ macro_rules! cases {
             let w = 8usize;
             let p = 2usize;
             let x = mk("x", 5);
-            let value = 3.14159f64;
+            let value = 2.71f64;
             let a = format!("[{:>w$}]", x.v);
             let b = format!("[{value:.p$}]");
             let named = mk("named", 4);
