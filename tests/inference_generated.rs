@@ -10,12 +10,16 @@ mod support;
 #[path = "gen/generator.rs"]
 mod generator;
 
+#[rustfmt::skip]
 #[path = "gen/corpus_0.rs"]
 mod corpus_0;
+#[rustfmt::skip]
 #[path = "gen/corpus_1.rs"]
 mod corpus_1;
+#[rustfmt::skip]
 #[path = "gen/corpus_2.rs"]
 mod corpus_2;
+#[rustfmt::skip]
 #[path = "gen/corpus_3.rs"]
 mod corpus_3;
 

@@ -364,6 +364,21 @@ pub(crate) const PASSTHROUGH_METHODS: &[&str] = &[
     "then_some",
 ];
 
+/// Methods returning a raw pointer into the receiver: the local is then never dropped early.
+pub(crate) const RAW_POINTER_METHODS: &[&str] = &[
+    "as_ptr",
+    "as_mut_ptr",
+    "as_raw",
+    "as_raw_mut",
+    "data_ptr",
+    "device_ptr",
+    "device_ptr_mut",
+    "as_ptr_range",
+    "as_mut_ptr_range",
+    "into_raw",
+    "leak",
+];
+
 /// Methods that may store their arguments inside the receiver (`v.push(&x)`).
 pub(crate) const STORING_METHODS: &[&str] = &[
     "push",

@@ -389,6 +389,9 @@ impl Rewriter<'_> {
                     if mention.partial {
                         bindings[b].partial_moves.push(index);
                     }
+                    if mention.raw_address {
+                        bindings[b].pinned = true;
+                    }
                 }
             }
             for (target, sources) in &facts.stores {

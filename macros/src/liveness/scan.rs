@@ -43,6 +43,10 @@ pub(crate) struct Mention {
     pub moved: bool,
     /// A field (or the pointee) may be moved out: the local is partially moved afterwards.
     pub partial: bool,
+    /// Its address is taken as a raw pointer (`&raw`, `as *const _`, `addr_of!`, `as_ptr()`):
+    /// the pointer may escape where the borrow checker cannot see it, so the local is never
+    /// dropped early.
+    pub raw_address: bool,
 }
 
 /// What a statement does to the locals around it.
@@ -430,6 +434,9 @@ fn sources_of_mentions(mentions: &BTreeMap<String, Mention>) -> Vec<Source> {
 }
 
 /// The local a path expression names (`x`), if it is a single lowercase identifier.
+/// A store target that is no local of the block (a field of `self`, a static, a pointee).
+pub(crate) const OUTSIDE: &str = "<outside>";
+
 pub(crate) fn local_name(path: &syn::ExprPath) -> Option<String> {
     if path.qself.is_some() || path.path.leading_colon.is_some() || path.path.segments.len() != 1 {
         return None;
@@ -587,9 +594,25 @@ impl<'e, 'a> Walker<'e, 'a> {
 
     fn store(&mut self, target: &Expr, sources: Vec<Source>) {
         self.facts.stores_anything = true;
-        if let Some(root) = place_root(target) {
-            if !sources.is_empty() && !self.bound.contains(&root) {
-                self.facts.stores.push((root, sources));
+        if sources.is_empty() {
+            return;
+        }
+        match place_root(target) {
+            Some(root) if self.bound.contains(&root) => {}
+            Some(root) => self.facts.stores.push((root, sources)),
+            // `self.f = …`, `*p = …`, a static: stored beyond this block's locals.
+            None => self.facts.stores.push((OUTSIDE.to_string(), sources)),
+        }
+    }
+
+    /// Marks every local mentioned in `expr` as having its address taken.
+    fn raw_address_of(&mut self, tokens: TokenStream) {
+        let mut inner = Walker::new(self.env);
+        inner.bound = self.bound.clone();
+        inner.tokens(tokens);
+        for name in inner.facts.mentions.into_keys() {
+            if !self.bound.contains(&name) {
+                self.facts.mentions.entry(name).or_default().raw_address = true;
             }
         }
     }
@@ -669,7 +692,10 @@ impl<'e, 'a> Walker<'e, 'a> {
                 }
             }
             Expr::Reference(r) => self.expr(&r.expr, Ctx::Borrow),
-            Expr::RawAddr(r) => self.expr(&r.expr, Ctx::Borrow),
+            Expr::RawAddr(r) => {
+                self.expr(&r.expr, Ctx::Borrow);
+                self.raw_address_of(r.expr.to_token_stream());
+            }
             Expr::Field(field) => self.projection(&field.base, ctx),
             Expr::Index(index) => {
                 self.expr(&index.expr, Ctx::Borrow);
@@ -694,6 +720,9 @@ impl<'e, 'a> Walker<'e, 'a> {
                 };
                 self.expr(&call.receiver, receiver_ctx);
                 call.args.iter().for_each(|a| self.expr(a, Ctx::Value));
+                if lists::RAW_POINTER_METHODS.contains(&name.as_str()) {
+                    self.raw_address_of(call.receiver.to_token_stream());
+                }
                 if lists::STORING_METHODS.contains(&name.as_str()) {
                     let mut sources = Vec::new();
                     call.args
@@ -790,7 +819,12 @@ impl<'e, 'a> Walker<'e, 'a> {
             Expr::Yield(y) => y.expr.iter().for_each(|e| self.expr(e, Ctx::Value)),
             Expr::Try(t) => self.expr(&t.expr, Ctx::Value),
             Expr::Await(a) => self.expr(&a.base, Ctx::Value),
-            Expr::Cast(c) => self.expr(&c.expr, Ctx::Value),
+            Expr::Cast(c) => {
+                self.expr(&c.expr, Ctx::Value);
+                if matches!(&*c.ty, syn::Type::Ptr(_)) {
+                    self.raw_address_of(c.expr.to_token_stream());
+                }
+            }
             Expr::Tuple(t) => t.elems.iter().for_each(|e| self.expr(e, Ctx::Value)),
             Expr::Array(a) => a.elems.iter().for_each(|e| self.expr(e, Ctx::Value)),
             Expr::Repeat(r) => {
@@ -828,6 +862,9 @@ impl<'e, 'a> Walker<'e, 'a> {
 
     fn mac(&mut self, mac: &Macro) {
         let name = macro_name(mac);
+        if matches!(name.as_str(), "addr_of" | "addr_of_mut") {
+            self.raw_address_of(mac.tokens.clone());
+        }
         if mac.path.segments.len() == 1 {
             if let Some(body) = self.env.local_macros.get(&name) {
                 for ident in body.clone() {

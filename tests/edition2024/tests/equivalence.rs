@@ -17,12 +17,16 @@ mod placement;
 
 #[path = "../../ui/inference/support.rs"]
 mod support;
+#[rustfmt::skip]
 #[path = "../../gen/corpus_0.rs"]
 mod corpus_0;
+#[rustfmt::skip]
 #[path = "../../gen/corpus_1.rs"]
 mod corpus_1;
+#[rustfmt::skip]
 #[path = "../../gen/corpus_2.rs"]
 mod corpus_2;
+#[rustfmt::skip]
 #[path = "../../gen/corpus_3.rs"]
 mod corpus_3;
 
@@ -39,9 +43,20 @@ fn pass_cases_edition_2024() {
 #[test]
 fn generated_corpus_edition_2024() {
     let mut earlier = 0;
-    for (name, without, with) in [corpus_0::CASES, corpus_1::CASES, corpus_2::CASES, corpus_3::CASES].concat() {
+    for (name, without, with) in [
+        corpus_0::CASES,
+        corpus_1::CASES,
+        corpus_2::CASES,
+        corpus_3::CASES,
+    ]
+    .concat()
+    {
         for flag in [false, true] {
-            let c = support::compare(name, || without(support::mk("p", 1), flag), || with(support::mk("p", 1), flag));
+            let c = support::compare(
+                name,
+                || without(support::mk("p", 1), flag),
+                || with(support::mk("p", 1), flag),
+            );
             earlier += c.earlier;
         }
     }

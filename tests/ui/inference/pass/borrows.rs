@@ -118,6 +118,21 @@ macro_rules! cases {
             y.v
         }
 
+        /// A local whose address is taken as a raw pointer is never dropped early, even when
+        /// the pointer escapes through an integer.
+        $(#[$attr])?
+        pub fn raw_pointer() -> i64 {
+            let keep_x = mk("keep_x", 3);
+            let address = &keep_x as *const T as usize;
+            step("1");
+            let y = mk("y", 1);
+            step("2");
+            // SAFETY: `keep_x` is still alive: nothing whose address was taken is dropped early.
+            let v = unsafe { (*(address as *const T)).v };
+            step("3");
+            v + y.v
+        }
+
         /// Unknown methods on a local whose result is bound: conservatively kept alive.
         $(#[$attr])?
         pub fn conservative_default() -> i64 {
@@ -242,6 +257,7 @@ pub fn main() {
     check!(tail_temporaries() => earlier);
     check!(borrow_across_shadowing() => earlier);
     check!(conservative_default());
+    check!(raw_pointer());
     check!(owned_option() => earlier);
     check!(borrows_option() => earlier);
     check!(unknown_function() => earlier);

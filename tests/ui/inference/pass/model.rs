@@ -275,7 +275,8 @@ fn input() -> tensorlib::Tensor {
 }
 
 pub fn main() {
-    use tensorlib::{linear, peak_live, Span};
+    use tensorlib::Span;
+    use tensorlib::{linear, peak_live};
     let mlp = |act| {
         (
             without::Mlp {
