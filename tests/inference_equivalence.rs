@@ -49,3 +49,11 @@ mod model;
 fn model() {
     model::main();
 }
+
+#[path = "ui/inference/pass/tricky.rs"]
+mod tricky;
+
+#[test]
+fn tricky() {
+    tricky::main();
+}

@@ -3,7 +3,7 @@ fn decode(tokens: Vec<u32>, cache: Cache, mode: Mode) -> Option<usize> {
     let table = build_table();
     let mut total = 0;
     {
-        #[allow(unused_variables)]
+        #[allow(unused_variables, clippy::redundant_locals)]
         let table = table;
         for t in &tokens {
             let row = table.row(*t);
@@ -14,7 +14,7 @@ fn decode(tokens: Vec<u32>, cache: Cache, mode: Mode) -> Option<usize> {
         return None;
     };
     let label = {
-        #[allow(unused_variables)]
+        #[allow(unused_variables, clippy::redundant_locals)]
         let first = first;
         let __vg_value = match mode {
             Mode::Fast => format!("fast {first}"),
@@ -24,7 +24,7 @@ fn decode(tokens: Vec<u32>, cache: Cache, mode: Mode) -> Option<usize> {
     };
     ::vramguard::__private::release(tokens);
     {
-        #[allow(unused_variables)]
+        #[allow(unused_variables, clippy::redundant_locals)]
         let label = label;
         println!("{label} {total}");
     }

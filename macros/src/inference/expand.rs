@@ -20,20 +20,25 @@ pub(crate) fn expand(target: Target, options: &Options) -> TokenStream {
     let mut errors: Vec<syn::Error> = Vec::new();
     let tokens = match target {
         Target::Fn(mut function) => {
-            let sig = function.sig.clone();
-            function.block = Box::new(body(
-                &sig,
-                *function.block,
+            let block = std::mem::replace(&mut *function.block, syn::parse_quote!({}));
+            *function.block = body(
+                &mut function.sig,
+                block,
                 options,
                 &drop_options,
                 &mut errors,
-            ));
+            );
             function.into_token_stream()
         }
         Target::TraitFn(mut method) => {
             if let Some(block) = method.default.take() {
-                let sig = method.sig.clone();
-                method.default = Some(body(&sig, block, options, &drop_options, &mut errors));
+                method.default = Some(body(
+                    &mut method.sig,
+                    block,
+                    options,
+                    &drop_options,
+                    &mut errors,
+                ));
             }
             method.into_token_stream()
         }
@@ -41,9 +46,9 @@ pub(crate) fn expand(target: Target, options: &Options) -> TokenStream {
             for item in &mut block.items {
                 if let syn::ImplItem::Fn(method) = item {
                     if method.sig.constness.is_none() {
-                        let sig = method.sig.clone();
                         let old = std::mem::replace(&mut method.block, syn::parse_quote!({}));
-                        method.block = body(&sig, old, options, &drop_options, &mut errors);
+                        method.block =
+                            body(&mut method.sig, old, options, &drop_options, &mut errors);
                     }
                 }
             }
@@ -57,7 +62,7 @@ pub(crate) fn expand(target: Target, options: &Options) -> TokenStream {
 
 /// The new body of one function.
 fn body(
-    sig: &syn::Signature,
+    sig: &mut syn::Signature,
     mut block: syn::Block,
     options: &Options,
     drop_options: &DropOptions,
@@ -75,7 +80,8 @@ fn body(
     errors.extend(lint.errors);
     let warnings = lint.warnings;
     if options.drops {
-        liveness::insert_drops(&mut block, &liveness::params_of(sig), drop_options);
+        let report = liveness::insert_drops(&mut block, &liveness::params_of(sig), drop_options);
+        allow_unused_mut(sig, &report.moved_mut_params);
     } else {
         liveness::strip_keep_markers(&mut block);
     }
@@ -110,6 +116,23 @@ fn body(
         Err(error) => {
             errors.push(error);
             block
+        }
+    }
+}
+
+/// `mut` parameters whose last mutation moved onto a rebinding would trip `unused_mut` on the
+/// user's parameter.
+fn allow_unused_mut(sig: &mut syn::Signature, names: &[String]) {
+    for input in &mut sig.inputs {
+        if let syn::FnArg::Typed(typed) = input {
+            let mut bound = Vec::new();
+            crate::liveness::pattern_names(&typed.pat, &mut bound);
+            let already = typed.attrs.iter().any(|a| {
+                a.path().is_ident("allow") && a.to_token_stream().to_string().contains("unused_mut")
+            });
+            if !already && bound.iter().any(|n| names.contains(n)) {
+                typed.attrs.push(syn::parse_quote!(#[allow(unused_mut)]));
+            }
         }
     }
 }

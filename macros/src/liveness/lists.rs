@@ -314,6 +314,35 @@ pub(crate) const BORROW_METHODS: &[&str] = &[
     "bias",
 ];
 
+/// Of the borrowing methods, those returning a plain reference into the receiver (not an
+/// iterator, an `Option<&T>` or a guard): reading through the result yields what the receiver
+/// holds, never the receiver's storage.
+pub(crate) const REFERENCE_METHODS: &[&str] = &[
+    "dims",
+    "shape",
+    "stride",
+    "strides",
+    "layout",
+    "device",
+    "storage",
+    "as_ref",
+    "as_mut",
+    "as_slice",
+    "as_mut_slice",
+    "as_str",
+    "as_bytes",
+    "as_path",
+    "as_os_str",
+    "borrow",
+    "borrow_mut",
+    "deref",
+    "deref_mut",
+    "weight",
+    "bias",
+    "get_unchecked",
+    "get_unchecked_mut",
+];
+
 /// Methods whose result carries the receiver's *value* (and the values of their arguments):
 /// `unwrap`, `?`-like adapters, iterator adapters, `into_*` conversions.
 pub(crate) const PASSTHROUGH_METHODS: &[&str] = &[

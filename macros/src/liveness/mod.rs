@@ -103,6 +103,9 @@ pub(crate) struct DropReport {
     pub dropped_early: usize,
     /// Names of the bindings dropped early, as `name@block_depth` (for tests).
     pub dropped: Vec<String>,
+    /// `mut` parameters moved into a later statement: the caller should put
+    /// `#[allow(unused_mut)]` on them (the mutation may now happen on the rebinding).
+    pub moved_mut_params: Vec<String>,
 }
 
 /// The by-value parameters of a signature: ident patterns (and destructured patterns) whose
@@ -125,6 +128,13 @@ pub(crate) fn params_of(sig: &syn::Signature) -> Vec<ParamBinding> {
         }
     }
     out
+}
+
+/// The names a pattern binds.
+pub(crate) fn pattern_names(pat: &syn::Pat, out: &mut Vec<String>) {
+    let mut names = Vec::new();
+    scan::pattern_bindings(pat, &mut names);
+    out.extend(names.into_iter().map(|(ident, _)| ident.to_string()));
 }
 
 fn is_primitive(ty: &syn::Type) -> bool {
@@ -151,6 +161,7 @@ pub(crate) fn insert_drops(
         local_macros,
         report: DropReport::default(),
         depth: 0,
+        mut_decls: BTreeSet::new(),
     };
     rewriter.block(block, params);
     rewriter.report
@@ -256,6 +267,9 @@ struct Rewriter<'o> {
     local_macros: BTreeMap<String, BTreeSet<String>>,
     report: DropReport,
     depth: usize,
+    /// Statement indices of the current block's `let mut` declarations moved into a later
+    /// statement.
+    mut_decls: BTreeSet<usize>,
 }
 
 impl Rewriter<'_> {
@@ -270,11 +284,13 @@ impl Rewriter<'_> {
 
     fn block(&mut self, block: &mut Block, params: &[ParamBinding]) {
         let plan = self.plan(block, params);
+        let mut_decls = std::mem::take(&mut self.mut_decls);
         self.depth += 1;
         for stmt in &mut block.stmts {
             self.visit_stmt_mut(stmt);
         }
         self.depth -= 1;
+        self.mut_decls = mut_decls;
         for stmt in &mut block.stmts {
             if let Stmt::Local(local) = stmt {
                 local.attrs.retain(|a| !is_keep_attr(a));
@@ -545,16 +561,30 @@ impl Rewriter<'_> {
             let borrowed_here = borrowed_by_value[at].iter().any(|&(to, _)| to == b);
             if binding.mentions.contains(&at) && !borrowed_here {
                 drops.move_in.push((binding.ident.clone(), binding.mutable));
+                // The last mutation may now happen on the rebinding: the declaration's `mut`
+                // can become unneeded, which rustc would report on the user's line.
+                if binding.mutable {
+                    match binding.decl {
+                        Some(decl) => {
+                            self.mut_decls.insert(decl);
+                        }
+                        None => self.report.moved_mut_params.push(binding.ident.to_string()),
+                    }
+                }
             } else {
                 drops.release_after.push(binding.ident.clone());
             }
-            let _ = binding.decl;
         }
         plan
     }
 
-    fn apply(&self, block: &mut Block, plan: BTreeMap<usize, StmtDrops>) {
+    fn apply(&mut self, block: &mut Block, plan: BTreeMap<usize, StmtDrops>) {
         let krate = &self.opts.krate;
+        for decl in std::mem::take(&mut self.mut_decls) {
+            if let Some(Stmt::Local(local)) = block.stmts.get_mut(decl) {
+                local.attrs.push(syn::parse_quote!(#[allow(unused_mut)]));
+            }
+        }
         for (index, drops) in plan.into_iter().rev() {
             let stmt = &mut block.stmts[index];
             let span = stmt.span();
@@ -565,9 +595,9 @@ impl Rewriter<'_> {
                     .map(|(ident, mutable)| {
                         let ident = Ident::new(&ident.to_string(), ident.span().located_at(span));
                         if *mutable {
-                            quote_spanned!(span=> #[allow(unused_mut, unused_variables)] let mut #ident = #ident;)
+                            quote!(#[allow(unused_mut, unused_variables, clippy::redundant_locals)] let mut #ident = #ident;)
                         } else {
-                            quote_spanned!(span=> #[allow(unused_variables)] let #ident = #ident;)
+                            quote!(#[allow(unused_variables, clippy::redundant_locals)] let #ident = #ident;)
                         }
                     })
                     .collect();

@@ -212,7 +212,9 @@ impl Env<'_> {
             (Some(root), _) => out.push(Source::Contents(root)),
             // Read through a reference an accessor returned (`x.get(0).v`): the field holds
             // what `x`'s contents hold, never `x`'s own storage.
-            (None, Expr::MethodCall(call)) if self.is_borrow_method(&call.method.to_string()) => {
+            (None, Expr::MethodCall(call))
+                if lists::REFERENCE_METHODS.contains(&call.method.to_string().as_str()) =>
+            {
                 self.projection_value(&call.receiver, out);
             }
             (None, _) => {
@@ -272,9 +274,16 @@ impl Env<'_> {
             result
         };
         for stmt in body {
-            let Stmt::Local(local) = stmt else {
-                out.extend(self.conservative(whole));
-                return;
+            // Statements whose value is discarded only matter if they store a borrow.
+            let local = match stmt {
+                Stmt::Local(local) => local,
+                Stmt::Expr(..) | Stmt::Macro(_) if !self.scan_stmt(stmt).stores_anything => {
+                    continue
+                }
+                _ => {
+                    out.extend(self.conservative(whole));
+                    return;
+                }
             };
             let mut names = Vec::new();
             let has_ref = pattern_bindings(&local.pat, &mut names);
@@ -307,7 +316,19 @@ impl Env<'_> {
             return;
         }
         if self.is_borrow_method(&name) {
-            self.borrow_of(&call.receiver, Kind::Borrow, out);
+            let mut sources = Vec::new();
+            self.borrow_of(&call.receiver, Kind::Borrow, &mut sources);
+            if !lists::REFERENCE_METHODS.contains(&name.as_str()) {
+                // An iterator, `Option<&T>` or guard *holds* a reference into the receiver.
+                sources = sources
+                    .into_iter()
+                    .map(|s| match s {
+                        Source::Storage(n, k, _) => Source::Storage(n, k, false),
+                        other => other,
+                    })
+                    .collect();
+            }
+            out.extend(sources);
             return;
         }
         // `into_*` methods consume `self`: their result cannot borrow it, only hold its value.

@@ -14,6 +14,8 @@ mod macros;
 mod model;
 #[path = "../../ui/inference/pass/placement.rs"]
 mod placement;
+#[path = "../../ui/inference/pass/tricky.rs"]
+mod tricky;
 
 #[path = "../../ui/inference/support.rs"]
 mod support;
@@ -38,6 +40,7 @@ fn pass_cases_edition_2024() {
     macros::main();
     model::main();
     placement::main();
+    tricky::main();
 }
 
 #[test]
