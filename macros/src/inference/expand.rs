@@ -45,7 +45,15 @@ pub(crate) fn expand(target: Target, options: &Options) -> TokenStream {
         Target::Impl(mut block) => {
             for item in &mut block.items {
                 if let syn::ImplItem::Fn(method) = item {
-                    if method.sig.constness.is_none() {
+                    // A method with its own `#[inference(..)]` is expanded by that attribute,
+                    // with its own options.
+                    let own_attribute = method.attrs.iter().any(|a| {
+                        a.path()
+                            .segments
+                            .last()
+                            .is_some_and(|s| s.ident == "inference")
+                    });
+                    if method.sig.constness.is_none() && !own_attribute {
                         let old = std::mem::replace(&mut method.block, syn::parse_quote!({}));
                         method.block =
                             body(&mut method.sig, old, options, &drop_options, &mut errors);

@@ -53,6 +53,21 @@ macro_rules! cases {
             }
         }
 
+        pub struct Nested;
+
+        /// An `impl` block whose method has its own attribute (and options): expanded once.
+        $(#[$attr])?
+        impl Nested {
+            $(#[$attr])?
+            pub fn own(&self) -> i64 {
+                let a = mk("a", 1);
+                step("1");
+                let b = mk("b", a.v);
+                step("2");
+                b.v
+            }
+        }
+
         /// A whole `impl` block: every method is transformed.
         $(#[$attr])?
         impl Layer for Model {
@@ -208,6 +223,12 @@ pub fn main() {
     );
     assert!(c.earlier > 0);
     check!(generic_call() => earlier);
+    let c = support::compare(
+        "nested attribute",
+        || without::Nested.own(),
+        || with::Nested.own(),
+    );
+    assert!(c.earlier > 0);
     let c = support::compare(
         "impl Trait",
         || without::returns_impl(2).collect::<Vec<_>>(),
