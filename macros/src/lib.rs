@@ -77,7 +77,12 @@ use proc_macro::TokenStream;
 ///   is taken as a raw pointer (`as *const _`, `&raw`, `addr_of!`, `.as_ptr()`), a value
 ///   stored into something outside the block (`self.f = …`, a static);
 /// - a value whose last use is an unknown statement macro (it might declare bindings) or the
-///   `else` block of a `let … else`.
+///   `else` block of a `let … else`;
+/// - anything in a function that contains `unsafe` code (or is an `unsafe fn`): it gets the
+///   no-grad guard only, because unsafe code may rely on a value living to the end of its
+///   scope in ways no syntactic analysis sees (`&x` coerced to `*const T` by a call that
+///   stashes it, read later by an unsafe call that never names `x`). Move the unsafe part
+///   (a kernel launch, say) into a helper function to get the drops back.
 ///
 /// # Borrows: what keeps a value alive
 ///

@@ -87,7 +87,9 @@ fn body(
     );
     errors.extend(lint.errors);
     let warnings = lint.warnings;
-    if options.drops {
+    // The body of an `unsafe fn` is unsafe code throughout (see `liveness::contains_unsafe`).
+    let unsafe_fn = matches!(sig.safety, syn::Safety::Unsafe(_));
+    if options.drops && !unsafe_fn {
         let report = liveness::insert_drops(&mut block, &liveness::params_of(sig), drop_options);
         allow_unused_mut(sig, &report.moved_mut_params);
     } else {

@@ -35,7 +35,11 @@
 //! - a borrower outlives a redeclaration (shadowing) of the local's name;
 //! - a field of the local may have been moved out before its last use;
 //! - the last use is an unknown statement macro (it might declare bindings), or the `else`
-//!   block of a `let … else`.
+//!   block of a `let … else`;
+//! - its address is taken as a raw pointer, or it is stored into something outside the block.
+//!
+//! A block that contains `unsafe` code gets no early drops at all: unsafe code may rely on a
+//! value living to the end of its scope in ways no syntactic analysis can see.
 //!
 //! Every mistake the analysis could make surfaces as a borrow-check or move error at compile
 //! time (the rewrite only moves values; it never creates references or `unsafe` code).
@@ -103,6 +107,8 @@ pub(crate) struct DropReport {
     pub dropped_early: usize,
     /// Names of the bindings dropped early, as `name@block_depth` (for tests).
     pub dropped: Vec<String>,
+    /// The block contains `unsafe` code and was left without early drops.
+    pub contains_unsafe: bool,
     /// `mut` parameters moved into a later statement: the caller should put
     /// `#[allow(unused_mut)]` on them (the mutation may now happen on the rebinding).
     pub moved_mut_params: Vec<String>,
@@ -154,6 +160,16 @@ pub(crate) fn insert_drops(
     params: &[ParamBinding],
     opts: &DropOptions,
 ) -> DropReport {
+    // Unsafe code may rely on a value living to the end of its scope in ways no syntactic
+    // analysis sees (`&x` coerced to `*const T` by a call that stashes it, read later by
+    // another unsafe call that never names `x`). A block containing `unsafe` is left alone.
+    if contains_unsafe(block) {
+        strip_keep_markers(block);
+        return DropReport {
+            contains_unsafe: true,
+            ..DropReport::default()
+        };
+    }
     let mut local_macros = BTreeMap::new();
     collect_local_macros(block, &mut local_macros);
     let mut rewriter = Rewriter {
@@ -191,6 +207,31 @@ pub(crate) fn declared_names(block: &Block, out: &mut BTreeSet<String>) {
         fn visit_item(&mut self, _: &'ast Item) {}
     }
     syn::visit::Visit::visit_block(&mut Names(out), block);
+}
+
+/// Whether `block` contains an `unsafe` block (nested items excluded).
+pub(crate) fn contains_unsafe(block: &Block) -> bool {
+    struct Find(bool);
+    impl<'ast> syn::visit::Visit<'ast> for Find {
+        fn visit_expr_unsafe(&mut self, _: &'ast syn::ExprUnsafe) {
+            self.0 = true;
+        }
+        fn visit_item(&mut self, _: &'ast Item) {}
+        fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+            // Macro arguments are tokens: look for the keyword.
+            fn scan(tokens: TokenStream) -> bool {
+                tokens.into_iter().any(|t| match t {
+                    TokenTree::Ident(i) => i == "unsafe",
+                    TokenTree::Group(g) => scan(g.stream()),
+                    _ => false,
+                })
+            }
+            self.0 |= scan(mac.tokens.clone());
+        }
+    }
+    let mut find = Find(false);
+    syn::visit::Visit::visit_block(&mut find, block);
+    find.0
 }
 
 fn is_keep_attr(attr: &syn::Attribute) -> bool {

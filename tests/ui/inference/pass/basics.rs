@@ -88,7 +88,7 @@ macro_rules! cases {
             y.v
         }
 
-        /// Nested blocks and `unsafe` blocks.
+        /// Nested blocks.
         $(#[$attr])?
         pub fn nested_blocks() -> i64 {
             let outer = mk("outer", 2);
@@ -100,10 +100,21 @@ macro_rules! cases {
             };
             step("1");
             let raw = [mk("r0", 1), mk("r1", 2)];
-            // SAFETY: index 1 is in bounds.
-            let picked = unsafe { raw.get_unchecked(1).v };
+            let picked = raw[1].v;
             step("2");
             inner_result + picked
+        }
+
+        /// A function with an `unsafe` block gets the guard only: it keeps working unchanged.
+        $(#[$attr])?
+        pub fn unsafe_block() -> i64 {
+            let keep_raw = [mk("keep_r0", 1), mk("keep_r1", 2)];
+            // SAFETY: index 1 is in bounds.
+            let picked = unsafe { keep_raw.get_unchecked(1).v };
+            step("1");
+            let keep_y = mk("keep_y", picked);
+            step("2");
+            keep_y.v + 1
         }
 
         /// Values whose last use is the tail expression gain nothing: left alone.
@@ -214,6 +225,7 @@ pub fn main() {
     check!(parameters(mk("a", 1), (mk("b", 2), mk("c", 3)), mk("d", 4), &mk("r", 5)) => earlier);
     check!(guards() => earlier);
     check!(nested_blocks() => earlier);
+    check!(unsafe_block());
     check!(last_use_in_tail());
     check!(keep_option());
     check!(no_drops());

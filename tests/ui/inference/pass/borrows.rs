@@ -133,6 +133,37 @@ macro_rules! cases {
             v + y.v
         }
 
+        static STASH: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+        /// # Safety
+        /// `p` must stay valid until the last `read_stash`.
+        unsafe fn stash(p: *const T) {
+            STASH.store(p as usize, std::sync::atomic::Ordering::SeqCst);
+        }
+
+        /// # Safety
+        /// The stashed pointer must still be valid.
+        unsafe fn read_stash() -> i64 {
+            // SAFETY: guaranteed by the caller.
+            unsafe { (*(STASH.load(std::sync::atomic::Ordering::SeqCst) as *const T)).v }
+        }
+
+        /// A reference coerced to a raw pointer inside `unsafe` code and used later: locals
+        /// mentioned in `unsafe` blocks are never dropped early.
+        $(#[$attr])?
+        pub fn stashed_pointer() -> i64 {
+            let keep_x = mk("keep_x", 3);
+            // SAFETY: `keep_x` lives until the end of the function.
+            unsafe { stash(&keep_x) };
+            step("1");
+            let y = mk("y", 1);
+            step("2");
+            // SAFETY: `keep_x` is still alive.
+            let v = unsafe { read_stash() };
+            step("3");
+            v + y.v
+        }
+
         /// Unknown methods on a local whose result is bound: conservatively kept alive.
         $(#[$attr])?
         pub fn conservative_default() -> i64 {
@@ -258,6 +289,7 @@ pub fn main() {
     check!(borrow_across_shadowing() => earlier);
     check!(conservative_default());
     check!(raw_pointer());
+    check!(stashed_pointer());
     check!(owned_option() => earlier);
     check!(borrows_option() => earlier);
     check!(unknown_function() => earlier);
