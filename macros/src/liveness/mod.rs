@@ -343,7 +343,6 @@ impl Rewriter<'_> {
     fn plan(&mut self, block: &Block, params: &[ParamBinding]) -> BTreeMap<usize, StmtDrops> {
         let env = self.env();
         let count = block.stmts.len();
-        let has_tail = matches!(block.stmts.last(), Some(Stmt::Expr(_, None)));
         let mut bindings: Vec<Binding> = Vec::new();
         let mut edges: Vec<Edge> = Vec::new();
         let mut current: BTreeMap<String, usize> = BTreeMap::new();
@@ -392,7 +391,6 @@ impl Rewriter<'_> {
         }
 
         let resolve = |current: &BTreeMap<String, usize>,
-                       bindings: &[Binding],
                        edges: &[Edge],
                        sources: &[Source]|
          -> Vec<(usize, Kind, bool)> {
@@ -407,7 +405,6 @@ impl Rewriter<'_> {
                     // What the named local may borrow, the new value may borrow too.
                     Source::ValueOf(name) => {
                         if let Some(&b) = current.get(name) {
-                            let _ = bindings;
                             out.extend(
                                 edges
                                     .iter()
@@ -452,7 +449,7 @@ impl Rewriter<'_> {
                 }
             }
             for (target, sources) in &facts.stores {
-                let resolved = resolve(&current, &bindings, &edges, sources);
+                let resolved = resolve(&current, &edges, sources);
                 match current.get(target) {
                     Some(&t) => edges.extend(resolved.into_iter().map(|(to, kind, into)| Edge {
                         from: t,
@@ -486,7 +483,7 @@ impl Rewriter<'_> {
                         } else {
                             env.value_sources(&init.expr)
                         };
-                        resolved = resolve(&current, &bindings, &edges, &sources);
+                        resolved = resolve(&current, &edges, &sources);
                         borrowed_by_value[index] =
                             resolved.iter().map(|&(b, k, _)| (b, k)).collect();
                         if let Some((_, otherwise)) = &init.diverge {
@@ -523,7 +520,6 @@ impl Rewriter<'_> {
         // Drop points: own last mention, pushed back by borrowers, or END.
         // Dropping at the last statement or in the tail expression gains nothing.
         let last_stmt = count.saturating_sub(1);
-        let _ = has_tail;
         let mut end: Vec<usize> = bindings
             .iter()
             .map(|b| {
