@@ -13,6 +13,15 @@ mod layers {}
 #[vramguard::inference]
 use std::vec::Vec as List;
 
+#[vramguard::inference]
+union Bits {
+    int: u32,
+    float: f32,
+}
+
+#[vramguard::inference]
+extern crate std as standard;
+
 struct Model;
 
 #[vramguard::inference]
@@ -26,4 +35,6 @@ impl Model {
 fn main() {
     let _: (Batch, List<f32>, usize, usize) = (Vec::new(), Vec::new(), HIDDEN, WEIGHTS.len());
     let _ = Model::size();
+    let _ = Bits { int: 1 };
+    let _ = standard::mem::size_of::<u8>();
 }
