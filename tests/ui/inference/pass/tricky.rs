@@ -1,16 +1,26 @@
 //! Harder shapes: collected references read by index, `while let` with shadowing, closure
 //! bodies with locals, labeled blocks with values, `&mut` and `ref` bindings, `RefCell`
-//! borrows, `?` on `Option`, string slices, scoped threads.
+//! borrows, `?` on `Option`, string slices, scoped threads, `if let` on a lock guard,
+//! `let … else` with a type annotation, a statement macro declaring a binding, slice and
+//! or-patterns, async closures, generic `AsRef` parameters.
 #![deny(warnings)]
 
 #[macro_use]
 #[path = "../support.rs"]
 mod support;
 
+/// A statement macro that declares a binding the caller uses afterwards.
+macro_rules! my_let {
+    ($name:ident = $e:expr) => {
+        let $name = $e;
+    };
+}
+
 macro_rules! cases {
     ($($attr:meta)?) => {
         #[allow(unused_imports)]
-        use super::support::{mk, step, T};
+        use super::support::{block_on, mk, step, T};
+        use std::sync::Mutex;
         $(#[$attr])?
         pub fn t1(items: Vec<T>) -> i64 {
             let v: Vec<&T> = items.iter().collect();
@@ -98,6 +108,68 @@ macro_rules! cases {
             step("2");
             m.v
         }
+        $(#[$attr])?
+        pub fn t8(flag: bool) -> i64 {
+            let x = Mutex::new(vec![mk("m", 1)]);
+            if let Some(v) = x.lock().unwrap().first() {
+                step("has");
+                let _ = v.v;
+            }
+            step("1");
+            let y = mk("y", 2);
+            let Some(first): Option<i64> = [y.v].first().copied() else { return 0 };
+            step("2");
+            let z = mk("z", first);
+            my_let!(w = z.v + 1);
+            step("3");
+            let s = stringify!(z);
+            let [a, b] = [mk("a", 1), mk("b", 2)];
+            let (Ok(c) | Err(c)) = if flag { Ok::<T, T>(a) } else { Err(b) };
+            step("4");
+            let label = format!("{c}{s}{w}", s = s.len());
+            step("5");
+            label.len() as i64 + w
+        }
+
+        $(#[$attr])?
+        pub fn t9(items: Vec<T>) -> i64 {
+            let mut total = 0;
+            for it in items {
+                let x = mk("x", it.v);
+                if x.v > 1 {
+                    let _ = it.into_value();
+                    continue;
+                }
+                step("iter");
+                total += x.v;
+            }
+            let n = 3usize;
+            let mut i = 0;
+            while i < n {
+                i += 1;
+            }
+            let g = |a: i64| async move { a + 1 };
+            let fut = g(1);
+            let r = block_on(fut);
+            let data = vec![mk("d", 5)];
+            let cl = async || data.len();
+            let len = block_on(cl());
+            total + r + len as i64
+        }
+
+        $(#[$attr])?
+        pub fn t10<Q: AsRef<str>>(q: Q, x: T) -> usize {
+            let s = q.as_ref();
+            let mut v = vec![];
+            step("0");
+            v.push(s.len());
+            let read = || x.v;
+            let y = read();
+            step("1");
+            let t = mk("t", y);
+            step("2");
+            v.len() + t.v as usize
+        }
     };
 }
 mod with {
@@ -117,4 +189,8 @@ pub fn main() {
     check!(t5(mk("x", 1)));
     check!(t6(mk("x", 1)));
     check!(t7());
+    check!(t8(false));
+    check!(t8(true));
+    check!(t9(vec![mk("i", 1), mk("j", 3)]));
+    check!(t10(String::from("ab"), mk("x", 1)));
 }
