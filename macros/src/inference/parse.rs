@@ -103,9 +103,10 @@ pub(crate) fn options(args: TokenStream) -> syn::Result<Options> {
     });
     parser.parse2(args).map_err(|e| {
         let message = e.to_string();
-        if message.contains(ACCEPTED) || message.contains("takes") || message.contains("duplicate")
-        {
+        if message.contains(ACCEPTED) {
             e
+        } else if message.contains("takes") || message.contains("duplicate") {
+            syn::Error::new(e.span(), format!("{message}; {ACCEPTED}"))
         } else {
             syn::Error::new(
                 e.span(),
