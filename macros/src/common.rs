@@ -1,5 +1,4 @@
 //! Helpers shared by the attribute macros.
-#![allow(dead_code)] // INTERIM: used once the macros are implemented.
 
 use proc_macro2::TokenStream;
 use quote::quote;

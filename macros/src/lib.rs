@@ -15,8 +15,136 @@ mod liveness;
 
 use proc_macro::TokenStream;
 
-/// Runs a function (method, `impl` block, `async fn`) with grad recording disabled and drops
-/// each local right after its last use. See the `vramguard` crate docs.
+/// Runs a function with grad recording disabled and drops each local right after its last use.
+///
+/// In Rust a value lives until the end of its scope, and shadowing frees nothing: a forward pass
+/// written one `let` per step keeps every intermediate alive until it returns. This attribute
+/// makes the peak "the few values live at once" instead of "the sum of all intermediates",
+/// with no other change to the code.
+///
+/// ```ignore
+/// #[vramguard::inference]
+/// fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+///     let _enter = self.span.enter();      // a guard: never dropped early
+///     let xs = self.fc1.forward(xs)?;
+///     let xs = xs.gelu()?;                 // the previous `xs` is freed here
+///     let xs = self.fc2.forward(&xs)?;     // and here
+///     Ok(xs)
+/// }
+/// ```
+///
+/// # Where it goes
+///
+/// Free functions, methods (`&self`, `&mut self`, `self`), trait impl methods, trait methods
+/// with a default body, whole `impl` blocks (every non-`const` method with a body), generic
+/// functions, functions returning `impl Trait`, and `async fn`. Anything else (a struct, a
+/// `const fn`, an extern block, a trait declaration, a trait method without a body…) is a
+/// compile error that says so.
+///
+/// # What it does
+///
+/// 1. **No grad**: the whole body runs under a no-grad guard (`NoGradGuard`). In an `async fn`
+///    grad mode is set around each poll of the body instead (a guard must not live across
+///    `.await`: the task may resume on another thread). For an `impl Trait` return, grad mode
+///    covers the call, not the later use of the returned value.
+/// 2. **Drops at last use**: every local, and every by-value parameter, is moved into the
+///    statement of its last use, so it dies at the end of that statement whether the statement
+///    borrows it or moves it: `let y = f(&x)?;` becomes
+///    `let y = { let x = x; let __vg_value = f(&x)?; __vg_value };`. Nested blocks (branches,
+///    loop bodies, closures, `unsafe` and async blocks) get the same treatment for the locals
+///    they declare. A local declared outside a loop and used inside is freed after the loop.
+/// 3. **Lints** the body (`.backward()` here is an error: there is no graph to differentiate).
+///
+/// # The contract
+///
+/// Code that compiles without the attribute compiles with it and behaves the same, except that
+/// values are dropped earlier. The macro sees no types, so when it cannot prove an early drop
+/// is possible it keeps the value alive (as without the attribute); every mistake it could
+/// still make is a borrow-check or move error at compile time, never a dangling reference: the
+/// rewrite only moves values into blocks and never adds `unsafe` code.
+///
+/// Never dropped early (they live to the end of their scope, as without the attribute):
+/// - guards: `_`-prefixed bindings, and bindings never used after their declaration
+///   (`let _enter = span.enter();`, `let lock = m.lock();` used by nothing later);
+/// - names in `keep(..)`, `let`s marked with the inert `#[keep]`, `let x;` declared without
+///   a value;
+/// - a value whose last use is the block's tail expression or its last statement (nothing to
+///   gain);
+/// - a value a later binding may borrow while the borrow's origin may also have moved it (an
+///   unknown method called on it, an unknown macro, a non-`move` closure capturing it);
+/// - a value borrowed by a binding that outlives a redeclaration (shadowing) of its name, a
+///   value a field of which may have been moved out before its last use, a value whose address
+///   is taken as a raw pointer (`as *const _`, `&raw`, `addr_of!`, `.as_ptr()`), a value
+///   stored into something outside the block (`self.f = …`, a static);
+/// - a value whose last use is an unknown statement macro (it might declare bindings) or the
+///   `else` block of a `let … else`;
+/// - anything in a function that contains `unsafe` code (or is an `unsafe fn`): it gets the
+///   no-grad guard only, because unsafe code may rely on a value living to the end of its
+///   scope in ways no syntactic analysis sees (`&x` coerced to `*const T` by a call that
+///   stashes it, read later by an unsafe call that never names `x`). Move the unsafe part
+///   (a kernel launch, say) into a helper function to get the drops back.
+///
+/// # Borrows: what keeps a value alive
+///
+/// A binding that may borrow a local keeps it alive until the binding's own last use: `&x`,
+/// `&x[..]`, `x.field` read through such a reference, non-`move` closures capturing `x`,
+/// borrows stored with `v.push(&x)` or `r = &x`, `let r = &make(&x);` (temporary lifetime
+/// extension), and the results of calls decided by name:
+/// - **owned results** (borrow nothing): tensor operations of candle, burn, tch, dfdx and
+///   vramguard (`matmul`, `broadcast_add`, `relu`, `gelu`, `softmax`, `reshape`, `transpose`,
+///   `t`, `contiguous`, `narrow`, `sum_keepdim`, `forward`, `apply`, `to_dtype`, …), and std
+///   methods returning plain values (`clone`, `to_vec`, `to_string`, `len`, `dims1`…`dims5`, …);
+///   free functions `softmax`, `softmax_last_dim`, `layer_norm`, `linear`, `cat`, `stack`,
+///   `zeros`, … and associated functions of `Tensor`, `String`, `Vec`; arithmetic and
+///   comparison operators (`&a + &b`); `format!` and the other formatting macros;
+/// - **borrowing results** (borrow the receiver): `dims`, `shape`, `stride`, `layout`,
+///   `device`, `storage`, `storage_and_layout`, `as_ref`, `as_slice`, `as_str`, `iter`,
+///   `iter_mut`, `keys`, `values`, `get`, `first`, `last`, `lines`, `split`, `chunks`,
+///   `windows`, `lock`, `read`, `write`, `borrow`, `deref`, `drain`, `entry`, `peek`, …;
+/// - **pass-through** (the receiver's value flows on): `unwrap`, `expect`, `ok`, `map_err`,
+///   `context`, `into`, `into_*`, `map`, `filter`, `zip`, `chain`, `collect`, `cloned`, … and
+///   `?`, `.await`;
+/// - **everything else** gets the conservative default: an unknown *method*'s result may
+///   borrow its receiver (lifetime elision ties it to `self`, so `&` arguments are not
+///   sources: `self.layer.forward_custom(&x)` frees `x`), and an unknown *free function*'s
+///   result may borrow its `&` arguments (`helper(&x)` keeps `x` while the result lives).
+///
+/// Extend the lists per function: `#[inference(owned(my_op, helper))]` declares names whose
+/// results own their data; `#[inference(borrows(view_of))]` declares methods whose result
+/// borrows the receiver.
+///
+/// What the conservative default costs, measured by the test `conservative_default_cost` on
+/// the 520 generated functions of the test corpus (which call an unknown borrowing-looking
+/// method in about one statement in nineteen): of 6006 non-guard bindings used after their
+/// declaration, 3223 are dropped early; if every unknown call were known to return an owned
+/// value, 3300 would be — the default gives up 77 drops (2.3%). On the golden model inputs
+/// (`tests/expand`, candle-style code) it gives up none. On model code that calls its own
+/// helpers (`fn block(x: &Tensor) -> Result<Tensor>`), each unlisted helper keeps its input
+/// alive while its output lives: list such helpers in `owned(..)`.
+///
+/// # Options
+///
+/// - `keep(a, b)`: never drop these locals early (a name that matches no local is an error);
+/// - `drops = false`: only the no-grad guard (and the lints), no early drops;
+/// - `crate = path` (or `crate = "path"`): the facade under another name, for generated paths;
+/// - `owned(name, ..)`, `borrows(name, ..)`: extend the name lists (above).
+///
+/// Unknown or malformed options are errors that list the accepted ones.
+///
+/// # Limits
+///
+/// - A method with explicit lifetimes tying its result to an `&` argument
+///   (`fn pick<'a>(&self, x: &'a T) -> &'a U`) breaks the elision assumption: the compile error
+///   (`x` does not live long enough) is fixed with `keep(x)`.
+/// - A value used in only one branch of an `if`/`match` is dropped after the whole branch
+///   statement, not inside the branch. Values used in the tail expression gain nothing.
+/// - Lock guards and other RAII values used after their declaration are released at their last
+///   use like any value; use a `_` prefix or `keep(..)` to hold them to the end of the scope.
+/// - With `#[async_trait]` on the enclosing `impl`, that macro runs first and turns the method
+///   into one returning a boxed future: grad mode then covers creating it, not polling it.
+///
+/// Compile errors in user code point at user code (the rewrite keeps spans), and
+/// `cargo expand` output stays readable (see `tests/expand/*.expanded.rs`).
 #[proc_macro_attribute]
 pub fn inference(args: TokenStream, item: TokenStream) -> TokenStream {
     inference::expand(args.into(), item.into()).into()

@@ -1,16 +1,719 @@
 //! Drop-at-last-use: the transform shared by `#[inference]` and `#[batch_scope]`.
-//! INTERIM: the contract only; the inference issue implements it.
+//!
+//! Entry point: [`insert_drops`]. It rewrites a block (a function body, or a loop body for
+//! `#[batch_scope]`) so that each local declared in it, and each by-value parameter, dies right
+//! after the statement of its last use instead of at the end of its scope. Nested blocks
+//! (branches, loop bodies, closure bodies, `unsafe` and async blocks) are handled the same way
+//! for the locals they declare; nested `fn` items are left alone.
+//!
+//! # Technique
+//!
+//! The macro has no types, so it cannot know whether a statement moves or borrows a local. It
+//! moves the local *into* the statement of its last use, which is right either way:
+//!
+//! ```text
+//! let y = f(&x)?;        →   let y = { let x = x; let __vg_value = f(&x)?; __vg_value };
+//! g(&x);                 →   { let x = x; g(&x); }
+//! ```
+//!
+//! The initializer is bound to a local before the block ends so that temporaries never sit in
+//! a block's tail expression (edition 2021 drops those after the block's locals), and a `let`'s
+//! type annotation is copied onto that local so that inference is unchanged. A local whose
+//! drop point is pushed past its own last mention by a borrower (see below) is released after
+//! the borrower's last statement with the generic `__private::release`, which avoids rustc's
+//! `dropping_references`/`dropping_copy_types` lints.
+//!
+//! # When a local is *not* dropped early (it then lives to the end of its scope, as without
+//! the attribute)
+//!
+//! - guards: `_`-prefixed names, and bindings never mentioned after their declaration;
+//! - names in `keep(..)`, `let`s marked `#[keep]`, `let x;` declarations without initializer;
+//! - the last use is the block's tail expression (nothing to gain), or the block's last
+//!   statement;
+//! - a binding that may borrow the local lives on and the borrow's origin may also have moved
+//!   the local (an unknown method on it, an unknown macro, a non-`move` closure capturing it);
+//! - a borrower outlives a redeclaration (shadowing) of the local's name;
+//! - a field of the local may have been moved out before its last use;
+//! - the last use is an unknown statement macro (it might declare bindings), or the `else`
+//!   block of a `let … else`;
+//! - its address is taken as a raw pointer, or it is stored into something outside the block.
+//!
+//! A block that contains `unsafe` code gets no early drops at all: unsafe code may rely on a
+//! value living to the end of its scope in ways no syntactic analysis can see.
+//!
+//! Every mistake the analysis could make surfaces as a borrow-check or move error at compile
+//! time (the rewrite only moves values; it never creates references or `unsafe` code).
+
+mod format;
+mod lists;
+mod scan;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use proc_macro2::{Span, TokenStream, TokenTree};
+use quote::{quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::visit_mut::{self, VisitMut};
+use syn::{Block, Expr, Ident, Item, Stmt};
+
+use scan::{Env, Kind, Source};
+
+pub(crate) use lists::is_known_macro;
+
+/// A by-value parameter (or other binding) the transformed block owns on entry.
+#[derive(Clone, Debug)]
+pub(crate) struct ParamBinding {
+    /// The bound name.
+    pub ident: Ident,
+    /// Declared `mut`: the rebinding must be `let mut` too.
+    pub mutable: bool,
+}
 
 /// What the transform needs to know.
-#[allow(dead_code)]
+#[derive(Clone)]
 pub(crate) struct DropOptions {
     /// Path of the facade crate (`::vramguard` unless renamed with `crate = path`).
     pub krate: syn::Path,
     /// Locals never dropped early (`keep(a, b)`).
-    pub keep: Vec<syn::Ident>,
+    pub keep: Vec<Ident>,
+    /// Extra method/function names whose result owns its data (`owned(..)`).
+    pub owned: Vec<String>,
+    /// Extra method names whose result borrows the receiver (`borrows(..)`).
+    pub borrows: Vec<String>,
+    /// Measurement only: pretend every unknown call returns an owned value. Never used for
+    /// code generation.
+    pub optimistic: bool,
 }
 
-/// Inserts releases of locals after their last use in `block`. `params` are by-value
-/// parameters the function owns.
-#[allow(dead_code)]
-pub(crate) fn insert_drops(_block: &mut syn::Block, _params: &[syn::Ident], _opts: &DropOptions) {}
+impl DropOptions {
+    /// Options with the default lists and nothing kept.
+    pub(crate) fn new(krate: syn::Path) -> Self {
+        Self {
+            krate,
+            keep: Vec::new(),
+            owned: Vec::new(),
+            borrows: Vec::new(),
+            optimistic: false,
+        }
+    }
+}
+
+/// What the transform did, for tests and measurements.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct DropReport {
+    /// Bindings that are not guards and are used after their declaration.
+    pub candidates: usize,
+    /// Of those, the ones now dropped before the end of their scope.
+    pub dropped_early: usize,
+    /// Names of the bindings dropped early, as `name@block_depth` (for tests).
+    pub dropped: Vec<String>,
+    /// The block contains `unsafe` code and was left without early drops.
+    pub contains_unsafe: bool,
+    /// `mut` parameters moved into a later statement: the caller should put
+    /// `#[allow(unused_mut)]` on them (the mutation may now happen on the rebinding).
+    pub moved_mut_params: Vec<String>,
+}
+
+/// The by-value parameters of a signature: ident patterns (and destructured patterns) whose
+/// type is not a reference. `self` is never included (it cannot be rebound).
+pub(crate) fn params_of(sig: &syn::Signature) -> Vec<ParamBinding> {
+    let mut out = Vec::new();
+    for input in &sig.inputs {
+        if let syn::FnArg::Typed(typed) = input {
+            // Dropping a reference or a primitive number early frees nothing.
+            if matches!(*typed.ty, syn::Type::Reference(_)) || is_primitive(&typed.ty) {
+                continue;
+            }
+            let mut names = Vec::new();
+            scan::pattern_bindings(&typed.pat, &mut names);
+            out.extend(
+                names
+                    .into_iter()
+                    .map(|(ident, mutable)| ParamBinding { ident, mutable }),
+            );
+        }
+    }
+    out
+}
+
+/// The names a pattern binds.
+pub(crate) fn pattern_names(pat: &syn::Pat, out: &mut Vec<String>) {
+    let mut names = Vec::new();
+    scan::pattern_bindings(pat, &mut names);
+    out.extend(names.into_iter().map(|(ident, _)| ident.to_string()));
+}
+
+fn is_primitive(ty: &syn::Type) -> bool {
+    const PRIMITIVES: &[&str] = &[
+        "bool", "char", "f32", "f64", "i8", "i16", "i32", "i64", "i128", "isize", "u8", "u16",
+        "u32", "u64", "u128", "usize",
+    ];
+    matches!(ty, syn::Type::Path(p) if p.qself.is_none()
+        && p.path.get_ident().is_some_and(|i| PRIMITIVES.contains(&i.to_string().as_str())))
+}
+
+/// Inserts drops at last use into `block` and every block nested in it. `params` are the
+/// bindings the block owns on entry (a function's by-value parameters; empty for a loop body).
+/// Also strips the inert `#[keep]` markers from `let` statements.
+pub(crate) fn insert_drops(
+    block: &mut Block,
+    params: &[ParamBinding],
+    opts: &DropOptions,
+) -> DropReport {
+    // Unsafe code may rely on a value living to the end of its scope in ways no syntactic
+    // analysis sees (`&x` coerced to `*const T` by a call that stashes it, read later by
+    // another unsafe call that never names `x`). A block containing `unsafe` is left alone.
+    if contains_unsafe(block) {
+        strip_keep_markers(block);
+        return DropReport {
+            contains_unsafe: true,
+            ..DropReport::default()
+        };
+    }
+    let mut local_macros = BTreeMap::new();
+    collect_local_macros(block, &mut local_macros);
+    let mut rewriter = Rewriter {
+        opts,
+        local_macros,
+        report: DropReport::default(),
+        depth: 0,
+        mut_decls: BTreeSet::new(),
+    };
+    rewriter.block(block, params);
+    rewriter.report
+}
+
+/// Removes `#[keep]` markers without transforming anything (`drops = false`).
+pub(crate) fn strip_keep_markers(block: &mut Block) {
+    struct Strip;
+    impl VisitMut for Strip {
+        fn visit_local_mut(&mut self, local: &mut syn::Local) {
+            local.attrs.retain(|a| !is_keep_attr(a));
+            visit_mut::visit_local_mut(self, local);
+        }
+        fn visit_item_mut(&mut self, _: &mut Item) {}
+    }
+    Strip.visit_block_mut(block);
+}
+
+/// Every binding name declared anywhere in `block` (for validating `keep(..)`).
+pub(crate) fn declared_names(block: &Block, out: &mut BTreeSet<String>) {
+    struct Names<'a>(&'a mut BTreeSet<String>);
+    impl<'ast> syn::visit::Visit<'ast> for Names<'_> {
+        fn visit_pat_ident(&mut self, pat: &'ast syn::PatIdent) {
+            self.0.insert(pat.ident.to_string());
+            syn::visit::visit_pat_ident(self, pat);
+        }
+        fn visit_item(&mut self, _: &'ast Item) {}
+    }
+    syn::visit::Visit::visit_block(&mut Names(out), block);
+}
+
+/// Whether `block` contains an `unsafe` block (nested items excluded).
+pub(crate) fn contains_unsafe(block: &Block) -> bool {
+    struct Find(bool);
+    impl<'ast> syn::visit::Visit<'ast> for Find {
+        fn visit_expr_unsafe(&mut self, _: &'ast syn::ExprUnsafe) {
+            self.0 = true;
+        }
+        fn visit_item(&mut self, _: &'ast Item) {}
+        fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+            // Macro arguments are tokens: look for the keyword.
+            fn scan(tokens: TokenStream) -> bool {
+                tokens.into_iter().any(|t| match t {
+                    TokenTree::Ident(i) => i == "unsafe",
+                    TokenTree::Group(g) => scan(g.stream()),
+                    _ => false,
+                })
+            }
+            self.0 |= scan(mac.tokens.clone());
+        }
+    }
+    let mut find = Find(false);
+    syn::visit::Visit::visit_block(&mut find, block);
+    find.0
+}
+
+fn is_keep_attr(attr: &syn::Attribute) -> bool {
+    attr.path().is_ident("keep")
+}
+
+fn collect_local_macros(block: &Block, out: &mut BTreeMap<String, BTreeSet<String>>) {
+    struct Macros<'a>(&'a mut BTreeMap<String, BTreeSet<String>>);
+    impl<'ast> syn::visit::Visit<'ast> for Macros<'_> {
+        fn visit_item_macro(&mut self, item: &'ast syn::ItemMacro) {
+            if let (Some(name), true) = (&item.ident, item.mac.path.is_ident("macro_rules")) {
+                let mut idents = BTreeSet::new();
+                idents_of(item.mac.tokens.clone(), &mut idents);
+                self.0.entry(name.to_string()).or_default().extend(idents);
+            }
+        }
+    }
+    syn::visit::Visit::visit_block(&mut Macros(out), block);
+}
+
+fn idents_of(tokens: TokenStream, out: &mut BTreeSet<String>) {
+    for token in tokens {
+        match token {
+            TokenTree::Ident(ident) => {
+                out.insert(ident.to_string());
+            }
+            TokenTree::Group(group) => idents_of(group.stream(), out),
+            TokenTree::Literal(literal) => {
+                if let Ok(text) = syn::parse2::<syn::LitStr>(TokenTree::Literal(literal).into()) {
+                    out.extend(format::captures(&text.value()));
+                }
+            }
+            TokenTree::Punct(_) => {}
+        }
+    }
+}
+
+/// Past any statement index: "lives to the end of its scope".
+const END: usize = usize::MAX;
+
+struct Binding {
+    ident: Ident,
+    mutable: bool,
+    /// Statement index of the declaration; `None` for parameters.
+    decl: Option<usize>,
+    /// Never dropped early whatever its uses (guard, `keep`, no initializer…).
+    pinned: bool,
+    mentions: Vec<usize>,
+    partial_moves: Vec<usize>,
+    shadowed_at: Option<usize>,
+    /// Statements where this binding may not be moved in (`else` of a let-else).
+    no_move_in: Vec<usize>,
+}
+
+/// `from` may hold references into `to` since statement `at`.
+struct Edge {
+    from: usize,
+    to: usize,
+    kind: Kind,
+    /// `from` is a reference into `to` (reading through it yields what `to` holds).
+    into: bool,
+    at: usize,
+}
+
+/// For each statement index: the bindings to move into it, and those to release after it.
+#[derive(Default)]
+struct StmtDrops {
+    move_in: Vec<(Ident, bool)>,
+    release_after: Vec<Ident>,
+}
+
+struct Rewriter<'o> {
+    opts: &'o DropOptions,
+    local_macros: BTreeMap<String, BTreeSet<String>>,
+    report: DropReport,
+    depth: usize,
+    /// Statement indices of the current block's `let mut` declarations moved into a later
+    /// statement.
+    mut_decls: BTreeSet<usize>,
+}
+
+impl Rewriter<'_> {
+    fn env(&self) -> Env<'_> {
+        Env {
+            owned: &self.opts.owned,
+            borrows: &self.opts.borrows,
+            local_macros: &self.local_macros,
+            optimistic: self.opts.optimistic,
+        }
+    }
+
+    fn block(&mut self, block: &mut Block, params: &[ParamBinding]) {
+        let plan = self.plan(block, params);
+        let mut_decls = std::mem::take(&mut self.mut_decls);
+        self.depth += 1;
+        for stmt in &mut block.stmts {
+            self.visit_stmt_mut(stmt);
+        }
+        self.depth -= 1;
+        self.mut_decls = mut_decls;
+        for stmt in &mut block.stmts {
+            if let Stmt::Local(local) = stmt {
+                local.attrs.retain(|a| !is_keep_attr(a));
+            }
+        }
+        self.apply(block, plan);
+    }
+
+    fn plan(&mut self, block: &Block, params: &[ParamBinding]) -> BTreeMap<usize, StmtDrops> {
+        let env = self.env();
+        let count = block.stmts.len();
+        let mut bindings: Vec<Binding> = Vec::new();
+        let mut edges: Vec<Edge> = Vec::new();
+        let mut current: BTreeMap<String, usize> = BTreeMap::new();
+        let mut wrappable = vec![true; count];
+        // Locals the value of a `let` initializer may borrow: moving them into that statement
+        // would leave the value dangling (`let _ = &x;` binds nothing to carry the borrow).
+        let mut borrowed_by_value: Vec<Vec<(usize, Kind)>> = vec![Vec::new(); count];
+        let keep: BTreeSet<String> = self.opts.keep.iter().map(|k| k.to_string()).collect();
+
+        let declare = |bindings: &mut Vec<Binding>,
+                       current: &mut BTreeMap<String, usize>,
+                       ident: &Ident,
+                       mutable: bool,
+                       decl: Option<usize>,
+                       pinned: bool| {
+            let name = ident.to_string();
+            if let Some(&old) = current.get(&name) {
+                if let Some(at) = decl {
+                    bindings[old].shadowed_at.get_or_insert(at);
+                }
+            }
+            let guard = name.starts_with('_') || keep.contains(&name);
+            bindings.push(Binding {
+                ident: ident.clone(),
+                mutable,
+                decl,
+                pinned: pinned || guard,
+                mentions: Vec::new(),
+                partial_moves: Vec::new(),
+                shadowed_at: None,
+                no_move_in: Vec::new(),
+            });
+            current.insert(name, bindings.len() - 1);
+            bindings.len() - 1
+        };
+
+        for param in params {
+            declare(
+                &mut bindings,
+                &mut current,
+                &param.ident,
+                param.mutable,
+                None,
+                false,
+            );
+        }
+
+        let resolve = |current: &BTreeMap<String, usize>,
+                       edges: &[Edge],
+                       sources: &[Source]|
+         -> Vec<(usize, Kind, bool)> {
+            let mut out = Vec::new();
+            for source in sources {
+                match source {
+                    Source::Storage(name, kind, into) => {
+                        if let Some(&b) = current.get(name) {
+                            out.push((b, *kind, *into));
+                        }
+                    }
+                    // What the named local may borrow, the new value may borrow too.
+                    Source::ValueOf(name) => {
+                        if let Some(&b) = current.get(name) {
+                            out.extend(
+                                edges
+                                    .iter()
+                                    .filter(|e| e.from == b)
+                                    .map(|e| (e.to, e.kind, e.into)),
+                            );
+                        }
+                    }
+                    // Read out of the local: through a reference into `t`, what `t` holds.
+                    Source::Contents(name) => {
+                        if let Some(&b) = current.get(name) {
+                            for edge in edges.iter().filter(|e| e.from == b) {
+                                if edge.into {
+                                    out.extend(
+                                        edges
+                                            .iter()
+                                            .filter(|e| e.from == edge.to)
+                                            .map(|e| (e.to, e.kind, e.into)),
+                                    );
+                                } else {
+                                    out.push((edge.to, edge.kind, edge.into));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            out
+        };
+
+        for (index, stmt) in block.stmts.iter().enumerate() {
+            let facts = env.scan_stmt(stmt);
+            for (name, mention) in &facts.mentions {
+                if let Some(&b) = current.get(name) {
+                    bindings[b].mentions.push(index);
+                    if mention.partial {
+                        bindings[b].partial_moves.push(index);
+                    }
+                    if mention.raw_address {
+                        bindings[b].pinned = true;
+                    }
+                }
+            }
+            for (target, sources) in &facts.stores {
+                let resolved = resolve(&current, &edges, sources);
+                match current.get(target) {
+                    Some(&t) => edges.extend(resolved.into_iter().map(|(to, kind, into)| Edge {
+                        from: t,
+                        to,
+                        kind,
+                        into,
+                        at: index,
+                    })),
+                    // Stored into something declared outside this block: keep it whole.
+                    None => resolved
+                        .into_iter()
+                        .for_each(|(to, _, _)| bindings[to].pinned = true),
+                }
+            }
+            match stmt {
+                Stmt::Macro(mac) if !is_known_macro(&scan::macro_name(&mac.mac)) => {
+                    wrappable[index] = false;
+                }
+                Stmt::Expr(Expr::Macro(mac), _) if !is_known_macro(&scan::macro_name(&mac.mac)) => {
+                    wrappable[index] = false;
+                }
+                Stmt::Local(local) => {
+                    let mut names = Vec::new();
+                    let has_ref = scan::pattern_bindings(&local.pat, &mut names);
+                    let marked_keep = local.attrs.iter().any(is_keep_attr);
+                    let mut resolved = Vec::new();
+                    if let Some(init) = &local.init {
+                        // `let r = &make(&x);` and `ref` bindings: everything mentioned.
+                        let sources = if has_ref || Env::has_extended_temporary(&init.expr) {
+                            env.conservative(&init.expr)
+                        } else {
+                            env.value_sources(&init.expr)
+                        };
+                        resolved = resolve(&current, &edges, &sources);
+                        borrowed_by_value[index] =
+                            resolved.iter().map(|&(b, k, _)| (b, k)).collect();
+                        if let Some((_, otherwise)) = &init.diverge {
+                            for name in env.scan_expr(otherwise).mentions.keys() {
+                                if let Some(&b) = current.get(name) {
+                                    bindings[b].no_move_in.push(index);
+                                }
+                            }
+                        }
+                    }
+                    let uninit = local.init.is_none();
+                    for (ident, mutable) in &names {
+                        let new = declare(
+                            &mut bindings,
+                            &mut current,
+                            ident,
+                            *mutable,
+                            Some(index),
+                            marked_keep || uninit,
+                        );
+                        edges.extend(resolved.iter().map(|&(to, kind, into)| Edge {
+                            from: new,
+                            to,
+                            kind,
+                            into,
+                            at: index,
+                        }));
+                    }
+                }
+                _ => {}
+            }
+        }
+
+        // Drop points: own last mention, pushed back by borrowers, or END.
+        // Dropping at the last statement or in the tail expression gains nothing.
+        let last_stmt = count.saturating_sub(1);
+        let mut end: Vec<usize> = bindings
+            .iter()
+            .map(|b| {
+                let own = b.mentions.iter().copied().max();
+                match own {
+                    _ if b.pinned => END,
+                    None => END,
+                    Some(at) => at,
+                }
+            })
+            .collect();
+        loop {
+            let mut changed = false;
+            for edge in &edges {
+                let borrower_end = end[edge.from];
+                if borrower_end <= edge.at
+                    || borrower_end <= end[edge.to] && edge.kind == Kind::Borrow
+                {
+                    continue;
+                }
+                let new = if edge.kind == Kind::Maybe {
+                    END
+                } else {
+                    borrower_end
+                };
+                if new > end[edge.to] {
+                    end[edge.to] = new;
+                    changed = true;
+                }
+            }
+            for (b, binding) in bindings.iter().enumerate() {
+                let at = end[b];
+                if at == END {
+                    continue;
+                }
+                let pushed_past_shadow = binding.shadowed_at.is_some_and(|s| at > s);
+                let partially_moved_before = binding.partial_moves.iter().any(|&p| p < at);
+                let nothing_to_gain = at >= last_stmt;
+                let mentioned = binding.mentions.contains(&at);
+                let cannot_move_in =
+                    mentioned && (!wrappable[at] || binding.no_move_in.contains(&at));
+                let maybe_borrowed_by_value = borrowed_by_value[at]
+                    .iter()
+                    .any(|&(to, kind)| to == b && kind == Kind::Maybe);
+                if pushed_past_shadow
+                    || partially_moved_before
+                    || nothing_to_gain
+                    || cannot_move_in
+                    || maybe_borrowed_by_value
+                {
+                    end[b] = END;
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+
+        let mut plan: BTreeMap<usize, StmtDrops> = BTreeMap::new();
+        for (b, binding) in bindings.iter().enumerate() {
+            let used_after_decl = !binding.mentions.is_empty();
+            let guard = binding.ident.to_string().starts_with('_');
+            if used_after_decl && !guard {
+                self.report.candidates += 1;
+            }
+            let at = end[b];
+            if at == END {
+                continue;
+            }
+            self.report.dropped_early += 1;
+            self.report
+                .dropped
+                .push(format!("{}@{}", binding.ident, self.depth));
+            let drops = plan.entry(at).or_default();
+            let borrowed_here = borrowed_by_value[at].iter().any(|&(to, _)| to == b);
+            if binding.mentions.contains(&at) && !borrowed_here {
+                drops.move_in.push((binding.ident.clone(), binding.mutable));
+                // The last mutation may now happen on the rebinding: the declaration's `mut`
+                // can become unneeded, which rustc would report on the user's line.
+                if binding.mutable {
+                    match binding.decl {
+                        Some(decl) => {
+                            self.mut_decls.insert(decl);
+                        }
+                        None => self.report.moved_mut_params.push(binding.ident.to_string()),
+                    }
+                }
+            } else {
+                drops.release_after.push(binding.ident.clone());
+            }
+        }
+        plan
+    }
+
+    fn apply(&mut self, block: &mut Block, plan: BTreeMap<usize, StmtDrops>) {
+        let krate = &self.opts.krate;
+        for decl in std::mem::take(&mut self.mut_decls) {
+            if let Some(Stmt::Local(local)) = block.stmts.get_mut(decl) {
+                local.attrs.push(syn::parse_quote!(#[allow(unused_mut)]));
+            }
+        }
+        for (index, drops) in plan.into_iter().rev() {
+            let stmt = &mut block.stmts[index];
+            let span = stmt.span();
+            if !drops.move_in.is_empty() {
+                let rebinds: Vec<TokenStream> = drops
+                    .move_in
+                    .iter()
+                    .map(|(ident, mutable)| {
+                        let ident = Ident::new(&ident.to_string(), ident.span().located_at(span));
+                        if *mutable {
+                            quote!(#[allow(unused_mut, unused_variables, clippy::redundant_locals)] let mut #ident = #ident;)
+                        } else {
+                            quote!(#[allow(unused_variables, clippy::redundant_locals)] let #ident = #ident;)
+                        }
+                    })
+                    .collect();
+                wrap(stmt, &rebinds);
+            }
+            // Released after the statement, latest declaration first (like a scope end).
+            let releases: Vec<Stmt> = drops
+                .release_after
+                .iter()
+                .rev()
+                .map(|ident| {
+                    let ident = Ident::new(&ident.to_string(), ident.span().located_at(span));
+                    syn::parse_quote_spanned!(span=> #krate::__private::release(#ident);)
+                })
+                .collect();
+            block.stmts.splice(index + 1..index + 1, releases);
+        }
+    }
+}
+
+/// Moves `rebinds` (`let x = x;`…) into the statement so that they die at its end.
+fn wrap(stmt: &mut Stmt, rebinds: &[TokenStream]) {
+    let span = stmt.span();
+    let value = Ident::new("__vg_value", Span::mixed_site());
+    match stmt {
+        Stmt::Local(local) => {
+            let Some(init) = &mut local.init else { return };
+            let expr = &init.expr;
+            let ty = match &local.pat {
+                syn::Pat::Type(typed) => {
+                    let ty = &typed.ty;
+                    quote!(: #ty)
+                }
+                _ => quote!(),
+            };
+            let block = quote_spanned! {span=>
+                { #(#rebinds)* let #value #ty = #expr; #value }
+            };
+            // `let … else` initializers may not end with `}`.
+            let new_init: Expr = if init.diverge.is_some() {
+                syn::parse_quote_spanned!(span=> (#block))
+            } else {
+                syn::parse_quote!(#block)
+            };
+            *init.expr = new_init;
+        }
+        Stmt::Expr(expr, _) => {
+            let inner = quote!(#expr;);
+            *stmt = Stmt::Expr(
+                syn::parse_quote_spanned!(span=> { #(#rebinds)* #inner }),
+                None,
+            );
+        }
+        Stmt::Macro(mac) => {
+            let inner = quote!(#mac);
+            let inner = if mac.semi_token.is_none()
+                && !matches!(mac.mac.delimiter, syn::MacroDelimiter::Brace(_))
+            {
+                quote!(#inner;)
+            } else {
+                inner
+            };
+            *stmt = Stmt::Expr(
+                syn::parse_quote_spanned!(span=> { #(#rebinds)* #inner }),
+                None,
+            );
+        }
+        Stmt::Item(_) => {}
+    }
+}
+
+impl VisitMut for Rewriter<'_> {
+    fn visit_block_mut(&mut self, block: &mut Block) {
+        self.block(block, &[]);
+    }
+
+    // Nested items are other functions: not ours to rewrite.
+    fn visit_item_mut(&mut self, _: &mut Item) {}
+}
+
+#[cfg(test)]
+mod tests;

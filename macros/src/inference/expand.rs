@@ -1,0 +1,159 @@
+//! Code generation of `#[inference]`: the no-grad guard, the lints and the drops at last use.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{quote, ToTokens};
+
+use super::parse::{Options, Target};
+use crate::lints::{self, LintContext};
+use crate::liveness::{self, DropOptions};
+
+/// Expands a validated target.
+pub(crate) fn expand(target: Target, options: &Options) -> TokenStream {
+    let krate = options
+        .krate
+        .clone()
+        .unwrap_or_else(crate::common::default_crate_path);
+    let mut drop_options = DropOptions::new(krate.clone());
+    drop_options.keep = options.keep.clone();
+    drop_options.owned = options.owned.iter().map(|i| i.to_string()).collect();
+    drop_options.borrows = options.borrows.iter().map(|i| i.to_string()).collect();
+    let mut errors: Vec<syn::Error> = Vec::new();
+    let tokens = match target {
+        Target::Fn(mut function) => {
+            let block = std::mem::replace(&mut *function.block, syn::parse_quote!({}));
+            *function.block = body(
+                &mut function.sig,
+                block,
+                options,
+                &drop_options,
+                &mut errors,
+            );
+            function.into_token_stream()
+        }
+        Target::TraitFn(mut method) => {
+            if let Some(block) = method.default.take() {
+                method.default = Some(body(
+                    &mut method.sig,
+                    block,
+                    options,
+                    &drop_options,
+                    &mut errors,
+                ));
+            }
+            method.into_token_stream()
+        }
+        Target::Impl(mut block) => {
+            for item in &mut block.items {
+                if let syn::ImplItem::Fn(method) = item {
+                    // A method with its own `#[inference(..)]` is expanded by that attribute,
+                    // with its own options.
+                    let own_attribute = method.attrs.iter().any(|a| {
+                        a.path()
+                            .segments
+                            .last()
+                            .is_some_and(|s| s.ident == "inference")
+                    });
+                    if method.sig.constness.is_none() && !own_attribute {
+                        let old = std::mem::replace(&mut method.block, syn::parse_quote!({}));
+                        method.block =
+                            body(&mut method.sig, old, options, &drop_options, &mut errors);
+                    }
+                }
+            }
+            block.into_token_stream()
+        }
+        Target::Other(..) => TokenStream::new(),
+    };
+    let errors = errors.into_iter().map(|e| e.to_compile_error());
+    quote! { #tokens #(#errors)* }
+}
+
+/// The new body of one function.
+fn body(
+    sig: &mut syn::Signature,
+    mut block: syn::Block,
+    options: &Options,
+    drop_options: &DropOptions,
+    errors: &mut Vec<syn::Error>,
+) -> syn::Block {
+    let krate = &drop_options.krate;
+    let lint = lints::check(
+        &mut block,
+        &LintContext {
+            inference: true,
+            krate,
+            fn_name: &sig.ident,
+        },
+    );
+    errors.extend(lint.errors);
+    let warnings = lint.warnings;
+    // The body of an `unsafe fn` is unsafe code throughout (see `liveness::contains_unsafe`).
+    let unsafe_fn = matches!(sig.safety, syn::Safety::Unsafe(_));
+    if options.drops && !unsafe_fn {
+        let report = liveness::insert_drops(&mut block, &liveness::params_of(sig), drop_options);
+        allow_unused_mut(sig, &report.moved_mut_params);
+    } else {
+        liveness::strip_keep_markers(&mut block);
+    }
+    let stmts = &block.stmts;
+    let new: TokenStream = if sig.asyncness.is_some() {
+        // A guard must not be held across `.await` (the task may move threads): the runtime
+        // sets grad mode around each poll of the body instead.
+        let annotated = match &sig.output {
+            syn::ReturnType::Type(_, ty) if !mentions_impl(ty) => Some(ty),
+            _ => None,
+        };
+        let value = syn::Ident::new("__vg_return", Span::mixed_site());
+        let inner = match annotated {
+            // The annotation lets `?` inside the body find the error type.
+            Some(ty) => quote! { let #value: #ty = { #(#stmts)* }; #value },
+            None => quote! { #(#stmts)* },
+        };
+        quote! {{
+            #warnings
+            #krate::__private::no_grad_future(async move { #inner }).await
+        }}
+    } else {
+        let guard = syn::Ident::new("__vg_no_grad", Span::mixed_site());
+        quote! {{
+            let #guard = #krate::__private::NoGradGuard::new();
+            #warnings
+            #(#stmts)*
+        }}
+    };
+    match syn::parse2(new) {
+        Ok(block) => block,
+        Err(error) => {
+            errors.push(error);
+            block
+        }
+    }
+}
+
+/// `mut` parameters whose last mutation moved onto a rebinding would trip `unused_mut` on the
+/// user's parameter.
+fn allow_unused_mut(sig: &mut syn::Signature, names: &[String]) {
+    for input in &mut sig.inputs {
+        if let syn::FnArg::Typed(typed) = input {
+            let mut bound = Vec::new();
+            crate::liveness::pattern_names(&typed.pat, &mut bound);
+            let already = typed.attrs.iter().any(|a| {
+                a.path().is_ident("allow") && a.to_token_stream().to_string().contains("unused_mut")
+            });
+            if !already && bound.iter().any(|n| names.contains(n)) {
+                typed.attrs.push(syn::parse_quote!(#[allow(unused_mut)]));
+            }
+        }
+    }
+}
+
+fn mentions_impl(ty: &syn::Type) -> bool {
+    fn scan(tokens: TokenStream) -> bool {
+        tokens.into_iter().any(|t| match t {
+            proc_macro2::TokenTree::Ident(i) => i == "impl",
+            proc_macro2::TokenTree::Group(g) => scan(g.stream()),
+            _ => false,
+        })
+    }
+    scan(ty.to_token_stream())
+}

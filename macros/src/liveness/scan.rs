@@ -1,0 +1,950 @@
+//! What one statement does to the locals around it: which it mentions (scope-aware), how (by
+//! value, borrowed, a field moved out), and what the values it produces may borrow.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use proc_macro2::{TokenStream, TokenTree};
+use quote::ToTokens;
+use syn::parse::Parser;
+use syn::punctuated::Punctuated;
+use syn::{BinOp, Block, Expr, Macro, Pat, Stmt, Token, UnOp};
+
+use super::{format, lists};
+
+/// How a later binding depends on a local it may borrow from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Kind {
+    /// Borrows the local's storage without moving it (`&x`, `x.iter()`): the local can be
+    /// released after the borrower's last use.
+    Borrow,
+    /// Unknown: the expression may move the local or borrow it (an unknown method on `x`, an
+    /// unknown macro, a non-`move` closure). The local must then live to the end of its scope.
+    Maybe,
+}
+
+/// Where a value may get references from.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Source {
+    /// The storage of the named local itself. `into` when the value *is* a reference into it
+    /// (`&x`, `x.dims()`), so that reading through it yields what `x` holds; `false` when the
+    /// value merely holds such a reference somewhere (a tuple, a struct, a call's result).
+    Storage(String, Kind, bool),
+    /// Whatever the named local's value borrows (its value flows into the result).
+    ValueOf(String),
+    /// Something read out of the named local (`r.field`, `r[i]`, `*r`): through a reference
+    /// into `x` that is what `x` holds; otherwise what the local holds.
+    Contents(String),
+}
+
+/// How a statement uses one local.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Mention {
+    /// Used by value somewhere (maybe moved).
+    pub moved: bool,
+    /// A field (or the pointee) may be moved out: the local is partially moved afterwards.
+    pub partial: bool,
+    /// Its address is taken as a raw pointer (`&raw`, `as *const _`, `addr_of!`, `as_ptr()`):
+    /// the pointer may escape where the borrow checker cannot see it, so the local is never
+    /// dropped early.
+    pub raw_address: bool,
+}
+
+/// What a statement does to the locals around it.
+#[derive(Debug, Default)]
+pub(crate) struct Facts {
+    /// Free mentions (names the statement does not bind itself).
+    pub mentions: BTreeMap<String, Mention>,
+    /// `target` may now hold references from `sources` (`target = &x`, `target.push(&x)`).
+    pub stores: Vec<(String, Vec<Source>)>,
+    /// Some assignment or storing method call appears (even into a local of the statement).
+    pub stores_anything: bool,
+}
+
+/// What the scan knows besides the statement: the name lists and the local macros.
+pub(crate) struct Env<'a> {
+    /// Extra methods/functions whose result owns its data (`owned(..)` option).
+    pub owned: &'a [String],
+    /// Extra methods whose result borrows the receiver (`borrows(..)` option).
+    pub borrows: &'a [String],
+    /// Local `macro_rules!` names → the identifiers of their bodies.
+    pub local_macros: &'a BTreeMap<String, BTreeSet<String>>,
+    /// Measurement only: treat every unknown call as returning an owned value.
+    pub optimistic: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ctx {
+    /// Used by value: may be moved.
+    Value,
+    /// Only borrowed (`&x`, comparison operand, format argument).
+    Borrow,
+    /// Receiver of a method that may take `self` by value or by reference.
+    Receiver,
+    /// Assigned to (`x = …`).
+    Assign,
+}
+
+impl Env<'_> {
+    fn is_owned_method(&self, name: &str) -> bool {
+        self.owned.iter().any(|n| n == name)
+            || (lists::OWNED_METHODS.contains(&name) && !self.is_user_borrow(name))
+    }
+
+    fn is_user_borrow(&self, name: &str) -> bool {
+        self.borrows.iter().any(|n| n == name)
+    }
+
+    fn is_borrow_method(&self, name: &str) -> bool {
+        self.is_user_borrow(name) || lists::BORROW_METHODS.contains(&name)
+    }
+
+    /// The facts of one statement of a block.
+    pub(crate) fn scan_stmt(&self, stmt: &Stmt) -> Facts {
+        let mut walker = Walker::new(self);
+        walker.stmt(stmt);
+        walker.facts
+    }
+
+    /// The facts of one expression.
+    pub(crate) fn scan_expr(&self, expr: &Expr) -> Facts {
+        let mut walker = Walker::new(self);
+        walker.expr(expr, Ctx::Value);
+        walker.facts
+    }
+
+    /// Conservative sources: every local the expression mentions may be borrowed, with
+    /// [`Kind::Maybe`] where it is used by value.
+    pub(crate) fn conservative(&self, expr: &Expr) -> Vec<Source> {
+        sources_of_mentions(&self.scan_expr(expr).mentions)
+    }
+
+    /// Where the value of `expr` may hold references from.
+    pub(crate) fn value_sources(&self, expr: &Expr) -> Vec<Source> {
+        let mut out = Vec::new();
+        self.value(expr, &mut out);
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    fn value(&self, expr: &Expr, out: &mut Vec<Source>) {
+        match expr {
+            Expr::Path(path) => {
+                if let Some(name) = local_name(path) {
+                    out.push(Source::ValueOf(name));
+                }
+            }
+            Expr::Reference(reference) => self.borrow_of(&reference.expr, Kind::Borrow, out),
+            Expr::RawAddr(raw) => self.borrow_of(&raw.expr, Kind::Borrow, out),
+            Expr::MethodCall(call) => self.method_value(call, out),
+            Expr::Call(call) => self.call_value(call, out),
+            Expr::Macro(mac) => self.macro_value(&mac.mac, out),
+            // Operators on tensors return owned values (`&a + &b`); a library whose operator
+            // returns a borrow of an operand would make the rewrite fail to compile, not
+            // misbehave.
+            Expr::Binary(_) | Expr::Lit(_) | Expr::Let(_) | Expr::Assign(_) | Expr::Return(_) => {}
+            Expr::Break(_) | Expr::Continue(_) | Expr::Infer(_) => {}
+            Expr::Unary(unary) => {
+                if let UnOp::Deref(_) = unary.op {
+                    self.projection_value(&unary.expr, out);
+                }
+            }
+            Expr::Field(field) => self.projection_value(&field.base, out),
+            Expr::Index(index) => self.projection_value(&index.expr, out),
+            Expr::Cast(cast) => self.value(&cast.expr, out),
+            Expr::Paren(paren) => self.value(&paren.expr, out),
+            Expr::Group(group) => self.value(&group.expr, out),
+            Expr::Tuple(tuple) => tuple.elems.iter().for_each(|e| self.held(e, out)),
+            Expr::Array(array) => array.elems.iter().for_each(|e| self.held(e, out)),
+            Expr::Repeat(repeat) => self.held(&repeat.expr, out),
+            Expr::Struct(lit) => {
+                lit.fields.iter().for_each(|f| self.held(&f.expr, out));
+                if let Some(rest) = &lit.rest {
+                    self.value(rest, out);
+                }
+            }
+            Expr::Range(range) => {
+                range
+                    .start
+                    .iter()
+                    .chain(&range.end)
+                    .for_each(|e| self.value(e, out));
+            }
+            Expr::Try(try_) => self.value(&try_.expr, out),
+            Expr::Await(await_) => self.value(&await_.base, out),
+            Expr::Closure(closure) if closure.capture.is_some() => {
+                self.captured_by_move(expr, out);
+            }
+            Expr::Async(block) if block.capture.is_some() => self.captured_by_move(expr, out),
+            Expr::Block(block) => self.block_value(&block.block, expr, out),
+            Expr::Unsafe(block) => self.block_value(&block.block, expr, out),
+            Expr::If(if_) => {
+                self.block_value(&if_.then_branch, expr, out);
+                if let Some((_, otherwise)) = &if_.else_branch {
+                    self.value(otherwise, out);
+                }
+            }
+            Expr::Match(match_) => {
+                out.extend(self.conservative(&match_.expr));
+                for arm in &match_.arms {
+                    self.value(&arm.body, out);
+                }
+            }
+            // Non-`move` closures and async blocks, loops with `break value`, anything else.
+            _ => out.extend(self.conservative(expr)),
+        }
+    }
+
+    /// `&place` borrows the place's root local; `&value` holds what the value holds.
+    fn borrow_of(&self, operand: &Expr, kind: Kind, out: &mut Vec<Source>) {
+        match place_root(operand) {
+            Some(root) => {
+                out.push(Source::Storage(root.clone(), kind, kind == Kind::Borrow));
+                out.push(Source::ValueOf(root));
+            }
+            None => self.value(operand, out),
+        }
+    }
+
+    /// A field, element or pointee read out of `base`.
+    fn projection_value(&self, base: &Expr, out: &mut Vec<Source>) {
+        match (place_root(base), base) {
+            (Some(root), _) => out.push(Source::Contents(root)),
+            // Read through a reference an accessor returned (`x.get(0).v`): the field holds
+            // what `x`'s contents hold, never `x`'s own storage.
+            (None, Expr::MethodCall(call))
+                if lists::REFERENCE_METHODS.contains(&call.method.to_string().as_str()) =>
+            {
+                self.projection_value(&call.receiver, out);
+            }
+            (None, _) => {
+                let mut inner = Vec::new();
+                self.value(base, &mut inner);
+                out.extend(inner.into_iter().map(|s| match s {
+                    Source::Storage(name, _, true) => Source::ValueOf(name),
+                    other => other,
+                }));
+            }
+        }
+    }
+
+    /// The sources of a value stored inside another (tuple, struct, argument, container): a
+    /// reference into `x` becomes "holds a reference into `x`".
+    fn held(&self, expr: &Expr, out: &mut Vec<Source>) {
+        let mut inner = Vec::new();
+        self.value(expr, &mut inner);
+        out.extend(inner.into_iter().map(|s| match s {
+            Source::Storage(name, kind, _) => Source::Storage(name, kind, false),
+            other => other,
+        }));
+    }
+
+    fn captured_by_move(&self, expr: &Expr, out: &mut Vec<Source>) {
+        for name in self.scan_expr(expr).mentions.into_keys() {
+            out.push(Source::ValueOf(name));
+        }
+    }
+
+    /// The value of a block: its tail, with the block's own locals replaced by what their
+    /// initializers hold (a borrow of a block-local cannot escape it). Blocks that store into
+    /// their locals or have other statements fall back to the conservative answer.
+    fn block_value(&self, block: &Block, whole: &Expr, out: &mut Vec<Source>) {
+        let Some((Stmt::Expr(tail, None), body)) = block.stmts.split_last() else {
+            // No tail: the value is `()` or the block diverges.
+            return;
+        };
+        let mut locals: BTreeMap<String, Vec<Source>> = BTreeMap::new();
+        let substitute = |sources: Vec<Source>, locals: &BTreeMap<String, Vec<Source>>| {
+            let mut result = Vec::new();
+            for source in sources {
+                match &source {
+                    Source::Storage(name, _, _) if locals.contains_key(name) => {}
+                    Source::Contents(name) if locals.contains_key(name) => {
+                        result.extend(locals[name].iter().map(|s| match s {
+                            Source::Storage(target, _, true) => Source::ValueOf(target.clone()),
+                            other => other.clone(),
+                        }));
+                    }
+                    Source::ValueOf(name) if locals.contains_key(name) => {
+                        result.extend(locals[name].iter().cloned());
+                    }
+                    _ => result.push(source),
+                }
+            }
+            result
+        };
+        for stmt in body {
+            // Statements whose value is discarded only matter if they store a borrow.
+            let local = match stmt {
+                Stmt::Local(local) => local,
+                Stmt::Expr(..) | Stmt::Macro(_) if !self.scan_stmt(stmt).stores_anything => {
+                    continue
+                }
+                _ => {
+                    out.extend(self.conservative(whole));
+                    return;
+                }
+            };
+            let mut names = Vec::new();
+            let has_ref = pattern_bindings(&local.pat, &mut names);
+            let Some(init) = &local.init else {
+                out.extend(self.conservative(whole));
+                return;
+            };
+            if has_ref
+                || Self::has_extended_temporary(&init.expr)
+                || self.scan_expr(&init.expr).stores_anything
+            {
+                out.extend(self.conservative(whole));
+                return;
+            }
+            let sources = substitute(self.value_sources(&init.expr), &locals);
+            for (ident, _) in names {
+                locals.insert(ident.to_string(), sources.clone());
+            }
+        }
+        if self.scan_expr(tail).stores_anything {
+            out.extend(self.conservative(whole));
+            return;
+        }
+        out.extend(substitute(self.value_sources(tail), &locals));
+    }
+
+    fn method_value(&self, call: &syn::ExprMethodCall, out: &mut Vec<Source>) {
+        let name = call.method.to_string();
+        if self.is_owned_method(&name) {
+            return;
+        }
+        if self.is_borrow_method(&name) {
+            let mut sources = Vec::new();
+            self.borrow_of(&call.receiver, Kind::Borrow, &mut sources);
+            if !lists::REFERENCE_METHODS.contains(&name.as_str()) {
+                // An iterator, `Option<&T>` or guard *holds* a reference into the receiver.
+                sources = sources
+                    .into_iter()
+                    .map(|s| match s {
+                        Source::Storage(n, k, _) => Source::Storage(n, k, false),
+                        other => other,
+                    })
+                    .collect();
+            }
+            out.extend(sources);
+            return;
+        }
+        // `into_*` methods consume `self`: their result cannot borrow it, only hold its value.
+        if lists::PASSTHROUGH_METHODS.contains(&name.as_str()) || name.starts_with("into_") {
+            self.value(&call.receiver, out);
+            call.args.iter().for_each(|a| self.held(a, out));
+            return;
+        }
+        if lists::STORING_METHODS.contains(&name.as_str()) || self.optimistic {
+            return;
+        }
+        // Unknown method: the result may borrow the receiver (autoref) or own it (by-value
+        // `self`). Lifetime elision ties an output lifetime to `self`, not to `&arg`s, so
+        // reference arguments are not sources; by-value arguments may flow in (generics).
+        self.borrow_of(&call.receiver, Kind::Maybe, out);
+        for arg in &call.args {
+            if !matches!(arg, Expr::Reference(_)) {
+                self.held(arg, out);
+            }
+        }
+    }
+
+    fn call_value(&self, call: &syn::ExprCall, out: &mut Vec<Source>) {
+        if let Expr::Path(path) = &*call.func {
+            let segments = &path.path.segments;
+            let last = segments
+                .last()
+                .map(|s| s.ident.to_string())
+                .unwrap_or_default();
+            let owner =
+                (segments.len() >= 2).then(|| segments[segments.len() - 2].ident.to_string());
+            let owned = self.owned.contains(&last)
+                || lists::OWNED_FUNCTIONS.contains(&last.as_str())
+                || owner.is_some_and(|o| lists::OWNED_TYPES.contains(&o.as_str()));
+            if owned {
+                return;
+            }
+            let constructor = last.starts_with(char::is_uppercase);
+            if self.optimistic && !constructor {
+                return;
+            }
+        } else {
+            self.value(&call.func, out);
+        }
+        // A free function's output can only borrow what its arguments hold (no autoref):
+        // `f(&x)` may borrow `x`, `f(x)` may hold what `x` holds.
+        call.args.iter().for_each(|a| self.held(a, out));
+    }
+
+    fn macro_value(&self, mac: &Macro, out: &mut Vec<Source>) {
+        let name = macro_name(mac);
+        if lists::FORMAT_MACROS.contains(&name.as_str())
+            || matches!(
+                name.as_str(),
+                "matches" | "concat" | "stringify" | "assert_matches"
+            )
+        {
+            return;
+        }
+        if lists::CONTAINER_MACROS.contains(&name.as_str()) {
+            if let Some(args) = container_args(mac) {
+                args.iter().for_each(|a| self.held(a, out));
+                return;
+            }
+        }
+        if self.optimistic {
+            return;
+        }
+        let mut walker = Walker::new(self);
+        walker.mac(mac);
+        out.extend(sources_of_mentions(&walker.facts.mentions));
+        // An unknown macro may take references: every mention may be borrowed.
+        for name in walker.facts.mentions.into_keys() {
+            out.push(Source::Storage(name, Kind::Maybe, false));
+        }
+    }
+
+    /// Whether a `let` initializer creates a temporary whose lifetime is extended to the
+    /// enclosing block (`let r = &make(&x);`, `let s = S { f: &g(x) };`).
+    pub(crate) fn has_extended_temporary(expr: &Expr) -> bool {
+        match expr {
+            Expr::Reference(r) => {
+                place_root(&r.expr).is_none() || Self::has_extended_temporary(&r.expr)
+            }
+            Expr::Struct(s) => s
+                .fields
+                .iter()
+                .any(|f| Self::has_extended_temporary(&f.expr)),
+            Expr::Tuple(t) => t.elems.iter().any(Self::has_extended_temporary),
+            Expr::Array(a) => a.elems.iter().any(Self::has_extended_temporary),
+            Expr::Cast(c) => Self::has_extended_temporary(&c.expr),
+            Expr::Paren(p) => Self::has_extended_temporary(&p.expr),
+            Expr::Group(g) => Self::has_extended_temporary(&g.expr),
+            Expr::Block(b) => block_tail_extends(&b.block),
+            Expr::Unsafe(b) => block_tail_extends(&b.block),
+            Expr::If(i) => {
+                block_tail_extends(&i.then_branch)
+                    || i.else_branch
+                        .as_ref()
+                        .is_some_and(|(_, e)| Self::has_extended_temporary(e))
+            }
+            Expr::Match(m) => m.arms.iter().any(|a| Self::has_extended_temporary(&a.body)),
+            _ => false,
+        }
+    }
+}
+
+fn block_tail_extends(block: &Block) -> bool {
+    matches!(block.stmts.last(), Some(Stmt::Expr(tail, None)) if Env::has_extended_temporary(tail))
+}
+
+fn sources_of_mentions(mentions: &BTreeMap<String, Mention>) -> Vec<Source> {
+    let mut out = Vec::new();
+    for (name, mention) in mentions {
+        let kind = if mention.moved {
+            Kind::Maybe
+        } else {
+            Kind::Borrow
+        };
+        out.push(Source::Storage(name.clone(), kind, false));
+        out.push(Source::ValueOf(name.clone()));
+    }
+    out
+}
+
+/// The local a path expression names (`x`), if it is a single lowercase identifier.
+/// A store target that is no local of the block (a field of `self`, a static, a pointee).
+pub(crate) const OUTSIDE: &str = "<outside>";
+
+pub(crate) fn local_name(path: &syn::ExprPath) -> Option<String> {
+    if path.qself.is_some() || path.path.leading_colon.is_some() || path.path.segments.len() != 1 {
+        return None;
+    }
+    let segment = &path.path.segments[0];
+    if !segment.arguments.is_none() {
+        return None;
+    }
+    let name = segment.ident.to_string();
+    (name != "self" && !name.starts_with(char::is_uppercase)).then_some(name)
+}
+
+/// The local at the root of a place expression (`x`, `x.a.b`, `x[i]`, `*x`, `(x)`).
+pub(crate) fn place_root(expr: &Expr) -> Option<String> {
+    match expr {
+        Expr::Path(path) => local_name(path),
+        Expr::Field(field) => place_root(&field.base),
+        Expr::Index(index) => place_root(&index.expr),
+        Expr::Paren(paren) => place_root(&paren.expr),
+        Expr::Group(group) => place_root(&group.expr),
+        Expr::Unary(unary) if matches!(unary.op, UnOp::Deref(_)) => place_root(&unary.expr),
+        _ => None,
+    }
+}
+
+/// The last segment of a macro's path (`println` for `std::println!`).
+pub(crate) fn macro_name(mac: &Macro) -> String {
+    mac.path
+        .segments
+        .last()
+        .map(|s| s.ident.to_string())
+        .unwrap_or_default()
+}
+
+fn container_args(mac: &Macro) -> Option<Vec<Expr>> {
+    let parser = Punctuated::<Expr, Token![,]>::parse_terminated;
+    if let Ok(args) = parser.parse2(mac.tokens.clone()) {
+        return Some(args.into_iter().collect());
+    }
+    // `vec![elem; n]`
+    let repeat = |input: syn::parse::ParseStream<'_>| {
+        let elem: Expr = input.parse()?;
+        let _: Token![;] = input.parse()?;
+        let count: Expr = input.parse()?;
+        Ok(vec![elem, count])
+    };
+    repeat.parse2(mac.tokens.clone()).ok()
+}
+
+/// The names a pattern binds, with whether each is `mut`; `ref` bindings reported apart.
+pub(crate) fn pattern_bindings(pat: &Pat, out: &mut Vec<(syn::Ident, bool)>) -> bool {
+    let mut has_ref = false;
+    collect_bindings(pat, out, &mut has_ref);
+    has_ref
+}
+
+fn collect_bindings(pat: &Pat, out: &mut Vec<(syn::Ident, bool)>, has_ref: &mut bool) {
+    match pat {
+        Pat::Ident(ident) => {
+            let name = ident.ident.to_string();
+            // Uppercase identifiers in patterns are constants or unit variants, not bindings.
+            if !name.starts_with(char::is_uppercase) {
+                out.push((ident.ident.clone(), ident.mutability.is_some()));
+                *has_ref |= ident.by_ref.is_some();
+            }
+            if let Some((_, sub)) = &ident.subpat {
+                collect_bindings(sub, out, has_ref);
+            }
+        }
+        Pat::Or(or) => {
+            // Every alternative binds the same names: the first one is enough.
+            if let Some(first) = or.cases.first() {
+                collect_bindings(first, out, has_ref);
+            }
+        }
+        Pat::Paren(p) => collect_bindings(&p.pat, out, has_ref),
+        Pat::Reference(r) => collect_bindings(&r.pat, out, has_ref),
+        Pat::Slice(s) => s
+            .elems
+            .iter()
+            .for_each(|p| collect_bindings(p, out, has_ref)),
+        Pat::Struct(s) => s
+            .fields
+            .iter()
+            .for_each(|f| collect_bindings(&f.pat, out, has_ref)),
+        Pat::Tuple(t) => t
+            .elems
+            .iter()
+            .for_each(|p| collect_bindings(p, out, has_ref)),
+        Pat::TupleStruct(t) => t
+            .elems
+            .iter()
+            .for_each(|p| collect_bindings(p, out, has_ref)),
+        Pat::Type(t) => collect_bindings(&t.pat, out, has_ref),
+        Pat::Guard(g) => collect_bindings(&g.pat, out, has_ref),
+        _ => {}
+    }
+}
+
+/// Whether a pattern takes its value apart (so a place it matches is partially moved).
+fn destructures(pat: &Pat) -> bool {
+    match pat {
+        Pat::Ident(ident) => ident.subpat.is_some(),
+        Pat::Type(t) => destructures(&t.pat),
+        Pat::Paren(p) => destructures(&p.pat),
+        Pat::Wild(_) => false,
+        _ => {
+            let mut names = Vec::new();
+            pattern_bindings(pat, &mut names);
+            !names.is_empty()
+        }
+    }
+}
+
+struct Walker<'e, 'a> {
+    env: &'e Env<'a>,
+    /// Names bound inside the statement so far (inner `let`s, closure parameters, arms).
+    bound: Vec<String>,
+    facts: Facts,
+}
+
+impl<'e, 'a> Walker<'e, 'a> {
+    fn new(env: &'e Env<'a>) -> Self {
+        Self {
+            env,
+            bound: Vec::new(),
+            facts: Facts::default(),
+        }
+    }
+
+    fn mention(&mut self, name: &str, ctx: Ctx, projected: bool) {
+        if self.bound.iter().any(|b| b == name) {
+            return;
+        }
+        let mention = self.facts.mentions.entry(name.to_string()).or_default();
+        match ctx {
+            Ctx::Value => {
+                mention.moved = true;
+                mention.partial |= projected;
+            }
+            Ctx::Receiver => mention.moved = true,
+            Ctx::Borrow | Ctx::Assign => {}
+        }
+    }
+
+    fn bind(&mut self, pat: &Pat) {
+        let mut names = Vec::new();
+        pattern_bindings(pat, &mut names);
+        self.bound
+            .extend(names.into_iter().map(|(n, _)| n.to_string()));
+        if let Pat::Guard(guard) = pat {
+            self.expr(&guard.guard, Ctx::Value);
+        }
+    }
+
+    fn store(&mut self, target: &Expr, sources: Vec<Source>) {
+        self.facts.stores_anything = true;
+        if sources.is_empty() {
+            return;
+        }
+        match place_root(target) {
+            Some(root) if self.bound.contains(&root) => {}
+            Some(root) => self.facts.stores.push((root, sources)),
+            // `self.f = …`, `*p = …`, a static: stored beyond this block's locals.
+            None => self.facts.stores.push((OUTSIDE.to_string(), sources)),
+        }
+    }
+
+    /// Marks every local mentioned in `expr` as having its address taken.
+    fn raw_address_of(&mut self, tokens: TokenStream) {
+        let mut inner = Walker::new(self.env);
+        inner.bound = self.bound.clone();
+        inner.tokens(tokens);
+        for name in inner.facts.mentions.into_keys() {
+            if !self.bound.contains(&name) {
+                self.facts.mentions.entry(name).or_default().raw_address = true;
+            }
+        }
+    }
+
+    /// A place matched by a destructuring pattern is partially moved.
+    fn matched(&mut self, scrutinee: &Expr, destructuring: bool) {
+        self.expr(scrutinee, Ctx::Value);
+        if destructuring {
+            if let Some(root) = place_root(scrutinee) {
+                self.mention(&root, Ctx::Value, true);
+            }
+        }
+    }
+
+    fn stmt(&mut self, stmt: &Stmt) {
+        match stmt {
+            Stmt::Local(local) => {
+                if let Some(init) = &local.init {
+                    self.matched(&init.expr, destructures(&local.pat));
+                    if let Some((_, otherwise)) = &init.diverge {
+                        self.expr(otherwise, Ctx::Value);
+                    }
+                }
+                self.bind(&local.pat);
+            }
+            // Items cannot capture locals; a local `macro_rules!` counts where it is invoked.
+            Stmt::Item(_) => {}
+            Stmt::Expr(expr, _) => self.expr(expr, Ctx::Value),
+            Stmt::Macro(mac) => self.mac(&mac.mac),
+        }
+    }
+
+    fn block(&mut self, block: &Block) {
+        let depth = self.bound.len();
+        block.stmts.iter().for_each(|s| self.stmt(s));
+        self.bound.truncate(depth);
+    }
+
+    /// A field/pointee access chain; `ctx` is how the projected value is used.
+    fn projection(&mut self, base: &Expr, ctx: Ctx) {
+        match base {
+            Expr::Path(path) => {
+                if let Some(name) = local_name(path) {
+                    self.mention(&name, ctx, true);
+                }
+            }
+            Expr::Field(field) => self.projection(&field.base, ctx),
+            Expr::Paren(paren) => self.projection(&paren.expr, ctx),
+            Expr::Group(group) => self.projection(&group.expr, ctx),
+            Expr::Unary(unary) if matches!(unary.op, UnOp::Deref(_)) => {
+                self.projection(&unary.expr, ctx)
+            }
+            other => self.expr(other, if ctx == Ctx::Assign { Ctx::Borrow } else { ctx }),
+        }
+    }
+
+    fn cond(&mut self, cond: &Expr) {
+        match cond {
+            Expr::Let(let_) => {
+                self.matched(&let_.expr, destructures(&let_.pat));
+                self.bind(&let_.pat);
+            }
+            Expr::Binary(binary) if matches!(binary.op, BinOp::And(_)) => {
+                self.cond(&binary.left);
+                self.cond(&binary.right);
+            }
+            Expr::Paren(paren) => self.cond(&paren.expr),
+            other => self.expr(other, Ctx::Value),
+        }
+    }
+
+    fn expr(&mut self, expr: &Expr, ctx: Ctx) {
+        match expr {
+            Expr::Path(path) => {
+                if let Some(name) = local_name(path) {
+                    self.mention(&name, ctx, false);
+                }
+            }
+            Expr::Reference(r) => self.expr(&r.expr, Ctx::Borrow),
+            Expr::RawAddr(r) => {
+                self.expr(&r.expr, Ctx::Borrow);
+                self.raw_address_of(r.expr.to_token_stream());
+            }
+            Expr::Field(field) => self.projection(&field.base, ctx),
+            Expr::Index(index) => {
+                self.expr(&index.expr, Ctx::Borrow);
+                self.expr(&index.index, Ctx::Value);
+            }
+            Expr::Unary(unary) => match unary.op {
+                UnOp::Deref(_) => self.projection(&unary.expr, ctx),
+                _ => self.expr(&unary.expr, Ctx::Value),
+            },
+            Expr::Paren(paren) => self.expr(&paren.expr, ctx),
+            Expr::Group(group) => self.expr(&group.expr, ctx),
+            Expr::MethodCall(call) => {
+                let name = call.method.to_string();
+                let receiver_ctx = if self.env.is_borrow_method(&name) {
+                    Ctx::Borrow
+                } else if name.starts_with("into_")
+                    || lists::PASSTHROUGH_METHODS.contains(&name.as_str())
+                {
+                    Ctx::Value
+                } else {
+                    Ctx::Receiver
+                };
+                self.expr(&call.receiver, receiver_ctx);
+                call.args.iter().for_each(|a| self.expr(a, Ctx::Value));
+                if lists::RAW_POINTER_METHODS.contains(&name.as_str()) {
+                    self.raw_address_of(call.receiver.to_token_stream());
+                }
+                if lists::STORING_METHODS.contains(&name.as_str()) {
+                    let mut sources = Vec::new();
+                    call.args
+                        .iter()
+                        .for_each(|a| self.env.value(a, &mut sources));
+                    self.store(&call.receiver, sources);
+                }
+            }
+            Expr::Call(call) => {
+                self.expr(&call.func, Ctx::Value);
+                call.args.iter().for_each(|a| self.expr(a, Ctx::Value));
+            }
+            Expr::Binary(binary) => {
+                let (left, right) = match binary.op {
+                    BinOp::Eq(_)
+                    | BinOp::Ne(_)
+                    | BinOp::Lt(_)
+                    | BinOp::Le(_)
+                    | BinOp::Gt(_)
+                    | BinOp::Ge(_) => (Ctx::Borrow, Ctx::Borrow),
+                    BinOp::AddAssign(_)
+                    | BinOp::SubAssign(_)
+                    | BinOp::MulAssign(_)
+                    | BinOp::DivAssign(_)
+                    | BinOp::RemAssign(_)
+                    | BinOp::BitXorAssign(_)
+                    | BinOp::BitAndAssign(_)
+                    | BinOp::BitOrAssign(_)
+                    | BinOp::ShlAssign(_)
+                    | BinOp::ShrAssign(_) => (Ctx::Borrow, Ctx::Value),
+                    _ => (Ctx::Value, Ctx::Value),
+                };
+                self.expr(&binary.left, left);
+                self.expr(&binary.right, right);
+            }
+            Expr::Assign(assign) => {
+                self.projection_or_assign(&assign.left);
+                self.expr(&assign.right, Ctx::Value);
+                let sources = self.env.value_sources(&assign.right);
+                self.store(&assign.left, sources);
+            }
+            Expr::Closure(closure) => {
+                let depth = self.bound.len();
+                closure.inputs.iter().for_each(|p| self.bind(p));
+                self.expr(&closure.body, Ctx::Value);
+                self.bound.truncate(depth);
+            }
+            Expr::Block(b) => self.block(&b.block),
+            Expr::Unsafe(b) => self.block(&b.block),
+            Expr::Async(b) => self.block(&b.block),
+            Expr::TryBlock(b) => self.block(&b.block),
+            Expr::Const(b) => self.block(&b.block),
+            Expr::Loop(l) => self.block(&l.body),
+            Expr::If(if_) => {
+                let depth = self.bound.len();
+                self.cond(&if_.cond);
+                self.block(&if_.then_branch);
+                self.bound.truncate(depth);
+                if let Some((_, otherwise)) = &if_.else_branch {
+                    self.expr(otherwise, Ctx::Value);
+                }
+            }
+            Expr::While(while_) => {
+                let depth = self.bound.len();
+                self.cond(&while_.cond);
+                self.block(&while_.body);
+                self.bound.truncate(depth);
+            }
+            Expr::ForLoop(for_) => {
+                self.expr(&for_.expr, Ctx::Value);
+                let depth = self.bound.len();
+                self.bind(&for_.pat);
+                self.block(&for_.body);
+                self.bound.truncate(depth);
+            }
+            Expr::Match(match_) => {
+                let destructuring = match_.arms.iter().any(|a| destructures(&a.pat));
+                self.matched(&match_.expr, destructuring);
+                for arm in &match_.arms {
+                    let depth = self.bound.len();
+                    self.bind(&arm.pat);
+                    self.expr(&arm.body, Ctx::Value);
+                    self.bound.truncate(depth);
+                }
+            }
+            Expr::Let(let_) => {
+                // Outside an `if`/`while` condition (e.g. in a `matches!`-like position).
+                self.matched(&let_.expr, destructures(&let_.pat));
+                self.bind(&let_.pat);
+            }
+            Expr::Macro(mac) => self.mac(&mac.mac),
+            Expr::Return(r) => r.expr.iter().for_each(|e| self.expr(e, Ctx::Value)),
+            Expr::Break(b) => b.expr.iter().for_each(|e| self.expr(e, Ctx::Value)),
+            Expr::Yield(y) => y.expr.iter().for_each(|e| self.expr(e, Ctx::Value)),
+            Expr::Try(t) => self.expr(&t.expr, Ctx::Value),
+            Expr::Await(a) => self.expr(&a.base, Ctx::Value),
+            Expr::Cast(c) => {
+                self.expr(&c.expr, Ctx::Value);
+                if matches!(&*c.ty, syn::Type::Ptr(_)) {
+                    self.raw_address_of(c.expr.to_token_stream());
+                }
+            }
+            Expr::Tuple(t) => t.elems.iter().for_each(|e| self.expr(e, Ctx::Value)),
+            Expr::Array(a) => a.elems.iter().for_each(|e| self.expr(e, Ctx::Value)),
+            Expr::Repeat(r) => {
+                self.expr(&r.expr, Ctx::Value);
+                self.expr(&r.len, Ctx::Value);
+            }
+            Expr::Struct(s) => {
+                s.fields.iter().for_each(|f| self.expr(&f.expr, Ctx::Value));
+                if let Some(rest) = &s.rest {
+                    // `..base` moves the remaining fields out of `base`.
+                    self.projection(rest, Ctx::Value);
+                }
+            }
+            Expr::Range(r) => {
+                r.start
+                    .iter()
+                    .chain(&r.end)
+                    .for_each(|e| self.expr(e, Ctx::Value));
+            }
+            Expr::Lit(_) | Expr::Continue(_) | Expr::Infer(_) => {}
+            other => self.tokens(other.to_token_stream()),
+        }
+    }
+
+    fn projection_or_assign(&mut self, target: &Expr) {
+        match target {
+            Expr::Path(path) => {
+                if let Some(name) = local_name(path) {
+                    self.mention(&name, Ctx::Assign, false);
+                }
+            }
+            other => self.projection(other, Ctx::Assign),
+        }
+    }
+
+    fn mac(&mut self, mac: &Macro) {
+        let name = macro_name(mac);
+        if matches!(name.as_str(), "addr_of" | "addr_of_mut") {
+            self.raw_address_of(mac.tokens.clone());
+        }
+        if mac.path.segments.len() == 1 {
+            if let Some(body) = self.env.local_macros.get(&name) {
+                for ident in body.clone() {
+                    self.mention(&ident, Ctx::Value, false);
+                }
+            }
+        }
+        if lists::FORMAT_MACROS.contains(&name.as_str()) {
+            let parser = Punctuated::<Expr, Token![,]>::parse_terminated;
+            if let Ok(args) = parser.parse2(mac.tokens.clone()) {
+                for arg in &args {
+                    self.format_arg(arg);
+                }
+                return;
+            }
+        } else if lists::CONTAINER_MACROS.contains(&name.as_str()) {
+            if let Some(args) = container_args(mac) {
+                args.iter().for_each(|a| self.expr(a, Ctx::Value));
+                return;
+            }
+        }
+        self.tokens(mac.tokens.clone());
+    }
+
+    /// A format macro argument: borrowed; named arguments (`w = x`) name only their value;
+    /// string literals capture `{name}`s.
+    fn format_arg(&mut self, arg: &Expr) {
+        match arg {
+            Expr::Assign(named) if matches!(&*named.left, Expr::Path(_)) => {
+                self.expr(&named.right, Ctx::Borrow);
+            }
+            Expr::Lit(syn::ExprLit {
+                lit: syn::Lit::Str(text),
+                ..
+            }) => {
+                for name in format::captures(&text.value()) {
+                    self.mention(&name, Ctx::Borrow, false);
+                }
+            }
+            other => self.expr(other, Ctx::Borrow),
+        }
+    }
+
+    /// Tokens the scan cannot parse: every identifier may be a use by value, and every string
+    /// literal may capture names.
+    fn tokens(&mut self, tokens: TokenStream) {
+        for token in tokens {
+            match token {
+                TokenTree::Ident(ident) => self.mention(&ident.to_string(), Ctx::Value, false),
+                TokenTree::Group(group) => self.tokens(group.stream()),
+                TokenTree::Literal(literal) => {
+                    if let Ok(text) = syn::parse2::<syn::LitStr>(literal.into_token_stream()) {
+                        for name in format::captures(&text.value()) {
+                            self.mention(&name, Ctx::Borrow, false);
+                        }
+                    }
+                }
+                TokenTree::Punct(_) => {}
+            }
+        }
+    }
+}

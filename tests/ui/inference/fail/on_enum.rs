@@ -1,0 +1,8 @@
+#[vramguard::inference]
+enum Activation {
+    Gelu,
+}
+
+fn main() {
+    let _ = Activation::Gelu;
+}

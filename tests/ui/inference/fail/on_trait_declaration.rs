@@ -1,0 +1,6 @@
+#[vramguard::inference]
+trait Module {
+    fn forward(&self, x: f32) -> f32;
+}
+
+fn main() {}
