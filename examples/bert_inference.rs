@@ -58,28 +58,54 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let weight_bytes = memory::stats(&device).allocated_bytes;
     let batch = Batch::synthetic(batch_size, seq, config.vocab, &device)?;
 
-    println!("BERT-style encoder: {layers} layers, hidden 768, 12 heads, FFN 3072; weights {:.1} MiB", mib(weight_bytes));
+    println!(
+        "BERT-style encoder: {layers} layers, hidden 768, 12 heads, FFN 3072; weights {:.1} MiB",
+        mib(weight_bytes)
+    );
     println!("batch {batch_size} × sequence {seq}, host backend\n");
     println!("activation peak (exact allocator bytes above weights and inputs)");
     let mut peaks = Vec::new();
     for variant in [Variant::Grad, Variant::GuardOnly, Variant::Inference] {
         let _label = TraceLabelGuard::new(variant.name());
-        peaks.push((variant, activation_peak(variant, &weights, &batch, &device)?));
+        peaks.push((
+            variant,
+            activation_peak(variant, &weights, &batch, &device)?,
+        ));
     }
     let grad_peak = peaks[0].1;
     for (variant, peak) in &peaks {
-        println!("  {:<24} {:>10.2} MiB  {:>5.2}×", variant.name(), mib(*peak), *peak as f64 / grad_peak as f64);
+        println!(
+            "  {:<24} {:>10.2} MiB  {:>5.2}×",
+            variant.name(),
+            mib(*peak),
+            *peak as f64 / grad_peak as f64
+        );
     }
     let bound = liveness_bound(&weights, &batch)?;
-    println!("  {:<24} {:>10.2} MiB  {:>5.2}×", "liveness lower bound", mib(bound), bound as f64 / grad_peak as f64);
+    println!(
+        "  {:<24} {:>10.2} MiB  {:>5.2}×",
+        "liveness lower bound",
+        mib(bound),
+        bound as f64 / grad_peak as f64
+    );
 
-    let plain = vramguard::no_grad(|| measure::forward(Variant::Grad, &weights, &batch))?.to_vec()?;
+    let plain =
+        vramguard::no_grad(|| measure::forward(Variant::Grad, &weights, &batch))?.to_vec()?;
     let transformed = measure::forward(Variant::Inference, &weights, &batch)?.to_vec()?;
-    let identical = plain.iter().zip(&transformed).all(|(a, b)| a.to_bits() == b.to_bits());
-    println!("  outputs of #[inference] and the plain forward are bit-identical: {}", if identical { "yes" } else { "NO" });
+    let identical = plain
+        .iter()
+        .zip(&transformed)
+        .all(|(a, b)| a.to_bits() == b.to_bits());
+    println!(
+        "  outputs of #[inference] and the plain forward are bit-identical: {}",
+        if identical { "yes" } else { "NO" }
+    );
 
     if let Some(path) = &html {
-        std::fs::write(path, memory::html_report(&device, "bert_inference: grad on, guard only, #[inference]"))?;
+        std::fs::write(
+            path,
+            memory::html_report(&device, "bert_inference: grad on, guard only, #[inference]"),
+        )?;
         println!("  memory timeline written to {path}");
     }
     drop((weights, batch, device));
@@ -90,7 +116,11 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let max_grad = max_batch(Variant::Grad, &weights, seq, &budget, 1024)?;
     let max_inference = max_batch(Variant::Inference, &weights, seq, &budget, 1024)?;
     println!("  {:<24} {max_grad:>5}", Variant::Grad.name());
-    println!("  {:<24} {max_inference:>5}  ({:.1}×)", Variant::Inference.name(), max_inference as f64 / max_grad.max(1) as f64);
+    println!(
+        "  {:<24} {max_inference:>5}  ({:.1}×)",
+        Variant::Inference.name(),
+        max_inference as f64 / max_grad.max(1) as f64
+    );
     if !identical {
         return Err("the #[inference] output differs from the plain output".into());
     }
@@ -99,8 +129,15 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
 
 /// Why `--device cuda` stops here, in a sentence the user can act on.
 fn cuda_message(device: &str) -> String {
-    let ordinal = device.strip_prefix("cuda").map(|s| s.trim_start_matches(':')).unwrap_or("x");
-    let Ok(ordinal) = (if ordinal.is_empty() { Ok(0) } else { ordinal.parse::<usize>() }) else {
+    let ordinal = device
+        .strip_prefix("cuda")
+        .map(|s| s.trim_start_matches(':'))
+        .unwrap_or("x");
+    let Ok(ordinal) = (if ordinal.is_empty() {
+        Ok(0)
+    } else {
+        ordinal.parse::<usize>()
+    }) else {
         return format!("unknown device `{device}`: use `host` or `cuda[:N]`");
     };
     match Device::cuda(ordinal) {

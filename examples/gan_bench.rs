@@ -29,6 +29,10 @@ use std::time::Instant;
 use vramguard::tensor::LivenessRecorder;
 use vramguard::{memory, scope, Device};
 
+/// Discriminator and generator loss of each step.
+type Losses = Vec<(f32, f32)>;
+type BoxResult<T> = Result<T, Box<dyn std::error::Error>>;
+
 fn main() {
     let args = Args::parse();
     if let Err(e) = run(&args) {
@@ -37,41 +41,59 @@ fn main() {
     }
 }
 
-fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
-    let mut config = if args.quick { GanConfig::tiny() } else { GanConfig::mnist_like() };
+fn run(args: &Args) -> BoxResult<()> {
+    let mut config = if args.quick {
+        GanConfig::tiny()
+    } else {
+        GanConfig::mnist_like()
+    };
     if let Some(batch) = args.value::<usize>("batch") {
         config.batch = batch.max(1);
     }
-    let steps: usize = args.value::<usize>("steps").unwrap_or(if args.quick { 10 } else { 50 }).max(2);
-    let reps: usize = args.value::<usize>("reps").unwrap_or(if args.quick { 3 } else { 7 }).max(1);
+    let steps: usize = args
+        .value::<usize>("steps")
+        .unwrap_or(if args.quick { 10 } else { 50 })
+        .max(2);
+    let reps: usize = args
+        .value::<usize>("reps")
+        .unwrap_or(if args.quick { 3 } else { 7 })
+        .max(1);
     eprintln!(
         "GAN: batch {}, noise {}, hidden {}, data {}; {steps} steps per run",
         config.batch, config.noise, config.hidden, config.data
     );
 
     // One device and GAN per variant, same seed: identical weights, identical data.
-    let new_gan = |device: &Device| -> Result<Gan, Box<dyn std::error::Error>> {
+    let new_gan = |device: &Device| -> BoxResult<Gan> {
         let mut gan = Gan::new(config, 7, device)?;
         train_plain(&mut gan, 1, 0, device)?; // warm-up: optimizer state and gradients exist
         Ok(gan)
     };
-    let peak_of = |device: &Device, f: &mut dyn FnMut() -> gan::Result<Vec<(f32, f32)>>| -> Result<(u64, Vec<(f32, f32)>), Box<dyn std::error::Error>> {
-        let before = memory::stats(device).allocated_bytes;
-        memory::reset_peak_stats(device);
-        let losses = f()?;
-        Ok((memory::stats(device).peak_allocated_bytes - before, losses))
-    };
+    let peak_of =
+        |device: &Device, f: &mut dyn FnMut() -> gan::Result<Losses>| -> BoxResult<(u64, Losses)> {
+            let before = memory::stats(device).allocated_bytes;
+            memory::reset_peak_stats(device);
+            let losses = f()?;
+            Ok((memory::stats(device).peak_allocated_bytes - before, losses))
+        };
 
     eprintln!("measuring peaks ...");
     let plain_dev = Device::isolated_host();
     let mut plain_gan = new_gan(&plain_dev)?;
-    let (peak_plain, losses_plain) = peak_of(&plain_dev, &mut || train_plain(&mut plain_gan, steps, 1, &plain_dev))?;
+    let (peak_plain, losses_plain) = peak_of(&plain_dev, &mut || {
+        train_plain(&mut plain_gan, steps, 1, &plain_dev)
+    })?;
 
     let scoped_dev = Device::isolated_host();
     let mut scoped_gan = new_gan(&scoped_dev)?;
-    let (peak_scoped, losses_scoped) = peak_of(&scoped_dev, &mut || train_scoped(&mut scoped_gan, steps, 1, &scoped_dev))?;
+    let (peak_scoped, losses_scoped) = peak_of(&scoped_dev, &mut || {
+        train_scoped(&mut scoped_gan, steps, 1, &scoped_dev)
+    })?;
     let identical = losses_plain.len() == losses_scoped.len()
-        && losses_plain.iter().zip(&losses_scoped).all(|(a, b)| a.0.to_bits() == b.0.to_bits() && a.1.to_bits() == b.1.to_bits());
+        && losses_plain
+            .iter()
+            .zip(&losses_scoped)
+            .all(|(a, b)| a.0.to_bits() == b.0.to_bits() && a.1.to_bits() == b.1.to_bits());
 
     let bound_dev = Device::isolated_host();
     let mut bound_gan = new_gan(&bound_dev)?;
@@ -109,19 +131,47 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     r.metric("peak_bytes_plain", peak_plain as f64, Unit::Bytes);
     r.metric("peak_bytes_batch_scope", peak_scoped as f64, Unit::Bytes);
     r.metric("peak_bytes_liveness_bound", bound as f64, Unit::Bytes);
-    r.metric("peak_bytes_liveness_bound_grads_held", bound_grads_held as f64, Unit::Bytes);
+    r.metric(
+        "peak_bytes_liveness_bound_grads_held",
+        bound_grads_held as f64,
+        Unit::Bytes,
+    );
     let over_bound = peak_scoped as f64 / bound.max(1) as f64;
-    r.metric_with_target("batch_scope_over_liveness_bound", over_bound, Unit::Ratio, "≤ 1.15", over_bound <= 1.15);
+    r.metric_with_target(
+        "batch_scope_over_liveness_bound",
+        over_bound,
+        Unit::Ratio,
+        "≤ 1.15",
+        over_bound <= 1.15,
+    );
     r.metric(
         "batch_scope_over_liveness_bound_grads_held",
         peak_scoped as f64 / bound_grads_held.max(1) as f64,
         Unit::Ratio,
     );
-    r.metric("batch_scope_over_plain", peak_scoped as f64 / peak_plain.max(1) as f64, Unit::Ratio);
+    r.metric(
+        "batch_scope_over_plain",
+        peak_scoped as f64 / peak_plain.max(1) as f64,
+        Unit::Ratio,
+    );
     r.metric("growth_bytes_per_iter_leaky", growth, Unit::Bytes);
-    r.metric("leaky_escaped_count_per_iter", last.escaped_count as f64, Unit::Count);
-    r.metric_with_target("time_ratio_batch_scope_over_plain", time_ratio, Unit::Ratio, "≤ 1.02", time_ratio <= 1.02);
-    r.metric("losses_bit_identical", f64::from(u8::from(identical)), Unit::Count);
+    r.metric(
+        "leaky_escaped_count_per_iter",
+        last.escaped_count as f64,
+        Unit::Count,
+    );
+    r.metric_with_target(
+        "time_ratio_batch_scope_over_plain",
+        time_ratio,
+        Unit::Ratio,
+        "≤ 1.02",
+        time_ratio <= 1.02,
+    );
+    r.metric(
+        "losses_bit_identical",
+        f64::from(u8::from(identical)),
+        Unit::Count,
+    );
     r.note(&format!(
         "GAN (generator and discriminator MLPs, 3 layers each, least-squares loss, Adam), batch {}, noise {}, hidden {}, data {}, \
          {steps} steps, host backend. Peaks above the bytes live after one warm-up step. Times: median of {reps} interleaved runs of \

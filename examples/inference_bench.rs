@@ -42,8 +42,13 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let layers = args.value("layers").unwrap_or(if quick { 2 } else { 12 });
     let seq = args.value("seq").unwrap_or(if quick { 64 } else { 128 });
     let batch_size = args.value("batch").unwrap_or(if quick { 2 } else { 8 });
-    let budget_mib: usize = args.value("budget-mib").unwrap_or(if quick { 256 } else { 768 });
-    let reps: usize = args.value::<usize>("reps").unwrap_or(if quick { 3 } else { 5 }).max(1);
+    let budget_mib: usize = args
+        .value("budget-mib")
+        .unwrap_or(if quick { 256 } else { 768 });
+    let reps: usize = args
+        .value::<usize>("reps")
+        .unwrap_or(if quick { 3 } else { 5 })
+        .max(1);
     let config = BertConfig::base().with_layers(layers);
 
     eprintln!("BERT-style encoder: {layers} layers, hidden 768, 12 heads, FFN 3072, batch {batch_size}, seq {seq}");
@@ -59,15 +64,22 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let bound = liveness_bound(&weights, &batch)?;
 
     // The transform must not change results: compare outputs bit for bit.
-    let reference = vramguard::no_grad(|| measure::forward(Variant::Grad, &weights, &batch))?.to_vec()?;
+    let reference =
+        vramguard::no_grad(|| measure::forward(Variant::Grad, &weights, &batch))?.to_vec()?;
     let transformed = measure::forward(Variant::Inference, &weights, &batch)?.to_vec()?;
     let identical = reference.len() == transformed.len()
-        && reference.iter().zip(&transformed).all(|(a, b)| a.to_bits() == b.to_bits());
+        && reference
+            .iter()
+            .zip(&transformed)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
 
     eprintln!("timing {reps} interleaved forward passes of each variant ...");
     let (mut t_nograd, mut t_inference) = (Vec::new(), Vec::new());
     for _ in 0..reps {
-        for (variant, times) in [(Variant::GuardOnly, &mut t_nograd), (Variant::Inference, &mut t_inference)] {
+        for (variant, times) in [
+            (Variant::GuardOnly, &mut t_nograd),
+            (Variant::Inference, &mut t_inference),
+        ] {
             let start = Instant::now();
             let out = measure::forward(variant, &weights, &batch)?;
             times.push(start.elapsed().as_secs_f64());
@@ -89,9 +101,27 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     r.metric("peak_bytes_nograd", peak_nograd as f64, Unit::Bytes);
     r.metric("peak_bytes_inference", peak_inference as f64, Unit::Bytes);
     r.metric("peak_bytes_liveness_bound", bound as f64, Unit::Bytes);
-    r.metric_with_target("inference_over_grad", ratio(peak_inference, peak_grad), Unit::Ratio, "≤ 0.5", ratio(peak_inference, peak_grad) <= 0.5);
-    r.metric_with_target("inference_over_nograd", ratio(peak_inference, peak_nograd), Unit::Ratio, "≤ 0.7", ratio(peak_inference, peak_nograd) <= 0.7);
-    r.metric_with_target("inference_over_liveness_bound", ratio(peak_inference, bound), Unit::Ratio, "≤ 1.15", ratio(peak_inference, bound) <= 1.15);
+    r.metric_with_target(
+        "inference_over_grad",
+        ratio(peak_inference, peak_grad),
+        Unit::Ratio,
+        "≤ 0.5",
+        ratio(peak_inference, peak_grad) <= 0.5,
+    );
+    r.metric_with_target(
+        "inference_over_nograd",
+        ratio(peak_inference, peak_nograd),
+        Unit::Ratio,
+        "≤ 0.7",
+        ratio(peak_inference, peak_nograd) <= 0.7,
+    );
+    r.metric_with_target(
+        "inference_over_liveness_bound",
+        ratio(peak_inference, bound),
+        Unit::Ratio,
+        "≤ 1.15",
+        ratio(peak_inference, bound) <= 1.15,
+    );
     r.metric("max_batch_grad", max_grad as f64, Unit::Batch);
     r.metric("max_batch_inference", max_inference as f64, Unit::Batch);
     r.metric_with_target(
@@ -101,9 +131,19 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         "≥ 2",
         max_inference >= 2 * max_grad,
     );
-    r.metric_with_target("time_ratio_inference_over_nograd", time_ratio, Unit::Ratio, "≤ 1.02", time_ratio <= 1.02);
+    r.metric_with_target(
+        "time_ratio_inference_over_nograd",
+        time_ratio,
+        Unit::Ratio,
+        "≤ 1.02",
+        time_ratio <= 1.02,
+    );
     r.metric("weight_bytes", weight_bytes as f64, Unit::Bytes);
-    r.metric("outputs_bit_identical", f64::from(u8::from(identical)), Unit::Count);
+    r.metric(
+        "outputs_bit_identical",
+        f64::from(u8::from(identical)),
+        Unit::Count,
+    );
     r.note(&format!(
         "BERT-style encoder ({layers} layers, hidden 768, 12 heads, FFN 3072), batch {batch_size}, sequence {seq}, host backend. \
          Peaks: allocator statistics above the weights ({:.1} MiB) and inputs. Max batch: host device of {budget_mib} MiB, weights included, \

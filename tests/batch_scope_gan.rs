@@ -201,7 +201,6 @@ fn the_fixed_gan_loop_has_flat_live_memory_for_50_iterations() {
 }
 
 #[test]
-#[ignore = "needs the drop-at-last-use engine (liveness::insert_drops), a no-op stub in this branch"]
 fn the_fixed_gan_loop_peaks_lower_with_the_attribute() {
     let plain_dev = Device::isolated_host();
     let mut gan = Gan::new(&plain_dev);

@@ -59,7 +59,9 @@ fn setup(device: &Device) -> Result<(Attention, Tensor, Tensor)> {
         o: Linear::new(D, D, true, 4, device)?,
     };
     let x = Tensor::randn(&[B, T, D], 0.0, 1.0, 5, device)?;
-    let mask: Vec<f32> = (0..B * T).map(|i| if i % T >= T - 3 { -1e4 } else { 0.0 }).collect();
+    let mask: Vec<f32> = (0..B * T)
+        .map(|i| if i % T >= T - 3 { -1e4 } else { 0.0 })
+        .collect();
     let mask = Tensor::from_slice(&mask, &[B, 1, 1, T], device)?;
     Ok((w, x, mask))
 }
@@ -78,7 +80,9 @@ fn attention_peak_falls_to_the_liveness_bound() -> Result<()> {
     let device = Device::isolated_host();
     let (w, x, mask) = setup(&device)?;
 
-    let (plain_peak, plain_out) = peak(&device, || vramguard::no_grad(|| attention_plain(&w, &x, &mask)))?;
+    let (plain_peak, plain_out) = peak(&device, || {
+        vramguard::no_grad(|| attention_plain(&w, &x, &mask))
+    })?;
     drop(plain_out);
     let (inference_peak, inference_out) = peak(&device, || attention_inference(&w, &x, &mask))?;
     let recorder = LivenessRecorder::start();
@@ -114,7 +118,10 @@ fn attention_with_grad_on_keeps_the_graph_and_inference_does_not() -> Result<()>
     let held_with_grad = memory::stats(&device).allocated_bytes;
     drop(out);
     let base = memory::stats(&device).allocated_bytes;
-    assert!(held_with_grad > base + S, "the graph keeps activations alive");
+    assert!(
+        held_with_grad > base + S,
+        "the graph keeps activations alive"
+    );
     // Under #[inference] nothing is recorded: only the output itself stays.
     let out = attention_inference(&w, &x, &mask)?;
     assert_eq!(memory::stats(&device).allocated_bytes, base + S);

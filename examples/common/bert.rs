@@ -68,7 +68,12 @@ pub struct BertWeights {
 
 impl BertWeights {
     /// Random weights from `seed`, with `requires_grad` as given (grad-on runs record the graph).
-    pub fn new(config: BertConfig, seed: u64, requires_grad: bool, device: &Device) -> Result<Self> {
+    pub fn new(
+        config: BertConfig,
+        seed: u64,
+        requires_grad: bool,
+        device: &Device,
+    ) -> Result<Self> {
         let h = config.hidden;
         let mut layers = Vec::with_capacity(config.layers);
         for i in 0..config.layers {
@@ -87,7 +92,13 @@ impl BertWeights {
         let weights = BertWeights {
             config,
             word_embeddings: Embedding::new(config.vocab, h, seed, device)?,
-            position_embeddings: Tensor::randn(&[config.max_positions, h], 0.0, 0.02, seed ^ 7, device)?,
+            position_embeddings: Tensor::randn(
+                &[config.max_positions, h],
+                0.0,
+                0.02,
+                seed ^ 7,
+                device,
+            )?,
             embeddings_layer_norm: LayerNorm::new(h, 1e-12, device)?,
             layers,
         };
@@ -104,7 +115,14 @@ impl BertWeights {
         v.push(self.position_embeddings.clone());
         v.extend(self.embeddings_layer_norm.parameters());
         for l in &self.layers {
-            for lin in [&l.query, &l.key, &l.value, &l.attention_output, &l.intermediate, &l.output] {
+            for lin in [
+                &l.query,
+                &l.key,
+                &l.value,
+                &l.attention_output,
+                &l.intermediate,
+                &l.output,
+            ] {
                 v.extend(lin.parameters());
             }
             v.extend(l.attention_layer_norm.parameters());

@@ -25,12 +25,22 @@ pub struct GanConfig {
 impl GanConfig {
     /// MNIST-shaped: 784 features, hidden 512, noise 64, batch 64.
     pub fn mnist_like() -> GanConfig {
-        GanConfig { batch: 64, noise: 64, hidden: 512, data: 784 }
+        GanConfig {
+            batch: 64,
+            noise: 64,
+            hidden: 512,
+            data: 784,
+        }
     }
 
     /// A small one for tests.
     pub fn tiny() -> GanConfig {
-        GanConfig { batch: 8, noise: 4, hidden: 16, data: 12 }
+        GanConfig {
+            batch: 8,
+            noise: 4,
+            hidden: 16,
+            data: 12,
+        }
     }
 }
 
@@ -81,7 +91,12 @@ pub struct Gan {
 
 impl Gan {
     pub fn new(config: GanConfig, seed: u64, device: &Device) -> Result<Gan> {
-        let GanConfig { noise, hidden, data, .. } = config;
+        let GanConfig {
+            noise,
+            hidden,
+            data,
+            ..
+        } = config;
         let generator = Generator {
             l1: Linear::new(noise, hidden, true, seed, device)?,
             l2: Linear::new(hidden, hidden, true, seed + 1, device)?,
@@ -112,8 +127,16 @@ impl Gan {
 
 /// The "real" data: a fixed smooth pattern plus seeded noise, in [-1, 1].
 pub fn real_batch(config: GanConfig, step: usize, device: &Device) -> Result<Tensor> {
-    let noise = Tensor::randn(&[config.batch, config.data], 0.0, 0.1, 10_000 + step as u64, device)?;
-    let pattern: Vec<f32> = (0..config.data).map(|i| (i as f32 * 0.05).sin() * 0.8).collect();
+    let noise = Tensor::randn(
+        &[config.batch, config.data],
+        0.0,
+        0.1,
+        10_000 + step as u64,
+        device,
+    )?;
+    let pattern: Vec<f32> = (0..config.data)
+        .map(|i| (i as f32 * 0.05).sin() * 0.8)
+        .collect();
     let pattern = Tensor::from_slice(&pattern, &[1, config.data], device)?;
     noise.broadcast_add(&pattern)
 }

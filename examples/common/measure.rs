@@ -39,7 +39,10 @@ pub fn forward(variant: Variant, weights: &BertWeights, batch: &Batch) -> Result
 
 /// Peak allocated bytes of `run` above the bytes allocated before it (exact, from the
 /// allocator's statistics), and its output.
-pub fn peak_above_baseline<T>(device: &Device, run: impl FnOnce() -> Result<T>) -> Result<(u64, T)> {
+pub fn peak_above_baseline<T>(
+    device: &Device,
+    run: impl FnOnce() -> Result<T>,
+) -> Result<(u64, T)> {
     let before = memory::stats(device).allocated_bytes;
     memory::reset_peak_stats(device);
     let out = run()?;
@@ -47,7 +50,12 @@ pub fn peak_above_baseline<T>(device: &Device, run: impl FnOnce() -> Result<T>) 
 }
 
 /// Activation peak of one forward pass of `variant`.
-pub fn activation_peak(variant: Variant, weights: &BertWeights, batch: &Batch, device: &Device) -> Result<u64> {
+pub fn activation_peak(
+    variant: Variant,
+    weights: &BertWeights,
+    batch: &Batch,
+    device: &Device,
+) -> Result<u64> {
     let (peak, output) = peak_above_baseline(device, || forward(variant, weights, batch))?;
     drop(output);
     Ok(peak)
@@ -65,7 +73,13 @@ pub fn liveness_bound(weights: &BertWeights, batch: &Batch) -> Result<u64> {
 
 /// Whether a forward pass of `variant` at `batch_size` fits on `device` (whose capacity is the
 /// budget, weights included). Out-of-memory is the only failure that means "does not fit".
-pub fn fits(variant: Variant, weights: &BertWeights, batch_size: usize, seq: usize, device: &Device) -> Result<bool> {
+pub fn fits(
+    variant: Variant,
+    weights: &BertWeights,
+    batch_size: usize,
+    seq: usize,
+    device: &Device,
+) -> Result<bool> {
     memory::empty_cache(device);
     let batch = match Batch::synthetic(batch_size, seq, weights.config.vocab, device) {
         Ok(b) => b,
@@ -84,10 +98,20 @@ pub fn fits(variant: Variant, weights: &BertWeights, batch_size: usize, seq: usi
 
 /// The largest batch size whose forward pass fits (doubling, then bisection), with progress
 /// printed to stderr. Returns 0 when even one sequence does not fit.
-pub fn max_batch(variant: Variant, weights: &BertWeights, seq: usize, device: &Device, cap: usize) -> Result<usize> {
+pub fn max_batch(
+    variant: Variant,
+    weights: &BertWeights,
+    seq: usize,
+    device: &Device,
+    cap: usize,
+) -> Result<usize> {
     let probe = |b: usize| -> Result<bool> {
         let ok = fits(variant, weights, b, seq, device)?;
-        eprintln!("  [{}] batch {b:>4}: {}", variant.name(), if ok { "fits" } else { "out of memory" });
+        eprintln!(
+            "  [{}] batch {b:>4}: {}",
+            variant.name(),
+            if ok { "fits" } else { "out of memory" }
+        );
         Ok(ok)
     };
     let (mut good, mut bad) = (0usize, None::<usize>);

@@ -318,17 +318,17 @@ impl Scoper<'_> {
             Err(_) => return, // reported by the scan
         };
         let (keyword_span, body, params) = match expr {
-            Expr::ForLoop(e) => {
-                let mut names = Vec::new();
-                crate::lints::pattern_names(&e.pat, &mut names);
-                (e.for_token.span, &mut e.body, names)
-            }
+            Expr::ForLoop(e) => (
+                e.for_token.span,
+                &mut e.body,
+                liveness::pattern_params(&e.pat),
+            ),
             Expr::While(e) => {
-                let mut names = Vec::new();
-                if let Expr::Let(cond) = &*e.cond {
-                    crate::lints::pattern_names(&cond.pat, &mut names);
-                }
-                (e.while_token.span, &mut e.body, names)
+                let params = match &*e.cond {
+                    Expr::Let(cond) => liveness::pattern_params(&cond.pat),
+                    _ => Vec::new(),
+                };
+                (e.while_token.span, &mut e.body, params)
             }
             Expr::Loop(e) => (e.loop_token.span, &mut e.body, Vec::new()),
             _ => return,
@@ -347,18 +347,7 @@ impl Scoper<'_> {
             );
             return;
         }
-        let params: Vec<Ident> = params
-            .into_iter()
-            .filter(|p| !p.to_string().starts_with('_'))
-            .collect();
-        liveness::insert_drops(
-            body,
-            &params,
-            &DropOptions {
-                krate: self.krate.clone(),
-                keep: Vec::new(),
-            },
-        );
+        liveness::insert_drops(body, &params, &DropOptions::new(self.krate.clone()));
         let guard = self.guard_statement(&marker_args, keyword_span);
         let user_body = Block {
             brace_token: Default::default(),

@@ -22,6 +22,7 @@ pub(crate) fn expand(target: Target, options: &Options) -> TokenStream {
         Target::Fn(mut function) => {
             let block = std::mem::replace(&mut *function.block, syn::parse_quote!({}));
             *function.block = body(
+                &function.attrs,
                 &mut function.sig,
                 block,
                 options,
@@ -33,6 +34,7 @@ pub(crate) fn expand(target: Target, options: &Options) -> TokenStream {
         Target::TraitFn(mut method) => {
             if let Some(block) = method.default.take() {
                 method.default = Some(body(
+                    &method.attrs,
                     &mut method.sig,
                     block,
                     options,
@@ -43,6 +45,7 @@ pub(crate) fn expand(target: Target, options: &Options) -> TokenStream {
             method.into_token_stream()
         }
         Target::Impl(mut block) => {
+            let impl_attrs = block.attrs.clone();
             for item in &mut block.items {
                 if let syn::ImplItem::Fn(method) = item {
                     // A method with its own `#[inference(..)]` is expanded by that attribute,
@@ -55,8 +58,17 @@ pub(crate) fn expand(target: Target, options: &Options) -> TokenStream {
                     });
                     if method.sig.constness.is_none() && !own_attribute {
                         let old = std::mem::replace(&mut method.block, syn::parse_quote!({}));
-                        method.block =
-                            body(&mut method.sig, old, options, &drop_options, &mut errors);
+                        // `#[vramguard::allow(..)]` on the impl block covers its methods.
+                        let attrs: Vec<syn::Attribute> =
+                            impl_attrs.iter().chain(&method.attrs).cloned().collect();
+                        method.block = body(
+                            &attrs,
+                            &mut method.sig,
+                            old,
+                            options,
+                            &drop_options,
+                            &mut errors,
+                        );
                     }
                 }
             }
@@ -70,6 +82,7 @@ pub(crate) fn expand(target: Target, options: &Options) -> TokenStream {
 
 /// The new body of one function.
 fn body(
+    fn_attrs: &[syn::Attribute],
     sig: &mut syn::Signature,
     mut block: syn::Block,
     options: &Options,
@@ -77,7 +90,8 @@ fn body(
     errors: &mut Vec<syn::Error>,
 ) -> syn::Block {
     let krate = &drop_options.krate;
-    let lint = lints::check(
+    let lint = lints::check_fn(
+        fn_attrs,
         &mut block,
         &LintContext {
             inference: true,

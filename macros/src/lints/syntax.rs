@@ -320,28 +320,10 @@ fn is_scalar_type(ty: &Type) -> bool {
 
 /// The names a pattern binds.
 pub(crate) fn pattern_names(pat: &Pat, out: &mut Vec<syn::Ident>) {
-    match pat {
-        Pat::Ident(p) => {
-            out.push(p.ident.clone());
-            if let Some((_, sub)) = &p.subpat {
-                pattern_names(sub, out);
-            }
-        }
-        Pat::Or(p) => {
-            if let Some(first) = p.cases.first() {
-                pattern_names(first, out);
-            }
-        }
-        Pat::Paren(p) => pattern_names(&p.pat, out),
-        Pat::Guard(p) => pattern_names(&p.pat, out),
-        Pat::Reference(p) => pattern_names(&p.pat, out),
-        Pat::Slice(p) => p.elems.iter().for_each(|e| pattern_names(e, out)),
-        Pat::Struct(p) => p.fields.iter().for_each(|f| pattern_names(&f.pat, out)),
-        Pat::Tuple(p) => p.elems.iter().for_each(|e| pattern_names(e, out)),
-        Pat::TupleStruct(p) => p.elems.iter().for_each(|e| pattern_names(e, out)),
-        Pat::Type(p) => pattern_names(&p.pat, out),
-        _ => {}
-    }
+    // One pattern walker for the whole crate: the liveness scanner's.
+    let mut names = Vec::new();
+    crate::liveness::pattern_bindings(pat, &mut names);
+    out.extend(names.into_iter().map(|(ident, _mutable)| ident));
 }
 
 /// Every identifier in a token stream (a superset of the names an expression mentions).

@@ -59,6 +59,7 @@ use syn::{Block, Expr, Ident, Item, Stmt};
 use scan::{Env, Kind, Source};
 
 pub(crate) use lists::is_known_macro;
+pub(crate) use scan::pattern_bindings;
 
 /// A by-value parameter (or other binding) the transformed block owns on entry.
 #[derive(Clone, Debug)]
@@ -134,6 +135,18 @@ pub(crate) fn params_of(sig: &syn::Signature) -> Vec<ParamBinding> {
         }
     }
     out
+}
+
+/// The bindings of a pattern (a `for` or `while let` pattern), as owned bindings of the block
+/// that follows it; `_`-prefixed names are left out (guards by convention).
+pub(crate) fn pattern_params(pat: &syn::Pat) -> Vec<ParamBinding> {
+    let mut names = Vec::new();
+    scan::pattern_bindings(pat, &mut names);
+    names
+        .into_iter()
+        .filter(|(ident, _)| !ident.to_string().starts_with('_'))
+        .map(|(ident, mutable)| ParamBinding { ident, mutable })
+        .collect()
 }
 
 /// The names a pattern binds.

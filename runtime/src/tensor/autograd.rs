@@ -510,7 +510,9 @@ fn accumulate_leaf(leaf: &Tensor, g: Tensor) -> Result<()> {
             if !g.is_exclusively_owned() {
                 g = g.copy()?;
             }
-            g.storage().held_as_grad.store(true, std::sync::atomic::Ordering::Relaxed);
+            g.storage()
+                .held_as_grad
+                .store(true, std::sync::atomic::Ordering::Relaxed);
             *slot = Some(g.detach());
         }
     }

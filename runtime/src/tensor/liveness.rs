@@ -141,7 +141,11 @@ fn peak_of(recording: &Recording, grads_held: bool) -> u64 {
         events.push((last + 1, -(b.bytes as i64)));
     }
     for o in &recording.older_freed {
-        let last = if grads_held && o.held_as_grad { o.freed_at } else { o.last_use_at };
+        let last = if grads_held && o.held_as_grad {
+            o.freed_at
+        } else {
+            o.last_use_at
+        };
         events.push((last + 1, -(o.bytes as i64)));
     }
     // At equal times, frees (negative) come before allocations.

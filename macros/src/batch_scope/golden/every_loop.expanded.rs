@@ -8,8 +8,17 @@ fn train(model: &mut Model, data: &[Batch]) -> Result<f32, Error> {
                 .empty_cache_every(10u32),
         );
         {
-            let loss = model.step(batch)?;
-            total += loss.item();
+            let loss = {
+                #[allow(unused_variables, clippy::redundant_locals)]
+                let batch = batch;
+                let __vg_value = model.step(batch)?;
+                __vg_value
+            };
+            {
+                #[allow(unused_variables, clippy::redundant_locals)]
+                let loss = loss;
+                total += loss.item();
+            }
             if total > 10.0 {
                 continue;
             }

@@ -9,7 +9,12 @@ fn evaluate(model: &Model, data: &[Batch]) -> Vec<f32> {
             ::vg::__private::ScopeOptions::new().warn_after_growing(3u32),
         );
         {
-            let out = model.forward(batch);
+            let out = {
+                #[allow(unused_variables, clippy::redundant_locals)]
+                let batch = batch;
+                let __vg_value = model.forward(batch);
+                __vg_value
+            };
             scores.push(out.item() + i as f32);
         };
     }
