@@ -9,6 +9,42 @@
 //! - Lints at compile time for the mistakes that waste memory, suppressible with [`allow`].
 //! - A caching allocator with statistics, snapshots and OOM messages that say what went wrong:
 //!   see [`memory`].
+//!
+//! ```
+//! use vramguard::{memory, Device, Tensor, TensorError};
+//!
+//! // Written the usual way: every `x` stays alive until the function returns.
+//! fn plain(x: &Tensor) -> Result<Tensor, TensorError> {
+//!     let x = x.exp()?;
+//!     let x = x.tanh()?;
+//!     let x = x.sigmoid()?;
+//!     Ok(x)
+//! }
+//!
+//! // The same code: grad off, each `x` freed right after its last use.
+//! #[vramguard::inference]
+//! fn guarded(x: &Tensor) -> Result<Tensor, TensorError> {
+//!     let x = x.exp()?;
+//!     let x = x.tanh()?;
+//!     let x = x.sigmoid()?;
+//!     Ok(x)
+//! }
+//!
+//! # fn main() -> Result<(), TensorError> {
+//! let device = Device::isolated_host(); // its own allocator: exact statistics
+//! let input = Tensor::ones(&[1024, 256], &device)?; // 1 MiB
+//! let mib = 1 << 20;
+//! let peak = |f: fn(&Tensor) -> Result<Tensor, TensorError>| -> Result<u64, TensorError> {
+//!     let before = memory::stats(&device).allocated_bytes;
+//!     memory::reset_peak_stats(&device);
+//!     let out = vramguard::no_grad(|| f(&input))?;
+//!     drop(out);
+//!     Ok(memory::stats(&device).peak_allocated_bytes - before)
+//! };
+//! assert_eq!(peak(plain)?, 3 * mib); // all three intermediates at once
+//! assert_eq!(peak(guarded)?, 2 * mib); // only an op's input and output
+//! # Ok(()) }
+//! ```
 #![warn(missing_docs)]
 
 pub use vramguard_macros::{allow, batch_scope, inference};

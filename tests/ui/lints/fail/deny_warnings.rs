@@ -1,48 +1,8 @@
 // `-D warnings` (here `#![deny(warnings)]`) turns the lints into errors.
 #![deny(warnings)]
-struct Tensor(Vec<f32>);
-
-impl Tensor {
-    fn input(i: usize) -> Tensor {
-        Tensor(vec![i as f32; 4])
-    }
-    fn zeros() -> Tensor {
-        Tensor(vec![0.0; 4])
-    }
-    fn forward(&self) -> Tensor {
-        Tensor(self.0.iter().map(|x| x * 2.0).collect())
-    }
-    fn relu_(&mut self) {
-        self.0.iter_mut().for_each(|x| *x = x.max(0.0));
-    }
-    fn relu(&self) -> Tensor {
-        Tensor(self.0.iter().map(|x| x.max(0.0)).collect())
-    }
-    fn item(&self) -> f32 {
-        self.0[0]
-    }
-    fn detach(&self) -> Tensor {
-        Tensor(self.0.clone())
-    }
-}
-
-impl std::ops::AddAssign<Tensor> for Tensor {
-    fn add_assign(&mut self, other: Tensor) {
-        self.0.iter_mut().zip(other.0).for_each(|(a, b)| *a += b);
-    }
-}
-
-impl std::ops::Add<Tensor> for Tensor {
-    type Output = Tensor;
-    fn add(mut self, other: Tensor) -> Tensor {
-        self += other;
-        self
-    }
-}
-
-fn empty_cache(device: &vramguard::Device) -> u64 {
-    vramguard::memory::empty_cache(device)
-}
+#[path = "../support.rs"]
+mod support;
+use support::{empty_cache, Tensor};
 
 #[vramguard::batch_scope]
 fn train(n: usize) -> f32 {
