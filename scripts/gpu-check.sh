@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # GPU check: builds and runs every CUDA test and the GPU benchmarks in one go.
 #
-#   scripts/gpu-check.sh            # logs and results in $OUT (if set) or target/gpu-check
+#   scripts/gpu-check.sh            # logs and results in target/gpu-check
+#
+# When $OUT is set, the results also go there as a few files (the GPU machine returns at most
+# eight): summary.txt, one JSON-lines file per benchmark, and gpu-check-logs.tar.gz with every
+# log.
 #
 # Needs an NVIDIA GPU and its driver (libcuda). Fails loudly without them: the CUDA tests run
 # with VRAMGUARD_REQUIRE_GPU=1, so a test that would skip on a CPU-only machine fails here.
@@ -10,7 +14,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-RESULTS="${OUT:-target/gpu-check}"
+RESULTS="target/gpu-check"
+rm -rf "$RESULTS"
 mkdir -p "$RESULTS"
 SUMMARY="$RESULTS/summary.txt"
 : > "$SUMMARY"
@@ -90,4 +95,11 @@ done
 echo
 echo "gpu-check summary ($RESULTS):"
 cat "$SUMMARY"
+if [ -n "${OUT:-}" ]; then
+    mkdir -p "$OUT"
+    cp "$SUMMARY" "$OUT/"
+    cp "$RESULTS"/*.jsonl "$OUT/" 2>/dev/null
+    tar -czf "$OUT/gpu-check-logs.tar.gz" -C "$(dirname "$RESULTS")" "$(basename "$RESULTS")"
+    echo "results copied to $OUT"
+fi
 exit $status
