@@ -37,6 +37,7 @@
 //! One mutex per allocator guards its state; segment calls into the backend happen under it,
 //! pressure handlers never do.
 
+mod bucket;
 mod config;
 pub mod cuda;
 mod host;
@@ -44,6 +45,7 @@ mod html;
 mod trace;
 mod workspace;
 
+pub use bucket::{BucketError, SequenceBuckets};
 pub use config::{
     parse_bytes, AllocatorConfig, ConfigError, MemoryLimit, DEFAULT_TRACE_CAPACITY, ENV_VAR,
     KNOWN_KEYS,
