@@ -4,6 +4,7 @@
 //! ```sh
 //! cargo run --release --example fragmentation
 //! cargo run --release --example fragmentation -- --html fragmentation.html
+//! cargo run --release --example fragmentation -- --device cuda   # GPU 0, limited to 32 MiB
 //! ```
 //!
 //! A stream of variable-length batches runs on a host device that behaves like a GPU of
@@ -78,10 +79,18 @@ struct Outcome {
     page: Option<String>,
 }
 
-fn device_for(remedy: Remedy) -> Result<Device, Box<dyn std::error::Error>> {
+/// A fresh allocator of `CAPACITY` bytes: a bounded host device, or (`--device cuda`) an
+/// allocator on GPU 0 limited to `CAPACITY` by `memory_limit`.
+fn device_for(remedy: Remedy, cuda: bool) -> Result<Device, Box<dyn std::error::Error>> {
     let config = AllocatorConfig::default()
         .with_expandable_segments(remedy == Remedy::Expandable)
         .with_trace_capacity(1 << 16);
+    if cuda {
+        return Ok(Device::cuda_with_config(
+            0,
+            config.with_memory_limit(CAPACITY as u64),
+        )?);
+    }
     Ok(Device::host_pool(
         HostBackend::with_capacity(CAPACITY),
         config,
@@ -185,24 +194,34 @@ fn main() -> ExitCode {
 
 fn real_main() -> Result<bool, Box<dyn std::error::Error>> {
     let mut html = None;
+    let mut cuda = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--html" => html = Some(args.next().ok_or("--html needs a file name")?),
-            "--device" => {
-                let d = args.next().ok_or("--device needs host")?;
-                if d != "host" {
-                    return Err(format!("--device {d}: this example runs on a bounded host device only (it needs a device of exactly {} MiB)", CAPACITY / MIB).into());
+            "--device" => match args.next().as_deref() {
+                Some("host") => cuda = false,
+                Some("cuda") => cuda = true,
+                other => {
+                    return Err(format!("--device takes `host` or `cuda`, got {other:?}").into())
                 }
-            }
+            },
             other => {
-                return Err(format!("unknown argument `{other}`; accepted: --html FILE").into())
+                return Err(format!(
+                    "unknown argument `{other}`; accepted: --html FILE, --device host|cuda"
+                )
+                .into())
             }
         }
     }
     println!(
-        "Device: host, capacity {} MiB. Stream: {} batches, lengths {:?}; activations {} KiB per \
+        "Device: {} {} MiB. Stream: {} batches, lengths {:?}; activations {} KiB per \
          token, a {:.1} MiB summary kept per batch.\n",
+        if cuda {
+            "cuda:0 with memory_limit"
+        } else {
+            "host, capacity"
+        },
         CAPACITY / MIB,
         LENGTHS.len(),
         LENGTHS,
@@ -218,7 +237,7 @@ fn real_main() -> Result<bool, Box<dyn std::error::Error>> {
     ];
     let mut outcomes = Vec::new();
     for remedy in remedies {
-        let device = device_for(remedy)?;
+        let device = device_for(remedy, cuda)?;
         let outcome = run(&device, remedy, html.is_some() && remedy == Remedy::None)?;
         if remedy == Remedy::None {
             match &outcome.error {
