@@ -1,6 +1,12 @@
 //! Per-device memory tools: statistics, peaks, cache release, preallocation, snapshots and the
 //! event trace. Every function takes the [`Device`] whose allocator it asks.
 //!
+//! Against fragmentation (variable-length batches that leave holes of every size), the
+//! article's tools: [`SequenceBuckets`] (pad lengths to a few fixed ones), [`warmup`] (shape
+//! the pool with the largest batch before the loop), [`Workspace`] and [`reserve`]
+//! (preallocate), [`empty_cache`] between phases, and `expandable_segments:true`
+//! ([`AllocatorConfig::with_expandable_segments`]). `examples/fragmentation.rs` shows each one.
+//!
 //! Configuration comes from `VRAMGUARD_ALLOC_CONF` for the process-wide devices
 //! ([`Device::Host`], [`Device::cuda`]) and from [`AllocatorConfig`] for devices made with
 //! [`Device::host_with_config`]. A bad `VRAMGUARD_ALLOC_CONF` never panics: it is logged once
