@@ -409,7 +409,10 @@ fn main() {
     report.note(&format!(
         "Device: {}. Pairs: {} rounds of 256 sizes log-uniform in 512 B–4 MiB, median ns per \
          alloc+free pair with default settings (event trace off; `cached_pair_ns_trace_on`: a \
-         4096-event trace recording every alloc and free). Trace: {} steps of a BERT-base-shaped \
+         4096-event trace recording every alloc and free; `_2threads` is bimodal between runs \
+         on this 2-core machine, about 90 ns or 500–580 ns with the same build, most likely \
+         depending on whether both threads get a core at once and contend for the allocator's \
+         lock). Trace: {} steps of a BERT-base-shaped \
          encoder, batch ∈ {{1,2,4,8}}, length 16–512, drop-at-last-use; ratios and counts from \
          the allocator's statistics. `_warmup`: one max-size batch first; `_expandable`: \
          `expandable_segments:true`; `_max_split_64mb`: `max_split_size_mb:64`; \
