@@ -1,6 +1,12 @@
 //! Per-device memory tools: statistics, peaks, cache release, preallocation, snapshots and the
 //! event trace. Every function takes the [`Device`] whose allocator it asks.
 //!
+//! Against fragmentation (variable-length batches that leave holes of every size), the
+//! article's tools: [`SequenceBuckets`] (pad lengths to a few fixed ones), [`warmup`] (shape
+//! the pool with the largest batch before the loop), [`Workspace`] and [`reserve`]
+//! (preallocate), [`empty_cache`] between phases, and `expandable_segments:true`
+//! ([`AllocatorConfig::with_expandable_segments`]). `examples/fragmentation.rs` shows each one.
+//!
 //! Configuration comes from `VRAMGUARD_ALLOC_CONF` for the process-wide devices
 //! ([`Device::Host`], [`Device::cuda`]) and from [`AllocatorConfig`] for devices made with
 //! [`Device::host_with_config`]. A bad `VRAMGUARD_ALLOC_CONF` never panics: it is logged once
@@ -28,8 +34,8 @@
 //! ```
 
 pub use crate::alloc::{
-    AllocatorConfig, ConfigError, MemorySnapshot, MemoryStats, OomCause, OutOfMemory,
-    PressureHandlerId, Trace, Workspace,
+    AllocatorConfig, BucketError, ConfigError, MemorySnapshot, MemoryStats, OomCause, OutOfMemory,
+    PressureHandlerId, SequenceBuckets, Trace, Workspace, WorkspaceError,
 };
 use crate::Device;
 
@@ -91,4 +97,70 @@ pub fn add_pressure_handler(
 /// The error that made the process-wide devices ignore `VRAMGUARD_ALLOC_CONF`, if any.
 pub fn config_error() -> Option<ConfigError> {
     crate::device::config_error()
+}
+
+/// What [`warmup`] did to the pool: the closure's output and the backend work it caused.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Warmup<R> {
+    /// What the closure returned.
+    pub output: R,
+    /// Bytes reserved after the warm-up: the pool the loop will run in.
+    pub reserved_bytes: u64,
+    /// Bytes the warm-up added to the reservation (0 if it only reused cached segments).
+    pub added_bytes: u64,
+    /// Segments (or, with expandable segments, mappings) the warm-up obtained from the backend.
+    pub backend_allocs: u64,
+    /// Segments (or unmappings) the warm-up returned to the backend.
+    pub backend_frees: u64,
+}
+
+/// Runs `run` once (typically one forward pass with the largest batch and the longest
+/// sequence the loop will see) so the pool is shaped before the loop starts; returns what it
+/// reserved.
+///
+/// The tensors it allocates are freed when they die, but their segments stay cached, so the
+/// loop that follows is served from them: a loop whose batches are no larger than the warm-up's
+/// makes no backend calls (check `stats(&device).backend_allocs`). This is the article's "warm
+/// up with a max-size dummy batch". Notes:
+///
+/// - Call [`empty_cache`] first if an earlier phase left segments of other shapes cached: the
+///   warm-up reuses whatever is cached.
+/// - Small batches put their tensors into the small pool (requests ≤ 1 MiB), which a max-size
+///   batch may not touch; with [`SequenceBuckets`], warm up every bucket, largest first, so
+///   each shape the loop can produce has been seen once.
+/// - The closure may do anything the loop does (including its own error handling: its output is
+///   returned as is).
+///
+/// ```
+/// use vramguard_runtime::{memory, Device};
+///
+/// let device = Device::isolated_host();
+/// // Every tensor of these batches is above 1 MiB (large pool; see the notes above).
+/// let forward = |tokens: usize| {
+///     let hidden = device.allocate(tokens * 3072 * 4)?;
+///     let out = device.allocate(tokens * 768 * 4)?;
+///     drop(hidden);
+///     Ok::<_, memory::OutOfMemory>(out)
+/// };
+/// let shaped = memory::warmup(&device, || forward(4 * 512).map(drop));
+/// assert!(shaped.output.is_ok());
+/// let before = memory::stats(&device);
+/// for tokens in [400, 2048, 700, 1500] {
+///     drop(forward(tokens)?);
+/// }
+/// assert_eq!(memory::stats(&device).backend_allocs, before.backend_allocs);
+/// assert_eq!(memory::stats(&device).reserved_bytes, shaped.reserved_bytes);
+/// # Ok::<(), memory::OutOfMemory>(())
+/// ```
+pub fn warmup<R>(device: &Device, run: impl FnOnce() -> R) -> Warmup<R> {
+    let before = stats(device);
+    let output = run();
+    let after = stats(device);
+    Warmup {
+        output,
+        reserved_bytes: after.reserved_bytes,
+        added_bytes: after.reserved_bytes.saturating_sub(before.reserved_bytes),
+        backend_allocs: after.backend_allocs - before.backend_allocs,
+        backend_frees: after.backend_frees - before.backend_frees,
+    }
 }

@@ -280,6 +280,11 @@ impl Backend for CudaBackend {
     fn virtual_memory(&self) -> Option<&dyn VirtualMemory> {
         self.vmm_granularity.map(|_| self as &dyn VirtualMemory)
     }
+    fn free_memory(&self) -> Option<usize> {
+        // The driver's view: memory held by other contexts and processes is not free.
+        self.context.bind_to_thread().ok()?;
+        result::mem_get_info().ok().map(|(free, _total)| free)
+    }
     unsafe fn free_segment(&self, addr: u64, _bytes: usize) {
         if let Err(e) = self.context.bind_to_thread() {
             tracing::warn!(

@@ -144,6 +144,9 @@ impl Backend for HostBackend {
         }
         Ok(ptr as u64)
     }
+    fn free_memory(&self) -> Option<usize> {
+        self.capacity.map(|c| c.saturating_sub(self.in_use()))
+    }
     #[cfg(unix)]
     fn virtual_memory(&self) -> Option<&dyn VirtualMemory> {
         Some(self)

@@ -32,11 +32,14 @@
 //!   cached segment is returned and the segment is asked for again (`alloc_retries`); then the
 //!   registered pressure handlers run (without the allocator's lock) and the request is tried
 //!   once more; then [`OutOfMemory`] tells whether the limit was reached or the free memory is
-//!   fragmented, and which setting helps. The allocator is intact after an OOM.
+//!   fragmented (the cached free bytes, plus what the device — [`Backend::free_memory`] — and
+//!   the limit still allow, would hold the request, but no single block does), and which
+//!   setting helps. The allocator is intact after an OOM.
 //!
 //! One mutex per allocator guards its state; segment calls into the backend happen under it,
 //! pressure handlers never do.
 
+mod bucket;
 mod config;
 pub mod cuda;
 mod host;
@@ -44,6 +47,7 @@ mod html;
 mod trace;
 mod workspace;
 
+pub use bucket::{BucketError, SequenceBuckets};
 pub use config::{
     parse_bytes, AllocatorConfig, ConfigError, MemoryLimit, DEFAULT_TRACE_CAPACITY, ENV_VAR,
     KNOWN_KEYS,
@@ -90,6 +94,11 @@ pub trait Backend: Send + Sync + 'static {
     unsafe fn free_segment(&self, addr: u64, bytes: usize);
     /// Page-mapping operations, for backends that support them (`None`: plain segments only).
     fn virtual_memory(&self) -> Option<&dyn VirtualMemory> {
+        None
+    }
+    /// Bytes the device could still provide right now, if known (`None`: unbounded or
+    /// unknown). Only the out-of-memory path asks, to tell fragmentation from a full device.
+    fn free_memory(&self) -> Option<usize> {
         None
     }
 }
@@ -170,6 +179,9 @@ pub struct OutOfMemory {
     /// The largest cached free block this request could use (same pool — requests up to 1 MiB
     /// and larger ones are served from separate pools — and allowed by `max_split_size`).
     pub largest_free_block: u64,
+    /// Bytes that could still be reserved beyond `reserved`: what the device has free, capped
+    /// by the memory limit (0 when neither is known: an unbounded backend without a limit).
+    pub device_free: u64,
     /// Why it failed.
     pub cause: OomCause,
 }
@@ -184,12 +196,25 @@ impl fmt::Display for OutOfMemory {
             self.requested
         )?;
         match self.cause {
-            OomCause::Fragmentation => write!(
-                f,
-                "fragmentation: {} cached free, but the largest free block is {}",
-                human_bytes(self.cached_free),
-                human_bytes(self.largest_free_block)
-            )?,
+            OomCause::Fragmentation => {
+                write!(
+                    f,
+                    "fragmentation: {} cached free",
+                    human_bytes(self.cached_free)
+                )?;
+                if self.device_free > 0 {
+                    write!(
+                        f,
+                        " (plus {} the device can still provide)",
+                        human_bytes(self.device_free)
+                    )?;
+                }
+                write!(
+                    f,
+                    ", but the largest free block is {}",
+                    human_bytes(self.largest_free_block)
+                )?
+            }
             OomCause::LimitReached => write!(
                 f,
                 "memory limit reached: {} reserved of a {} limit",
@@ -211,6 +236,9 @@ impl fmt::Display for OutOfMemory {
         }
         if let Some(l) = self.limit {
             write!(f, ", limit {}", human_bytes(l))?;
+        }
+        if self.device_free > 0 {
+            write!(f, ", device free {}", human_bytes(self.device_free))?;
         }
         f.write_str("). ")?;
         match self.cause {
@@ -495,6 +523,9 @@ impl Backend for Box<dyn Backend> {
     }
     fn virtual_memory(&self) -> Option<&dyn VirtualMemory> {
         (**self).virtual_memory()
+    }
+    fn free_memory(&self) -> Option<usize> {
+        (**self).free_memory()
     }
 }
 
@@ -935,7 +966,17 @@ impl<B: Backend> CachingAllocator<B> {
         st.record(self.start, TraceEventKind::Oom, 0, rounded as u64);
         let s = st.snapshot_stats();
         let usable = self.largest_usable(st, rounded);
-        let cause = if s.cached_free_bytes >= rounded as u64 {
+        // What could still be reserved: the device's free memory, capped by the limit.
+        let under_limit = self.limit.map(|l| l.saturating_sub(s.reserved_bytes));
+        let device_free = match (self.backend.free_memory().map(|b| b as u64), under_limit) {
+            (Some(d), Some(l)) => d.min(l),
+            (d, l) => d.or(l).unwrap_or(0),
+        };
+        // Fragmentation: the free memory would hold the request, but not in one piece — it is
+        // cached in blocks that are too small, or split between such blocks and the device.
+        let cause = if s.cached_free_bytes >= rounded as u64
+            || (s.cached_free_bytes > 0 && s.cached_free_bytes + device_free >= rounded as u64)
+        {
             OomCause::Fragmentation
         } else if self
             .limit
@@ -955,6 +996,7 @@ impl<B: Backend> CachingAllocator<B> {
             reserved: s.reserved_bytes,
             cached_free: s.cached_free_bytes,
             largest_free_block: usable,
+            device_free,
             cause,
         }
     }

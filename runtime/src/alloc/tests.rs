@@ -351,6 +351,49 @@ fn oom_message_names_fragmentation() {
 }
 
 #[test]
+fn free_memory_split_between_the_cache_and_the_device_is_fragmentation() {
+    // 40 MiB device: one 20 MiB segment holds a live 4 MiB block, so 16 MiB are cached free
+    // and 20 MiB are still on the device: 36 MiB free, but a 30 MiB block exists nowhere.
+    let a = alloc(Some(40 * MIB), AllocatorConfig::default());
+    let live = a.allocate(4 * MIB).unwrap();
+    let err = a.allocate(30 * MIB).unwrap_err();
+    assert_eq!(err.cause, OomCause::Fragmentation);
+    assert_eq!(err.cached_free, 16 * MIB as u64);
+    assert_eq!(err.device_free, 20 * MIB as u64);
+    assert_eq!(err.largest_free_block, 16 * MIB as u64);
+    let msg = err.to_string();
+    assert!(
+        msg.contains(
+            "fragmentation: 16.0 MiB cached free (plus 20.0 MiB the device can still provide), \
+             but the largest free block is 16.0 MiB"
+        ),
+        "{msg}"
+    );
+    assert!(msg.contains("device free 20.0 MiB"), "{msg}");
+    assert!(msg.contains("expandable_segments:true"), "{msg}");
+    // More than all the free memory: the device is full, whatever the pieces.
+    let err = a.allocate(38 * MIB).unwrap_err();
+    assert_eq!(err.cause, OomCause::DeviceFull);
+    assert_eq!(err.device_free, 20 * MIB as u64);
+    a.free(live);
+    check(&a);
+
+    // Under a memory limit the headroom is what the limit still allows.
+    let limited = alloc(
+        None,
+        AllocatorConfig::default().with_memory_limit(30 * MIB as u64),
+    );
+    let live = limited.allocate(4 * MIB).unwrap();
+    let err = limited.allocate(24 * MIB).unwrap_err();
+    assert_eq!(err.cause, OomCause::Fragmentation);
+    assert_eq!(err.device_free, 10 * MIB as u64);
+    let err = limited.allocate(28 * MIB).unwrap_err();
+    assert_eq!(err.cause, OomCause::LimitReached);
+    limited.free(live);
+    check(&limited);
+}
+
+#[test]
 fn oom_message_names_a_full_device() {
     let a = alloc(Some(16 * MIB), AllocatorConfig::default());
     let err = a.allocate(32 * MIB).unwrap_err();

@@ -1,0 +1,129 @@
+//! The article's "keep shapes uniform" and "warm up with a max-size batch": after
+//! `memory::warmup` the variable-length loop makes no backend calls; without it (and without
+//! bucketing) the pool keeps growing as new shapes arrive.
+
+use vramguard_runtime::alloc::PoolKind;
+use vramguard_runtime::memory::{self, SequenceBuckets};
+use vramguard_runtime::Device;
+
+const MIB: u64 = 1 << 20;
+const BATCH: usize = 4;
+const D: usize = 256;
+const HEADS: usize = 4;
+const FFN: usize = 4 * D;
+const LAYERS: usize = 2;
+const F32: usize = 4;
+
+/// Sequence lengths of the loop's batches: varied, none longer than 500.
+const LENGTHS: [usize; 16] = [
+    37, 412, 90, 500, 233, 18, 301, 129, 64, 450, 77, 256, 199, 480, 12, 350,
+];
+
+/// One encoder forward pass as drop-at-last-use code allocates it.
+fn forward(device: &Device, t: usize) -> Result<(), memory::OutOfMemory> {
+    let alloc = |elems: usize| device.allocate(elems * F32);
+    let mut x = alloc(BATCH * t * D)?;
+    for _ in 0..LAYERS {
+        let qkv = alloc(BATCH * t * 3 * D)?;
+        let scores = alloc(BATCH * HEADS * t * t)?;
+        let probs = alloc(BATCH * HEADS * t * t)?;
+        drop(scores);
+        let ctx = alloc(BATCH * t * D)?;
+        drop((probs, qkv));
+        let h = alloc(BATCH * t * FFN)?;
+        drop(ctx);
+        let out = alloc(BATCH * t * D)?;
+        drop(h);
+        x = out;
+    }
+    drop(x);
+    Ok(())
+}
+
+#[test]
+fn after_warming_up_every_bucket_the_bucketed_loop_makes_no_backend_calls() {
+    let device = Device::isolated_host();
+    let buckets = SequenceBuckets::new(&[64, 128, 256, 512]).unwrap();
+    let shaped = memory::warmup(&device, || {
+        buckets
+            .bounds()
+            .iter()
+            .rev()
+            .try_for_each(|&t| forward(&device, t))
+    });
+    assert_eq!(shaped.output, Ok(()));
+    let before = memory::stats(&device);
+    assert_eq!(shaped.reserved_bytes, before.reserved_bytes);
+    assert_eq!(shaped.added_bytes, before.reserved_bytes);
+    assert_eq!(shaped.backend_allocs, before.backend_allocs);
+    assert_eq!(shaped.backend_frees, 0);
+    assert_eq!(shaped.reserved_bytes, 56 * MIB);
+    for _ in 0..3 {
+        for &len in &LENGTHS {
+            forward(&device, buckets.bucket_for(len).unwrap()).unwrap();
+        }
+    }
+    let after = memory::stats(&device);
+    assert_eq!(
+        after.backend_allocs, before.backend_allocs,
+        "no new segment"
+    );
+    assert_eq!(
+        after.backend_frees, before.backend_frees,
+        "no segment returned"
+    );
+    assert_eq!(after.reserved_bytes, before.reserved_bytes);
+    assert_eq!(after.peak_reserved_bytes, before.reserved_bytes);
+    assert_eq!(after.allocated_bytes, 0);
+    assert_eq!(after.num_ooms, 0);
+    device.allocator().check_invariants().unwrap();
+}
+
+#[test]
+fn a_max_size_warmup_shapes_the_large_pool_but_small_batches_still_need_small_segments() {
+    let device = Device::isolated_host();
+    let shaped = memory::warmup(&device, || forward(&device, 512));
+    assert_eq!(shaped.output, Ok(()));
+    assert_eq!(shaped.reserved_bytes, 52 * MIB);
+    assert_eq!(shaped.backend_allocs, 3);
+    let small_segments = |d: &Device| {
+        memory::snapshot(d)
+            .segments
+            .iter()
+            .filter(|s| s.pool == PoolKind::Small)
+            .count()
+    };
+    assert_eq!(
+        small_segments(&device),
+        0,
+        "the max-size batch has no tensor under 1 MiB"
+    );
+    for &len in &LENGTHS {
+        forward(&device, len).unwrap();
+    }
+    let after = memory::stats(&device);
+    // Only the short batches' small tensors needed new segments: two 2 MiB small-pool ones.
+    assert_eq!(after.backend_allocs - shaped.backend_allocs, 2);
+    assert_eq!(small_segments(&device), 2);
+    assert_eq!(after.reserved_bytes, 56 * MIB);
+    assert_eq!(after.backend_frees, 0);
+}
+
+#[test]
+fn without_a_warmup_the_loop_itself_reserves_as_new_shapes_arrive() {
+    let device = Device::isolated_host();
+    let mut calls = Vec::new();
+    for _ in 0..3 {
+        let before = memory::stats(&device).backend_allocs;
+        for &len in &LENGTHS {
+            forward(&device, len).unwrap();
+        }
+        calls.push(memory::stats(&device).backend_allocs - before);
+    }
+    // Every backend call happens inside the first pass of the loop, and the pool ends larger
+    // than the bucketed, warmed-up one.
+    assert_eq!(calls, vec![6, 0, 0]);
+    let s = memory::stats(&device);
+    assert_eq!(s.reserved_bytes, 64 * MIB);
+    assert_eq!(s.peak_reserved_bytes, 64 * MIB);
+}
