@@ -13,17 +13,14 @@ const THREADS: usize = 8;
 const OPS_PER_THREAD: usize = 12_500;
 const MAX_LIVE: usize = 24;
 
-/// xorshift64*: deterministic per thread, no dependency.
-struct Rng(u64);
+/// The runtime's seeded generator, with a bounded draw.
+struct Rng(vramguard_runtime::tensor::rng::Rng);
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    fn new(seed: u64) -> Rng {
+        Rng(vramguard_runtime::tensor::rng::Rng::new(seed))
     }
     fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+        self.0.next_u64() % n
     }
 }
 
@@ -76,7 +73,7 @@ fn hammer(device: &Device) -> Counts {
         for t in 0..THREADS {
             let (device, counts) = (device.clone(), Arc::clone(&counts));
             s.spawn(move || {
-                let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ ((t as u64 + 1) * 0x1234_5678));
+                let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15 ^ ((t as u64 + 1) * 0x1234_5678));
                 let mut live: Vec<(Allocation, u64)> = Vec::new();
                 for op in 0..OPS_PER_THREAD {
                     let tag = ((t as u64) << 32) | op as u64;
