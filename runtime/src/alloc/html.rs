@@ -163,10 +163,23 @@ fn timeline(h: &mut String, trace: &Trace) {
         "<text x=\"4\" y=\"14\">{} (top of the chart)</text></svg>",
         human_bytes(top)
     );
+    // A visible legend: hover titles do not survive a screenshot or a printout.
+    if !colors.is_empty() {
+        let _ = write!(h, "<p class=\"legend\">");
+        for (idx, label) in colors.iter().enumerate() {
+            let _ = write!(
+                h,
+                "<span style=\"background:{c};opacity:.8;padding:0 .4em;margin-right:.8em\">{l}</span>",
+                c = LABEL_COLORS[idx % LABEL_COLORS.len()],
+                l = esc(label)
+            );
+        }
+        let _ = writeln!(h, "</p>");
+    }
     let _ = writeln!(
         h,
         "<p>Red: reserved; blue line: allocated; {} events over {:.3} ms{}. Shaded bands: trace \
-         labels (hover for the name).</p>",
+         labels (named above; hover for the name).</p>",
         trace.events.len(),
         (t1 - t0) as f64 / 1e6,
         if trace.dropped > 0 {
