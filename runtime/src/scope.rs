@@ -538,7 +538,7 @@ impl ScopeTracker {
             cache_released_bytes: None,
         };
         let devices = match options.empty_cache_every {
-            Some(every) if iteration % u64::from(every) == 0 => {
+            Some(every) if iteration.is_multiple_of(u64::from(every)) => {
                 state.devices.drain().map(|(_, d)| d).collect()
             }
             Some(_) => Vec::new(),

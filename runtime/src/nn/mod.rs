@@ -331,7 +331,7 @@ pub struct MultiHeadSelfAttention {
 impl MultiHeadSelfAttention {
     /// `heads` heads over `dim` features (`dim` must be divisible by `heads`).
     pub fn new(dim: usize, heads: usize, seed: u64, device: &Device) -> Result<Self> {
-        if heads == 0 || dim % heads != 0 {
+        if heads == 0 || !dim.is_multiple_of(heads) {
             return Err(TensorError::InvalidArgument {
                 op: "MultiHeadSelfAttention::new",
                 shape: vec![dim],
