@@ -488,6 +488,8 @@ thread_local! {
 
 /// Caching allocator over a backend: see the module documentation for its rules.
 pub struct CachingAllocator<B: Backend + ?Sized> {
+    /// Identity stamped on every block handed out (see [`Block`]).
+    id: u64,
     config: AllocatorConfig,
     limit: Option<u64>,
     state: Mutex<State>,
@@ -541,7 +543,12 @@ pub struct Block {
     /// Unique id, never reused within one allocator.
     pub id: u64,
     slot: u32,
+    /// The allocator that handed the block out ([`CachingAllocator::free`] refuses others).
+    owner: u64,
 }
+
+/// Source of [`CachingAllocator`] identities, so a block is only ever freed to its own.
+static NEXT_ALLOCATOR_ID: AtomicU64 = AtomicU64::new(1);
 
 impl State {
     fn new(trace_capacity: usize) -> Self {
@@ -847,6 +854,7 @@ impl<B: Backend> CachingAllocator<B> {
 
     fn build(backend: B, config: AllocatorConfig, limit: Option<u64>, name: String) -> Self {
         Self {
+            id: NEXT_ALLOCATOR_ID.fetch_add(1, Ordering::Relaxed),
             state: Mutex::new(State::new(config.trace_capacity)),
             config,
             limit,
@@ -958,6 +966,7 @@ impl<B: Backend> CachingAllocator<B> {
             requested,
             id,
             slot,
+            owner: self.id,
         }
     }
 
@@ -1301,13 +1310,26 @@ impl<B: Backend> CachingAllocator<B> {
     }
 
     /// Returns a block to the cache, merging it with free neighbours.
+    ///
+    /// A block handed out by another allocator (another device, or one already dropped) is
+    /// refused with a logged error and left alone: freeing it here would mark a live block of
+    /// this allocator free and hand its memory out twice.
     pub fn free(&self, block: Block) {
         let mut st = lock(&self.state);
         let mut slot = block.slot;
-        debug_assert!(
-            st.nodes[slot as usize].allocated && st.nodes[slot as usize].addr == block.addr,
-            "block does not belong to this allocator"
-        );
+        let owned = block.owner == self.id
+            && st.nodes.get(slot as usize).is_some_and(|n| {
+                n.allocated && n.addr == block.addr && n.id == block.id && n.rounded == block.size
+            });
+        if !owned {
+            tracing::error!(
+                device = %self.name,
+                "refused to free block {:#x} ({} bytes): another allocator handed it out",
+                block.addr,
+                block.size
+            );
+            return;
+        }
         st.tick += 1;
         let tick = st.tick;
         let (pool, node_size) = {

@@ -831,3 +831,36 @@ fn garbage_collection_threshold_uses_the_capacity_without_a_limit() {
     );
     a.free(y);
 }
+
+#[test]
+fn a_block_from_another_allocator_is_refused() {
+    let a = plain();
+    let b = plain();
+    let foreign = a.allocate(1000).unwrap();
+    let mine = b.allocate(1000).unwrap();
+    let before = b.stats();
+    b.free(foreign);
+    assert_eq!(b.stats(), before);
+    check(&b);
+    // `mine` is still live: the next block must not be handed out over it.
+    let next = b.allocate(1000).unwrap();
+    assert_ne!(next.addr, mine.addr);
+
+    // A block of an allocator that is gone (its address may be reused by the next one).
+    let gone = plain();
+    let stale = gone.allocate(1000).unwrap();
+    drop(gone);
+    let c = plain();
+    let live = c.allocate(1000).unwrap();
+    let before = c.stats();
+    c.free(stale);
+    assert_eq!(c.stats(), before);
+    check(&c);
+    let other = c.allocate(1000).unwrap();
+    assert_ne!(other.addr, live.addr);
+    for (x, blk) in [(&b, mine), (&b, next), (&c, live), (&c, other)] {
+        x.free(blk);
+    }
+    assert_eq!(b.stats().allocated_bytes, 0);
+    assert_eq!(c.stats().allocated_bytes, 0);
+}
