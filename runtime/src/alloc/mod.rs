@@ -673,7 +673,8 @@ impl State {
         if size < ms {
             block < ms
         } else {
-            block < size + LARGE_SEGMENT
+            // Saturating: an out-of-memory report may ask about a request near `usize::MAX`.
+            block < size.saturating_add(LARGE_SEGMENT)
         }
     }
 

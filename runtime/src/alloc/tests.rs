@@ -833,6 +833,50 @@ fn garbage_collection_threshold_uses_the_capacity_without_a_limit() {
 }
 
 #[test]
+fn requests_near_usize_max_are_typed_errors_with_every_setting() {
+    let split = AllocatorConfig::default()
+        .with_max_split_size(32 * MIB)
+        .with_roundup_power2_divisions(4);
+    let configs = [
+        AllocatorConfig::default(),
+        split.clone(),
+        split.with_expandable_segments(true),
+    ];
+    let huge = [
+        usize::MAX,
+        usize::MAX - 511,
+        usize::MAX / 2 + 1,
+        1 << 48,
+        (1 << 48) - 512,
+        1 << 47,
+    ];
+    for config in configs {
+        let device = Device::host_pool(HostBackend::with_capacity(256 * MIB), config).unwrap();
+        let a = device.allocator();
+        // A large cached free block, so the OOM report looks at the large pool's blocks.
+        drop(device.allocate(40 * MIB).unwrap());
+        let keep = device.allocate(1000).unwrap();
+        let mut ooms = 0;
+        for bytes in huge {
+            let e = device.allocate(bytes).unwrap_err();
+            assert_eq!(e.requested, bytes);
+            assert!(!e.to_string().is_empty());
+            let e = a.reserve(bytes).unwrap_err();
+            assert_eq!(e.requested, bytes);
+            ooms += 2;
+        }
+        let s = a.stats();
+        assert_eq!(s.num_ooms, ooms);
+        assert_eq!(s.allocated_bytes, 1024);
+        a.check_invariants().unwrap();
+        // Intact: a request that fits succeeds.
+        let b = device.allocate(8 * MIB).unwrap();
+        assert_eq!(a.stats().allocated_bytes, 1024 + 8 * MIB as u64);
+        drop((b, keep));
+    }
+}
+
+#[test]
 fn a_block_from_another_allocator_is_refused() {
     let a = plain();
     let b = plain();
