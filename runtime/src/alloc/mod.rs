@@ -813,11 +813,16 @@ impl<B: Backend> CachingAllocator<B> {
                 });
             };
             let granularity = vm.granularity();
-            let virt = limit
-                .map(|l| l as usize)
+            let wanted = limit
+                .map(|l| usize::try_from(l).unwrap_or(usize::MAX))
                 .or(backend.capacity())
-                .unwrap_or(DEFAULT_EXPANDABLE_RANGE)
-                .next_multiple_of(granularity);
+                .unwrap_or(DEFAULT_EXPANDABLE_RANGE);
+            let virt = wanted
+                .checked_next_multiple_of(granularity)
+                .ok_or_else(|| ConfigError::ReserveFailed {
+                    bytes: wanted,
+                    message: "the size overflows the address space".into(),
+                })?;
             let addr = vm
                 .reserve_range(virt)
                 .map_err(|e| ConfigError::ReserveFailed {

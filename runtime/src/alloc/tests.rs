@@ -908,3 +908,17 @@ fn a_block_from_another_allocator_is_refused() {
     assert_eq!(b.stats().allocated_bytes, 0);
     assert_eq!(c.stats().allocated_bytes, 0);
 }
+
+#[test]
+fn expandable_segments_with_a_limit_near_u64_max_is_a_typed_error() {
+    for limit in [u64::MAX, u64::MAX - (1 << 20), 1 << 62] {
+        let config = AllocatorConfig::default()
+            .with_memory_limit(limit)
+            .with_expandable_segments(true);
+        match CachingAllocator::with_config(HostBackend::new(), config) {
+            Err(ConfigError::ReserveFailed { message, .. }) => assert!(!message.is_empty()),
+            Err(e) => panic!("limit {limit}: unexpected error {e}"),
+            Ok(_) => panic!("limit {limit}: reserved more than the address space"),
+        }
+    }
+}
