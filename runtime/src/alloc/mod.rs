@@ -1083,7 +1083,9 @@ impl<B: Backend> CachingAllocator<B> {
             .segs
             .iter()
             .enumerate()
-            .filter(|(_, s)| s.live)
+            // The expandable segment is mapped pages, not a backend segment: only its free tail
+            // can go, by `shrink_expandable`.
+            .filter(|(_, s)| s.live && !s.expandable)
             .filter_map(|(i, s)| {
                 let h = &st.nodes[s.head as usize];
                 (!h.allocated && h.next == NIL).then_some((h.freed_at, i as u32))

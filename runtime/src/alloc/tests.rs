@@ -922,3 +922,29 @@ fn expandable_segments_with_a_limit_near_u64_max_is_a_typed_error() {
         }
     }
 }
+
+#[cfg(unix)]
+#[test]
+fn garbage_collection_leaves_the_expandable_segment_to_its_own_path() {
+    // The expandable segment is mapped pages, not a backend segment: the garbage collector
+    // must never hand it to `free_segment` (on the host that was `dealloc` of an mmap range).
+    let cfg = AllocatorConfig::default()
+        .with_expandable_segments(true)
+        .with_garbage_collection_threshold(0.5);
+    let a = alloc(Some(64 * MIB), cfg);
+    let x = a.allocate(32 * MIB).unwrap();
+    a.free(x);
+    assert_eq!(a.stats().reserved_bytes, 32 * MIB as u64);
+    // A small-pool segment would take reserved to 34 MiB > 32 MiB: the collector runs.
+    let y = a.allocate(1000).unwrap();
+    let s = a.stats();
+    assert_eq!((s.reserved_bytes, s.segments), (34 * MIB as u64, 2));
+    check(&a);
+    // The expandable segment still works: its pages serve a large request again.
+    let z = a.allocate(30 * MIB).unwrap();
+    assert_eq!(a.stats().reserved_bytes, 34 * MIB as u64);
+    a.free(z);
+    a.free(y);
+    assert_eq!(a.empty_cache(), 34 * MIB as u64);
+    check(&a);
+}
