@@ -165,7 +165,9 @@ impl CudaBackend {
     }
 }
 
-impl VirtualMemory for CudaBackend {
+// SAFETY: ranges come from `cuMemAddressReserve` and pages from `cuMemCreate`/`cuMemMap`, owned
+// by this backend until unmapped; the backend is not host-addressable.
+unsafe impl VirtualMemory for CudaBackend {
     fn granularity(&self) -> usize {
         self.vmm_granularity.unwrap_or(2 << 20)
     }
@@ -249,7 +251,9 @@ impl VirtualMemory for CudaBackend {
     }
 }
 
-impl Backend for CudaBackend {
+// SAFETY: segments come from `cuMemAlloc` (disjoint, at least 256-byte aligned) and go back in
+// `free_segment`; the backend is not host-addressable.
+unsafe impl Backend for CudaBackend {
     fn name(&self) -> String {
         format!("cuda:{}", self.ordinal)
     }

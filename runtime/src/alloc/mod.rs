@@ -74,7 +74,15 @@ use trace::TraceRing;
 /// backend only needs these calls. Backends that can reserve address space and map physical
 /// pages into it (CUDA VMM, `mmap`) may also offer [`Backend::virtual_memory`], the interface
 /// expandable segments will use.
-pub trait Backend: Send + Sync + 'static {
+///
+/// # Safety
+/// The allocator hands the segments out as memory that nothing else uses, and devices hand
+/// host pointers to them to safe code (`Workspace` views, tensor storage) when
+/// [`Backend::host_addressable`] is true. An implementation must therefore guarantee that every
+/// segment from [`Backend::alloc_segment`] is `bytes` bytes that no other live segment overlaps
+/// and nothing else uses until [`Backend::free_segment`], aligned to [`Backend::alignment`], and,
+/// when `host_addressable` is true, readable and writable by the CPU at that address.
+pub unsafe trait Backend: Send + Sync + 'static {
     /// Short name used in messages ("host", "cuda:0").
     fn name(&self) -> String;
     /// Total bytes the device can hold, if bounded.
@@ -109,7 +117,12 @@ pub trait Backend: Send + Sync + 'static {
 /// Expandable segments use it: the large pool's reserved range has its pages mapped as the
 /// pool grows and its free tail unmapped by `empty_cache`. [`HostBackend`] implements it on Unix,
 /// [`cuda::CudaBackend`] on GPUs with virtual memory management.
-pub trait VirtualMemory: Send + Sync {
+///
+/// # Safety
+/// As for [`Backend`]: a range from [`VirtualMemory::reserve_range`] overlaps nothing else,
+/// and after [`VirtualMemory::map`] succeeds its pages are memory nothing else uses (readable
+/// and writable by the CPU when the backend is host-addressable) until they are unmapped.
+pub unsafe trait VirtualMemory: Send + Sync {
     /// Mapping granularity in bytes; every size and offset passed below is a multiple of it.
     fn granularity(&self) -> usize;
     /// Reserves `bytes` of address space without backing memory.
@@ -503,7 +516,8 @@ pub struct CachingAllocator<B: Backend + ?Sized> {
 /// The allocator type a [`crate::Device`] holds.
 pub type DeviceAllocator = CachingAllocator<Box<dyn Backend>>;
 
-impl Backend for Box<dyn Backend> {
+// SAFETY: forwards to a `Backend`, which upholds the contract.
+unsafe impl Backend for Box<dyn Backend> {
     fn name(&self) -> String {
         (**self).name()
     }

@@ -710,7 +710,8 @@ fn expandable_segment_serves_the_large_request_that_fragmentation_refuses() {
 #[test]
 fn expandable_segments_need_a_backend_that_maps_pages() {
     struct Plain(HostBackend);
-    impl Backend for Plain {
+    // SAFETY: forwards to the host backend.
+    unsafe impl Backend for Plain {
         fn name(&self) -> String {
             "plain".into()
         }
@@ -947,4 +948,36 @@ fn garbage_collection_leaves_the_expandable_segment_to_its_own_path() {
     a.free(y);
     assert_eq!(a.empty_cache(), 34 * MIB as u64);
     check(&a);
+}
+
+#[test]
+fn a_host_pool_over_device_memory_gives_no_host_pointers() {
+    // `Device::HostPool` is public: it may wrap any backend. Memory the CPU cannot address must
+    // never come out as a host pointer (Workspace would zero it, tensors would slice it).
+    struct Remote(AtomicU64);
+    // SAFETY: hands out disjoint address ranges and claims no host access.
+    unsafe impl Backend for Remote {
+        fn name(&self) -> String {
+            "remote".into()
+        }
+        fn capacity(&self) -> Option<usize> {
+            None
+        }
+        fn host_addressable(&self) -> bool {
+            false
+        }
+        fn alloc_segment(&self, bytes: usize) -> Result<u64, BackendError> {
+            Ok(self.0.fetch_add(bytes as u64, Ordering::SeqCst))
+        }
+        unsafe fn free_segment(&self, _addr: u64, _bytes: usize) {}
+    }
+    let backend: Box<dyn Backend> = Box::new(Remote(AtomicU64::new(1 << 40)));
+    let device = Device::HostPool(Arc::new(CachingAllocator::new(backend)));
+    assert!(!device.is_host());
+    let a = device.allocate(1000).unwrap();
+    assert!(a.host_ptr().is_none());
+    drop(a);
+    let mut ws = crate::alloc::Workspace::new(&device, 4096).unwrap();
+    assert!(ws.view(4096).unwrap().as_bytes_mut().is_none());
+    assert!(Device::host().is_host() && Device::isolated_host().is_host());
 }
