@@ -341,12 +341,13 @@ impl<T: ValidAsZeroBits> CudaBuffer<T> {
     ///
     /// The block may come from the cache with a previous tensor's bytes in it, and cudarc's
     /// safe copies (`memcpy_dtov`, `clone_dtoh`) read the buffer as `T`s, so it is zeroed
-    /// (synchronously) first, as cudarc's own `alloc_zeros` does. [`CudaBuffer::uninit`] skips
-    /// that.
+    /// first, and the zeroing waited for (cudarc's own `alloc_zeros` zeroes too).
+    /// [`CudaBuffer::uninit`] skips that.
     pub fn new(device: &Device, len: usize) -> Result<CudaBuffer<T>, CudaBufferError> {
         // SAFETY: the bytes are all zero before the buffer is returned, a valid `T` by
         // `ValidAsZeroBits`.
         let buffer = unsafe { Self::uninit(device, len) }?;
+        // Cannot overflow: `uninit` checked it.
         let bytes = len * std::mem::size_of::<T>();
         let driver = |op| {
             move |e: DriverError| CudaBufferError::Driver {
@@ -354,15 +355,20 @@ impl<T: ValidAsZeroBits> CudaBuffer<T> {
                 message: e.to_string(),
             }
         };
-        buffer
-            .stream
+        let stream = &buffer.stream;
+        stream
             .context()
             .bind_to_thread()
             .map_err(driver("cuCtxSetCurrent"))?;
         // SAFETY: the context is current on this thread and the range is the buffer's own
         // allocation (at least `bytes` long), which nothing else uses yet.
-        unsafe { result::memset_d8_sync(buffer.allocation.addr(), 0, bytes) }
-            .map_err(driver("cuMemsetD8"))?;
+        unsafe { result::memset_d8_async(buffer.allocation.addr(), 0, bytes, stream.cu_stream()) }
+            .map_err(driver("cuMemsetD8Async"))?;
+        // Finished before the buffer is handed out, so work queued later on any stream (cudarc's
+        // own streams do not wait for the default one) sees the zeros.
+        stream
+            .synchronize()
+            .map_err(driver("cuStreamSynchronize"))?;
         Ok(buffer)
     }
 }
