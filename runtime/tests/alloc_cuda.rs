@@ -35,6 +35,8 @@ fn cuda_device_is_a_typed_error_without_a_driver_and_round_trips_with_one() {
             return skip("no CUDA driver (libcuda.so) on this machine");
         }
         Err(e @ DeviceError::NoDevice { .. }) => return skip(&e.to_string()),
+        // A driver library that cannot start (a stub libcuda, no usable GPU in a container).
+        Err(e @ DeviceError::Driver { op: "cuInit", .. }) => return skip(&e.to_string()),
         Err(e) => panic!("unexpected error opening cuda:0: {e}"),
         Ok(d) => d,
     };
@@ -85,6 +87,8 @@ fn expandable_segments_on_the_gpu_map_and_unmap_pages() {
         Ok(d) => d,
         Err(DeviceError::NoDriver) => return skip("no CUDA driver (libcuda.so) on this machine"),
         Err(e @ DeviceError::NoDevice { .. }) => return skip(&e.to_string()),
+        // A driver library that cannot start (a stub libcuda, no usable GPU in a container).
+        Err(e @ DeviceError::Driver { op: "cuInit", .. }) => return skip(&e.to_string()),
         Err(DeviceError::Config(e)) => {
             // The GPU lacks virtual memory management: a typed error, not a crash.
             assert!(e.to_string().contains("expandable_segments"), "{e}");
@@ -134,6 +138,8 @@ fn a_new_cuda_buffer_is_zeroed_even_when_its_block_comes_from_the_cache() {
         Ok(d) => d,
         Err(DeviceError::NoDriver) => return skip("no CUDA driver (libcuda.so) on this machine"),
         Err(e @ DeviceError::NoDevice { .. }) => return skip(&e.to_string()),
+        // A driver library that cannot start (a stub libcuda, no usable GPU in a container).
+        Err(e @ DeviceError::Driver { op: "cuInit", .. }) => return skip(&e.to_string()),
         Err(e) => panic!("unexpected error opening cuda:0: {e}"),
     };
     let stream = device.cuda_context().unwrap().default_stream();
