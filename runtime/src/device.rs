@@ -169,9 +169,14 @@ impl Device {
         }
     }
 
-    /// Whether the CPU can read this device's memory directly.
+    /// Whether the CPU can read this device's memory directly (a `HostPool` only when its
+    /// backend is host-addressable).
     pub fn is_host(&self) -> bool {
-        matches!(self, Device::Host | Device::HostPool(_))
+        match self {
+            Device::Host => true,
+            Device::HostPool(a) => a.backend().host_addressable(),
+            Device::Cuda(_) => false,
+        }
     }
 
     /// Whether this is a CUDA device.

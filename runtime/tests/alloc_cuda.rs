@@ -35,6 +35,8 @@ fn cuda_device_is_a_typed_error_without_a_driver_and_round_trips_with_one() {
             return skip("no CUDA driver (libcuda.so) on this machine");
         }
         Err(e @ DeviceError::NoDevice { .. }) => return skip(&e.to_string()),
+        // A driver library that cannot start (a stub libcuda, no usable GPU in a container).
+        Err(e @ DeviceError::Driver { op: "cuInit", .. }) => return skip(&e.to_string()),
         Err(e) => panic!("unexpected error opening cuda:0: {e}"),
         Ok(d) => d,
     };
@@ -85,6 +87,8 @@ fn expandable_segments_on_the_gpu_map_and_unmap_pages() {
         Ok(d) => d,
         Err(DeviceError::NoDriver) => return skip("no CUDA driver (libcuda.so) on this machine"),
         Err(e @ DeviceError::NoDevice { .. }) => return skip(&e.to_string()),
+        // A driver library that cannot start (a stub libcuda, no usable GPU in a container).
+        Err(e @ DeviceError::Driver { op: "cuInit", .. }) => return skip(&e.to_string()),
         Err(DeviceError::Config(e)) => {
             // The GPU lacks virtual memory management: a typed error, not a crash.
             assert!(e.to_string().contains("expandable_segments"), "{e}");
@@ -126,4 +130,35 @@ fn expandable_segments_on_the_gpu_map_and_unmap_pages() {
 fn cuda_buffer_needs_a_cuda_device() {
     let err = CudaBuffer::<f32>::new(&Device::isolated_host(), 16).unwrap_err();
     assert!(err.to_string().contains("Device::cuda"), "{err}");
+}
+
+#[test]
+fn a_new_cuda_buffer_is_zeroed_even_when_its_block_comes_from_the_cache() {
+    let device = match Device::cuda_with_config(0, AllocatorConfig::default()) {
+        Ok(d) => d,
+        Err(DeviceError::NoDriver) => return skip("no CUDA driver (libcuda.so) on this machine"),
+        Err(e @ DeviceError::NoDevice { .. }) => return skip(&e.to_string()),
+        // A driver library that cannot start (a stub libcuda, no usable GPU in a container).
+        Err(e @ DeviceError::Driver { op: "cuInit", .. }) => return skip(&e.to_string()),
+        Err(e) => panic!("unexpected error opening cuda:0: {e}"),
+    };
+    let stream = device.cuda_context().unwrap().default_stream();
+    let mut dirty = CudaBuffer::<u8>::new(&device, 4096).unwrap();
+    let addr = dirty.allocation().addr();
+    stream.memcpy_htod(&[0xAB_u8; 4096], &mut dirty).unwrap();
+    drop(dirty);
+    // Same size, own allocator: the cache hands the same block back, old bytes and all.
+    let fresh = CudaBuffer::<u8>::new(&device, 4096).unwrap();
+    assert_eq!(fresh.allocation().addr(), addr);
+    let back: Vec<u8> = stream.clone_dtoh(&fresh).unwrap();
+    assert!(
+        back.iter().all(|&b| b == 0),
+        "stale bytes in a new CudaBuffer"
+    );
+    // `uninit` skips the memset (the caller writes before reading).
+    drop(fresh);
+    // SAFETY: written in full before it is read.
+    let mut raw = unsafe { CudaBuffer::<f32>::uninit(&device, 1024) }.unwrap();
+    stream.memcpy_htod(&[1.5f32; 1024], &mut raw).unwrap();
+    assert_eq!(stream.clone_dtoh(&raw).unwrap(), vec![1.5f32; 1024]);
 }

@@ -103,7 +103,8 @@ fn a_preallocated_workspace_makes_the_same_sequence_succeed() {
 /// One device shared by two allocators (two models), as on a GPU.
 struct Shared(Arc<HostBackend>);
 
-impl Backend for Shared {
+// SAFETY: forwards to the host backend.
+unsafe impl Backend for Shared {
     fn name(&self) -> String {
         "shared-host".into()
     }

@@ -5,8 +5,8 @@
 //! tile their segments, the statistics equal the model's (allocated, requested, live blocks,
 //! allocs, frees, OOMs), reserved stays within the capacity, and after freeing everything and
 //! `empty_cache()` reserved is 0 and every segment went back to the backend. Configurations:
-//! defaults, max split size, limit + GC threshold, expandable segments (alone, and with a limit
-//! and a max split size).
+//! defaults, max split size, limit + GC threshold, expandable segments (alone, with a limit
+//! and a max split size, and with a GC threshold).
 
 use proptest::prelude::*;
 use std::collections::HashMap;
@@ -58,6 +58,11 @@ fn config() -> impl Strategy<Value = AllocatorConfig> {
                 .with_expandable_segments(true)
                 .with_memory_limit(48 * MIB as u64)
                 .with_max_split_size(8 * MIB)
+        ),
+        Just(
+            AllocatorConfig::default()
+                .with_expandable_segments(true)
+                .with_garbage_collection_threshold(0.5)
         ),
     ]
 }

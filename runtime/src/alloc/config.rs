@@ -98,6 +98,17 @@ pub enum ConfigError {
         /// The key as written.
         key: String,
     },
+    /// The same setting given twice (or two spellings of one: `memory_limit` and
+    /// `memory_fraction`, `roundup_power2_divisions` and `round_up`).
+    #[error(
+        "allocator setting `{key}` in {ENV_VAR} is given twice (also as `{earlier}`): keep one"
+    )]
+    Duplicate {
+        /// The second key as written.
+        key: String,
+        /// The earlier key that sets the same thing.
+        earlier: String,
+    },
     /// An entry without `:`.
     #[error("malformed entry `{entry}` in {ENV_VAR}: write `key:value` pairs separated by commas, e.g. `memory_limit:4GiB,max_split_size_mb:128`")]
     Malformed {
@@ -238,6 +249,8 @@ impl AllocatorConfig {
     /// the defaults).
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
         let mut cfg = AllocatorConfig::default();
+        // The setting each key given so far controls, and how it was spelled.
+        let mut seen: Vec<(&str, &str)> = Vec::new();
         for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
             let Some((key, value)) = entry.split_once(':') else {
                 return Err(ConfigError::Malformed {
@@ -245,6 +258,20 @@ impl AllocatorConfig {
                 });
             };
             let (key, value) = (key.trim(), value.trim());
+            let setting = match key {
+                "memory_fraction" => "memory_limit",
+                "round_up" => "roundup_power2_divisions",
+                k => k,
+            };
+            if let Some(&(_, earlier)) = seen.iter().find(|(s, _)| *s == setting) {
+                return Err(ConfigError::Duplicate {
+                    key: key.to_string(),
+                    earlier: earlier.to_string(),
+                });
+            }
+            if KNOWN_KEYS.contains(&key) {
+                seen.push((setting, key));
+            }
             let bad = |expected| ConfigError::BadValue {
                 key: key.to_string(),
                 value: value.to_string(),
@@ -435,6 +462,39 @@ mod tests {
         }
         let e = AllocatorConfig::parse("memory_limit").unwrap_err();
         assert!(matches!(e, ConfigError::Malformed { .. }));
+        for (text, key, earlier) in [
+            (
+                "memory_limit:1GiB, memory_limit:2GiB",
+                "memory_limit",
+                "memory_limit",
+            ),
+            (
+                "memory_limit:1GiB,memory_fraction:0.5",
+                "memory_fraction",
+                "memory_limit",
+            ),
+            (
+                "round_up:4,roundup_power2_divisions:8",
+                "roundup_power2_divisions",
+                "round_up",
+            ),
+            (
+                "trace_capacity:1,expandable_segments:true,trace_capacity:1",
+                "trace_capacity",
+                "trace_capacity",
+            ),
+        ] {
+            let e = AllocatorConfig::parse(text).unwrap_err();
+            assert_eq!(
+                e,
+                ConfigError::Duplicate {
+                    key: key.into(),
+                    earlier: earlier.into()
+                },
+                "{text}"
+            );
+            assert!(e.to_string().contains(&format!("`{key}`")), "{e}");
+        }
         assert!(
             AllocatorConfig::parse("expandable_segments:true")
                 .unwrap()

@@ -19,7 +19,7 @@
 use super::{Backend, BackendError, VirtualMemory};
 use crate::device::{Allocation, Device, DeviceError};
 use cudarc::driver::{result, sys, CudaContext, CudaStream, DevicePtr, DevicePtrMut, DeviceSlice};
-use cudarc::driver::{DriverError, SyncOnDrop};
+use cudarc::driver::{DriverError, SyncOnDrop, ValidAsZeroBits};
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
@@ -165,7 +165,9 @@ impl CudaBackend {
     }
 }
 
-impl VirtualMemory for CudaBackend {
+// SAFETY: ranges come from `cuMemAddressReserve` and pages from `cuMemCreate`/`cuMemMap`, owned
+// by this backend until unmapped; the backend is not host-addressable.
+unsafe impl VirtualMemory for CudaBackend {
     fn granularity(&self) -> usize {
         self.vmm_granularity.unwrap_or(2 << 20)
     }
@@ -249,7 +251,9 @@ impl VirtualMemory for CudaBackend {
     }
 }
 
-impl Backend for CudaBackend {
+// SAFETY: segments come from `cuMemAlloc` (disjoint, at least 256-byte aligned) and go back in
+// `free_segment`; the backend is not host-addressable.
+unsafe impl Backend for CudaBackend {
     fn name(&self) -> String {
         format!("cuda:{}", self.ordinal)
     }
@@ -312,6 +316,14 @@ pub enum CudaBufferError {
     /// The allocator refused.
     #[error(transparent)]
     OutOfMemory(#[from] super::OutOfMemory),
+    /// Zeroing the new buffer failed.
+    #[error("CUDA driver call {op} failed while zeroing a CudaBuffer: {message}")]
+    Driver {
+        /// The driver function.
+        op: &'static str,
+        /// The driver's error.
+        message: String,
+    },
 }
 
 /// `len` values of `T` in device memory from the caching allocator, usable wherever cudarc takes
@@ -324,9 +336,51 @@ pub struct CudaBuffer<T> {
     _values: PhantomData<T>,
 }
 
-impl<T> CudaBuffer<T> {
-    /// Allocates `len` uninitialised values on `device`, used on the device's default stream.
+impl<T: ValidAsZeroBits> CudaBuffer<T> {
+    /// Allocates `len` zeroed values on `device`, used on the device's default stream.
+    ///
+    /// The block may come from the cache with a previous tensor's bytes in it, and cudarc's
+    /// safe copies (`memcpy_dtov`, `clone_dtoh`) read the buffer as `T`s, so it is zeroed
+    /// first, and the zeroing waited for (cudarc's own `alloc_zeros` zeroes too).
+    /// [`CudaBuffer::uninit`] skips that.
     pub fn new(device: &Device, len: usize) -> Result<CudaBuffer<T>, CudaBufferError> {
+        // SAFETY: the bytes are all zero before the buffer is returned, a valid `T` by
+        // `ValidAsZeroBits`.
+        let buffer = unsafe { Self::uninit(device, len) }?;
+        // Cannot overflow: `uninit` checked it.
+        let bytes = len * std::mem::size_of::<T>();
+        let driver = |op| {
+            move |e: DriverError| CudaBufferError::Driver {
+                op,
+                message: e.to_string(),
+            }
+        };
+        let stream = &buffer.stream;
+        stream
+            .context()
+            .bind_to_thread()
+            .map_err(driver("cuCtxSetCurrent"))?;
+        // SAFETY: the context is current on this thread and the range is the buffer's own
+        // allocation (at least `bytes` long), which nothing else uses yet.
+        unsafe { result::memset_d8_async(buffer.allocation.addr(), 0, bytes, stream.cu_stream()) }
+            .map_err(driver("cuMemsetD8Async"))?;
+        // Finished before the buffer is handed out, so work queued later on any stream (cudarc's
+        // own streams do not wait for the default one) sees the zeros.
+        stream
+            .synchronize()
+            .map_err(driver("cuStreamSynchronize"))?;
+        Ok(buffer)
+    }
+}
+
+impl<T> CudaBuffer<T> {
+    /// Allocates `len` values on `device` without initialising them, used on the device's
+    /// default stream.
+    ///
+    /// # Safety
+    /// The memory holds whatever the cache's previous user left there: every value must be
+    /// written (e.g. by `memcpy_htod` or a kernel) before it is read as a `T`.
+    pub unsafe fn uninit(device: &Device, len: usize) -> Result<CudaBuffer<T>, CudaBufferError> {
         let Some(context) = device.cuda_context() else {
             return Err(CudaBufferError::NotCuda(format!("{device:?}")));
         };

@@ -61,8 +61,10 @@ impl HostBackend {
 /// Mapping granularity of the host backend: 2 MiB, as CUDA's VMM granularity on most GPUs.
 pub const HOST_MAP_GRANULARITY: usize = 2 << 20;
 
+// SAFETY: ranges come from `mmap` of fresh anonymous memory; mapped pages are made readable
+// and writable by `mprotect`, and only this backend touches their protection.
 #[cfg(unix)]
-impl VirtualMemory for HostBackend {
+unsafe impl VirtualMemory for HostBackend {
     fn granularity(&self) -> usize {
         HOST_MAP_GRANULARITY
     }
@@ -122,7 +124,9 @@ impl VirtualMemory for HostBackend {
     }
 }
 
-impl Backend for HostBackend {
+// SAFETY: segments come from the global allocator (disjoint, `HOST_ALIGN`-aligned, host
+// memory) and go back to it only in `free_segment`.
+unsafe impl Backend for HostBackend {
     fn name(&self) -> String {
         "host".to_string()
     }

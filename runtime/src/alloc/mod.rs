@@ -74,7 +74,15 @@ use trace::TraceRing;
 /// backend only needs these calls. Backends that can reserve address space and map physical
 /// pages into it (CUDA VMM, `mmap`) may also offer [`Backend::virtual_memory`], the interface
 /// expandable segments will use.
-pub trait Backend: Send + Sync + 'static {
+///
+/// # Safety
+/// The allocator hands the segments out as memory that nothing else uses, and devices hand
+/// host pointers to them to safe code (`Workspace` views, tensor storage) when
+/// [`Backend::host_addressable`] is true. An implementation must therefore guarantee that every
+/// segment from [`Backend::alloc_segment`] is `bytes` bytes that no other live segment overlaps
+/// and nothing else uses until [`Backend::free_segment`], aligned to [`Backend::alignment`], and,
+/// when `host_addressable` is true, readable and writable by the CPU at that address.
+pub unsafe trait Backend: Send + Sync + 'static {
     /// Short name used in messages ("host", "cuda:0").
     fn name(&self) -> String;
     /// Total bytes the device can hold, if bounded.
@@ -109,7 +117,12 @@ pub trait Backend: Send + Sync + 'static {
 /// Expandable segments use it: the large pool's reserved range has its pages mapped as the
 /// pool grows and its free tail unmapped by `empty_cache`. [`HostBackend`] implements it on Unix,
 /// [`cuda::CudaBackend`] on GPUs with virtual memory management.
-pub trait VirtualMemory: Send + Sync {
+///
+/// # Safety
+/// As for [`Backend`]: a range from [`VirtualMemory::reserve_range`] overlaps nothing else,
+/// and after [`VirtualMemory::map`] succeeds its pages are memory nothing else uses (readable
+/// and writable by the CPU when the backend is host-addressable) until they are unmapped.
+pub unsafe trait VirtualMemory: Send + Sync {
     /// Mapping granularity in bytes; every size and offset passed below is a multiple of it.
     fn granularity(&self) -> usize;
     /// Reserves `bytes` of address space without backing memory.
@@ -488,6 +501,8 @@ thread_local! {
 
 /// Caching allocator over a backend: see the module documentation for its rules.
 pub struct CachingAllocator<B: Backend + ?Sized> {
+    /// Identity stamped on every block handed out (see [`Block`]).
+    id: u64,
     config: AllocatorConfig,
     limit: Option<u64>,
     state: Mutex<State>,
@@ -501,7 +516,8 @@ pub struct CachingAllocator<B: Backend + ?Sized> {
 /// The allocator type a [`crate::Device`] holds.
 pub type DeviceAllocator = CachingAllocator<Box<dyn Backend>>;
 
-impl Backend for Box<dyn Backend> {
+// SAFETY: forwards to a `Backend`, which upholds the contract.
+unsafe impl Backend for Box<dyn Backend> {
     fn name(&self) -> String {
         (**self).name()
     }
@@ -541,7 +557,12 @@ pub struct Block {
     /// Unique id, never reused within one allocator.
     pub id: u64,
     slot: u32,
+    /// The allocator that handed the block out ([`CachingAllocator::free`] refuses others).
+    owner: u64,
 }
+
+/// Source of [`CachingAllocator`] identities, so a block is only ever freed to its own.
+static NEXT_ALLOCATOR_ID: AtomicU64 = AtomicU64::new(1);
 
 impl State {
     fn new(trace_capacity: usize) -> Self {
@@ -666,7 +687,8 @@ impl State {
         if size < ms {
             block < ms
         } else {
-            block < size + LARGE_SEGMENT
+            // Saturating: an out-of-memory report may ask about a request near `usize::MAX`.
+            block < size.saturating_add(LARGE_SEGMENT)
         }
     }
 
@@ -805,11 +827,16 @@ impl<B: Backend> CachingAllocator<B> {
                 });
             };
             let granularity = vm.granularity();
-            let virt = limit
-                .map(|l| l as usize)
+            let wanted = limit
+                .map(|l| usize::try_from(l).unwrap_or(usize::MAX))
                 .or(backend.capacity())
-                .unwrap_or(DEFAULT_EXPANDABLE_RANGE)
-                .next_multiple_of(granularity);
+                .unwrap_or(DEFAULT_EXPANDABLE_RANGE);
+            let virt = wanted
+                .checked_next_multiple_of(granularity)
+                .ok_or_else(|| ConfigError::ReserveFailed {
+                    bytes: wanted,
+                    message: "the size overflows the address space".into(),
+                })?;
             let addr = vm
                 .reserve_range(virt)
                 .map_err(|e| ConfigError::ReserveFailed {
@@ -847,6 +874,7 @@ impl<B: Backend> CachingAllocator<B> {
 
     fn build(backend: B, config: AllocatorConfig, limit: Option<u64>, name: String) -> Self {
         Self {
+            id: NEXT_ALLOCATOR_ID.fetch_add(1, Ordering::Relaxed),
             state: Mutex::new(State::new(config.trace_capacity)),
             config,
             limit,
@@ -958,6 +986,7 @@ impl<B: Backend> CachingAllocator<B> {
             requested,
             id,
             slot,
+            owner: self.id,
         }
     }
 
@@ -1068,7 +1097,9 @@ impl<B: Backend> CachingAllocator<B> {
             .segs
             .iter()
             .enumerate()
-            .filter(|(_, s)| s.live)
+            // The expandable segment is mapped pages, not a backend segment: only its free tail
+            // can go, by `shrink_expandable`.
+            .filter(|(_, s)| s.live && !s.expandable)
             .filter_map(|(i, s)| {
                 let h = &st.nodes[s.head as usize];
                 (!h.allocated && h.next == NIL).then_some((h.freed_at, i as u32))
@@ -1301,13 +1332,26 @@ impl<B: Backend> CachingAllocator<B> {
     }
 
     /// Returns a block to the cache, merging it with free neighbours.
+    ///
+    /// A block handed out by another allocator (another device, or one already dropped) is
+    /// refused with a logged error and left alone: freeing it here would mark a live block of
+    /// this allocator free and hand its memory out twice.
     pub fn free(&self, block: Block) {
         let mut st = lock(&self.state);
         let mut slot = block.slot;
-        debug_assert!(
-            st.nodes[slot as usize].allocated && st.nodes[slot as usize].addr == block.addr,
-            "block does not belong to this allocator"
-        );
+        let owned = block.owner == self.id
+            && st.nodes.get(slot as usize).is_some_and(|n| {
+                n.allocated && n.addr == block.addr && n.id == block.id && n.rounded == block.size
+            });
+        if !owned {
+            tracing::error!(
+                device = %self.name,
+                "refused to free block {:#x} ({} bytes): another allocator handed it out",
+                block.addr,
+                block.size
+            );
+            return;
+        }
         st.tick += 1;
         let tick = st.tick;
         let (pool, node_size) = {

@@ -710,7 +710,8 @@ fn expandable_segment_serves_the_large_request_that_fragmentation_refuses() {
 #[test]
 fn expandable_segments_need_a_backend_that_maps_pages() {
     struct Plain(HostBackend);
-    impl Backend for Plain {
+    // SAFETY: forwards to the host backend.
+    unsafe impl Backend for Plain {
         fn name(&self) -> String {
             "plain".into()
         }
@@ -830,4 +831,153 @@ fn garbage_collection_threshold_uses_the_capacity_without_a_limit() {
         (24 * MIB as u64, 1, 0)
     );
     a.free(y);
+}
+
+#[test]
+fn requests_near_usize_max_are_typed_errors_with_every_setting() {
+    let split = AllocatorConfig::default()
+        .with_max_split_size(32 * MIB)
+        .with_roundup_power2_divisions(4);
+    let configs = [
+        AllocatorConfig::default(),
+        split.clone(),
+        split.with_expandable_segments(true),
+    ];
+    let huge = [
+        usize::MAX,
+        usize::MAX - 511,
+        usize::MAX / 2 + 1,
+        1 << 48,
+        (1 << 48) - 512,
+        1 << 47,
+    ];
+    for config in configs {
+        let device = Device::host_pool(HostBackend::with_capacity(256 * MIB), config).unwrap();
+        let a = device.allocator();
+        // A large cached free block, so the OOM report looks at the large pool's blocks.
+        drop(device.allocate(40 * MIB).unwrap());
+        let keep = device.allocate(1000).unwrap();
+        let mut ooms = 0;
+        for bytes in huge {
+            let e = device.allocate(bytes).unwrap_err();
+            assert_eq!(e.requested, bytes);
+            assert!(!e.to_string().is_empty());
+            let e = a.reserve(bytes).unwrap_err();
+            assert_eq!(e.requested, bytes);
+            ooms += 2;
+        }
+        let s = a.stats();
+        assert_eq!(s.num_ooms, ooms);
+        assert_eq!(s.allocated_bytes, 1024);
+        a.check_invariants().unwrap();
+        // Intact: a request that fits succeeds.
+        let b = device.allocate(8 * MIB).unwrap();
+        assert_eq!(a.stats().allocated_bytes, 1024 + 8 * MIB as u64);
+        drop((b, keep));
+    }
+}
+
+#[test]
+fn a_block_from_another_allocator_is_refused() {
+    let a = plain();
+    let b = plain();
+    let foreign = a.allocate(1000).unwrap();
+    let mine = b.allocate(1000).unwrap();
+    let before = b.stats();
+    b.free(foreign);
+    assert_eq!(b.stats(), before);
+    check(&b);
+    // `mine` is still live: the next block must not be handed out over it.
+    let next = b.allocate(1000).unwrap();
+    assert_ne!(next.addr, mine.addr);
+
+    // A block of an allocator that is gone (its address may be reused by the next one).
+    let gone = plain();
+    let stale = gone.allocate(1000).unwrap();
+    drop(gone);
+    let c = plain();
+    let live = c.allocate(1000).unwrap();
+    let before = c.stats();
+    c.free(stale);
+    assert_eq!(c.stats(), before);
+    check(&c);
+    let other = c.allocate(1000).unwrap();
+    assert_ne!(other.addr, live.addr);
+    for (x, blk) in [(&b, mine), (&b, next), (&c, live), (&c, other)] {
+        x.free(blk);
+    }
+    assert_eq!(b.stats().allocated_bytes, 0);
+    assert_eq!(c.stats().allocated_bytes, 0);
+}
+
+#[test]
+fn expandable_segments_with_a_limit_near_u64_max_is_a_typed_error() {
+    for limit in [u64::MAX, u64::MAX - (1 << 20), 1 << 62] {
+        let config = AllocatorConfig::default()
+            .with_memory_limit(limit)
+            .with_expandable_segments(true);
+        match CachingAllocator::with_config(HostBackend::new(), config) {
+            Err(ConfigError::ReserveFailed { message, .. }) => assert!(!message.is_empty()),
+            Err(e) => panic!("limit {limit}: unexpected error {e}"),
+            Ok(_) => panic!("limit {limit}: reserved more than the address space"),
+        }
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn garbage_collection_leaves_the_expandable_segment_to_its_own_path() {
+    // The expandable segment is mapped pages, not a backend segment: the garbage collector
+    // must never hand it to `free_segment` (on the host that was `dealloc` of an mmap range).
+    let cfg = AllocatorConfig::default()
+        .with_expandable_segments(true)
+        .with_garbage_collection_threshold(0.5);
+    let a = alloc(Some(64 * MIB), cfg);
+    let x = a.allocate(32 * MIB).unwrap();
+    a.free(x);
+    assert_eq!(a.stats().reserved_bytes, 32 * MIB as u64);
+    // A small-pool segment would take reserved to 34 MiB > 32 MiB: the collector runs.
+    let y = a.allocate(1000).unwrap();
+    let s = a.stats();
+    assert_eq!((s.reserved_bytes, s.segments), (34 * MIB as u64, 2));
+    check(&a);
+    // The expandable segment still works: its pages serve a large request again.
+    let z = a.allocate(30 * MIB).unwrap();
+    assert_eq!(a.stats().reserved_bytes, 34 * MIB as u64);
+    a.free(z);
+    a.free(y);
+    assert_eq!(a.empty_cache(), 34 * MIB as u64);
+    check(&a);
+}
+
+#[test]
+fn a_host_pool_over_device_memory_gives_no_host_pointers() {
+    // `Device::HostPool` is public: it may wrap any backend. Memory the CPU cannot address must
+    // never come out as a host pointer (Workspace would zero it, tensors would slice it).
+    struct Remote(AtomicU64);
+    // SAFETY: hands out disjoint address ranges and claims no host access.
+    unsafe impl Backend for Remote {
+        fn name(&self) -> String {
+            "remote".into()
+        }
+        fn capacity(&self) -> Option<usize> {
+            None
+        }
+        fn host_addressable(&self) -> bool {
+            false
+        }
+        fn alloc_segment(&self, bytes: usize) -> Result<u64, BackendError> {
+            Ok(self.0.fetch_add(bytes as u64, Ordering::SeqCst))
+        }
+        unsafe fn free_segment(&self, _addr: u64, _bytes: usize) {}
+    }
+    let backend: Box<dyn Backend> = Box::new(Remote(AtomicU64::new(1 << 40)));
+    let device = Device::HostPool(Arc::new(CachingAllocator::new(backend)));
+    assert!(!device.is_host());
+    let a = device.allocate(1000).unwrap();
+    assert!(a.host_ptr().is_none());
+    drop(a);
+    let mut ws = crate::alloc::Workspace::new(&device, 4096).unwrap();
+    assert!(ws.view(4096).unwrap().as_bytes_mut().is_none());
+    assert!(Device::host().is_host() && Device::isolated_host().is_host());
 }
