@@ -197,6 +197,10 @@ pub struct Storage {
     numel: usize,
     dtype: DType,
     version: AtomicU64,
+    /// In-place writes that were recorded (rewrote the target's autograd history). Other
+    /// handles on this storage (views, detached copies) made before such a write have stale
+    /// history; see [`Tensor::has_stale_history`].
+    history_rewrites: AtomicU64,
     last_writer: Mutex<&'static str>,
     // Readers (kernels reading inputs) take it shared, in-place writers exclusively, so that
     // clones shared across threads never race.
@@ -216,6 +220,7 @@ impl Storage {
             numel,
             dtype: DType::F32,
             version: AtomicU64::new(0),
+            history_rewrites: AtomicU64::new(0),
             last_writer: Mutex::new("an in-place op"),
             lock: RwLock::new(()),
         }))
@@ -294,6 +299,10 @@ impl Storage {
     pub(crate) fn bump_version(&self, by: &'static str) {
         *self.last_writer.lock().unwrap_or_else(|e| e.into_inner()) = by;
         self.version.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn history_rewrites(&self) -> u64 {
+        self.history_rewrites.load(Ordering::Acquire)
     }
 
     fn last_writer(&self) -> &'static str {
@@ -433,6 +442,8 @@ pub(crate) struct Inner {
     /// Views made from another tensor; in-place ops on them cannot rebase the base's history.
     pub(crate) is_view: bool,
     pub(crate) leaf_requires_grad: AtomicBool,
+    /// The storage's `history_rewrites` that this handle's history accounts for.
+    pub(crate) history_seen: AtomicU64,
     pub(crate) grad_fn: Mutex<Option<Arc<Node>>>,
     pub(crate) grad: Mutex<Option<Tensor>>,
 }
@@ -445,11 +456,13 @@ pub struct Tensor(pub(crate) Arc<Inner>);
 
 impl Tensor {
     pub(crate) fn from_parts(storage: Arc<Storage>, layout: Layout, is_view: bool) -> Tensor {
+        let history_seen = AtomicU64::new(storage.history_rewrites());
         Tensor(Arc::new(Inner {
             storage,
             layout,
             is_view,
             leaf_requires_grad: AtomicBool::new(false),
+            history_seen,
             grad_fn: Mutex::new(None),
             grad: Mutex::new(None),
         }))
@@ -714,6 +727,27 @@ impl Tensor {
     /// Whether gradients flow to this tensor (a leaf marked so, or the result of an op on one).
     pub fn requires_grad(&self) -> bool {
         self.0.leaf_requires_grad.load(Ordering::Acquire) || self.grad_fn().is_some()
+    }
+
+    /// Whether this handle has a history that a recorded in-place op through another handle
+    /// (e.g. the base of this view) made stale: its values changed but its history did not,
+    /// so gradients through it would be wrong (autograd makes that a
+    /// [`TensorError::SavedTensorModified`] at backward). Handles without history (detached
+    /// ones) are never stale: they promise no gradient.
+    pub(crate) fn has_stale_history(&self) -> bool {
+        self.0.history_seen.load(Ordering::Acquire) != self.storage().history_rewrites()
+            && self.grad_fn().is_some()
+    }
+
+    /// Marks a recorded in-place write through this handle: other handles on the storage
+    /// become stale, this one (and its clones) stays current.
+    pub(crate) fn note_history_rewrite(&self) {
+        let now = self
+            .storage()
+            .history_rewrites
+            .fetch_add(1, Ordering::AcqRel)
+            + 1;
+        self.0.history_seen.store(now, Ordering::Release);
     }
 
     /// Whether this tensor was created by the user rather than recorded by an op.

@@ -1373,7 +1373,7 @@ impl Tensor {
                 self.check_inplace(name, &[])?;
                 let f = op.apply();
                 self.write_unary(name, |x| f(x, s))?;
-                record(self, name, &[self], || scalar_backward(op, s));
+                autograd::record_inplace(self, name, &[self], || scalar_backward(op, s));
             }
             Rhs::Tensor(t) => {
                 same_device(name, self, t)?;
@@ -1394,7 +1394,7 @@ impl Tensor {
                     });
                 }
                 self.write_binary(name, t, op.apply())?;
-                record(self, name, &[self, t], || match op {
+                autograd::record_inplace(self, name, &[self, t], || match op {
                     BinOp::Mul => Backward::Mul {
                         a: None,
                         b: Some(Saved::new(t, "right operand")),
@@ -1482,7 +1482,7 @@ impl Tensor {
     pub fn relu_(&self) -> Result<()> {
         self.check_inplace("relu_", &[])?;
         self.write_unary("relu_", |x| x.max(0.0))?;
-        record(self, "relu_", &[self], || Backward::Relu {
+        autograd::record_inplace(self, "relu_", &[self], || Backward::Relu {
             out: Saved::new(self, "output"),
         });
         Ok(())
@@ -1502,7 +1502,7 @@ impl Tensor {
             });
         }
         self.write_binary("copy_", src, |_, s| s)?;
-        record(self, "copy_", &[self, src], || Backward::CopyInto {
+        autograd::record_inplace(self, "copy_", &[self, src], || Backward::CopyInto {
             src_shape: src.dims().to_vec(),
         });
         Ok(())
@@ -1517,7 +1517,7 @@ impl Tensor {
     pub fn fill_(&self, value: f32) -> Result<()> {
         self.check_inplace("fill_", &[])?;
         self.write_unary("fill_", |_| value)?;
-        record(self, "fill_", &[self], || Backward::Zeroed);
+        autograd::record_inplace(self, "fill_", &[self], || Backward::Zeroed);
         Ok(())
     }
 
