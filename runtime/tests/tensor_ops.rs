@@ -467,3 +467,24 @@ fn clones_shared_across_threads_stay_consistent() {
     assert_eq!(x.matmul(&x.t().unwrap()).unwrap().dims(), &[2, 2]);
     x.add_(&x).unwrap();
 }
+
+#[test]
+fn shapes_whose_size_overflows_are_typed_errors() {
+    let device = Device::isolated_host();
+    let huge = [1usize << 62, 8];
+    let invalid = |r: Result<Tensor, TensorError>| {
+        assert!(
+            matches!(r, Err(TensorError::InvalidArgument { .. })),
+            "{r:?}"
+        )
+    };
+    invalid(Tensor::zeros(&huge, &device));
+    invalid(Tensor::from_slice(&[], &huge, &device));
+    // 2^63 · 2 · 0 wraps to 0 = the element count of an empty tensor.
+    let empty = Tensor::zeros(&[0], &device).unwrap();
+    invalid(empty.reshape(&[1 << 63, 2, 0]));
+    let one = Tensor::ones(&[1, 1], &device).unwrap();
+    invalid(one.broadcast_as(&[1 << 40, 1 << 40]));
+    let table = Tensor::ones(&[4, 2], &device).unwrap();
+    invalid(table.embedding(&[], &[1 << 63, 2, 0]));
+}

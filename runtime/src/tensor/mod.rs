@@ -426,6 +426,20 @@ impl Layout {
     }
 }
 
+/// Elements in `shape`, or a typed error when their count (or byte size) overflows `usize`.
+pub(crate) fn checked_numel(op: &'static str, shape: &[usize]) -> Result<usize> {
+    shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .filter(|n| n.checked_mul(DType::F32.size_in_bytes()).is_some())
+        .ok_or_else(|| TensorError::InvalidArgument {
+            op,
+            shape: shape.to_vec(),
+            message: "the shape holds more elements than any memory can; check the dimensions"
+                .into(),
+        })
+}
+
 pub(crate) fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
     let mut strides = vec![0; shape.len()];
     let mut acc = 1;
@@ -475,7 +489,7 @@ impl Tensor {
         op: &'static str,
         fill: impl FnOnce(&mut [f32]) -> Result<()>,
     ) -> Result<Tensor> {
-        let numel = shape.iter().product();
+        let numel = checked_numel(op, shape)?;
         let mut storage = Storage::new(device, numel)?;
         let slot = Arc::get_mut(&mut storage)
             .ok_or_else(|| unreachable_error(op, "fresh storage is shared"))?;
@@ -519,7 +533,7 @@ impl Tensor {
 
     /// A tensor holding `data` (row-major) with shape `shape`.
     pub fn from_slice(data: &[f32], shape: &[usize], device: &Device) -> Result<Tensor> {
-        let expected: usize = shape.iter().product();
+        let expected = checked_numel("from_slice", shape)?;
         if data.len() != expected {
             return Err(TensorError::DataLength {
                 op: "from_slice",

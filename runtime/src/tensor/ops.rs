@@ -881,7 +881,7 @@ impl Tensor {
                 message: "the table must have shape [vocab, dim]".into(),
             });
         }
-        let expected: usize = ids_shape.iter().product();
+        let expected = super::checked_numel(OP, ids_shape)?;
         if ids.len() != expected {
             return Err(TensorError::DataLength {
                 op: OP,
@@ -1133,7 +1133,7 @@ impl Tensor {
 
     /// The same elements with another shape: a view when the layout allows, a copy otherwise.
     pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
-        let numel: usize = shape.iter().product();
+        let numel = super::checked_numel("reshape", shape)?;
         if numel != self.elem_count() {
             return Err(TensorError::ShapeMismatch {
                 op: "reshape",
@@ -1291,6 +1291,7 @@ impl Tensor {
 
     /// `self` repeated along broadcast dimensions to `shape` (a view with zero strides).
     pub fn broadcast_as(&self, shape: &[usize]) -> Result<Tensor> {
+        super::checked_numel("broadcast_as", shape)?;
         let out = broadcast_shape("broadcast_as", self.dims(), shape)?;
         if out != shape {
             return Err(TensorError::ShapeMismatch {
