@@ -488,3 +488,22 @@ fn shapes_whose_size_overflows_are_typed_errors() {
     let table = Tensor::ones(&[4, 2], &device).unwrap();
     invalid(table.embedding(&[], &[1 << 63, 2, 0]));
 }
+
+#[test]
+fn reducing_a_dimension_listed_twice_is_an_error() {
+    let device = Device::isolated_host();
+    let x = t(&[1.0, 2.0, 3.0], &[3], &device);
+    // Was silently mean / 3 (the dimension's size counted twice): 0.667 instead of 2.
+    for r in [x.mean_dims(&[0, 0], false), x.sum_dims(&[0, 0], true)] {
+        assert!(
+            matches!(
+                r,
+                Err(TensorError::InvalidArgument {
+                    op: "mean" | "sum",
+                    ..
+                })
+            ),
+            "{r:?}"
+        );
+    }
+}

@@ -924,8 +924,16 @@ impl Tensor {
     fn reduce(&self, dims: &[usize], keepdim: bool, mean: bool) -> Result<Tensor> {
         let op = if mean { "mean" } else { "sum" };
         let mut keep_shape = self.dims().to_vec();
-        for &d in dims {
+        for (i, &d) in dims.iter().enumerate() {
             check_dim(op, self, d)?;
+            if dims[..i].contains(&d) {
+                // Counting a dimension twice would scale the mean by its size twice.
+                return Err(TensorError::InvalidArgument {
+                    op,
+                    shape: self.dims().to_vec(),
+                    message: format!("dimension {d} is listed twice in {dims:?}; list each once"),
+                });
+            }
             keep_shape[d] = 1;
         }
         let count: usize = dims
