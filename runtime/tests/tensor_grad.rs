@@ -24,6 +24,9 @@ fn input(shape: &[usize], seed: u64, positive: bool, device: &Device) -> Tensor 
 }
 
 /// Checks d(sum(f(inputs) * w))/d(inputs) against central differences, in f64 accumulation.
+/// The tolerance (2e-3 absolute + 2e-3 relative) is about 2x the worst finite-difference error
+/// of these inputs (log and div near 0.2); at 1e-2 a gelu derivative with a wrong cubic
+/// coefficient (off by 0.014) passed.
 fn check(name: &str, shapes: &[&[usize]], positive: bool, f: impl Fn(&[Tensor]) -> Result<Tensor>) {
     let device = Device::isolated_host();
     let inputs: Vec<Tensor> = shapes
@@ -67,7 +70,7 @@ fn check(name: &str, shapes: &[&[usize]], positive: bool, f: impl Fn(&[Tensor]) 
             let numeric = (at(eps) - at(-eps)) / (2.0 * eps as f64);
             let a = analytic[j] as f64;
             assert!(
-                (a - numeric).abs() <= 1e-2 + 1e-2 * numeric.abs(),
+                (a - numeric).abs() <= 2e-3 + 2e-3 * numeric.abs(),
                 "{name}: d/d input{i}[{j}]: autograd {a}, finite differences {numeric}"
             );
         }
