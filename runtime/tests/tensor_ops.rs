@@ -507,3 +507,24 @@ fn reducing_a_dimension_listed_twice_is_an_error() {
         );
     }
 }
+
+#[test]
+fn attention_with_its_public_heads_field_set_to_zero_is_an_error() {
+    let device = Device::isolated_host();
+    let mut attn = MultiHeadSelfAttention::new(4, 2, 4, &device).unwrap();
+    let x = Tensor::ones(&[1, 3, 4], &device).unwrap();
+    for heads in [0, 3] {
+        attn.heads = heads;
+        let r = attn.forward(&x);
+        assert!(
+            matches!(
+                r,
+                Err(TensorError::InvalidArgument {
+                    op: "attention",
+                    ..
+                })
+            ),
+            "{heads} heads: {r:?}"
+        );
+    }
+}
