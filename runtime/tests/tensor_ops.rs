@@ -528,3 +528,35 @@ fn attention_with_its_public_heads_field_set_to_zero_is_an_error() {
         );
     }
 }
+
+#[test]
+fn layer_norm_and_cross_entropy_over_an_empty_last_dimension_are_errors() {
+    let device = Device::isolated_host();
+    let x = Tensor::ones(&[3, 0], &device)
+        .unwrap()
+        .with_requires_grad()
+        .unwrap();
+    let r = x.layer_norm(None, None, 1e-5);
+    assert!(
+        matches!(
+            r,
+            Err(TensorError::InvalidArgument {
+                op: "layer_norm",
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+    // Three rows without classes used to be "0 rows" and a loss of 0 for no targets.
+    let r = x.cross_entropy(&[]);
+    assert!(
+        matches!(
+            r,
+            Err(TensorError::InvalidArgument {
+                op: "cross_entropy",
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+}

@@ -787,6 +787,14 @@ impl Tensor {
             });
         }
         let d = self.dims()[self.rank() - 1];
+        if d == 0 {
+            // Nothing to normalise over; the per-row statistics would be left unwritten.
+            return Err(TensorError::InvalidArgument {
+                op: OP,
+                shape: self.dims().to_vec(),
+                message: "the last dimension (normalised over) has size 0".into(),
+            });
+        }
         for p in [weight, bias].into_iter().flatten() {
             same_device(OP, self, p)?;
             if p.dims() != [d] {
@@ -1057,7 +1065,15 @@ impl Tensor {
             });
         }
         let c = self.dims()[self.rank() - 1];
-        let rows = self.elem_count() / c.max(1);
+        if c == 0 {
+            // No class can be the target (and `elem_count / c` would miscount the rows).
+            return Err(TensorError::InvalidArgument {
+                op: OP,
+                shape: self.dims().to_vec(),
+                message: "logits have 0 classes".into(),
+            });
+        }
+        let rows = self.elem_count() / c;
         if targets.len() != rows {
             return Err(TensorError::DataLength {
                 op: OP,
