@@ -560,3 +560,23 @@ fn layer_norm_and_cross_entropy_over_an_empty_last_dimension_are_errors() {
         "{r:?}"
     );
 }
+
+#[test]
+fn writing_a_tensor_inside_its_own_with_host_slice_is_an_error_not_a_hang() {
+    let device = Device::isolated_host();
+    let x = t(&[1.0, 2.0], &[2], &device);
+    let view = x.narrow(0, 1, 1).unwrap();
+    let r = x
+        .with_host_slice(|data| {
+            assert_eq!(data, &[1.0, 2.0]);
+            view.add_(1.0)
+        })
+        .unwrap();
+    assert!(
+        matches!(r, Err(TensorError::InvalidArgument { op: "add_", .. })),
+        "{r:?}"
+    );
+    // Once the read has ended, the write goes through.
+    view.add_(1.0).unwrap();
+    assert_eq!(x.to_vec().unwrap(), vec![1.0, 3.0]);
+}

@@ -264,6 +264,7 @@ impl Storage {
     pub(crate) fn read(&self, op: &'static str) -> Result<StorageRead<'_>> {
         let ptr = self.base_ptr(op)?;
         let guard = self.lock.read().unwrap_or_else(|e| e.into_inner());
+        let _ = READS_HELD.try_with(|held| held.borrow_mut().push(self.id));
         // SAFETY: the allocation holds `numel` f32s (it was allocated for them, host
         // allocations are aligned to at least 64 bytes) and lives as long as `self`; the shared
         // lock excludes in-place writers for the lifetime of the slice.
@@ -277,6 +278,20 @@ impl Storage {
 
     pub(crate) fn write(&self, op: &'static str) -> Result<StorageWrite<'_>> {
         let ptr = self.base_ptr(op)?;
+        // Waiting for the exclusive lock while this thread holds the shared one (an in-place op
+        // inside `with_host_slice`'s closure) would never return.
+        if READS_HELD
+            .try_with(|held| held.borrow().contains(&self.id))
+            .unwrap_or(false)
+        {
+            return Err(TensorError::InvalidArgument {
+                op,
+                shape: Vec::new(),
+                message: "the tensor's storage is being read on this thread (inside \
+                          with_host_slice?); write to it after the read ends"
+                    .into(),
+            });
+        }
         let guard = self.lock.write().unwrap_or_else(|e| e.into_inner());
         // SAFETY: as in `read`; the exclusive lock guarantees no other slice of this storage
         // exists while this one does.
@@ -320,6 +335,11 @@ impl fmt::Debug for Storage {
     }
 }
 
+thread_local! {
+    /// Ids of the storages this thread holds read locks on (one entry per lock).
+    static READS_HELD: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 pub(crate) struct StorageRead<'a> {
     _guard: RwLockReadGuard<'a, ()>,
     pub(crate) data: &'a [f32],
@@ -336,6 +356,12 @@ pub(crate) struct StorageWrite<'a> {
 // inputs and output overlap in the liveness bound.
 impl Drop for StorageRead<'_> {
     fn drop(&mut self) {
+        let _ = READS_HELD.try_with(|held| {
+            let mut held = held.borrow_mut();
+            if let Some(pos) = held.iter().rposition(|&id| id == self.storage_id) {
+                held.swap_remove(pos);
+            }
+        });
         liveness::on_use_end(self.storage_id);
     }
 }
