@@ -19,7 +19,11 @@
 //! shares the storage (clones and views). Autograd compares versions: a tensor saved for backward
 //! and modified afterwards makes [`Tensor::backward`] fail with
 //! [`TensorError::SavedTensorModified`], naming both ops. In-place on a leaf that requires grad
-//! while grad mode is on is an error ([`TensorError::InplaceOnLeaf`]).
+//! while grad mode is on is an error ([`TensorError::InplaceOnLeaf`]). A view taken before a
+//! recorded in-place op on its base, and used in a recorded op after it, has a history that no
+//! longer matches its values: backward through it fails with
+//! [`TensorError::SavedTensorModified`] rather than returning a wrong gradient (take the view
+//! after the in-place op, or use the out-of-place op).
 //!
 //! The consuming forms (`x + &b`, `x * 2.0`, [`Tensor::into_relu`], … with `x` owned) reuse
 //! `x`'s buffer when nothing else can observe it: the handle and its storage are uniquely owned,
