@@ -467,3 +467,116 @@ fn clones_shared_across_threads_stay_consistent() {
     assert_eq!(x.matmul(&x.t().unwrap()).unwrap().dims(), &[2, 2]);
     x.add_(&x).unwrap();
 }
+
+#[test]
+fn shapes_whose_size_overflows_are_typed_errors() {
+    let device = Device::isolated_host();
+    let huge = [1usize << 62, 8];
+    let invalid = |r: Result<Tensor, TensorError>| {
+        assert!(
+            matches!(r, Err(TensorError::InvalidArgument { .. })),
+            "{r:?}"
+        )
+    };
+    invalid(Tensor::zeros(&huge, &device));
+    invalid(Tensor::from_slice(&[], &huge, &device));
+    // 2^63 · 2 · 0 wraps to 0 = the element count of an empty tensor.
+    let empty = Tensor::zeros(&[0], &device).unwrap();
+    invalid(empty.reshape(&[1 << 63, 2, 0]));
+    let one = Tensor::ones(&[1, 1], &device).unwrap();
+    invalid(one.broadcast_as(&[1 << 40, 1 << 40]));
+    let table = Tensor::ones(&[4, 2], &device).unwrap();
+    invalid(table.embedding(&[], &[1 << 63, 2, 0]));
+}
+
+#[test]
+fn reducing_a_dimension_listed_twice_is_an_error() {
+    let device = Device::isolated_host();
+    let x = t(&[1.0, 2.0, 3.0], &[3], &device);
+    // Was silently mean / 3 (the dimension's size counted twice): 0.667 instead of 2.
+    for r in [x.mean_dims(&[0, 0], false), x.sum_dims(&[0, 0], true)] {
+        assert!(
+            matches!(
+                r,
+                Err(TensorError::InvalidArgument {
+                    op: "mean" | "sum",
+                    ..
+                })
+            ),
+            "{r:?}"
+        );
+    }
+}
+
+#[test]
+fn attention_with_its_public_heads_field_set_to_zero_is_an_error() {
+    let device = Device::isolated_host();
+    let mut attn = MultiHeadSelfAttention::new(4, 2, 4, &device).unwrap();
+    let x = Tensor::ones(&[1, 3, 4], &device).unwrap();
+    for heads in [0, 3] {
+        attn.heads = heads;
+        let r = attn.forward(&x);
+        assert!(
+            matches!(
+                r,
+                Err(TensorError::InvalidArgument {
+                    op: "attention",
+                    ..
+                })
+            ),
+            "{heads} heads: {r:?}"
+        );
+    }
+}
+
+#[test]
+fn layer_norm_and_cross_entropy_over_an_empty_last_dimension_are_errors() {
+    let device = Device::isolated_host();
+    let x = Tensor::ones(&[3, 0], &device)
+        .unwrap()
+        .with_requires_grad()
+        .unwrap();
+    let r = x.layer_norm(None, None, 1e-5);
+    assert!(
+        matches!(
+            r,
+            Err(TensorError::InvalidArgument {
+                op: "layer_norm",
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+    // Three rows without classes used to be "0 rows" and a loss of 0 for no targets.
+    let r = x.cross_entropy(&[]);
+    assert!(
+        matches!(
+            r,
+            Err(TensorError::InvalidArgument {
+                op: "cross_entropy",
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn writing_a_tensor_inside_its_own_with_host_slice_is_an_error_not_a_hang() {
+    let device = Device::isolated_host();
+    let x = t(&[1.0, 2.0], &[2], &device);
+    let view = x.narrow(0, 1, 1).unwrap();
+    let r = x
+        .with_host_slice(|data| {
+            assert_eq!(data, &[1.0, 2.0]);
+            view.add_(1.0)
+        })
+        .unwrap();
+    assert!(
+        matches!(r, Err(TensorError::InvalidArgument { op: "add_", .. })),
+        "{r:?}"
+    );
+    // Once the read has ended, the write goes through.
+    view.add_(1.0).unwrap();
+    assert_eq!(x.to_vec().unwrap(), vec![1.0, 3.0]);
+}

@@ -359,6 +359,14 @@ impl MultiHeadSelfAttention {
         }
         let (b, t, d) = (dims[0], dims[1], dims[2]);
         let h = self.heads;
+        // `heads` is a public field: check it here too, not only in `new`.
+        if h == 0 || !d.is_multiple_of(h) {
+            return Err(TensorError::InvalidArgument {
+                op: "attention",
+                shape: dims.to_vec(),
+                message: format!("hidden size {d} is not divisible by {h} heads"),
+            });
+        }
         let dh = d / h;
         let split =
             |x: Tensor| -> Result<Tensor> { x.reshape(&[b, t, h, dh])?.permute(&[0, 2, 1, 3]) };

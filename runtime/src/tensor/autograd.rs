@@ -147,6 +147,15 @@ pub(crate) enum Backward {
     },
     /// In-place `zero_`: the old value gets no gradient.
     Zeroed,
+    /// Stands in for the history of a handle whose storage a recorded in-place op rewrote
+    /// through another handle (see `Tensor::has_stale_history`): backward fails up front.
+    StaleHistory {
+        /// The handle's own op (`narrow`, `reshape`, …).
+        of: &'static str,
+        by: &'static str,
+        saved: u64,
+        now: u64,
+    },
 }
 
 impl Backward {
@@ -176,6 +185,21 @@ impl Backward {
             CrossEntropy { probs, .. } => vec![probs],
             Mse { diff } => vec![diff],
             _ => Vec::new(),
+        }
+    }
+
+    fn stale_error(&self) -> Option<TensorError> {
+        match *self {
+            Backward::StaleHistory { of, by, saved, now } => {
+                Some(TensorError::SavedTensorModified {
+                    op: of,
+                    what: "storage (shared with the tensor an in-place op rewrote)",
+                    by,
+                    saved,
+                    now,
+                })
+            }
+            _ => None,
         }
     }
 
@@ -346,6 +370,7 @@ impl Backward {
             Expand { in_shape } => vec![Some(g.sum_to_shape(in_shape)?)],
             CopyInto { src_shape } => vec![None, Some(g.sum_to_shape(src_shape)?)],
             Zeroed => vec![None],
+            StaleHistory { .. } => return Err(self.stale_error().unwrap_or(TensorError::NoGraph)),
         })
     }
 }
@@ -418,8 +443,27 @@ pub(crate) fn should_record(inputs: &[&Tensor]) -> bool {
     crate::grad::is_grad_enabled() && inputs.iter().any(|t| t.requires_grad())
 }
 
+/// The history of `t`: its node, or a node that fails backward when `t`'s history is stale.
+fn history_of(t: &Tensor) -> Option<Arc<Node>> {
+    let node = t.grad_fn();
+    if !t.has_stale_history() {
+        return node;
+    }
+    let storage = t.storage();
+    Some(Arc::new(Node {
+        name: "stale history",
+        edges: Vec::new(),
+        state: Mutex::new(Some(Backward::StaleHistory {
+            of: node.as_ref().map_or("a view", |n| n.name),
+            by: storage.last_writer(),
+            saved: t.0.history_seen.load(std::sync::atomic::Ordering::Acquire),
+            now: storage.history_rewrites(),
+        })),
+    }))
+}
+
 fn edge_of(t: &Tensor) -> Option<Edge> {
-    if let Some(node) = t.grad_fn() {
+    if let Some(node) = history_of(t) {
         Some(Edge::Node(node))
     } else if t.requires_grad() {
         Some(Edge::Leaf(t.clone()))
@@ -450,6 +494,21 @@ pub(crate) fn attach(
         };
         out.set_grad_fn(Some(Arc::new(node)));
     }
+}
+
+/// Records the in-place op `name` on `target` (`inputs` starts with it); when recorded, other
+/// handles on the target's storage become stale (their history no longer matches the values).
+pub(crate) fn record_inplace(
+    target: &Tensor,
+    name: &'static str,
+    inputs: &[&Tensor],
+    make: impl FnOnce() -> Backward,
+) {
+    let edges = edges(inputs);
+    if edges.is_some() {
+        target.note_history_rewrite();
+    }
+    attach(target, name, edges, make)
 }
 
 /// Records `out = name(inputs)` if grad mode is on and an input requires grad. For in-place
@@ -528,7 +587,7 @@ pub(crate) fn run_backward(root: &Tensor) -> Result<()> {
     }
     let _no_grad = NoGradGuard::new();
     let seed = Tensor::ones(root.dims(), root.device())?;
-    let Some(root_node) = root.grad_fn() else {
+    let Some(root_node) = history_of(root) else {
         if root.requires_grad() {
             return accumulate_leaf(root, seed);
         }
@@ -543,6 +602,9 @@ pub(crate) fn run_backward(root: &Tensor) -> Result<()> {
         };
         for saved in bw.saved() {
             saved.check(node.name)?;
+        }
+        if let Some(err) = bw.stale_error() {
+            return Err(err);
         }
     }
     let mut grads: HashMap<usize, Tensor> = HashMap::new();

@@ -13,6 +13,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Result of a recording.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +54,8 @@ struct OlderFreed {
 
 #[derive(Debug, Default)]
 struct Recording {
+    /// Which [`LivenessRecorder`] owns it (a later `start` replaces it).
+    generation: u64,
     clock: u64,
     buffers: HashMap<u64, Buffer>,
     /// Last use of buffers allocated before recording started.
@@ -90,30 +93,49 @@ thread_local! {
 #[derive(Debug)]
 #[must_use = "the bound is only known once `finish` is called"]
 pub struct LivenessRecorder {
+    generation: u64,
     _not_send: std::marker::PhantomData<*const ()>,
 }
 
 impl LivenessRecorder {
     /// Starts recording on this thread (replacing any recording already running here).
     pub fn start() -> LivenessRecorder {
-        RECORDING.with(|r| *r.borrow_mut() = Some(Recording::default()));
+        static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
+        let generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed);
+        RECORDING.with(|r| {
+            *r.borrow_mut() = Some(Recording {
+                generation,
+                ..Recording::default()
+            })
+        });
         LivenessRecorder {
+            generation,
             _not_send: std::marker::PhantomData,
         }
     }
 
-    /// Stops recording and computes the bound.
-    pub fn finish(self) -> LivenessBound {
-        let recording = RECORDING
-            .with(|r| r.borrow_mut().take())
-            .unwrap_or_default();
-        bound_of(&recording)
+    /// Stops recording and computes the bound. A recorder replaced by a later
+    /// [`LivenessRecorder::start`] on this thread saw nothing after that: its bound is zero.
+    pub fn finish(mut self) -> LivenessBound {
+        bound_of(&self.take().unwrap_or_default())
+    }
+
+    /// Takes this recorder's recording, leaving one started later in place.
+    fn take(&mut self) -> Option<Recording> {
+        RECORDING.with(|r| {
+            let mut slot = r.borrow_mut();
+            if slot.as_ref().map(|rec| rec.generation) == Some(self.generation) {
+                slot.take()
+            } else {
+                None
+            }
+        })
     }
 }
 
 impl Drop for LivenessRecorder {
     fn drop(&mut self) {
-        RECORDING.with(|r| r.borrow_mut().take());
+        self.take();
     }
 }
 
@@ -275,6 +297,15 @@ mod tests {
         assert_eq!(b.peak_bytes, 100 - 40);
         // Gradients live until zeroed: 90 until t1, 1 until t5 (overlapping 2).
         assert_eq!(b.peak_bytes_grads_held, 100 + 30 - 40);
+    }
+
+    #[test]
+    fn dropping_a_replaced_recorder_leaves_the_newer_one_recording() {
+        let old = LivenessRecorder::start();
+        let new = LivenessRecorder::start();
+        drop(old);
+        on_alloc(1, 10);
+        assert_eq!(new.finish().peak_bytes, 10);
     }
 
     #[test]

@@ -19,7 +19,11 @@
 //! shares the storage (clones and views). Autograd compares versions: a tensor saved for backward
 //! and modified afterwards makes [`Tensor::backward`] fail with
 //! [`TensorError::SavedTensorModified`], naming both ops. In-place on a leaf that requires grad
-//! while grad mode is on is an error ([`TensorError::InplaceOnLeaf`]).
+//! while grad mode is on is an error ([`TensorError::InplaceOnLeaf`]). A view taken before a
+//! recorded in-place op on its base, and used in a recorded op after it, has a history that no
+//! longer matches its values: backward through it fails with
+//! [`TensorError::SavedTensorModified`] rather than returning a wrong gradient (take the view
+//! after the in-place op, or use the out-of-place op).
 //!
 //! The consuming forms (`x + &b`, `x * 2.0`, [`Tensor::into_relu`], … with `x` owned) reuse
 //! `x`'s buffer when nothing else can observe it: the handle and its storage are uniquely owned,
@@ -197,6 +201,10 @@ pub struct Storage {
     numel: usize,
     dtype: DType,
     version: AtomicU64,
+    /// In-place writes that were recorded (rewrote the target's autograd history). Other
+    /// handles on this storage (views, detached copies) made before such a write have stale
+    /// history; see [`Tensor::has_stale_history`].
+    history_rewrites: AtomicU64,
     last_writer: Mutex<&'static str>,
     // Readers (kernels reading inputs) take it shared, in-place writers exclusively, so that
     // clones shared across threads never race.
@@ -216,6 +224,7 @@ impl Storage {
             numel,
             dtype: DType::F32,
             version: AtomicU64::new(0),
+            history_rewrites: AtomicU64::new(0),
             last_writer: Mutex::new("an in-place op"),
             lock: RwLock::new(()),
         }))
@@ -259,6 +268,7 @@ impl Storage {
     pub(crate) fn read(&self, op: &'static str) -> Result<StorageRead<'_>> {
         let ptr = self.base_ptr(op)?;
         let guard = self.lock.read().unwrap_or_else(|e| e.into_inner());
+        let _ = READS_HELD.try_with(|held| held.borrow_mut().push(self.id));
         // SAFETY: the allocation holds `numel` f32s (it was allocated for them, host
         // allocations are aligned to at least 64 bytes) and lives as long as `self`; the shared
         // lock excludes in-place writers for the lifetime of the slice.
@@ -272,6 +282,20 @@ impl Storage {
 
     pub(crate) fn write(&self, op: &'static str) -> Result<StorageWrite<'_>> {
         let ptr = self.base_ptr(op)?;
+        // Waiting for the exclusive lock while this thread holds the shared one (an in-place op
+        // inside `with_host_slice`'s closure) would never return.
+        if READS_HELD
+            .try_with(|held| held.borrow().contains(&self.id))
+            .unwrap_or(false)
+        {
+            return Err(TensorError::InvalidArgument {
+                op,
+                shape: Vec::new(),
+                message: "the tensor's storage is being read on this thread (inside \
+                          with_host_slice?); write to it after the read ends"
+                    .into(),
+            });
+        }
         let guard = self.lock.write().unwrap_or_else(|e| e.into_inner());
         // SAFETY: as in `read`; the exclusive lock guarantees no other slice of this storage
         // exists while this one does.
@@ -296,6 +320,10 @@ impl Storage {
         self.version.fetch_add(1, Ordering::AcqRel);
     }
 
+    pub(crate) fn history_rewrites(&self) -> u64 {
+        self.history_rewrites.load(Ordering::Acquire)
+    }
+
     fn last_writer(&self) -> &'static str {
         *self.last_writer.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -309,6 +337,11 @@ impl fmt::Debug for Storage {
             .field("version", &self.version())
             .finish()
     }
+}
+
+thread_local! {
+    /// Ids of the storages this thread holds read locks on (one entry per lock).
+    static READS_HELD: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 pub(crate) struct StorageRead<'a> {
@@ -327,6 +360,12 @@ pub(crate) struct StorageWrite<'a> {
 // inputs and output overlap in the liveness bound.
 impl Drop for StorageRead<'_> {
     fn drop(&mut self) {
+        let _ = READS_HELD.try_with(|held| {
+            let mut held = held.borrow_mut();
+            if let Some(pos) = held.iter().rposition(|&id| id == self.storage_id) {
+                held.swap_remove(pos);
+            }
+        });
         liveness::on_use_end(self.storage_id);
     }
 }
@@ -417,6 +456,20 @@ impl Layout {
     }
 }
 
+/// Elements in `shape`, or a typed error when their count (or byte size) overflows `usize`.
+pub(crate) fn checked_numel(op: &'static str, shape: &[usize]) -> Result<usize> {
+    shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .filter(|n| n.checked_mul(DType::F32.size_in_bytes()).is_some())
+        .ok_or_else(|| TensorError::InvalidArgument {
+            op,
+            shape: shape.to_vec(),
+            message: "the shape holds more elements than any memory can; check the dimensions"
+                .into(),
+        })
+}
+
 pub(crate) fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
     let mut strides = vec![0; shape.len()];
     let mut acc = 1;
@@ -433,6 +486,8 @@ pub(crate) struct Inner {
     /// Views made from another tensor; in-place ops on them cannot rebase the base's history.
     pub(crate) is_view: bool,
     pub(crate) leaf_requires_grad: AtomicBool,
+    /// The storage's `history_rewrites` that this handle's history accounts for.
+    pub(crate) history_seen: AtomicU64,
     pub(crate) grad_fn: Mutex<Option<Arc<Node>>>,
     pub(crate) grad: Mutex<Option<Tensor>>,
 }
@@ -445,11 +500,13 @@ pub struct Tensor(pub(crate) Arc<Inner>);
 
 impl Tensor {
     pub(crate) fn from_parts(storage: Arc<Storage>, layout: Layout, is_view: bool) -> Tensor {
+        let history_seen = AtomicU64::new(storage.history_rewrites());
         Tensor(Arc::new(Inner {
             storage,
             layout,
             is_view,
             leaf_requires_grad: AtomicBool::new(false),
+            history_seen,
             grad_fn: Mutex::new(None),
             grad: Mutex::new(None),
         }))
@@ -462,7 +519,7 @@ impl Tensor {
         op: &'static str,
         fill: impl FnOnce(&mut [f32]) -> Result<()>,
     ) -> Result<Tensor> {
-        let numel = shape.iter().product();
+        let numel = checked_numel(op, shape)?;
         let mut storage = Storage::new(device, numel)?;
         let slot = Arc::get_mut(&mut storage)
             .ok_or_else(|| unreachable_error(op, "fresh storage is shared"))?;
@@ -506,7 +563,7 @@ impl Tensor {
 
     /// A tensor holding `data` (row-major) with shape `shape`.
     pub fn from_slice(data: &[f32], shape: &[usize], device: &Device) -> Result<Tensor> {
-        let expected: usize = shape.iter().product();
+        let expected = checked_numel("from_slice", shape)?;
         if data.len() != expected {
             return Err(TensorError::DataLength {
                 op: "from_slice",
@@ -714,6 +771,27 @@ impl Tensor {
     /// Whether gradients flow to this tensor (a leaf marked so, or the result of an op on one).
     pub fn requires_grad(&self) -> bool {
         self.0.leaf_requires_grad.load(Ordering::Acquire) || self.grad_fn().is_some()
+    }
+
+    /// Whether this handle has a history that a recorded in-place op through another handle
+    /// (e.g. the base of this view) made stale: its values changed but its history did not,
+    /// so gradients through it would be wrong (autograd makes that a
+    /// [`TensorError::SavedTensorModified`] at backward). Handles without history (detached
+    /// ones) are never stale: they promise no gradient.
+    pub(crate) fn has_stale_history(&self) -> bool {
+        self.0.history_seen.load(Ordering::Acquire) != self.storage().history_rewrites()
+            && self.grad_fn().is_some()
+    }
+
+    /// Marks a recorded in-place write through this handle: other handles on the storage
+    /// become stale, this one (and its clones) stays current.
+    pub(crate) fn note_history_rewrite(&self) {
+        let now = self
+            .storage()
+            .history_rewrites
+            .fetch_add(1, Ordering::AcqRel)
+            + 1;
+        self.0.history_seen.store(now, Ordering::Release);
     }
 
     /// Whether this tensor was created by the user rather than recorded by an op.

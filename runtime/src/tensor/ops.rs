@@ -787,6 +787,14 @@ impl Tensor {
             });
         }
         let d = self.dims()[self.rank() - 1];
+        if d == 0 {
+            // Nothing to normalise over; the per-row statistics would be left unwritten.
+            return Err(TensorError::InvalidArgument {
+                op: OP,
+                shape: self.dims().to_vec(),
+                message: "the last dimension (normalised over) has size 0".into(),
+            });
+        }
         for p in [weight, bias].into_iter().flatten() {
             same_device(OP, self, p)?;
             if p.dims() != [d] {
@@ -881,7 +889,7 @@ impl Tensor {
                 message: "the table must have shape [vocab, dim]".into(),
             });
         }
-        let expected: usize = ids_shape.iter().product();
+        let expected = super::checked_numel(OP, ids_shape)?;
         if ids.len() != expected {
             return Err(TensorError::DataLength {
                 op: OP,
@@ -924,8 +932,16 @@ impl Tensor {
     fn reduce(&self, dims: &[usize], keepdim: bool, mean: bool) -> Result<Tensor> {
         let op = if mean { "mean" } else { "sum" };
         let mut keep_shape = self.dims().to_vec();
-        for &d in dims {
+        for (i, &d) in dims.iter().enumerate() {
             check_dim(op, self, d)?;
+            if dims[..i].contains(&d) {
+                // Counting a dimension twice would scale the mean by its size twice.
+                return Err(TensorError::InvalidArgument {
+                    op,
+                    shape: self.dims().to_vec(),
+                    message: format!("dimension {d} is listed twice in {dims:?}; list each once"),
+                });
+            }
             keep_shape[d] = 1;
         }
         let count: usize = dims
@@ -1049,7 +1065,15 @@ impl Tensor {
             });
         }
         let c = self.dims()[self.rank() - 1];
-        let rows = self.elem_count() / c.max(1);
+        if c == 0 {
+            // No class can be the target (and `elem_count / c` would miscount the rows).
+            return Err(TensorError::InvalidArgument {
+                op: OP,
+                shape: self.dims().to_vec(),
+                message: "logits have 0 classes".into(),
+            });
+        }
+        let rows = self.elem_count() / c;
         if targets.len() != rows {
             return Err(TensorError::DataLength {
                 op: OP,
@@ -1133,7 +1157,7 @@ impl Tensor {
 
     /// The same elements with another shape: a view when the layout allows, a copy otherwise.
     pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
-        let numel: usize = shape.iter().product();
+        let numel = super::checked_numel("reshape", shape)?;
         if numel != self.elem_count() {
             return Err(TensorError::ShapeMismatch {
                 op: "reshape",
@@ -1291,6 +1315,7 @@ impl Tensor {
 
     /// `self` repeated along broadcast dimensions to `shape` (a view with zero strides).
     pub fn broadcast_as(&self, shape: &[usize]) -> Result<Tensor> {
+        super::checked_numel("broadcast_as", shape)?;
         let out = broadcast_shape("broadcast_as", self.dims(), shape)?;
         if out != shape {
             return Err(TensorError::ShapeMismatch {
@@ -1373,7 +1398,7 @@ impl Tensor {
                 self.check_inplace(name, &[])?;
                 let f = op.apply();
                 self.write_unary(name, |x| f(x, s))?;
-                record(self, name, &[self], || scalar_backward(op, s));
+                autograd::record_inplace(self, name, &[self], || scalar_backward(op, s));
             }
             Rhs::Tensor(t) => {
                 same_device(name, self, t)?;
@@ -1394,7 +1419,7 @@ impl Tensor {
                     });
                 }
                 self.write_binary(name, t, op.apply())?;
-                record(self, name, &[self, t], || match op {
+                autograd::record_inplace(self, name, &[self, t], || match op {
                     BinOp::Mul => Backward::Mul {
                         a: None,
                         b: Some(Saved::new(t, "right operand")),
@@ -1482,7 +1507,7 @@ impl Tensor {
     pub fn relu_(&self) -> Result<()> {
         self.check_inplace("relu_", &[])?;
         self.write_unary("relu_", |x| x.max(0.0))?;
-        record(self, "relu_", &[self], || Backward::Relu {
+        autograd::record_inplace(self, "relu_", &[self], || Backward::Relu {
             out: Saved::new(self, "output"),
         });
         Ok(())
@@ -1502,7 +1527,7 @@ impl Tensor {
             });
         }
         self.write_binary("copy_", src, |_, s| s)?;
-        record(self, "copy_", &[self, src], || Backward::CopyInto {
+        autograd::record_inplace(self, "copy_", &[self, src], || Backward::CopyInto {
             src_shape: src.dims().to_vec(),
         });
         Ok(())
@@ -1517,7 +1542,7 @@ impl Tensor {
     pub fn fill_(&self, value: f32) -> Result<()> {
         self.check_inplace("fill_", &[])?;
         self.write_unary("fill_", |_| value)?;
-        record(self, "fill_", &[self], || Backward::Zeroed);
+        autograd::record_inplace(self, "fill_", &[self], || Backward::Zeroed);
         Ok(())
     }
 
