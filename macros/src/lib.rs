@@ -101,6 +101,9 @@ use proc_macro::TokenStream;
 ///   `device`, `storage`, `storage_and_layout`, `as_ref`, `as_slice`, `as_str`, `iter`,
 ///   `iter_mut`, `keys`, `values`, `get`, `first`, `last`, `lines`, `split`, `chunks`,
 ///   `windows`, `lock`, `read`, `write`, `borrow`, `deref`, `drain`, `entry`, `peek`, …;
+///   of these, `last`, `lines`, `split` and `bytes` called directly on a local may also consume
+///   it (`Iterator::last`, `BufRead::lines`), so a binding of their result keeps that local to
+///   the end of its scope;
 /// - **pass-through** (the receiver's value flows on): `unwrap`, `expect`, `ok`, `map_err`,
 ///   `context`, `into`, `into_*`, `map`, `filter`, `zip`, `chain`, `collect`, `cloned`, … and
 ///   `?`, `.await`;

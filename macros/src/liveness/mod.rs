@@ -52,6 +52,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::{quote, quote_spanned};
+use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::visit_mut::{self, VisitMut};
 use syn::{Block, Expr, Ident, Item, Stmt};
@@ -214,7 +215,7 @@ pub(crate) fn declared_names(block: &Block, out: &mut BTreeSet<String>) {
     struct Names<'a>(&'a mut BTreeSet<String>);
     impl<'ast> syn::visit::Visit<'ast> for Names<'_> {
         fn visit_pat_ident(&mut self, pat: &'ast syn::PatIdent) {
-            self.0.insert(pat.ident.to_string());
+            self.0.insert(pat.ident.unraw().to_string());
             syn::visit::visit_pat_ident(self, pat);
         }
         fn visit_item(&mut self, _: &'ast Item) {}
@@ -263,13 +264,36 @@ fn collect_local_macros(block: &Block, out: &mut BTreeMap<String, BTreeSet<Strin
         }
     }
     syn::visit::Visit::visit_block(&mut Macros(out), block);
+    // A local macro whose body invokes another local macro mentions what that one mentions
+    // (`macro_rules! show { () => { get_n!() } }`): close the sets transitively.
+    loop {
+        let mut changed = false;
+        let names: Vec<String> = out.keys().cloned().collect();
+        for name in &names {
+            let inner: BTreeSet<String> = out[name]
+                .iter()
+                .filter(|ident| *ident != name)
+                .filter_map(|ident| out.get(ident))
+                .flatten()
+                .cloned()
+                .collect();
+            if let Some(idents) = out.get_mut(name) {
+                let before = idents.len();
+                idents.extend(inner);
+                changed |= idents.len() != before;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
 }
 
 fn idents_of(tokens: TokenStream, out: &mut BTreeSet<String>) {
     for token in tokens {
         match token {
             TokenTree::Ident(ident) => {
-                out.insert(ident.to_string());
+                out.insert(ident.unraw().to_string());
             }
             TokenTree::Group(group) => idents_of(group.stream(), out),
             TokenTree::Literal(literal) => {
@@ -363,7 +387,12 @@ impl Rewriter<'_> {
         // Locals the value of a `let` initializer may borrow: moving them into that statement
         // would leave the value dangling (`let _ = &x;` binds nothing to carry the borrow).
         let mut borrowed_by_value: Vec<Vec<(usize, Kind)>> = vec![Vec::new(); count];
-        let keep: BTreeSet<String> = self.opts.keep.iter().map(|k| k.to_string()).collect();
+        let keep: BTreeSet<String> = self
+            .opts
+            .keep
+            .iter()
+            .map(|k| k.unraw().to_string())
+            .collect();
 
         let declare = |bindings: &mut Vec<Binding>,
                        current: &mut BTreeMap<String, usize>,
@@ -371,7 +400,7 @@ impl Rewriter<'_> {
                        mutable: bool,
                        decl: Option<usize>,
                        pinned: bool| {
-            let name = ident.to_string();
+            let name = ident.unraw().to_string();
             if let Some(&old) = current.get(&name) {
                 if let Some(at) = decl {
                     bindings[old].shadowed_at.get_or_insert(at);
@@ -643,7 +672,9 @@ impl Rewriter<'_> {
                     .move_in
                     .iter()
                     .map(|(ident, mutable)| {
-                        let ident = Ident::new(&ident.to_string(), ident.span().located_at(span));
+                        // Cloned, not `Ident::new`: raw identifiers (`r#type`) stay valid.
+                        let mut ident = ident.clone();
+                        ident.set_span(ident.span().located_at(span));
                         if *mutable {
                             quote!(#[allow(unused_mut, unused_variables, clippy::redundant_locals)] let mut #ident = #ident;)
                         } else {
@@ -659,7 +690,8 @@ impl Rewriter<'_> {
                 .iter()
                 .rev()
                 .map(|ident| {
-                    let ident = Ident::new(&ident.to_string(), ident.span().located_at(span));
+                    let mut ident = ident.clone();
+                    ident.set_span(ident.span().located_at(span));
                     syn::parse_quote_spanned!(span=> #krate::__private::release(#ident);)
                 })
                 .collect();

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use proc_macro2::{TokenStream, TokenTree};
 use quote::ToTokens;
+use syn::ext::IdentExt;
 use syn::parse::Parser;
 use syn::punctuated::Punctuated;
 use syn::{BinOp, Block, Expr, Macro, Pat, Stmt, Token, UnOp};
@@ -92,6 +93,11 @@ impl Env<'_> {
 
     fn is_user_borrow(&self, name: &str) -> bool {
         self.borrows.iter().any(|n| n == name)
+    }
+
+    /// A borrowing name that std also defines on a by-value `self` (and the user did not list).
+    fn maybe_consumes(&self, name: &str) -> bool {
+        lists::MAYBE_CONSUMING_METHODS.contains(&name) && !self.is_user_borrow(name)
     }
 
     fn is_borrow_method(&self, name: &str) -> bool {
@@ -300,7 +306,7 @@ impl Env<'_> {
             }
             let sources = substitute(self.value_sources(&init.expr), &locals);
             for (ident, _) in names {
-                locals.insert(ident.to_string(), sources.clone());
+                locals.insert(ident.unraw().to_string(), sources.clone());
             }
         }
         if self.scan_expr(tail).stores_anything {
@@ -316,8 +322,13 @@ impl Env<'_> {
             return;
         }
         if self.is_borrow_method(&name) {
+            let kind = if self.maybe_consumes(&name) {
+                Kind::Maybe
+            } else {
+                Kind::Borrow
+            };
             let mut sources = Vec::new();
-            self.borrow_of(&call.receiver, Kind::Borrow, &mut sources);
+            self.borrow_of(&call.receiver, kind, &mut sources);
             if !lists::REFERENCE_METHODS.contains(&name.as_str()) {
                 // An iterator, `Option<&T>` or guard *holds* a reference into the receiver.
                 sources = sources
@@ -466,7 +477,7 @@ pub(crate) fn local_name(path: &syn::ExprPath) -> Option<String> {
     if !segment.arguments.is_none() {
         return None;
     }
-    let name = segment.ident.to_string();
+    let name = segment.ident.unraw().to_string();
     (name != "self" && !name.starts_with(char::is_uppercase)).then_some(name)
 }
 
@@ -589,6 +600,8 @@ impl<'e, 'a> Walker<'e, 'a> {
     }
 
     fn mention(&mut self, name: &str, ctx: Ctx, projected: bool) {
+        // `r#type` and `type` (a format capture) name the same local.
+        let name = name.strip_prefix("r#").unwrap_or(name);
         if self.bound.iter().any(|b| b == name) {
             return;
         }
@@ -607,7 +620,7 @@ impl<'e, 'a> Walker<'e, 'a> {
         let mut names = Vec::new();
         pattern_bindings(pat, &mut names);
         self.bound
-            .extend(names.into_iter().map(|(n, _)| n.to_string()));
+            .extend(names.into_iter().map(|(n, _)| n.unraw().to_string()));
         if let Pat::Guard(guard) = pat {
             self.expr(&guard.guard, Ctx::Value);
         }
@@ -730,7 +743,9 @@ impl<'e, 'a> Walker<'e, 'a> {
             Expr::Group(group) => self.expr(&group.expr, ctx),
             Expr::MethodCall(call) => {
                 let name = call.method.to_string();
-                let receiver_ctx = if self.env.is_borrow_method(&name) {
+                let receiver_ctx = if self.env.maybe_consumes(&name) {
+                    Ctx::Receiver
+                } else if self.env.is_borrow_method(&name) {
                     Ctx::Borrow
                 } else if name.starts_with("into_")
                     || lists::PASSTHROUGH_METHODS.contains(&name.as_str())

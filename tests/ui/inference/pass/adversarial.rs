@@ -1,0 +1,177 @@
+//! Adversarial shapes found in review: local macros that invoke other local macros, consuming
+//! methods whose names usually borrow (`Iterator::last`, `BufRead::lines`), raw identifiers in
+//! format captures, reassignment after a move, `as _` casts, struct update syntax.
+#![deny(warnings)]
+
+#[macro_use]
+#[path = "../support.rs"]
+mod support;
+
+macro_rules! cases {
+    ($($attr:meta)?) => {
+        #[allow(unused_imports)]
+        use super::support::{consume, guard, mk, step, T};
+
+        /// A local macro whose body invokes another local macro that reads a `Copy` counter:
+        /// the invocation is a use of the counter.
+        $(#[$attr])?
+        pub fn nested_local_macros() -> i64 {
+            let mut n = 0i64;
+            macro_rules! get_n { () => { n } }
+            macro_rules! show { () => { get_n!() } }
+            n += 1;
+            step("1");
+            let r = show!();
+            step("2");
+            let t = mk("t", r);
+            step("3");
+            t.v
+        }
+
+        /// `Iterator::last` consumes the iterator although `last` usually borrows (slices).
+        $(#[$attr])?
+        pub fn iterator_last(items: Vec<T>) -> i64 {
+            let it = items.iter().map(|t| t.v);
+            let l = it.last();
+            step("1");
+            let w = mk("w", l.unwrap_or(0));
+            step("2");
+            w.v
+        }
+
+        /// `BufRead::lines` consumes the reader.
+        $(#[$attr])?
+        pub fn bufread_lines() -> usize {
+            use std::io::BufRead;
+            let reader = std::io::Cursor::new(String::from("a\nbb\nccc"));
+            let lines = reader.lines();
+            let mut total = 0;
+            for line in lines {
+                total += line.map(|l| l.len()).unwrap_or(0);
+            }
+            step("1");
+            let t = mk("t", total as i64);
+            step("2");
+            t.v as usize
+        }
+
+        /// A raw identifier (`r#type`), captured by a format string as `{type}`.
+        $(#[$attr])?
+        pub fn raw_ident_capture() -> String {
+            let mut r#type = 1i64;
+            r#type += 1;
+            step("1");
+            let u = format!("{type}");
+            step("2");
+            let t = mk("t", u.len() as i64);
+            step("3");
+            format!("{}{}", u, t.v)
+        }
+
+        /// A slice's `last` still borrows (and frees after the borrower).
+        $(#[$attr])?
+        pub fn slice_last() -> i64 {
+            let v = vec![mk("a", 1), mk("b", 2)];
+            let l = v.last();
+            step("1");
+            let x = l.map(|t| t.v).unwrap_or(0);
+            step("2");
+            let y = mk("y", x);
+            step("3");
+            y.v
+        }
+
+        /// Struct update syntax then a read of the base's remaining `Copy` field.
+        $(#[$attr])?
+        pub fn struct_update() -> i64 {
+            #[derive(Clone)]
+            struct P { a: i64, b: i64 }
+            let base = P { a: 1, b: 2 };
+            let p = P { a: 5, ..base.clone() };
+            step("1");
+            let s = p.a + p.b + base.b;
+            step("2");
+            let t = mk("t", s);
+            step("3");
+            t.v
+        }
+
+        /// `as _` cast inferred from a later use.
+        $(#[$attr])?
+        pub fn infer_cast(x: T) -> u64 {
+            let n = x.v as _;
+            step("1");
+            let m: u64 = n;
+            step("2");
+            m + 1
+        }
+
+        /// A guard obtained from a method not named `lock`, never used after its declaration.
+        $(#[$attr])?
+        pub fn custom_guard() -> i64 {
+            struct G(std::sync::Mutex<i64>);
+            impl G { fn acquire(&self) -> std::sync::MutexGuard<'_, i64> { self.0.lock().unwrap() } }
+            let g = G(std::sync::Mutex::new(3));
+            let held = g.acquire();
+            step("1");
+            let ok = g.0.try_lock().is_err();
+            step("2");
+            let t = mk("t", *held + ok as i64);
+            step("3");
+            t.v
+        }
+
+        /// RefCell guards: the `borrow_mut` guard is used once, then the cell is borrowed.
+        $(#[$attr])?
+        pub fn refcell_guards() -> i64 {
+            let cell = std::cell::RefCell::new(mk("cell", 1));
+            let mut w = cell.borrow_mut();
+            w.v += 1;
+            step("1");
+            let busy = cell.try_borrow().is_err();
+            step("2");
+            let n = w.v + busy as i64;
+            step("3");
+            n
+        }
+
+        /// Labelled break with a value computed from a local declared inside.
+        $(#[$attr])?
+        pub fn labelled_break(xs: Vec<T>) -> i64 {
+            let mut acc = mk("acc", 0);
+            let found = 'outer: loop {
+                for x in &xs {
+                    let d = mk("d", x.v * 2);
+                    if d.v > 2 { break 'outer d.v; }
+                    acc = consume(acc, "acc");
+                }
+                break -1;
+            };
+            step("1");
+            let r = mk("r", found + acc.v);
+            step("2");
+            r.v
+        }
+    };
+}
+mod with {
+    cases!(vramguard::inference);
+}
+
+mod without {
+    cases!();
+}
+
+pub fn main() {
+    use support::mk;
+    check!(nested_local_macros());
+    check!(iterator_last(vec![mk("i", 1), mk("j", 2)]));
+    check!(bufread_lines());
+    check!(raw_ident_capture());
+    check!(slice_last());
+    check!(struct_update());
+    check!(infer_cast(mk("x", 4)));
+    check!(custom_guard());
+    check!(refcell_guards());
+    check!(labelled_break(vec![mk("i", 1), mk("j", 2)]));
+}
