@@ -248,6 +248,10 @@ pub(crate) fn contains_unsafe(block: &Block) -> bool {
     find.0
 }
 
+fn is_cfg_attr(attr: &syn::Attribute) -> bool {
+    attr.path().is_ident("cfg") || attr.path().is_ident("cfg_attr")
+}
+
 fn is_keep_attr(attr: &syn::Attribute) -> bool {
     attr.path().is_ident("keep")
 }
@@ -537,14 +541,22 @@ impl Rewriter<'_> {
                         }
                     }
                     let uninit = local.init.is_none();
+                    // `#[cfg(..)] let x = …;` may be compiled out: whether it shadows `x` is
+                    // unknown, so neither the old nor the new `x` is dropped early.
+                    let conditional = local.attrs.iter().any(is_cfg_attr);
                     for (ident, mutable) in &names {
+                        if conditional {
+                            if let Some(&old) = current.get(&ident.unraw().to_string()) {
+                                bindings[old].pinned = true;
+                            }
+                        }
                         let new = declare(
                             &mut bindings,
                             &mut current,
                             ident,
                             *mutable,
                             Some(index),
-                            marked_keep || uninit,
+                            marked_keep || uninit || conditional,
                         );
                         edges.extend(resolved.iter().map(|&(to, kind, into)| Edge {
                             from: new,

@@ -670,7 +670,15 @@ impl<'e, 'a> Walker<'e, 'a> {
                         self.expr(otherwise, Ctx::Value);
                     }
                 }
-                self.bind(&local.pat);
+                // A `#[cfg(..)]` `let` may be compiled out: later uses of its names may be
+                // uses of an outer binding, so they stay mentions.
+                let conditional = local
+                    .attrs
+                    .iter()
+                    .any(|a| a.path().is_ident("cfg") || a.path().is_ident("cfg_attr"));
+                if !conditional {
+                    self.bind(&local.pat);
+                }
             }
             // Items cannot capture locals; a local `macro_rules!` counts where it is invoked.
             Stmt::Item(_) => {}

@@ -1,6 +1,6 @@
 //! Adversarial shapes found in review: local macros that invoke other local macros, consuming
 //! methods whose names usually borrow (`Iterator::last`, `BufRead::lines`), raw identifiers in
-//! format captures, reassignment after a move, `as _` casts, struct update syntax.
+//! format captures, `#[cfg]`-disabled shadowing `let`s, `as _` casts, struct update syntax.
 #![deny(warnings)]
 
 #[macro_use]
@@ -152,6 +152,51 @@ macro_rules! cases {
             step("2");
             r.v
         }
+
+        /// A `#[cfg]`-disabled `let` that would shadow a `Copy` counter: later uses are of the
+        /// counter, which must not be moved into its earlier increment.
+        $(#[$attr])?
+        pub fn cfg_shadow() -> i64 {
+            let mut n = 1i64;
+            n += 1;
+            #[cfg(any())]
+            let n = 100i64;
+            step("1");
+            let r = mk("r", n * 2);
+            step("2");
+            r.v
+        }
+
+        /// The same with an owned value (was E0382).
+        $(#[$attr])?
+        pub fn cfg_shadow_owned() -> i64 {
+            let x = mk("x", 1);
+            let y = mk("y", x.v);
+            #[cfg(any())]
+            let x = mk("x2", 5);
+            step("1");
+            let r = mk("r", x.v + y.v);
+            step("2");
+            r.v
+        }
+
+        /// The disabled shadow inside a nested block: the block still uses the outer counter.
+        $(#[$attr])?
+        pub fn cfg_shadow_nested() -> i64 {
+            let mut n = 1i64;
+            n += 1;
+            step("1");
+            let r = {
+                #[cfg(any())]
+                let n = 100i64;
+                let q = mk("q", n * 2);
+                q.v
+            };
+            step("2");
+            let t = mk("t", r);
+            step("3");
+            t.v
+        }
     };
 }
 mod with {
@@ -174,4 +219,7 @@ pub fn main() {
     check!(custom_guard());
     check!(refcell_guards());
     check!(labelled_break(vec![mk("i", 1), mk("j", 2)]));
+    check!(cfg_shadow());
+    check!(cfg_shadow_owned());
+    check!(cfg_shadow_nested());
 }
