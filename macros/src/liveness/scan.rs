@@ -442,6 +442,15 @@ impl Env<'_> {
                         .is_some_and(|(_, e)| Self::has_extended_temporary(e))
             }
             Expr::Match(m) => m.arms.iter().any(|a| Self::has_extended_temporary(&a.body)),
+            // Tuple struct and variant constructors extend too (`let y = Some(&make(x));`).
+            Expr::Call(c) => {
+                let constructor = matches!(&*c.func, Expr::Path(p) if p.path.segments.last()
+                    .is_some_and(|s| s.ident.to_string().starts_with(char::is_uppercase)));
+                constructor && c.args.iter().any(Self::has_extended_temporary)
+            }
+            // `let f = format_args!("{}", x.v);` and `pin!(value)` borrow temporaries that the
+            // `let` extends.
+            Expr::Macro(m) => matches!(macro_name(&m.mac).as_str(), "format_args" | "pin"),
             _ => false,
         }
     }

@@ -1,6 +1,7 @@
 //! Adversarial shapes found in review: local macros that invoke other local macros, consuming
 //! methods whose names usually borrow (`Iterator::last`, `BufRead::lines`), raw identifiers in
-//! format captures, `#[cfg]`-disabled shadowing `let`s, `as _` casts, struct update syntax.
+//! format captures, `#[cfg]`-disabled shadowing `let`s, temporaries extended through constructors and
+//! `format_args!`, `as _` casts, struct update syntax.
 #![deny(warnings)]
 
 #[macro_use]
@@ -197,6 +198,39 @@ macro_rules! cases {
             step("3");
             t.v
         }
+
+        /// Temporary lifetime extension through a constructor (`Some(&temp)`, Rust 1.89+): a
+        /// local moved into this `let` would end the temporary's life with the block (E0716).
+        $(#[$attr])?
+        pub fn constructor_extension(z: T) -> i64 {
+            let y = Some(&mk("tmp", z.v));
+            step("1");
+            let r = mk("r", y.map(|t| t.v).unwrap_or(0));
+            step("2");
+            r.v
+        }
+
+        /// `format_args!` stored in a `let` borrows its arguments through extended temporaries.
+        $(#[$attr])?
+        pub fn format_args_stored(x: T) -> String {
+            let f = format_args!("{}", x.v);
+            step("1");
+            let s = f.to_string();
+            step("2");
+            let t = mk("t", s.len() as i64);
+            step("3");
+            format!("{s}{t}")
+        }
+
+        /// `pin!` in a `let` pins an extended temporary.
+        $(#[$attr])?
+        pub fn pin_stored(x: T) -> i64 {
+            let p = std::pin::pin!(mk("pinned", x.v));
+            step("1");
+            let r = mk("r", p.v);
+            step("2");
+            r.v
+        }
     };
 }
 mod with {
@@ -222,4 +256,7 @@ pub fn main() {
     check!(cfg_shadow());
     check!(cfg_shadow_owned());
     check!(cfg_shadow_nested());
+    check!(constructor_extension(mk("z", 1)));
+    check!(format_args_stored(mk("x", 1)));
+    check!(pin_stored(mk("x", 1)));
 }
