@@ -188,7 +188,7 @@ pub fn batch_scope(args: TokenStream, item: TokenStream) -> TokenStream {
 
 /// Suppresses vramguard lints by name: `#[vramguard::allow(accumulates_across_iterations)]`
 /// on a function processed by `#[inference]` or `#[batch_scope]` (either attribute order), or on
-/// a statement inside one. Misspelled names are errors that list the known lints:
+/// a statement or a `match` arm inside one. Misspelled names are errors that list the known lints:
 /// `backward_in_inference`, `accumulates_across_iterations`, `graph_across_iterations`,
 /// `inplace_on_activation`, `empty_cache_is_not_free`.
 ///
