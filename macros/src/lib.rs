@@ -88,7 +88,9 @@ use proc_macro::TokenStream;
 ///
 /// A binding that may borrow a local keeps it alive until the binding's own last use: `&x`,
 /// `&x[..]`, `x.field` read through such a reference, non-`move` closures capturing `x`,
-/// borrows stored with `v.push(&x)` or `r = &x`, `let r = &make(&x);` (temporary lifetime
+/// borrows stored with `v.push(&x)`, `r = &x` or `fill(&mut out, &x)` (a free function may
+/// store through a `&mut` argument), what a local closure returns (`get()` after
+/// `let get = || &x;`), `let r = &make(&x);` and `let o = Some(&make(&x));` (temporary lifetime
 /// extension), and the results of calls decided by name:
 /// - **owned results** (borrow nothing): tensor operations of candle, burn, tch, dfdx and
 ///   vramguard (`matmul`, `broadcast_add`, `relu`, `gelu`, `softmax`, `reshape`, `transpose`,

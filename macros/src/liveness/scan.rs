@@ -381,6 +381,10 @@ impl Env<'_> {
             if self.optimistic && !constructor {
                 return;
             }
+            // Calling a local closure: its result may hold what the closure captured.
+            if let Some(name) = local_name(path) {
+                out.push(Source::ValueOf(name));
+            }
         } else {
             self.value(&call.func, out);
         }
@@ -787,6 +791,20 @@ impl<'e, 'a> Walker<'e, 'a> {
             Expr::Call(call) => {
                 self.expr(&call.func, Ctx::Value);
                 call.args.iter().for_each(|a| self.expr(a, Ctx::Value));
+                // `fill(&mut out, &x)` may store a borrow of `x` (or what `x` holds) in `out`.
+                for (i, arg) in call.args.iter().enumerate() {
+                    let Expr::Reference(out) = arg else { continue };
+                    if out.mutability.is_none() {
+                        continue;
+                    }
+                    let mut sources = Vec::new();
+                    for (j, other) in call.args.iter().enumerate() {
+                        if j != i {
+                            self.env.held(other, &mut sources);
+                        }
+                    }
+                    self.store(&out.expr, sources);
+                }
             }
             Expr::Binary(binary) => {
                 let (left, right) = match binary.op {

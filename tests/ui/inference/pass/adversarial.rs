@@ -1,7 +1,8 @@
 //! Adversarial shapes found in review: local macros that invoke other local macros, consuming
 //! methods whose names usually borrow (`Iterator::last`, `BufRead::lines`), raw identifiers in
-//! format captures, `#[cfg]`-disabled shadowing `let`s, temporaries extended through constructors and
-//! `format_args!`, `as _` casts, struct update syntax.
+//! format captures, `#[cfg]`-disabled shadowing `let`s, temporaries extended through
+//! constructors and `format_args!`, local closures returning borrows, `&mut` out-parameters,
+//! `as _` casts, struct update syntax.
 #![deny(warnings)]
 
 #[macro_use]
@@ -231,6 +232,34 @@ macro_rules! cases {
             step("2");
             r.v
         }
+
+        /// A local closure returning a borrow of what it captured: its result borrows `x`
+        /// (was E0505).
+        $(#[$attr])?
+        pub fn closure_returns_ref() -> i64 {
+            let x = mk("x", 2);
+            let get = || &x;
+            let r = get();
+            step("1");
+            let z = mk("z", r.v);
+            step("2");
+            z.v
+        }
+
+        /// A free function storing a borrow through a `&mut` argument (was E0597).
+        $(#[$attr])?
+        pub fn out_param() -> i64 {
+            fn fill<'a>(out: &mut Vec<&'a T>, x: &'a T) {
+                out.push(x);
+            }
+            let x = mk("x", 2);
+            let mut out = Vec::new();
+            fill(&mut out, &x);
+            step("1");
+            let z = mk("z", out[0].v);
+            step("2");
+            z.v
+        }
     };
 }
 mod with {
@@ -259,4 +288,6 @@ pub fn main() {
     check!(constructor_extension(mk("z", 1)));
     check!(format_args_stored(mk("x", 1)));
     check!(pin_stored(mk("x", 1)));
+    check!(closure_returns_ref());
+    check!(out_param());
 }
