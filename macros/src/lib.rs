@@ -50,9 +50,12 @@ use proc_macro::TokenStream;
 /// 2. **Drops at last use**: every local, and every by-value parameter, is moved into the
 ///    statement of its last use, so it dies at the end of that statement whether the statement
 ///    borrows it or moves it: `let y = f(&x)?;` becomes
-///    `let y = { let x = x; let __vg_value = f(&x)?; __vg_value };`. Nested blocks (branches,
-///    loop bodies, closures, `unsafe` and async blocks) get the same treatment for the locals
-///    they declare. A local declared outside a loop and used inside is freed after the loop.
+///    `let y = { let x = x; let __vg_value = f(&x)?; __vg_value };`. A `mut` local that the
+///    statement mutates or borrows without moving (`x += 1;`, `f(&mut x);`) is released right
+///    after it instead, so that a `Copy` value is never mutated as a copy. Nested blocks
+///    (branches, loop bodies, closures, `unsafe` and async blocks) get the same treatment for
+///    the locals they declare. A local declared outside a loop and used inside is freed after
+///    the loop.
 /// 3. **Lints** the body (`.backward()` here is an error: there is no graph to differentiate).
 ///
 /// # The contract

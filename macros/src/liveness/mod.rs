@@ -16,6 +16,10 @@
 //! g(&x);                 →   { let x = x; g(&x); }
 //! ```
 //!
+//! A `mut` local that the statement mutates or borrows without moving it is released after
+//! the statement instead (`x += 1; release(x);`): moved in, a `Copy` value would be mutated as a
+//! copy, and a later use the scan missed would read the stale original.
+//!
 //! The initializer is bound to a local before the block ends so that temporaries never sit in
 //! a block's tail expression (edition 2021 drops those after the block's locals), and a `let`'s
 //! type annotation is copied onto that local so that inference is unchanged. A local whose
@@ -322,6 +326,9 @@ struct Binding {
     pinned: bool,
     mentions: Vec<usize>,
     partial_moves: Vec<usize>,
+    /// Statements that may mutate this binding in place without moving it (`x += 1`,
+    /// `f(&mut x)`, `x = …`): see [`Rewriter::plan`] on `mut` bindings.
+    kept_in_place: Vec<usize>,
     shadowed_at: Option<usize>,
     /// Statements where this binding may not be moved in (`else` of a let-else).
     no_move_in: Vec<usize>,
@@ -418,6 +425,7 @@ impl Rewriter<'_> {
                 pinned: pinned || guard,
                 mentions: Vec::new(),
                 partial_moves: Vec::new(),
+                kept_in_place: Vec::new(),
                 shadowed_at: None,
                 no_move_in: Vec::new(),
             });
@@ -488,6 +496,9 @@ impl Rewriter<'_> {
                     bindings[b].mentions.push(index);
                     if mention.partial {
                         bindings[b].partial_moves.push(index);
+                    }
+                    if !mention.moved || mention.assigned {
+                        bindings[b].kept_in_place.push(index);
                     }
                     if mention.raw_address {
                         bindings[b].pinned = true;
@@ -650,7 +661,12 @@ impl Rewriter<'_> {
                 .push(format!("{}@{}", binding.ident, self.depth));
             let drops = plan.entry(at).or_default();
             let borrowed_here = borrowed_by_value[at].iter().any(|&(to, _)| to == b);
-            if binding.mentions.contains(&at) && !borrowed_here {
+            // A `mut` binding the statement mutates without moving it is released after the
+            // statement, not moved into it: if it is `Copy`, moving in would mutate a copy, and
+            // a later use the scan missed (a `macro_rules!`-generated function mixing hygiene
+            // contexts, say) would read the stale original. Released, it stays one value.
+            let mutated_in_place = binding.mutable && binding.kept_in_place.contains(&at);
+            if binding.mentions.contains(&at) && !borrowed_here && !mutated_in_place {
                 drops.move_in.push((binding.ident.clone(), binding.mutable));
                 // The last mutation may now happen on the rebinding: the declaration's `mut`
                 // can become unneeded, which rustc would report on the user's line.
