@@ -1,9 +1,12 @@
 //! Ordinary training-loop and host code that the lints must leave alone: the usual fixes
 //! (`losses.push(loss.to_scalar()?)`, `metrics.insert(k, v.item())`, `total += loss.item()`),
-//! string processing, and `#[vramguard::allow]` on a loop statement and on a `match` arm.
+//! string processing, timers and memory statistics in a benchmark loop, and
+//! `#[vramguard::allow]` on a loop statement and on a `match` arm.
 #![deny(deprecated)]
 #![allow(dead_code)]
 use std::collections::HashMap;
+use std::time::Instant;
+use vramguard::{memory, Device};
 
 pub struct Tensor(pub Vec<f32>);
 #[derive(Debug)]
@@ -78,7 +81,29 @@ fn allow_positions(n: usize) -> usize {
     results.len()
 }
 
+/// A benchmark loop: timers and memory statistics are host values, also around `empty_cache`.
+#[vramguard::batch_scope]
+fn bench(dev: &Device, n: usize) -> (f64, u64) {
+    let mut times = Vec::new();
+    let mut allocated = Vec::new();
+    for _ in 0..n {
+        let start = Instant::now();
+        times.push(start.elapsed());
+        allocated.push(memory::stats(dev).allocated_bytes);
+        let stats = memory::stats(dev);
+        allocated.push(stats.allocated_bytes);
+    }
+    let total: f64 = times.iter().map(|d| d.as_secs_f64()).sum();
+    let before = memory::stats(dev);
+    let t0 = Instant::now();
+    let released = memory::empty_cache(dev);
+    let after = memory::stats(dev);
+    assert!(after.reserved_bytes <= before.reserved_bytes);
+    (total + t0.elapsed().as_secs_f64(), released)
+}
+
 fn main() {
+    let _ = bench(&Device::host(), 2);
     let _ = train(2).unwrap();
     let _ = host_code(&["1 2", "3"]);
     let _ = allow_positions(2);
