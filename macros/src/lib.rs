@@ -110,7 +110,8 @@ use proc_macro::TokenStream;
 ///   it (`Iterator::last`, `BufRead::lines`), so a binding of their result keeps that local to
 ///   the end of its scope;
 /// - **pass-through** (the receiver's value flows on): `unwrap`, `expect`, `ok`, `map_err`,
-///   `context`, `into`, `into_*`, `map`, `filter`, `zip`, `chain`, `collect`, `cloned`, … and
+///   `context`, `into`, `into_*`, `map`, `filter`, `zip`, `chain`, `collect`, `cloned`, …,
+///   `max`, `min` and `flatten` (tensor ops, but also iterator methods yielding references), and
 ///   `?`, `.await`;
 /// - **everything else** gets the conservative default: an unknown *method*'s result may
 ///   borrow its receiver (lifetime elision ties it to `self`, so `&` arguments are not

@@ -320,6 +320,12 @@ impl Env<'_> {
 
     fn method_value(&self, call: &syn::ExprMethodCall, out: &mut Vec<Source>) {
         let name = call.method.to_string();
+        let user_owned = self.owned.contains(&name);
+        if !user_owned && lists::ITEM_METHODS.contains(&name.as_str()) {
+            self.value(&call.receiver, out);
+            call.args.iter().for_each(|a| self.held(a, out));
+            return;
+        }
         if self.is_owned_method(&name) {
             return;
         }
