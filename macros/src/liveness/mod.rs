@@ -326,8 +326,8 @@ struct Binding {
     pinned: bool,
     mentions: Vec<usize>,
     partial_moves: Vec<usize>,
-    /// Statements that may mutate this binding in place without moving it (`x += 1`,
-    /// `f(&mut x)`, `x = …`): see [`Rewriter::plan`] on `mut` bindings.
+    /// Statements that use this binding without moving it (`x += 1`, `f(&mut x)`, `x = …`):
+    /// see [`Rewriter::plan`] on `mut` bindings.
     kept_in_place: Vec<usize>,
     shadowed_at: Option<usize>,
     /// Statements where this binding may not be moved in (`else` of a let-else).
@@ -497,7 +497,9 @@ impl Rewriter<'_> {
                     if mention.partial {
                         bindings[b].partial_moves.push(index);
                     }
-                    if !mention.moved || mention.assigned {
+                    // Not after a statement that may move it (`loop { let n = f(cur);
+                    // if .. { break } cur = n; }` can exit with `cur` moved).
+                    if !mention.moved {
                         bindings[b].kept_in_place.push(index);
                     }
                     if mention.raw_address {

@@ -48,8 +48,6 @@ pub(crate) struct Mention {
     /// the pointer may escape where the borrow checker cannot see it, so the local is never
     /// dropped early.
     pub raw_address: bool,
-    /// Assigned to (`x = …`) somewhere in the statement.
-    pub assigned: bool,
 }
 
 /// What a statement does to the locals around it.
@@ -633,8 +631,7 @@ impl<'e, 'a> Walker<'e, 'a> {
                 mention.partial |= projected;
             }
             Ctx::Receiver => mention.moved = true,
-            Ctx::Assign => mention.assigned = true,
-            Ctx::Borrow => {}
+            Ctx::Borrow | Ctx::Assign => {}
         }
     }
 
