@@ -57,3 +57,11 @@ mod tricky;
 fn tricky() {
     tricky::main();
 }
+
+#[path = "ui/inference/pass/adversarial.rs"]
+mod adversarial;
+
+#[test]
+fn adversarial() {
+    adversarial::main();
+}

@@ -50,9 +50,12 @@ use proc_macro::TokenStream;
 /// 2. **Drops at last use**: every local, and every by-value parameter, is moved into the
 ///    statement of its last use, so it dies at the end of that statement whether the statement
 ///    borrows it or moves it: `let y = f(&x)?;` becomes
-///    `let y = { let x = x; let __vg_value = f(&x)?; __vg_value };`. Nested blocks (branches,
-///    loop bodies, closures, `unsafe` and async blocks) get the same treatment for the locals
-///    they declare. A local declared outside a loop and used inside is freed after the loop.
+///    `let y = { let x = x; let __vg_value = f(&x)?; __vg_value };`. A `mut` local that the
+///    statement mutates or borrows without moving (`x += 1;`, `f(&mut x);`) is released right
+///    after it instead, so that a `Copy` value is never mutated as a copy. Nested blocks
+///    (branches, loop bodies, closures, `unsafe` and async blocks) get the same treatment for
+///    the locals they declare. A local declared outside a loop and used inside is freed after
+///    the loop.
 /// 3. **Lints** the body (`.backward()` here is an error: there is no graph to differentiate).
 ///
 /// # The contract
@@ -88,7 +91,9 @@ use proc_macro::TokenStream;
 ///
 /// A binding that may borrow a local keeps it alive until the binding's own last use: `&x`,
 /// `&x[..]`, `x.field` read through such a reference, non-`move` closures capturing `x`,
-/// borrows stored with `v.push(&x)` or `r = &x`, `let r = &make(&x);` (temporary lifetime
+/// borrows stored with `v.push(&x)`, `r = &x` or `fill(&mut out, &x)` (a free function may
+/// store through a `&mut` argument), what a local closure returns (`get()` after
+/// `let get = || &x;`), `let r = &make(&x);` and `let o = Some(&make(&x));` (temporary lifetime
 /// extension), and the results of calls decided by name:
 /// - **owned results** (borrow nothing): tensor operations of candle, burn, tch, dfdx and
 ///   vramguard (`matmul`, `broadcast_add`, `relu`, `gelu`, `softmax`, `reshape`, `transpose`,
@@ -101,8 +106,12 @@ use proc_macro::TokenStream;
 ///   `device`, `storage`, `storage_and_layout`, `as_ref`, `as_slice`, `as_str`, `iter`,
 ///   `iter_mut`, `keys`, `values`, `get`, `first`, `last`, `lines`, `split`, `chunks`,
 ///   `windows`, `lock`, `read`, `write`, `borrow`, `deref`, `drain`, `entry`, `peek`, …;
+///   of these, `last`, `lines`, `split` and `bytes` called directly on a local may also consume
+///   it (`Iterator::last`, `BufRead::lines`), so a binding of their result keeps that local to
+///   the end of its scope;
 /// - **pass-through** (the receiver's value flows on): `unwrap`, `expect`, `ok`, `map_err`,
-///   `context`, `into`, `into_*`, `map`, `filter`, `zip`, `chain`, `collect`, `cloned`, … and
+///   `context`, `into`, `into_*`, `map`, `filter`, `zip`, `chain`, `collect`, `cloned`, …,
+///   `max`, `min` and `flatten` (tensor ops, but also iterator methods yielding references), and
 ///   `?`, `.await`;
 /// - **everything else** gets the conservative default: an unknown *method*'s result may
 ///   borrow its receiver (lifetime elision ties it to `self`, so `&` arguments are not
@@ -185,7 +194,7 @@ pub fn batch_scope(args: TokenStream, item: TokenStream) -> TokenStream {
 
 /// Suppresses vramguard lints by name: `#[vramguard::allow(accumulates_across_iterations)]`
 /// on a function processed by `#[inference]` or `#[batch_scope]` (either attribute order), or on
-/// a statement inside one. Misspelled names are errors that list the known lints:
+/// a statement or a `match` arm inside one. Misspelled names are errors that list the known lints:
 /// `backward_in_inference`, `accumulates_across_iterations`, `graph_across_iterations`,
 /// `inplace_on_activation`, `empty_cache_is_not_free`.
 ///

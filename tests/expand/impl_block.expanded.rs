@@ -28,12 +28,8 @@ impl Module for Mlp {
             let h = h;
             extra = h.sqr()?;
         }
-        let out = {
-            #[allow(unused_mut, unused_variables, clippy::redundant_locals)]
-            let mut extra = extra;
-            let __vg_value = self.down.forward(&extra)?;
-            __vg_value
-        };
+        let out = self.down.forward(&extra)?;
+        vg::__private::release(extra);
         Ok(out)
     }
 }

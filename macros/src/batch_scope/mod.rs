@@ -265,6 +265,42 @@ impl<'ast> Visit<'ast> for AwaitScan {
             self.found = Some(e.await_token.span);
         }
     }
+    // Macro arguments are tokens: `println!("{}", f().await)` awaits too.
+    fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+        if self.found.is_none() {
+            self.found = await_in_tokens(mac.tokens.clone());
+        }
+    }
+}
+
+/// The span of a `.await` in `tokens`, outside `async` blocks.
+fn await_in_tokens(tokens: TokenStream) -> Option<Span> {
+    use proc_macro2::TokenTree;
+    let tokens: Vec<TokenTree> = tokens.into_iter().collect();
+    let mut skip_next_group = false;
+    for (i, token) in tokens.iter().enumerate() {
+        match token {
+            TokenTree::Ident(ident) if ident == "async" => skip_next_group = true,
+            TokenTree::Ident(ident) if ident == "move" => {}
+            TokenTree::Ident(ident) if ident == "await" => {
+                let after_dot =
+                    i > 0 && matches!(&tokens[i - 1], TokenTree::Punct(p) if p.as_char() == '.');
+                if after_dot {
+                    return Some(ident.span());
+                }
+                skip_next_group = false;
+            }
+            TokenTree::Group(group) => {
+                if !std::mem::take(&mut skip_next_group) {
+                    if let Some(span) = await_in_tokens(group.stream()) {
+                        return Some(span);
+                    }
+                }
+            }
+            _ => skip_next_group = false,
+        }
+    }
+    None
 }
 
 /// Strips `#[batch_scope]` markers (for the fallback output next to an error).

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeSet;
 
+use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 
 use super::parse::{Options, Target};
@@ -80,11 +81,11 @@ pub(crate) fn validate(target: &Target, options: &Options) -> Result<(), syn::Er
         for function in &functions {
             liveness::declared_names(function.block, &mut declared);
             for param in liveness::params_of(function.sig) {
-                declared.insert(param.ident.to_string());
+                declared.insert(param.ident.unraw().to_string());
             }
         }
         for name in &options.keep {
-            if !declared.contains(&name.to_string()) {
+            if !declared.contains(&name.unraw().to_string()) {
                 errors.push(syn::Error::new(
                     name.span(),
                     format!(

@@ -255,9 +255,15 @@ impl<'c, 'a> Walker<'c, 'a> {
 
     /// Removes `#[vramguard::allow(..)]` from a statement and returns what it allows.
     fn take_statement_allows(&mut self, stmt: &mut Stmt) -> Vec<Lint> {
-        let Some(attrs) = stmt_attrs_mut(stmt) else {
-            return Vec::new();
-        };
+        match stmt_attrs_mut(stmt) {
+            Some(attrs) => self.take_allows(attrs),
+            None => Vec::new(),
+        }
+    }
+
+    /// Removes `#[vramguard::allow(..)]` from `attrs` (a statement's or a `match` arm's) and
+    /// returns what it allows.
+    fn take_allows(&mut self, attrs: &mut Vec<syn::Attribute>) -> Vec<Lint> {
         let (ours, rest): (Vec<_>, Vec<_>) = attrs.drain(..).partition(is_vramguard_allow);
         *attrs = rest;
         match allowed_in(&ours) {
@@ -445,9 +451,12 @@ impl VisitMut for Walker<'_, '_> {
             Expr::Match(m) => {
                 self.visit_expr_mut(&mut m.expr);
                 for arm in &mut m.arms {
-                    self.bind_pattern(&arm.pat);
-                    self.visit_pat_mut(&mut arm.pat);
-                    self.visit_expr_mut(&mut arm.body);
+                    let allows = self.take_allows(&mut arm.attrs);
+                    self.with_allows(allows, |this| {
+                        this.bind_pattern(&arm.pat);
+                        this.visit_pat_mut(&mut arm.pat);
+                        this.visit_expr_mut(&mut arm.body);
+                    });
                 }
             }
             _ => visit_mut::visit_expr_mut(self, expr),

@@ -49,6 +49,23 @@ const SCALAR_METHODS: &[&str] = &[
     "count",
     "is_empty",
     "to_string",
+    // Timers and memory statistics: host values that benchmark loops collect.
+    "now",
+    "elapsed",
+    "duration_since",
+    "as_secs",
+    "as_secs_f32",
+    "as_secs_f64",
+    "as_millis",
+    "as_micros",
+    "as_nanos",
+    "stats",
+    "memory_stats",
+    "snapshot",
+    "to_uppercase",
+    "to_lowercase",
+    "to_ascii_uppercase",
+    "to_ascii_lowercase",
     "dims",
     "shape",
     "dim",
@@ -248,6 +265,8 @@ pub(crate) fn classify(expr: &Expr, lookup: &dyn Fn(&str) -> Option<Holds>) -> H
                 {
                     Holds::Scalar
                 }
+                // `Instant::now()`, `memory::stats(&dev)`: host values.
+                Some(last) if is_one_of(&last.ident, SCALAR_METHODS) => Holds::Scalar,
                 Some(last) if is_one_of(&last.ident, CREATION) => Holds::Created,
                 // `Some(x)`, `Ok(x)`, `Wrapper(x)`: a constructor, not a computation.
                 Some(last) if last.ident.to_string().starts_with(char::is_uppercase) => {

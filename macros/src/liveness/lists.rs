@@ -341,6 +341,16 @@ pub(crate) const BORROW_METHODS: &[&str] = &[
     "bias",
 ];
 
+/// Tensor operations (owned results) that are also `Iterator` methods yielding the iterator's
+/// items, which may be references (`v.iter().max()`, `nested.iter().flatten()`): treated as
+/// pass-through, which costs a tensor nothing (its value borrows nothing).
+pub(crate) const ITEM_METHODS: &[&str] = &["max", "min", "flatten"];
+
+/// Of the borrowing methods, those std also defines on a by-value `self` (`Iterator::last`,
+/// `BufRead::lines`, `BufRead::split`, `Read::bytes`): called directly on a local they may move
+/// it, so a binding of their result keeps the local to the end of its scope.
+pub(crate) const MAYBE_CONSUMING_METHODS: &[&str] = &["last", "lines", "split", "bytes"];
+
 /// Of the borrowing methods, those returning a plain reference into the receiver (not an
 /// iterator, an `Option<&T>` or a guard): reading through the result yields what the receiver
 /// holds, never the receiver's storage.

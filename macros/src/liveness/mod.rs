@@ -16,6 +16,10 @@
 //! g(&x);                 →   { let x = x; g(&x); }
 //! ```
 //!
+//! A `mut` local that the statement mutates or borrows without moving it is released after
+//! the statement instead (`x += 1; release(x);`): moved in, a `Copy` value would be mutated as a
+//! copy, and a later use the scan missed would read the stale original.
+//!
 //! The initializer is bound to a local before the block ends so that temporaries never sit in
 //! a block's tail expression (edition 2021 drops those after the block's locals), and a `let`'s
 //! type annotation is copied onto that local so that inference is unchanged. A local whose
@@ -52,6 +56,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::{quote, quote_spanned};
+use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::visit_mut::{self, VisitMut};
 use syn::{Block, Expr, Ident, Item, Stmt};
@@ -214,7 +219,7 @@ pub(crate) fn declared_names(block: &Block, out: &mut BTreeSet<String>) {
     struct Names<'a>(&'a mut BTreeSet<String>);
     impl<'ast> syn::visit::Visit<'ast> for Names<'_> {
         fn visit_pat_ident(&mut self, pat: &'ast syn::PatIdent) {
-            self.0.insert(pat.ident.to_string());
+            self.0.insert(pat.ident.unraw().to_string());
             syn::visit::visit_pat_ident(self, pat);
         }
         fn visit_item(&mut self, _: &'ast Item) {}
@@ -247,6 +252,10 @@ pub(crate) fn contains_unsafe(block: &Block) -> bool {
     find.0
 }
 
+fn is_cfg_attr(attr: &syn::Attribute) -> bool {
+    attr.path().is_ident("cfg") || attr.path().is_ident("cfg_attr")
+}
+
 fn is_keep_attr(attr: &syn::Attribute) -> bool {
     attr.path().is_ident("keep")
 }
@@ -263,13 +272,36 @@ fn collect_local_macros(block: &Block, out: &mut BTreeMap<String, BTreeSet<Strin
         }
     }
     syn::visit::Visit::visit_block(&mut Macros(out), block);
+    // A local macro whose body invokes another local macro mentions what that one mentions
+    // (`macro_rules! show { () => { get_n!() } }`): close the sets transitively.
+    loop {
+        let mut changed = false;
+        let names: Vec<String> = out.keys().cloned().collect();
+        for name in &names {
+            let inner: BTreeSet<String> = out[name]
+                .iter()
+                .filter(|ident| *ident != name)
+                .filter_map(|ident| out.get(ident))
+                .flatten()
+                .cloned()
+                .collect();
+            if let Some(idents) = out.get_mut(name) {
+                let before = idents.len();
+                idents.extend(inner);
+                changed |= idents.len() != before;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
 }
 
 fn idents_of(tokens: TokenStream, out: &mut BTreeSet<String>) {
     for token in tokens {
         match token {
             TokenTree::Ident(ident) => {
-                out.insert(ident.to_string());
+                out.insert(ident.unraw().to_string());
             }
             TokenTree::Group(group) => idents_of(group.stream(), out),
             TokenTree::Literal(literal) => {
@@ -294,6 +326,9 @@ struct Binding {
     pinned: bool,
     mentions: Vec<usize>,
     partial_moves: Vec<usize>,
+    /// Statements that use this binding without moving it (`x += 1`, `f(&mut x)`, `x = …`):
+    /// see [`Rewriter::plan`] on `mut` bindings.
+    kept_in_place: Vec<usize>,
     shadowed_at: Option<usize>,
     /// Statements where this binding may not be moved in (`else` of a let-else).
     no_move_in: Vec<usize>,
@@ -363,7 +398,12 @@ impl Rewriter<'_> {
         // Locals the value of a `let` initializer may borrow: moving them into that statement
         // would leave the value dangling (`let _ = &x;` binds nothing to carry the borrow).
         let mut borrowed_by_value: Vec<Vec<(usize, Kind)>> = vec![Vec::new(); count];
-        let keep: BTreeSet<String> = self.opts.keep.iter().map(|k| k.to_string()).collect();
+        let keep: BTreeSet<String> = self
+            .opts
+            .keep
+            .iter()
+            .map(|k| k.unraw().to_string())
+            .collect();
 
         let declare = |bindings: &mut Vec<Binding>,
                        current: &mut BTreeMap<String, usize>,
@@ -371,7 +411,7 @@ impl Rewriter<'_> {
                        mutable: bool,
                        decl: Option<usize>,
                        pinned: bool| {
-            let name = ident.to_string();
+            let name = ident.unraw().to_string();
             if let Some(&old) = current.get(&name) {
                 if let Some(at) = decl {
                     bindings[old].shadowed_at.get_or_insert(at);
@@ -385,6 +425,7 @@ impl Rewriter<'_> {
                 pinned: pinned || guard,
                 mentions: Vec::new(),
                 partial_moves: Vec::new(),
+                kept_in_place: Vec::new(),
                 shadowed_at: None,
                 no_move_in: Vec::new(),
             });
@@ -456,6 +497,11 @@ impl Rewriter<'_> {
                     if mention.partial {
                         bindings[b].partial_moves.push(index);
                     }
+                    // Not after a statement that may move it (`loop { let n = f(cur);
+                    // if .. { break } cur = n; }` can exit with `cur` moved).
+                    if !mention.moved {
+                        bindings[b].kept_in_place.push(index);
+                    }
                     if mention.raw_address {
                         bindings[b].pinned = true;
                     }
@@ -508,14 +554,22 @@ impl Rewriter<'_> {
                         }
                     }
                     let uninit = local.init.is_none();
+                    // `#[cfg(..)] let x = …;` may be compiled out: whether it shadows `x` is
+                    // unknown, so neither the old nor the new `x` is dropped early.
+                    let conditional = local.attrs.iter().any(is_cfg_attr);
                     for (ident, mutable) in &names {
+                        if conditional {
+                            if let Some(&old) = current.get(&ident.unraw().to_string()) {
+                                bindings[old].pinned = true;
+                            }
+                        }
                         let new = declare(
                             &mut bindings,
                             &mut current,
                             ident,
                             *mutable,
                             Some(index),
-                            marked_keep || uninit,
+                            marked_keep || uninit || conditional,
                         );
                         edges.extend(resolved.iter().map(|&(to, kind, into)| Edge {
                             from: new,
@@ -609,7 +663,12 @@ impl Rewriter<'_> {
                 .push(format!("{}@{}", binding.ident, self.depth));
             let drops = plan.entry(at).or_default();
             let borrowed_here = borrowed_by_value[at].iter().any(|&(to, _)| to == b);
-            if binding.mentions.contains(&at) && !borrowed_here {
+            // A `mut` binding the statement mutates without moving it is released after the
+            // statement, not moved into it: if it is `Copy`, moving in would mutate a copy, and
+            // a later use the scan missed (a `macro_rules!`-generated function mixing hygiene
+            // contexts, say) would read the stale original. Released, it stays one value.
+            let mutated_in_place = binding.mutable && binding.kept_in_place.contains(&at);
+            if binding.mentions.contains(&at) && !borrowed_here && !mutated_in_place {
                 drops.move_in.push((binding.ident.clone(), binding.mutable));
                 // The last mutation may now happen on the rebinding: the declaration's `mut`
                 // can become unneeded, which rustc would report on the user's line.
@@ -643,7 +702,9 @@ impl Rewriter<'_> {
                     .move_in
                     .iter()
                     .map(|(ident, mutable)| {
-                        let ident = Ident::new(&ident.to_string(), ident.span().located_at(span));
+                        // Cloned, not `Ident::new`: raw identifiers (`r#type`) stay valid.
+                        let mut ident = ident.clone();
+                        ident.set_span(ident.span().located_at(span));
                         if *mutable {
                             quote!(#[allow(unused_mut, unused_variables, clippy::redundant_locals)] let mut #ident = #ident;)
                         } else {
@@ -659,7 +720,8 @@ impl Rewriter<'_> {
                 .iter()
                 .rev()
                 .map(|ident| {
-                    let ident = Ident::new(&ident.to_string(), ident.span().located_at(span));
+                    let mut ident = ident.clone();
+                    ident.set_span(ident.span().located_at(span));
                     syn::parse_quote_spanned!(span=> #krate::__private::release(#ident);)
                 })
                 .collect();

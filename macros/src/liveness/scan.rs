@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use proc_macro2::{TokenStream, TokenTree};
 use quote::ToTokens;
+use syn::ext::IdentExt;
 use syn::parse::Parser;
 use syn::punctuated::Punctuated;
 use syn::{BinOp, Block, Expr, Macro, Pat, Stmt, Token, UnOp};
@@ -92,6 +93,11 @@ impl Env<'_> {
 
     fn is_user_borrow(&self, name: &str) -> bool {
         self.borrows.iter().any(|n| n == name)
+    }
+
+    /// A borrowing name that std also defines on a by-value `self` (and the user did not list).
+    fn maybe_consumes(&self, name: &str) -> bool {
+        lists::MAYBE_CONSUMING_METHODS.contains(&name) && !self.is_user_borrow(name)
     }
 
     fn is_borrow_method(&self, name: &str) -> bool {
@@ -300,7 +306,7 @@ impl Env<'_> {
             }
             let sources = substitute(self.value_sources(&init.expr), &locals);
             for (ident, _) in names {
-                locals.insert(ident.to_string(), sources.clone());
+                locals.insert(ident.unraw().to_string(), sources.clone());
             }
         }
         if self.scan_expr(tail).stores_anything {
@@ -312,12 +318,23 @@ impl Env<'_> {
 
     fn method_value(&self, call: &syn::ExprMethodCall, out: &mut Vec<Source>) {
         let name = call.method.to_string();
+        let user_owned = self.owned.contains(&name);
+        if !user_owned && lists::ITEM_METHODS.contains(&name.as_str()) {
+            self.value(&call.receiver, out);
+            call.args.iter().for_each(|a| self.held(a, out));
+            return;
+        }
         if self.is_owned_method(&name) {
             return;
         }
         if self.is_borrow_method(&name) {
+            let kind = if self.maybe_consumes(&name) {
+                Kind::Maybe
+            } else {
+                Kind::Borrow
+            };
             let mut sources = Vec::new();
-            self.borrow_of(&call.receiver, Kind::Borrow, &mut sources);
+            self.borrow_of(&call.receiver, kind, &mut sources);
             if !lists::REFERENCE_METHODS.contains(&name.as_str()) {
                 // An iterator, `Option<&T>` or guard *holds* a reference into the receiver.
                 sources = sources
@@ -369,6 +386,10 @@ impl Env<'_> {
             let constructor = last.starts_with(char::is_uppercase);
             if self.optimistic && !constructor {
                 return;
+            }
+            // Calling a local closure: its result may hold what the closure captured.
+            if let Some(name) = local_name(path) {
+                out.push(Source::ValueOf(name));
             }
         } else {
             self.value(&call.func, out);
@@ -431,6 +452,15 @@ impl Env<'_> {
                         .is_some_and(|(_, e)| Self::has_extended_temporary(e))
             }
             Expr::Match(m) => m.arms.iter().any(|a| Self::has_extended_temporary(&a.body)),
+            // Tuple struct and variant constructors extend too (`let y = Some(&make(x));`).
+            Expr::Call(c) => {
+                let constructor = matches!(&*c.func, Expr::Path(p) if p.path.segments.last()
+                    .is_some_and(|s| s.ident.to_string().starts_with(char::is_uppercase)));
+                constructor && c.args.iter().any(Self::has_extended_temporary)
+            }
+            // `let f = format_args!("{}", x.v);` and `pin!(value)` borrow temporaries that the
+            // `let` extends.
+            Expr::Macro(m) => matches!(macro_name(&m.mac).as_str(), "format_args" | "pin"),
             _ => false,
         }
     }
@@ -466,7 +496,7 @@ pub(crate) fn local_name(path: &syn::ExprPath) -> Option<String> {
     if !segment.arguments.is_none() {
         return None;
     }
-    let name = segment.ident.to_string();
+    let name = segment.ident.unraw().to_string();
     (name != "self" && !name.starts_with(char::is_uppercase)).then_some(name)
 }
 
@@ -589,6 +619,8 @@ impl<'e, 'a> Walker<'e, 'a> {
     }
 
     fn mention(&mut self, name: &str, ctx: Ctx, projected: bool) {
+        // `r#type` and `type` (a format capture) name the same local.
+        let name = name.strip_prefix("r#").unwrap_or(name);
         if self.bound.iter().any(|b| b == name) {
             return;
         }
@@ -607,7 +639,7 @@ impl<'e, 'a> Walker<'e, 'a> {
         let mut names = Vec::new();
         pattern_bindings(pat, &mut names);
         self.bound
-            .extend(names.into_iter().map(|(n, _)| n.to_string()));
+            .extend(names.into_iter().map(|(n, _)| n.unraw().to_string()));
         if let Pat::Guard(guard) = pat {
             self.expr(&guard.guard, Ctx::Value);
         }
@@ -657,7 +689,15 @@ impl<'e, 'a> Walker<'e, 'a> {
                         self.expr(otherwise, Ctx::Value);
                     }
                 }
-                self.bind(&local.pat);
+                // A `#[cfg(..)]` `let` may be compiled out: later uses of its names may be
+                // uses of an outer binding, so they stay mentions.
+                let conditional = local
+                    .attrs
+                    .iter()
+                    .any(|a| a.path().is_ident("cfg") || a.path().is_ident("cfg_attr"));
+                if !conditional {
+                    self.bind(&local.pat);
+                }
             }
             // Items cannot capture locals; a local `macro_rules!` counts where it is invoked.
             Stmt::Item(_) => {}
@@ -730,7 +770,9 @@ impl<'e, 'a> Walker<'e, 'a> {
             Expr::Group(group) => self.expr(&group.expr, ctx),
             Expr::MethodCall(call) => {
                 let name = call.method.to_string();
-                let receiver_ctx = if self.env.is_borrow_method(&name) {
+                let receiver_ctx = if self.env.maybe_consumes(&name) {
+                    Ctx::Receiver
+                } else if self.env.is_borrow_method(&name) {
                     Ctx::Borrow
                 } else if name.starts_with("into_")
                     || lists::PASSTHROUGH_METHODS.contains(&name.as_str())
@@ -755,6 +797,20 @@ impl<'e, 'a> Walker<'e, 'a> {
             Expr::Call(call) => {
                 self.expr(&call.func, Ctx::Value);
                 call.args.iter().for_each(|a| self.expr(a, Ctx::Value));
+                // `fill(&mut out, &x)` may store a borrow of `x` (or what `x` holds) in `out`.
+                for (i, arg) in call.args.iter().enumerate() {
+                    let Expr::Reference(out) = arg else { continue };
+                    if out.mutability.is_none() {
+                        continue;
+                    }
+                    let mut sources = Vec::new();
+                    for (j, other) in call.args.iter().enumerate() {
+                        if j != i {
+                            self.env.held(other, &mut sources);
+                        }
+                    }
+                    self.store(&out.expr, sources);
+                }
             }
             Expr::Binary(binary) => {
                 let (left, right) = match binary.op {

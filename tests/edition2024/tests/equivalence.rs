@@ -2,6 +2,8 @@
 //! the generated code must compile and behave the same on both editions.
 #![allow(clippy::duplicate_mod)] // each pass case includes the shared support module itself
 
+#[path = "../../ui/inference/pass/adversarial.rs"]
+mod adversarial;
 #[path = "../../ui/inference/pass/basics.rs"]
 mod basics;
 #[path = "../../ui/inference/pass/borrows.rs"]
@@ -34,6 +36,7 @@ mod corpus_3;
 
 #[test]
 fn pass_cases_edition_2024() {
+    adversarial::main();
     basics::main();
     borrows::main();
     control::main();
