@@ -27,154 +27,11 @@
 //!
 //! Every number printed is exact, from `memory::stats`.
 
+#[path = "common/fragmentation_stream.rs"]
+mod stream;
+
 use std::process::ExitCode;
-use vramguard::alloc::{AllocatorConfig, HostBackend};
-use vramguard::device::Allocation;
-use vramguard::memory::{self, MemoryStats, OutOfMemory, SequenceBuckets, Workspace};
-use vramguard::Device;
-
-const MIB: usize = 1 << 20;
-/// The "GPU": a host device that refuses to hold more than this.
-const CAPACITY: usize = 32 * MIB;
-/// Activation bytes per token of a batch: 4 sequences × 1024 features × 4 bytes.
-const BYTES_PER_TOKEN: usize = 4 * 1024 * 4;
-/// The summary each batch keeps: 4 sequences × 96 × 1024 f32.
-const SUMMARY: usize = 4 * 96 * 1024 * 4;
-/// Sequence lengths of the stream (at most 512).
-const LENGTHS: [usize; 9] = [336, 75, 487, 369, 286, 64, 459, 356, 445];
-/// Padded lengths for the bucketing remedy.
-const BUCKETS: [usize; 4] = [128, 256, 384, 512];
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Remedy {
-    None,
-    Coalescing,
-    Bucketing,
-    Preallocation,
-    Expandable,
-}
-
-impl Remedy {
-    fn name(self) -> &'static str {
-        match self {
-            Remedy::None => "none (naive loop)",
-            Remedy::Coalescing => "coalescing + empty_cache",
-            Remedy::Bucketing => "bucketing",
-            Remedy::Preallocation => "preallocation (Workspace)",
-            Remedy::Expandable => "expandable segments",
-        }
-    }
-}
-
-/// How one run of the stream ended.
-struct Outcome {
-    remedy: Remedy,
-    batches_done: usize,
-    error: Option<OutOfMemory>,
-    /// Statistics right after the last batch (or the failure), before anything is released.
-    stats: MemoryStats,
-    /// Bytes `empty_cache` returned after the stream (everything dropped).
-    released: u64,
-    /// The HTML page (timeline and segment map) right after the stream, when asked for.
-    page: Option<String>,
-}
-
-/// A fresh allocator of `CAPACITY` bytes: a bounded host device, or (`--device cuda`) an
-/// allocator on GPU 0 limited to `CAPACITY` by `memory_limit`.
-fn device_for(remedy: Remedy, cuda: bool) -> Result<Device, Box<dyn std::error::Error>> {
-    let config = AllocatorConfig::default()
-        .with_expandable_segments(remedy == Remedy::Expandable)
-        .with_trace_capacity(1 << 16);
-    if cuda {
-        return Ok(Device::cuda_with_config(
-            0,
-            config.with_memory_limit(CAPACITY as u64),
-        )?);
-    }
-    Ok(Device::host_pool(
-        HostBackend::with_capacity(CAPACITY),
-        config,
-    )?)
-}
-
-/// Runs the stream on `device` with `remedy`.
-fn run(device: &Device, remedy: Remedy, html: bool) -> Result<Outcome, Box<dyn std::error::Error>> {
-    let buckets = SequenceBuckets::new(&BUCKETS)?;
-    let mut workspace = match remedy {
-        Remedy::Preallocation => {
-            let largest = LENGTHS.iter().max().copied().unwrap_or(0);
-            Some(Workspace::new(device, largest * BYTES_PER_TOKEN)?)
-        }
-        _ => None,
-    };
-    let mut summaries: Vec<Allocation> = Vec::new();
-    let mut error = None;
-    let mut batches_done = 0;
-    for (i, &len) in LENGTHS.iter().enumerate() {
-        let _label = vramguard::alloc::TraceLabelGuard::new(&format!(
-            "{}: batch {i} (len {len})",
-            remedy.name()
-        ));
-        let tokens = match remedy {
-            Remedy::Bucketing => buckets.bucket_for(len)?,
-            _ => len,
-        };
-        match batch(device, workspace.as_mut(), tokens * BYTES_PER_TOKEN)? {
-            Ok(summary) => {
-                batches_done += 1;
-                if remedy == Remedy::Coalescing {
-                    // Consumed (copied out) right away: its block merges with its free neighbours.
-                    drop(summary);
-                } else {
-                    summaries.push(summary);
-                }
-            }
-            Err(e) => {
-                error = Some(e);
-                break;
-            }
-        }
-    }
-    let stats = memory::stats(device);
-    let page = html
-        .then(|| memory::html_report(device, &format!("fragmentation example: {}", remedy.name())));
-    drop(summaries);
-    drop(workspace);
-    let released = memory::empty_cache(device);
-    Ok(Outcome {
-        remedy,
-        batches_done,
-        error,
-        stats,
-        released,
-        page,
-    })
-}
-
-/// One batch: its activations (from the workspace when there is one) and the summary it keeps.
-/// The outer error is a workspace too small for the batch (a bug in this program), the inner
-/// one the allocator's out-of-memory.
-fn batch(
-    device: &Device,
-    workspace: Option<&mut Workspace>,
-    activation_bytes: usize,
-) -> Result<Result<Allocation, OutOfMemory>, memory::WorkspaceError> {
-    let activation = match workspace {
-        Some(ws) => {
-            // A view only borrows the preallocated buffer: no allocator call.
-            let view = ws.view(activation_bytes)?;
-            debug_assert_eq!(view.len(), activation_bytes);
-            None
-        }
-        None => match device.allocate(activation_bytes) {
-            Ok(a) => Some(a),
-            Err(e) => return Ok(Err(e)),
-        },
-    };
-    let summary = device.allocate(SUMMARY);
-    drop(activation);
-    Ok(summary)
-}
+use stream::{device_for, run, Remedy, BYTES_PER_TOKEN, CAPACITY, LENGTHS, MIB, SUMMARY};
 
 /// Exact bytes, with MiB for reading.
 fn bytes(b: u64) -> String {
@@ -228,15 +85,8 @@ fn real_main() -> Result<bool, Box<dyn std::error::Error>> {
         BYTES_PER_TOKEN / 1024,
         SUMMARY as f64 / MIB as f64
     );
-    let remedies = [
-        Remedy::None,
-        Remedy::Coalescing,
-        Remedy::Bucketing,
-        Remedy::Preallocation,
-        Remedy::Expandable,
-    ];
     let mut outcomes = Vec::new();
-    for remedy in remedies {
+    for remedy in Remedy::ALL {
         let device = device_for(remedy, cuda)?;
         let outcome = run(&device, remedy, html.is_some() && remedy == Remedy::None)?;
         if remedy == Remedy::None {

@@ -1,76 +1,30 @@
 //! The stream of `examples/fragmentation.rs`, with exact bytes: variable-length batches that
 //! each keep a summary fail with fragmentation on a 32 MiB device while more than enough memory
 //! is free, and every remedy makes the same stream succeed.
+//!
+//! The scenario itself is the one `examples/fragmentation.rs` prints, shared with it.
 
-use vramguard_runtime::alloc::{AllocatorConfig, HostBackend, OomCause};
-use vramguard_runtime::device::Allocation;
-use vramguard_runtime::memory::{self, MemoryStats, OutOfMemory, SequenceBuckets, Workspace};
-use vramguard_runtime::Device;
+#[path = "../examples/common/fragmentation_stream.rs"]
+mod stream;
 
-const MIB: usize = 1 << 20;
-const CAPACITY: usize = 32 * MIB;
-const BYTES_PER_TOKEN: usize = 4 * 1024 * 4;
-const SUMMARY: usize = 4 * 96 * 1024 * 4;
-const LENGTHS: [usize; 9] = [336, 75, 487, 369, 286, 64, 459, 356, 445];
-const BUCKETS: [usize; 4] = [128, 256, 384, 512];
-
-#[derive(Clone, Copy, PartialEq)]
-enum Remedy {
-    None,
-    Coalescing,
-    Bucketing,
-    Preallocation,
-    Expandable,
-}
+use stream::{device_for, Remedy, BYTES_PER_TOKEN, CAPACITY, LENGTHS};
+use vramguard::memory::{MemoryStats, OomCause, OutOfMemory};
 
 /// Runs the stream; returns the batches done, the failure if any, the statistics after the
 /// stream (summaries alive) and what `empty_cache` released once everything was dropped.
 fn run(remedy: Remedy) -> (usize, Option<OutOfMemory>, MemoryStats, u64) {
-    let config = AllocatorConfig::default().with_expandable_segments(remedy == Remedy::Expandable);
-    let device = Device::host_pool(HostBackend::with_capacity(CAPACITY), config).unwrap();
-    let buckets = SequenceBuckets::new(&BUCKETS).unwrap();
-    let mut workspace = (remedy == Remedy::Preallocation)
-        // Sized for the longest batch (487 tokens).
-        .then(|| Workspace::new(&device, 487 * BYTES_PER_TOKEN).unwrap());
-    let mut summaries: Vec<Allocation> = Vec::new();
-    let mut done = 0;
-    let mut failure = None;
-    for &len in &LENGTHS {
-        let tokens = match remedy {
-            Remedy::Bucketing => buckets.bucket_for(len).unwrap(),
-            _ => len,
-        };
-        let mut batch = || -> Result<Allocation, OutOfMemory> {
-            let activation = match workspace.as_mut() {
-                Some(ws) => {
-                    assert_eq!(
-                        ws.view(tokens * BYTES_PER_TOKEN).unwrap().len(),
-                        tokens * BYTES_PER_TOKEN
-                    );
-                    None
-                }
-                None => Some(device.allocate(tokens * BYTES_PER_TOKEN)?),
-            };
-            let summary = device.allocate(SUMMARY)?;
-            drop(activation);
-            Ok(summary)
-        };
-        match batch() {
-            Ok(summary) if remedy == Remedy::Coalescing => drop(summary),
-            Ok(summary) => summaries.push(summary),
-            Err(e) => {
-                failure = Some(e);
-                break;
-            }
-        }
-        done += 1;
-    }
-    let stats = memory::stats(&device);
-    drop(summaries);
-    drop(workspace);
-    let released = memory::empty_cache(&device);
-    device.allocator().check_invariants().unwrap();
-    (done, failure, stats, released)
+    let device = device_for(remedy, false).expect("a bounded host device");
+    let outcome = stream::run(&device, remedy, false).expect("the scenario runs");
+    device
+        .allocator()
+        .check_invariants()
+        .expect("allocator invariants hold after the stream");
+    (
+        outcome.batches_done,
+        outcome.error,
+        outcome.stats,
+        outcome.released,
+    )
 }
 
 #[test]
