@@ -1,8 +1,10 @@
 //! `gan` benchmark: a GAN training loop on synthetic data (see `examples/common/gan.rs`),
-//! without an attribute and under `#[batch_scope]`.
+//! without an attribute and under `#[batch_scope]`, in two update forms: `opt.backward_step(&loss)`
+//! (the headline rows) and PyTorch's classic `zero_grad(); backward(); step()` (rows ending in
+//! `_zero_grad`).
 //!
-//! Peaks are exact allocator statistics above the bytes live before the loop (parameters,
-//! optimizer state and the gradients of one warm-up step excluded):
+//! Peaks are exact allocator statistics above the bytes live before the loop (parameters and
+//! optimizer state, after one warm-up step whose gradients are dropped):
 //! - `peak_bytes_plain`: the loop as written, no attribute;
 //! - `peak_bytes_batch_scope`: the same loop under `#[batch_scope]`;
 //! - `peak_bytes_liveness_bound`: the same op sequence if every tensor died at its last use
@@ -10,20 +12,24 @@
 //! - `peak_bytes_liveness_bound_grads_held`: the same, except that gradients stored in the
 //!   parameters live until `zero_grad` frees them — the floor for dropping locals early, since
 //!   no transform of locals can free what the parameters hold;
+//! - `peak_backward_step_over_zero_grad`: scoped peak of the headline form over the classic one;
 //! - `growth_bytes_per_iter_leaky`: the naive loop that keeps `fake`, `real`, `d_loss` and
 //!   `g_loss` of each iteration in a history, as the batch scope measured it
 //!   ((live bytes after the last iteration − after the first) / (iterations − 1));
 //! - `time_ratio_batch_scope_over_plain`: median time of `--steps` steps, interleaved.
 //!
-//! Flags: `--batch N` (64), `--steps N` (50), `--reps N` (7), `--quick` (tiny model, 10 steps), plus the shared
-//! `--json` and `--write`.
+//! Flags: `--batch N` (64), `--steps N` (50), `--reps N` (7), `--quick` (tiny model, 10 steps),
+//! plus the shared `--json` and `--write`.
 
 #[path = "common/gan.rs"]
 mod gan;
 #[path = "../benches/support/report.rs"]
 mod report;
 
-use gan::{train_leaky, train_plain, train_scoped, Gan, GanConfig};
+use gan::{
+    train_leaky, train_plain, train_plain_zero_grad, train_scoped, train_scoped_zero_grad, Gan,
+    GanConfig,
+};
 use report::{Args, Report, Unit};
 use std::time::Instant;
 use vramguard::tensor::LivenessRecorder;
@@ -63,48 +69,13 @@ fn run(args: &Args) -> BoxResult<()> {
         config.batch, config.noise, config.hidden, config.data
     );
 
-    // One device and GAN per variant, same seed: identical weights, identical data.
-    let new_gan = |device: &Device| -> BoxResult<Gan> {
-        let mut gan = Gan::new(config, 7, device)?;
-        train_plain(&mut gan, 1, 0, device)?; // warm-up: optimizer state and gradients exist
-        Ok(gan)
-    };
-    let peak_of =
-        |device: &Device, f: &mut dyn FnMut() -> gan::Result<Losses>| -> BoxResult<(u64, Losses)> {
-            let before = memory::stats(device).allocated_bytes;
-            memory::reset_peak_stats(device);
-            let losses = f()?;
-            Ok((memory::stats(device).peak_allocated_bytes - before, losses))
-        };
-
-    eprintln!("measuring peaks ...");
-    let plain_dev = Device::isolated_host();
-    let mut plain_gan = new_gan(&plain_dev)?;
-    let (peak_plain, losses_plain) = peak_of(&plain_dev, &mut || {
-        train_plain(&mut plain_gan, steps, 1, &plain_dev)
-    })?;
-
-    let scoped_dev = Device::isolated_host();
-    let mut scoped_gan = new_gan(&scoped_dev)?;
-    let (peak_scoped, losses_scoped) = peak_of(&scoped_dev, &mut || {
-        train_scoped(&mut scoped_gan, steps, 1, &scoped_dev)
-    })?;
-    let identical = losses_plain.len() == losses_scoped.len()
-        && losses_plain
-            .iter()
-            .zip(&losses_scoped)
-            .all(|(a, b)| a.0.to_bits() == b.0.to_bits() && a.1.to_bits() == b.1.to_bits());
-
-    let bound_dev = Device::isolated_host();
-    let mut bound_gan = new_gan(&bound_dev)?;
-    let recorder = LivenessRecorder::start();
-    train_plain(&mut bound_gan, steps, 1, &bound_dev)?;
-    let recorded = recorder.finish();
-    let (bound, bound_grads_held) = (recorded.peak_bytes, recorded.peak_bytes_grads_held);
+    let peaks = measure_form(config, steps, train_plain, train_scoped)?;
+    let peaks_zero_grad =
+        measure_form(config, steps, train_plain_zero_grad, train_scoped_zero_grad)?;
 
     eprintln!("running the leaky loop ...");
     let leaky_dev = Device::isolated_host();
-    let mut leaky_gan = new_gan(&leaky_dev)?;
+    let mut leaky_gan = new_gan(config, train_plain, &leaky_dev)?;
     let mut history = Vec::new();
     scope::reset("gan-leaky");
     train_leaky(&mut leaky_gan, 1, 1, &leaky_dev, &mut history)?;
@@ -115,6 +86,9 @@ fn run(args: &Args) -> BoxResult<()> {
     drop(history);
 
     eprintln!("timing {reps} interleaved runs of each variant ...");
+    let (plain_dev, scoped_dev) = (Device::isolated_host(), Device::isolated_host());
+    let mut plain_gan = new_gan(config, train_plain, &plain_dev)?;
+    let mut scoped_gan = new_gan(config, train_plain, &scoped_dev)?;
     let (mut t_plain, mut t_scoped) = (Vec::new(), Vec::new());
     for rep in 0..reps {
         let first = 1 + steps * (rep + 1);
@@ -128,32 +102,8 @@ fn run(args: &Args) -> BoxResult<()> {
     let time_ratio = median(&mut t_scoped) / median(&mut t_plain);
 
     let mut r = Report::new("gan");
-    r.metric("peak_bytes_plain", peak_plain as f64, Unit::Bytes);
-    r.metric("peak_bytes_batch_scope", peak_scoped as f64, Unit::Bytes);
-    r.metric("peak_bytes_liveness_bound", bound as f64, Unit::Bytes);
-    r.metric(
-        "peak_bytes_liveness_bound_grads_held",
-        bound_grads_held as f64,
-        Unit::Bytes,
-    );
-    let over_bound = peak_scoped as f64 / bound.max(1) as f64;
-    r.metric_with_target(
-        "batch_scope_over_liveness_bound",
-        over_bound,
-        Unit::Ratio,
-        "≤ 1.15",
-        over_bound <= 1.15,
-    );
-    r.metric(
-        "batch_scope_over_liveness_bound_grads_held",
-        peak_scoped as f64 / bound_grads_held.max(1) as f64,
-        Unit::Ratio,
-    );
-    r.metric(
-        "batch_scope_over_plain",
-        peak_scoped as f64 / peak_plain.max(1) as f64,
-        Unit::Ratio,
-    );
+    peaks.report(&mut r, "", true);
+    peaks_zero_grad.report(&mut r, "_zero_grad", false);
     r.metric("growth_bytes_per_iter_leaky", growth, Unit::Bytes);
     r.metric(
         "leaky_escaped_count_per_iter",
@@ -167,22 +117,30 @@ fn run(args: &Args) -> BoxResult<()> {
         "≤ 1.02",
         time_ratio <= 1.02,
     );
+    let identical = peaks.losses_identical && peaks_zero_grad.losses_identical;
     r.metric(
         "losses_bit_identical",
         f64::from(u8::from(identical)),
         Unit::Count,
     );
+    r.metric(
+        "peak_backward_step_over_zero_grad",
+        peaks.scoped as f64 / peaks_zero_grad.scoped.max(1) as f64,
+        Unit::Ratio,
+    );
     r.note(&format!(
         "GAN (generator and discriminator MLPs, 3 layers each, least-squares loss, Adam), batch {}, noise {}, hidden {}, data {}, \
-         {steps} steps, host backend. Peaks above the bytes live after one warm-up step. Times: median of {reps} interleaved runs of \
-         {steps} steps. `losses_bit_identical` = 1 when every loss of the scoped loop equals the plain loop's bit for bit. \
-         Why `batch_scope_over_liveness_bound` is far from 1: that bound lets each parameter gradient die as soon as the \
-         optimizer has read it, but the optimizer API keeps gradients in the parameters until the next `zero_grad` (and the \
-         generator's backward pass also fills the discriminator's), so no transform of locals can reach it; against the \
-         bound with gradients held until freed, the scoped loop is at `batch_scope_over_liveness_bound_grads_held`. \
-         Its peak lies in the discriminator's backward pass, where the autograd graph holds the activations whatever the \
-         locals do, and Rust already frees a loop body's locals at the end of each iteration, which is where the \
-         article's Python GAN lost its 40% (tensors kept until reassigned in the next iteration).",
+         {steps} steps, host backend. Peaks are allocator bytes above the parameters and optimizer state (one warm-up step, \
+         gradients then dropped). Headline rows: each update is `opt.backward_step(&loss)` (gradients for that optimizer's \
+         parameters only, freed right after the update); `_zero_grad` rows: PyTorch's classic `zero_grad(); backward(); step()`, \
+         where gradients stay in the parameters until the next `zero_grad` and the generator's backward also fills the \
+         discriminator's. `peak_backward_step_over_zero_grad` compares the two scoped loops. The bounds are recorded from the \
+         plain loop's op sequence with every buffer freed after its last use; `_grads_held` keeps parameter gradients until \
+         the code frees them, the floor for any transform of locals. `batch_scope_over_plain` is near 1 because the peak lies \
+         in the discriminator's backward pass, where the graph holds the activations whatever the locals do, and Rust already \
+         frees a loop body's locals at the end of each iteration — where the article's Python GAN lost its 40% (tensors kept \
+         until reassigned). Times: median of {reps} interleaved runs of {steps} steps (backward_step form). \
+         `losses_bit_identical` = 1 when every loss of both scoped loops equals its plain loop's bit for bit.",
         config.batch, config.noise, config.hidden, config.data
     ));
     r.finish(args);
@@ -190,6 +148,121 @@ fn run(args: &Args) -> BoxResult<()> {
         return Err("the #[batch_scope] loop computed different losses than the plain loop".into());
     }
     Ok(())
+}
+
+/// A training loop stamped out by `gan_loop!`.
+type TrainFn = fn(&mut Gan, usize, usize, &Device) -> gan::Result<Losses>;
+
+/// A GAN after one warm-up step of `train`: the optimizer state exists, and the gradients the
+/// `zero_grad_backward_step` form leaves behind are dropped, so that both forms start from
+/// parameters and optimizer state alone.
+fn new_gan(config: GanConfig, train: TrainFn, device: &Device) -> BoxResult<Gan> {
+    let mut gan = Gan::new(config, 7, device)?;
+    train(&mut gan, 1, 0, device)?;
+    gan.opt_d.zero_grad();
+    gan.opt_g.zero_grad();
+    Ok(gan)
+}
+
+/// Peaks of one update form: the plain loop, the scoped loop and the liveness bounds.
+struct FormPeaks {
+    plain: u64,
+    scoped: u64,
+    bound: u64,
+    bound_grads_held: u64,
+    losses_identical: bool,
+}
+
+/// Peak allocated bytes of `train` above the bytes live before it, and its losses.
+fn peak_of(
+    config: GanConfig,
+    steps: usize,
+    train: TrainFn,
+    record_bound: bool,
+) -> BoxResult<(u64, Losses, Option<vramguard::tensor::LivenessBound>)> {
+    let device = Device::isolated_host();
+    let mut gan = new_gan(config, train, &device)?;
+    let before = memory::stats(&device).allocated_bytes;
+    memory::reset_peak_stats(&device);
+    let recorder = record_bound.then(LivenessRecorder::start);
+    let losses = train(&mut gan, steps, 1, &device)?;
+    let bound = recorder.map(LivenessRecorder::finish);
+    let peak = memory::stats(&device).peak_allocated_bytes - before;
+    Ok((peak, losses, bound))
+}
+
+fn measure_form(
+    config: GanConfig,
+    steps: usize,
+    plain: TrainFn,
+    scoped: TrainFn,
+) -> BoxResult<FormPeaks> {
+    let (peak_plain, losses_plain, _) = peak_of(config, steps, plain, false)?;
+    let (peak_scoped, losses_scoped, _) = peak_of(config, steps, scoped, false)?;
+    // The bound: the plain loop's op sequence, recorded on a device of its own.
+    let (_, _, bound) = peak_of(config, steps, plain, true)?;
+    let bound = bound.ok_or("no liveness recording")?;
+    let losses_identical = losses_plain.len() == losses_scoped.len()
+        && losses_plain
+            .iter()
+            .zip(&losses_scoped)
+            .all(|(a, b)| a.0.to_bits() == b.0.to_bits() && a.1.to_bits() == b.1.to_bits());
+    Ok(FormPeaks {
+        plain: peak_plain,
+        scoped: peak_scoped,
+        bound: bound.peak_bytes,
+        bound_grads_held: bound.peak_bytes_grads_held,
+        losses_identical,
+    })
+}
+
+impl FormPeaks {
+    /// Adds this form's rows, each name ending in `suffix`; `targets` marks the headline form.
+    fn report(&self, r: &mut Report, suffix: &str, targets: bool) {
+        let name = |base: &str| format!("{base}{suffix}");
+        r.metric(&name("peak_bytes_plain"), self.plain as f64, Unit::Bytes);
+        r.metric(
+            &name("peak_bytes_batch_scope"),
+            self.scoped as f64,
+            Unit::Bytes,
+        );
+        r.metric(
+            &name("peak_bytes_liveness_bound"),
+            self.bound as f64,
+            Unit::Bytes,
+        );
+        r.metric(
+            &name("peak_bytes_liveness_bound_grads_held"),
+            self.bound_grads_held as f64,
+            Unit::Bytes,
+        );
+        let over_bound = self.scoped as f64 / self.bound.max(1) as f64;
+        if targets {
+            r.metric_with_target(
+                &name("batch_scope_over_liveness_bound"),
+                over_bound,
+                Unit::Ratio,
+                "≤ 1.15",
+                over_bound <= 1.15,
+            );
+        } else {
+            r.metric(
+                &name("batch_scope_over_liveness_bound"),
+                over_bound,
+                Unit::Ratio,
+            );
+        }
+        r.metric(
+            &name("batch_scope_over_liveness_bound_grads_held"),
+            self.scoped as f64 / self.bound_grads_held.max(1) as f64,
+            Unit::Ratio,
+        );
+        r.metric(
+            &name("batch_scope_over_plain"),
+            self.scoped as f64 / self.plain.max(1) as f64,
+            Unit::Ratio,
+        );
+    }
 }
 
 fn median(v: &mut [f64]) -> f64 {

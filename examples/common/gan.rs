@@ -1,8 +1,9 @@
 //! A small GAN on synthetic data, trained the way a Rust user would write it: generator and
 //! discriminator MLPs, a least-squares GAN loss, Adam for both, one `let` per step.
 //!
-//! The training loop is stamped out twice by [`gan_loop!`] — without an attribute and under
-//! `#[batch_scope]` — and once more by hand in the naive form that keeps every iteration's
+//! The training loop is stamped out by [`gan_loop!`] without an attribute and under
+//! `#[batch_scope]`, each with the update this crate recommends ([`Adam::backward_step`]) and
+//! with PyTorch's classic `zero_grad`/`backward`/`step`; and once more by hand in the naive form that keeps every iteration's
 //! `fake`, `real`, `d_loss` and `g_loss` in a history (the article's GAN that ran out of memory
 //! at epoch 200). Shared by `examples/gan_bench.rs` and `tests/batch_scope_gan_tensor.rs`.
 
@@ -141,10 +142,26 @@ pub fn real_batch(config: GanConfig, step: usize, device: &Device) -> Result<Ten
     noise.broadcast_add(&pattern)
 }
 
+/// The update a loop makes from a loss: [`Adam::backward_step`], the form this crate
+/// recommends (gradients only for this optimizer's parameters, dropped right after the update).
+pub fn backward_step(opt: &mut Adam, loss: &Tensor) -> Result<()> {
+    opt.backward_step(loss)
+}
+
+/// The update in PyTorch's classic form: `zero_grad`, `backward`, `step`. Gradients stay in the
+/// parameters until the next `zero_grad`, and `backward` fills every leaf's, so the generator
+/// step also computes (and keeps) the discriminator's.
+pub fn zero_grad_backward_step(opt: &mut Adam, loss: &Tensor) -> Result<()> {
+    opt.zero_grad();
+    loss.backward()?;
+    opt.step()
+}
+
 /// Stamps out `fn $name(gan, steps, first_step, device) -> Result<Vec<(f32, f32)>>` with the
-/// given attributes: the plain training loop.
+/// given update (`backward_step` or `zero_grad_backward_step`) and attributes: the plain
+/// training loop.
 macro_rules! gan_loop {
-    ($name:ident $(, #[$attr:meta])*) => {
+    ($name:ident, $update:path $(, #[$attr:meta])*) => {
         $(#[$attr])*
         pub fn $name(gan: &mut Gan, steps: usize, first_step: usize, device: &Device) -> Result<Vec<(f32, f32)>> {
             let config = gan.config;
@@ -162,16 +179,12 @@ macro_rules! gan_loop {
                 let d_loss_real = d_real.mse_loss(&ones)?;
                 let d_loss_fake = d_fake.mse_loss(&zeros)?;
                 let d_loss = (d_loss_real + &d_loss_fake)?;
-                gan.opt_d.zero_grad();
-                d_loss.backward()?;
-                gan.opt_d.step()?;
+                $update(&mut gan.opt_d, &d_loss)?;
 
                 // Generator: make the discriminator call the fakes real.
                 let g_out = gan.discriminator.forward(&fake)?;
                 let g_loss = g_out.mse_loss(&ones)?;
-                gan.opt_g.zero_grad();
-                g_loss.backward()?;
-                gan.opt_g.step()?;
+                $update(&mut gan.opt_g, &g_loss)?;
 
                 losses.push((d_loss.to_scalar()?, g_loss.to_scalar()?));
             }
@@ -180,8 +193,14 @@ macro_rules! gan_loop {
     };
 }
 
-gan_loop!(train_plain);
-gan_loop!(train_scoped, #[vramguard::batch_scope(label = "gan")]);
+gan_loop!(train_plain, backward_step);
+gan_loop!(train_scoped, backward_step, #[vramguard::batch_scope(label = "gan")]);
+gan_loop!(train_plain_zero_grad, zero_grad_backward_step);
+gan_loop!(
+    train_scoped_zero_grad,
+    zero_grad_backward_step,
+    #[vramguard::batch_scope(label = "gan-zero-grad")]
+);
 
 /// A `fake`, `real`, `d_loss`, `g_loss` kept from one iteration.
 pub type HistoryEntry = (Tensor, Tensor, Tensor, Tensor);
@@ -208,14 +227,10 @@ pub fn train_leaky(
         let d_loss_real = d_real.mse_loss(&ones)?;
         let d_loss_fake = d_fake.mse_loss(&zeros)?;
         let d_loss = (d_loss_real + &d_loss_fake)?;
-        gan.opt_d.zero_grad();
-        d_loss.backward()?;
-        gan.opt_d.step()?;
+        gan.opt_d.backward_step(&d_loss)?;
         let g_out = gan.discriminator.forward(&fake)?;
         let g_loss = g_out.mse_loss(&ones)?;
-        gan.opt_g.zero_grad();
-        g_loss.backward()?;
-        gan.opt_g.step()?;
+        gan.opt_g.backward_step(&g_loss)?;
         history.push((fake, real, d_loss, g_loss));
     }
     Ok(())

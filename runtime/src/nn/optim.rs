@@ -76,6 +76,15 @@ impl Sgd {
             p.zero_grad();
         }
     }
+
+    /// Backward from `loss` into these parameters only, one [`Sgd::step`], then the gradients
+    /// are dropped: see [`Adam::backward_step`].
+    pub fn backward_step(&mut self, loss: &Tensor) -> Result<()> {
+        loss.backward_for(&self.params)?;
+        self.step()?;
+        self.zero_grad();
+        Ok(())
+    }
 }
 
 /// Adam (Kingma & Ba), with bias correction. Moment buffers come from the allocator, created
@@ -162,5 +171,22 @@ impl Adam {
         for p in &self.params {
             p.zero_grad();
         }
+    }
+
+    /// Backward from `loss` into these parameters only ([`Tensor::backward_for`]), one
+    /// [`Adam::step`], then the gradients are dropped — the form that holds gradients for the
+    /// shortest time, like candle's `backward_step` or burn's optimizers consuming the
+    /// gradients they are given.
+    ///
+    /// Against `zero_grad(); loss.backward()?; step()?`, this frees each gradient as soon as the
+    /// update has used it instead of keeping it until the next `zero_grad`, and computes no
+    /// gradients for parameters other optimizers own (a GAN's generator step does not fill the
+    /// discriminator's). Gradients already accumulated in the parameters (from earlier
+    /// `backward` calls) are added to and used. If `step` fails, the gradients are kept.
+    pub fn backward_step(&mut self, loss: &Tensor) -> Result<()> {
+        loss.backward_for(&self.params)?;
+        self.step()?;
+        self.zero_grad();
+        Ok(())
     }
 }

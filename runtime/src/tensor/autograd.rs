@@ -8,7 +8,7 @@
 
 use super::{Result, Tensor, TensorError};
 use crate::grad::NoGradGuard;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 /// A tensor kept for backward, with the storage version it had when saved.
@@ -578,22 +578,80 @@ fn accumulate_leaf(leaf: &Tensor, g: Tensor) -> Result<()> {
     Ok(())
 }
 
-/// Runs backward from a single-element tensor.
-pub(crate) fn run_backward(root: &Tensor) -> Result<()> {
+/// Whether `leaf` is one of `inputs` (the same tensor, not merely the same storage).
+fn is_input(leaf: &Tensor, inputs: Option<&[Tensor]>) -> bool {
+    inputs.is_none_or(|inputs| inputs.iter().any(|t| Arc::ptr_eq(&t.0, &leaf.0)))
+}
+
+/// Keys of the nodes from which some path of edges reaches one of `inputs`.
+fn nodes_reaching(nodes: &[Arc<Node>], inputs: &[Tensor]) -> HashSet<usize> {
+    let mut parents: HashMap<usize, Vec<&Arc<Node>>> = HashMap::new();
+    let mut reaching = HashSet::new();
+    let mut stack = Vec::new();
+    for node in nodes {
+        for edge in node.edges.iter().flatten() {
+            match edge {
+                Edge::Node(child) => parents.entry(key(child)).or_default().push(node),
+                Edge::Leaf(leaf) => {
+                    if is_input(leaf, Some(inputs)) && reaching.insert(key(node)) {
+                        stack.push(key(node));
+                    }
+                }
+            }
+        }
+    }
+    // Walk up from the nodes with an input leaf: everything above them reaches it too.
+    while let Some(k) = stack.pop() {
+        for parent in parents.get(&k).into_iter().flatten() {
+            if reaching.insert(key(parent)) {
+                stack.push(key(parent));
+            }
+        }
+    }
+    reaching
+}
+
+/// Runs backward from a single-element tensor, into every leaf that requires grad, or only
+/// into `inputs` when given.
+pub(crate) fn run_backward(root: &Tensor, inputs: Option<&[Tensor]>) -> Result<()> {
     if root.elem_count() != 1 {
         return Err(TensorError::BackwardOnNonScalar {
             shape: root.dims().to_vec(),
         });
     }
+    if let Some(inputs) = inputs {
+        if inputs.is_empty() {
+            return Err(TensorError::BackwardForNothing);
+        }
+        if let Some(index) = inputs
+            .iter()
+            .position(|t| !t.is_leaf() || !t.requires_grad())
+        {
+            return Err(TensorError::BackwardForNotALeaf {
+                index,
+                shape: inputs[index].dims().to_vec(),
+            });
+        }
+    }
     let _no_grad = NoGradGuard::new();
-    let seed = Tensor::ones(root.dims(), root.device())?;
     let Some(root_node) = history_of(root) else {
         if root.requires_grad() {
+            if !is_input(root, inputs) {
+                return Ok(());
+            }
+            let seed = Tensor::ones(root.dims(), root.device())?;
             return accumulate_leaf(root, seed);
         }
         return Err(TensorError::NoGraph);
     };
+    let seed = Tensor::ones(root.dims(), root.device())?;
     let (nodes, mut deps) = collect(Some(Arc::clone(&root_node)));
+    let reaching = inputs.map(|inputs| nodes_reaching(&nodes, inputs));
+    let edge_needed = |edge: &Option<Edge>| match edge {
+        None => false,
+        Some(Edge::Leaf(leaf)) => is_input(leaf, inputs),
+        Some(Edge::Node(child)) => reaching.as_ref().is_none_or(|r| r.contains(&key(child))),
+    };
     // Check every saved tensor before touching any gradient, so a failure leaves none half-done.
     for node in &nodes {
         let state = node.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -618,19 +676,19 @@ pub(crate) fn run_backward(root: &Tensor) -> Result<()> {
             .unwrap_or_else(|e| e.into_inner())
             .take()
             .ok_or(TensorError::GraphFreed { op: node.name })?;
+        let needs: Vec<bool> = node.edges.iter().map(edge_needed).collect();
         let input_grads = match &g {
-            Some(g) => {
-                let needs: Vec<bool> = node.edges.iter().map(Option::is_some).collect();
-                bw.run(g, &needs)?
-            }
-            None => Vec::new(),
+            // Formulas with one input compute it unasked: skip nodes whose edges all lead
+            // away from the inputs.
+            Some(g) if needs.contains(&true) => bw.run(g, &needs)?,
+            _ => Vec::new(),
         };
         // Saved tensors are released here, before the inputs' nodes run.
         drop(bw);
         drop(g);
         let mut input_grads = input_grads.into_iter();
-        for edge in node.edges.iter() {
-            let ig = input_grads.next().flatten();
+        for (edge, &needed) in node.edges.iter().zip(&needs) {
+            let ig = input_grads.next().flatten().filter(|_| needed);
             let Some(edge) = edge else { continue };
             match edge {
                 Edge::Leaf(leaf) => {

@@ -138,6 +138,17 @@ pub enum TensorError {
         /// Shape of the tensor.
         shape: Vec<usize>,
     },
+    /// `backward_for` was given no tensors to differentiate.
+    #[error("backward_for: no tensors to differentiate were given; pass the parameters whose gradients you want (e.g. an optimizer's), or call backward() for every leaf")]
+    BackwardForNothing,
+    /// `backward_for` was given a tensor that is not a leaf requiring grad.
+    #[error("backward_for: input {index} (shape {shape:?}) is not a leaf that requires grad, so no gradient is stored for it; pass parameters (tensors created with requires_grad, not results of ops)")]
+    BackwardForNotALeaf {
+        /// Position of the tensor in the slice.
+        index: usize,
+        /// Its shape.
+        shape: Vec<usize>,
+    },
     /// `backward` on a tensor that no gradient flows into.
     #[error("backward: the tensor does not require grad and has no graph; create leaves with requires_grad (e.g. `w.set_requires_grad(true)`) and compute the loss with grad mode on")]
     NoGraph,

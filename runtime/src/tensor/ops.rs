@@ -1552,7 +1552,19 @@ impl Tensor {
     /// requires grad, accumulating into their [`Tensor::grad`]. Runs under no-grad and frees
     /// the graph's saved tensors as it goes.
     pub fn backward(&self) -> Result<()> {
-        autograd::run_backward(self)
+        autograd::run_backward(self, None)
+    }
+
+    /// Like [`Tensor::backward`], but accumulates gradients only into `inputs` (leaves that
+    /// require grad, such as one optimizer's parameters), like PyTorch's
+    /// `backward(inputs=...)`: gradients that flow only to other leaves are never computed,
+    /// and other leaves' [`Tensor::grad`] are left as they were. The whole graph is consumed
+    /// (its saved tensors freed) either way.
+    ///
+    /// In a GAN's generator step, `g_loss.backward_for(&generator_params)` does not fill the
+    /// discriminator's gradients, which `backward` would (and keep alive until they are zeroed).
+    pub fn backward_for(&self, inputs: &[Tensor]) -> Result<()> {
+        autograd::run_backward(self, Some(inputs))
     }
 
     /// Number of recorded ops this tensor's value depends on (0 when nothing was recorded).
