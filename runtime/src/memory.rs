@@ -38,7 +38,8 @@
 
 pub use crate::alloc::{
     AllocatorConfig, BucketError, ConfigError, ExpandableSegments, MemorySnapshot, MemoryStats,
-    OomCause, OutOfMemory, PressureHandlerId, SequenceBuckets, Trace, Workspace, WorkspaceError,
+    OomCause, OutOfMemory, PressureHandlerId, SegmentMode, SequenceBuckets, Trace, Workspace,
+    WorkspaceError,
 };
 use crate::Device;
 

@@ -10,7 +10,8 @@
 
 use std::sync::Arc;
 use vramguard_runtime::alloc::{
-    AllocatorConfig, Backend, BackendError, CachingAllocator, HostBackend, OomCause, Workspace,
+    AllocatorConfig, Backend, BackendError, CachingAllocator, HostBackend, OomCause, SegmentMode,
+    Workspace,
 };
 use vramguard_runtime::device::Allocation;
 use vramguard_runtime::{memory, Device};
@@ -170,7 +171,7 @@ fn the_default_expandable_segments_fail_here_too_and_do_not_suggest_themselves()
     let outputs = batches(&device, None);
     let err = device.allocate(BIG).unwrap_err();
     assert_eq!(err.cause, OomCause::Fragmentation);
-    assert!(err.expandable_segments);
+    assert_eq!(err.segments, SegmentMode::Expandable);
     assert_eq!(
         (
             err.reserved,

@@ -80,7 +80,7 @@ use trace::TraceRing;
 /// The caching allocator asks for whole segments and carves blocks out of them itself, so a
 /// backend only needs these calls. Backends that can reserve address space and map physical
 /// pages into it (CUDA VMM, `mmap`) may also offer [`Backend::virtual_memory`], the interface
-/// expandable segments will use.
+/// expandable segments use (and, by default, are used wherever it is offered).
 ///
 /// # Safety
 /// The allocator hands the segments out as memory that nothing else uses, and devices hand
@@ -212,9 +212,24 @@ pub struct OutOfMemory {
     pub device_free: u64,
     /// Why it failed.
     pub cause: OomCause,
-    /// Whether the allocator runs with expandable segments (so the advice for fragmentation
-    /// does not suggest turning them on).
-    pub expandable_segments: bool,
+    /// The allocator's kind of large-pool segments (so the advice for fragmentation suggests
+    /// expandable segments only where they are off by choice).
+    pub segments: SegmentMode,
+}
+
+/// Which segments an allocator's large pool uses, and, for fixed ones, why
+/// ([`CachingAllocator::segment_mode`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SegmentMode {
+    /// One expandable segment (the default wherever the backend can map pages).
+    Expandable,
+    /// Fixed segments because `expandable_segments:false` is set.
+    FixedByConfig,
+    /// Fixed segments because the backend cannot provide expandable ones: no page mapping,
+    /// or (under `auto`) a failed self-test or address-space reservation
+    /// ([`CachingAllocator::fixed_segments_reason`] says which).
+    FixedUnavailable,
 }
 
 impl fmt::Display for OutOfMemory {
@@ -273,7 +288,7 @@ impl fmt::Display for OutOfMemory {
         }
         f.write_str("). ")?;
         match self.cause {
-            OomCause::Fragmentation if self.expandable_segments => f.write_str(
+            OomCause::Fragmentation if self.segments == SegmentMode::Expandable => f.write_str(
                 "Free memory is split into holes between live blocks (expandable segments are \
                  already on: they grow and return only the free end of the mapped range, and \
                  cannot move live blocks): preallocate the largest buffer once (a Workspace, \
@@ -281,10 +296,17 @@ impl fmt::Display for OutOfMemory {
                  short-lived ones, bucket variable shapes, or call memory::empty_cache between \
                  phases.",
             ),
-            OomCause::Fragmentation => f.write_str(
+            OomCause::Fragmentation if self.segments == SegmentMode::FixedByConfig => f.write_str(
                 "Free memory is split into pieces: set `expandable_segments:true` in \
-                 VRAMGUARD_ALLOC_CONF (the default `auto` uses them where the backend can map \
-                 pages; this allocator has fixed segments), preallocate the largest \
+                 VRAMGUARD_ALLOC_CONF (or `auto`, the default; this allocator has fixed \
+                 segments because `expandable_segments:false` is set), preallocate the largest \
+                 buffer once (a Workspace, memory::reserve, `preallocate`), bucket variable \
+                 shapes, set `max_split_size_mb` so large blocks stay whole, or call \
+                 memory::empty_cache between phases.",
+            ),
+            OomCause::Fragmentation => f.write_str(
+                "Free memory is split into pieces (and this device cannot use expandable \
+                 segments: see the allocator's fixed_segments_reason): preallocate the largest \
                  buffer once (a Workspace, memory::reserve, `preallocate`), bucket variable \
                  shapes, set `max_split_size_mb` so large blocks stay whole, or call \
                  memory::empty_cache between phases.",
@@ -537,6 +559,8 @@ pub struct CachingAllocator<B: Backend + ?Sized> {
     next_handler: AtomicU64,
     start: Instant,
     name: String,
+    /// The large pool's segments.
+    segment_mode: SegmentMode,
     /// Why the large pool uses fixed segments (`None`: it has an expandable segment).
     fixed_segments_reason: Option<String>,
     backend: B,
@@ -628,6 +652,13 @@ fn setup_expandable<B: Backend + ?Sized>(
     })
 }
 
+/// What [`resolve_expandable`] chose: the expandable segment, or fixed segments and why.
+struct Resolved {
+    expandable: Option<Expandable>,
+    mode: SegmentMode,
+    reason: Option<String>,
+}
+
 /// Resolves `mode` on `backend`: the expandable segment, or why there is none. Only
 /// [`ExpandableSegments::On`] turns a failure into an error; `Auto` falls back to fixed
 /// segments (with a warning when the backend offered page mapping but it did not work).
@@ -636,12 +667,22 @@ fn resolve_expandable<B: Backend + ?Sized>(
     backend: &B,
     limit: Option<u64>,
     name: &str,
-) -> Result<(Option<Expandable>, Option<String>), ConfigError> {
+) -> Result<Resolved, ConfigError> {
     if mode == ExpandableSegments::Off {
-        return Ok((None, Some("`expandable_segments:false` is set".to_string())));
+        return Ok(Resolved {
+            expandable: None,
+            mode: SegmentMode::FixedByConfig,
+            reason: Some("`expandable_segments:false` is set".to_string()),
+        });
     }
     let unavailable = match setup_expandable(backend, limit) {
-        Ok(e) => return Ok((Some(e), None)),
+        Ok(e) => {
+            return Ok(Resolved {
+                expandable: Some(e),
+                mode: SegmentMode::Expandable,
+                reason: None,
+            })
+        }
         Err(u) => u,
     };
     if mode == ExpandableSegments::On {
@@ -681,7 +722,11 @@ fn resolve_expandable<B: Backend + ?Sized>(
             reason
         }
     };
-    Ok((None, Some(reason)))
+    Ok(Resolved {
+        expandable: None,
+        mode: SegmentMode::FixedUnavailable,
+        reason: Some(reason),
+    })
 }
 
 /// A block handed out by the allocator (no RAII; see [`crate::device::Allocation`]).
@@ -952,19 +997,15 @@ impl<B: Backend> CachingAllocator<B> {
     pub fn new(backend: B) -> Self {
         let name = backend.name();
         // `Auto` never fails: every reason it cannot use expandable segments is a fallback.
-        let (expandable, reason) =
-            match resolve_expandable(ExpandableSegments::Auto, &backend, None, &name) {
-                Ok(r) => r,
-                Err(e) => (None, Some(e.to_string())),
-            };
-        Self::build(
-            backend,
-            AllocatorConfig::default(),
-            None,
-            name,
-            expandable,
-            reason,
-        )
+        let resolved = match resolve_expandable(ExpandableSegments::Auto, &backend, None, &name) {
+            Ok(r) => r,
+            Err(e) => Resolved {
+                expandable: None,
+                mode: SegmentMode::FixedUnavailable,
+                reason: Some(e.to_string()),
+            },
+        };
+        Self::build(backend, AllocatorConfig::default(), None, name, resolved)
     }
 
     /// Creates an allocator with `config`; reserves `config.preallocate` bytes at once.
@@ -979,9 +1020,8 @@ impl<B: Backend> CachingAllocator<B> {
         let name = backend.name();
         let limit = config.limit_bytes(backend.capacity(), &name)?;
         let preallocate = config.preallocate;
-        let (expandable, reason) =
-            resolve_expandable(config.expandable_segments, &backend, limit, &name)?;
-        let this = Self::build(backend, config, limit, name, expandable, reason);
+        let resolved = resolve_expandable(config.expandable_segments, &backend, limit, &name)?;
+        let this = Self::build(backend, config, limit, name, resolved);
         if preallocate > 0 {
             this.reserve(preallocate)
                 .map_err(|e| ConfigError::PreallocateFailed {
@@ -997,11 +1037,10 @@ impl<B: Backend> CachingAllocator<B> {
         config: AllocatorConfig,
         limit: Option<u64>,
         name: String,
-        expandable: Option<Expandable>,
-        fixed_segments_reason: Option<String>,
+        resolved: Resolved,
     ) -> Self {
         let mut state = State::new(config.trace_capacity);
-        state.expandable = expandable;
+        state.expandable = resolved.expandable;
         Self {
             id: NEXT_ALLOCATOR_ID.fetch_add(1, Ordering::Relaxed),
             state: Mutex::new(state),
@@ -1011,7 +1050,8 @@ impl<B: Backend> CachingAllocator<B> {
             next_handler: AtomicU64::new(1),
             start: Instant::now(),
             name,
-            fixed_segments_reason,
+            segment_mode: resolved.mode,
+            fixed_segments_reason: resolved.reason,
             backend,
         }
     }
@@ -1019,7 +1059,13 @@ impl<B: Backend> CachingAllocator<B> {
     /// Whether the large pool has an expandable segment (what [`ExpandableSegments::Auto`]
     /// chose, or `On`); `false`: fixed segments only.
     pub fn uses_expandable_segments(&self) -> bool {
-        self.fixed_segments_reason.is_none()
+        self.segment_mode == SegmentMode::Expandable
+    }
+
+    /// Which segments the large pool uses, and for fixed ones whether by configuration or
+    /// because expandable segments are unavailable.
+    pub fn segment_mode(&self) -> SegmentMode {
+        self.segment_mode
     }
 
     /// Why this allocator uses fixed segments (`None` when it uses expandable segments):
@@ -1170,7 +1216,7 @@ impl<B: Backend> CachingAllocator<B> {
             largest_free_block: usable,
             device_free,
             cause,
-            expandable_segments: st.expandable.is_some(),
+            segments: self.segment_mode,
         }
     }
 
@@ -1576,7 +1622,8 @@ impl<B: Backend> CachingAllocator<B> {
 
     /// Preallocates one large-pool segment of `bytes` (rounded to 512) and keeps it cached, so
     /// later requests above 1 MiB are carved from it without backend calls. Returns the bytes
-    /// reserved. With `max_split_size` set, a segment at least that large serves only requests
+    /// reserved. It is a fixed segment even when the allocator has an expandable one (whose
+    /// pages are mapped only as the pool grows), so it stays reserved until released. With `max_split_size` set, a segment at least that large serves only requests
     /// close to its size (it is not split). The segment is cache like any other: `empty_cache`
     /// releases it while it is unused, and so does the out-of-memory path when a request needs
     /// a segment of another shape.

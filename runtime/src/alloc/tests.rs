@@ -757,6 +757,7 @@ fn auto_uses_fixed_segments_on_a_backend_that_cannot_map_pages() {
             .unwrap(),
     ] {
         assert!(!a.uses_expandable_segments());
+        assert_eq!(a.segment_mode(), SegmentMode::FixedUnavailable);
         let reason = a.fixed_segments_reason().unwrap();
         assert!(reason.contains("plain cannot map pages"), "{reason}");
         // PyTorch's segment rules: a 5 MiB request gets a 20 MiB segment.
@@ -771,6 +772,28 @@ fn auto_uses_fixed_segments_on_a_backend_that_cannot_map_pages() {
         a.free(b);
         a.check_invariants().unwrap();
     }
+    // A fragmentation error on such a device does not suggest expandable segments.
+    let a = CachingAllocator::new(Plain(HostBackend::with_capacity(40 * MIB)));
+    let mut blocks: Vec<Option<Block>> = (0..10)
+        .map(|_| Some(a.allocate(4 * MIB).unwrap()))
+        .collect();
+    for i in [1, 3, 6, 8] {
+        a.free(blocks[i].take().unwrap());
+    }
+    let err = a.allocate(12 * MIB).unwrap_err();
+    assert_eq!(
+        (err.cause, err.segments),
+        (OomCause::Fragmentation, SegmentMode::FixedUnavailable)
+    );
+    let msg = err.to_string();
+    assert!(!msg.contains("expandable_segments:true"), "{msg}");
+    assert!(
+        msg.contains("cannot use expandable segments") && msg.contains("Workspace"),
+        "{msg}"
+    );
+    for b in blocks.into_iter().flatten() {
+        a.free(b);
+    }
 }
 
 #[cfg(unix)]
@@ -784,6 +807,7 @@ fn auto_uses_expandable_segments_on_the_host_backend() {
     for a in [&by_new, &by_config] {
         assert_eq!(a.config().expandable_segments, ExpandableSegments::Auto);
         assert!(a.uses_expandable_segments());
+        assert_eq!(a.segment_mode(), SegmentMode::Expandable);
         assert_eq!(a.fixed_segments_reason(), None);
     }
     for d in [&bounded, &isolated] {
@@ -815,6 +839,7 @@ fn explicit_off_gives_fixed_segments() {
         AllocatorConfig::default().with_expandable_segments(false),
     );
     assert!(!a.uses_expandable_segments());
+    assert_eq!(a.segment_mode(), SegmentMode::FixedByConfig);
     let reason = a.fixed_segments_reason().unwrap();
     assert!(reason.contains("`expandable_segments:false`"), "{reason}");
     let b = a.allocate(5 * MIB).unwrap();
@@ -918,6 +943,7 @@ fn the_self_test_runs_once_at_creation_and_its_failure_means_fixed_segments_unde
     const FAILURE: &str = "cuMemsetD32: CUDA_ERROR_NOT_SUPPORTED (simulated)";
     let auto = CachingAllocator::new(SelfTested::new(Some(FAILURE)));
     assert!(!auto.uses_expandable_segments());
+    assert_eq!(auto.segment_mode(), SegmentMode::FixedUnavailable);
     let reason = auto.fixed_segments_reason().unwrap();
     assert!(
         reason.contains("self-test of gpu-like failed") && reason.contains(FAILURE),
@@ -963,7 +989,7 @@ fn fragmentation_under_expandable_segments_does_not_suggest_turning_them_on() {
     assert_eq!(a.stats().reserved_bytes, 32 * MIB as u64);
     let err = a.allocate(12 * MIB).unwrap_err();
     assert_eq!(err.cause, OomCause::Fragmentation);
-    assert!(err.expandable_segments);
+    assert_eq!(err.segments, SegmentMode::Expandable);
     assert_eq!(
         (err.cached_free, err.largest_free_block, err.device_free),
         (12 * MIB as u64, 4 * MIB as u64, 8 * MIB as u64)
@@ -994,7 +1020,7 @@ fn fragmentation_under_expandable_segments_does_not_suggest_turning_them_on() {
         e
     };
     assert_eq!(fixed_err.cause, OomCause::Fragmentation);
-    assert!(!fixed_err.expandable_segments);
+    assert_eq!(fixed_err.segments, SegmentMode::FixedByConfig);
     assert!(fixed_err.to_string().contains("`expandable_segments:true`"));
     // Intact after the OOM.
     let ok = a.allocate(4 * MIB).unwrap();
