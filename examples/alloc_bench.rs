@@ -24,7 +24,7 @@
 //!   in the same blocks. With `--device cuda` there is also `driver_pair_ns`
 //!   (`cuMemAlloc`+`cuMemFree`).
 //! - `cached_pair_ns_2threads`: the same loop on two threads sharing one allocator (ns per pair
-//!   as each thread sees it, median over rounds and threads).
+//!   as each thread sees it, median over rounds and threads); `_fixed_segments` too.
 //! - `trace_peak_reserved_over_allocated` and `trace_backend_calls_steady`: replay of a
 //!   synthetic variable-length transformer inference trace on a fresh allocator with default
 //!   settings — peak reserved / peak allocated over the whole trace (target ≤ 1.15), and backend
@@ -85,6 +85,21 @@ fn mixed_sizes() -> Vec<usize> {
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
+}
+
+/// The cached pairs on two threads sharing `device`: ns per pair as each thread sees it, median
+/// over rounds and threads.
+fn two_threads(device: &Device, sizes: &[usize], rounds: usize) -> f64 {
+    let per_thread: Vec<Vec<f64>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..2)
+            .map(|_| s.spawn(move || cached_rounds(device, sizes, rounds)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("benchmark thread"))
+            .collect()
+    });
+    median(per_thread.concat())
 }
 
 /// ns per pair for each round of `sizes`.
@@ -304,22 +319,14 @@ fn main() {
         report.metric("cached_pair_ns_trace_on", t, Unit::Ns);
     }
 
-    let two = {
-        let per_thread: Vec<Vec<f64>> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..2)
-                .map(|_| {
-                    let (device, sizes) = (device.clone(), &sizes);
-                    s.spawn(move || cached_rounds(&device, sizes, rounds))
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("benchmark thread"))
-                .collect()
-        });
-        median(per_thread.concat())
-    };
+    let two = two_threads(&device, &sizes, rounds);
     report.metric("cached_pair_ns_2threads", two, Unit::Ns);
+    let two_fixed = two_threads(&new_device(cuda, fixed_segments()), &sizes, rounds);
+    report.metric(
+        "cached_pair_ns_2threads_fixed_segments",
+        two_fixed,
+        Unit::Ns,
+    );
 
     if cuda {
         let ns = driver_pair_ns(&sizes, rounds);
@@ -437,10 +444,12 @@ fn main() {
          `cached_pair_ns_trace_on`: a 4096-event trace recording every alloc and free; \
          `_fixed_segments`: the same pairs with `expandable_segments:false`, interleaved with \
          the default ones: the expandable segment costs a pair nothing, since a pair is served \
-         from cached blocks either way and a free never unmaps; `_2threads` is bimodal between \
-         runs on this 2-core machine, about 90–130 ns or 500–660 ns with the same build, most \
-         likely depending on whether both threads get a core at once and contend for the \
-         allocator's lock). Trace: {} steps of a BERT-base-shaped encoder, batch ∈ {{1,2,4,8}}, \
+         from cached blocks either way and a free never unmaps; `_2threads` varies between runs \
+         on this 2-core machine from about 95 to 700 ns with the same build, for either kind of \
+         segment (six runs in a row gave 250/95, 263/413, 409/95, 135/138, 232/95 and 102/182 \
+         ns default/fixed), most likely depending on whether both threads get a core at once \
+         and contend for the allocator's lock; the system pair itself moves between about 50 \
+         and 100 ns from run to run on this shared machine, the ratio to it much less). Trace: {} steps of a BERT-base-shaped encoder, batch ∈ {{1,2,4,8}}, \
          length 16–512, drop-at-last-use; ratios and counts from the allocator's statistics; \
          backend calls include page maps and unmaps. `_fixed_segments`: \
          `expandable_segments:false` (PyTorch's default); `_warmup`: one max-size batch first; \
