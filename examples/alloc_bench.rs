@@ -10,20 +10,30 @@
 //!
 //! Metrics:
 //!
+//! Every device uses the default settings unless a row says otherwise: expandable segments
+//! wherever the backend maps pages (the host backend on Unix; a GPU with virtual memory
+//! management whose self-test passes), fixed segments elsewhere; `expandable_segments_in_use`
+//! says which the default device got. Rows ending in `_fixed_segments` run with
+//! `expandable_segments:false`, PyTorch's default and this crate's before.
+//!
 //! - `cached_pair_ns`: median ns per `Device::allocate` + drop pair served from the cache, over
 //!   rounds of 256 sizes drawn log-uniformly from 512 B to 4 MiB (the cache is warmed with one
 //!   pass first); `system_pair_ns`: the same sizes through the system allocator
 //!   (`std::alloc::alloc`/`dealloc`, 256-byte alignment), in the same run. Target: cached ≤ 2×
-//!   system. With `--device cuda` there is also `driver_pair_ns` (`cuMemAlloc`+`cuMemFree`).
+//!   system. `cached_pair_ns_fixed_segments`: the same pairs with fixed segments, interleaved
+//!   in the same blocks. With `--device cuda` there is also `driver_pair_ns`
+//!   (`cuMemAlloc`+`cuMemFree`).
 //! - `cached_pair_ns_2threads`: the same loop on two threads sharing one allocator (ns per pair
-//!   as each thread sees it, median over rounds and threads).
+//!   as each thread sees it, median over rounds and threads); `_fixed_segments` too.
 //! - `trace_peak_reserved_over_allocated` and `trace_backend_calls_steady`: replay of a
 //!   synthetic variable-length transformer inference trace on a fresh allocator with default
 //!   settings — peak reserved / peak allocated over the whole trace (target ≤ 1.15), and backend
-//!   segment calls (allocs + frees) in the second half of the trace (target 0). The same trace
-//!   is also replayed after a warm-up (one max-size batch first, the article's advice), with
-//!   `expandable_segments:true`, and (host only) with `max_split_size_mb:64`, as extra rows.
-//! - `trace_min_capacity_over_allocated` (host only; `_expandable` too): the smallest capacity,
+//!   calls (segment allocs + frees, page maps + unmaps) in the second half of the trace
+//!   (target 0). `_fixed_segments`: the same with fixed segments. With fixed segments the trace
+//!   is also replayed after a warm-up (one max-size batch first, the article's advice,
+//!   `_warmup_fixed_segments`) and (host only) with `max_split_size_mb:64`
+//!   (`_max_split_64mb_fixed_segments`).
+//! - `trace_min_capacity_over_allocated` (host only; `_fixed_segments` too): the smallest capacity,
 //!   in 2 MiB steps from the peak allocated bytes up, of a bounded host device on which the
 //!   whole trace runs (the out-of-memory path releasing the cache included), over the peak
 //!   allocated bytes: what the trace needs when memory is scarce, where an unbounded device
@@ -75,6 +85,21 @@ fn mixed_sizes() -> Vec<usize> {
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
+}
+
+/// The cached pairs on two threads sharing `device`: ns per pair as each thread sees it, median
+/// over rounds and threads.
+fn two_threads(device: &Device, sizes: &[usize], rounds: usize) -> f64 {
+    let per_thread: Vec<Vec<f64>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..2)
+            .map(|_| s.spawn(move || cached_rounds(device, sizes, rounds)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("benchmark thread"))
+            .collect()
+    });
+    median(per_thread.concat())
 }
 
 /// ns per pair for each round of `sizes`.
@@ -234,19 +259,24 @@ fn replay(device: &Device, steps: &[(usize, usize)], warmup: bool) -> TraceResul
     }
 }
 
+/// A device with `config`: on the host a fresh allocator; with `--device cuda` the process-wide
+/// GPU device (configured by VRAMGUARD_ALLOC_CONF, which gpu-check unsets) for the default
+/// settings, and an allocator of its own on GPU 0 for any other. Replays start from an emptied
+/// cache and reset peaks.
 fn new_device(cuda: bool, config: AllocatorConfig) -> Device {
-    if cuda {
-        // The process-wide GPU device (configured by VRAMGUARD_ALLOC_CONF); replays start from
-        // an emptied cache and reset peaks.
-        return Device::cuda(0).unwrap_or_else(|e| {
-            eprintln!("--device cuda: {e}");
-            std::process::exit(2)
-        });
-    }
-    Device::host_with_config(config).unwrap_or_else(|e| {
-        eprintln!("allocator config: {e}");
+    let device = match (cuda, config == AllocatorConfig::default()) {
+        (true, true) => Device::cuda(0).map_err(|e| e.to_string()),
+        (true, false) => Device::cuda_with_config(0, config).map_err(|e| e.to_string()),
+        (false, _) => Device::host_with_config(config).map_err(|e| e.to_string()),
+    };
+    device.unwrap_or_else(|e| {
+        eprintln!("device: {e}");
         std::process::exit(2)
     })
+}
+
+fn fixed_segments() -> AllocatorConfig {
+    AllocatorConfig::default().with_expandable_segments(false)
 }
 
 fn main() {
@@ -258,13 +288,17 @@ fn main() {
     let mut report = Report::new("alloc");
 
     // Same run, side by side: cached pairs and system pairs, interleaved in blocks.
+    // Fixed segments too, interleaved in the same blocks, to see what expandable segments cost.
     let device = new_device(cuda, AllocatorConfig::default());
-    let (mut cached, mut system) = (Vec::new(), Vec::new());
+    let fixed_device = new_device(cuda, fixed_segments());
+    let (mut cached, mut system, mut fixed) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..4 {
         cached.extend(cached_rounds(&device, &sizes, rounds / 4));
         system.extend(system_rounds(&sizes, rounds / 4));
+        fixed.extend(cached_rounds(&fixed_device, &sizes, rounds / 4));
     }
-    let (cached, system) = (median(cached), median(system));
+    drop(fixed_device);
+    let (cached, system, fixed) = (median(cached), median(system), median(fixed));
     report.metric_with_target(
         "cached_pair_ns",
         cached,
@@ -273,6 +307,7 @@ fn main() {
         cached <= 2.0 * system,
     );
     report.metric("system_pair_ns", system, Unit::Ns);
+    report.metric("cached_pair_ns_fixed_segments", fixed, Unit::Ns);
 
     let traced = if cuda {
         None
@@ -284,29 +319,34 @@ fn main() {
         report.metric("cached_pair_ns_trace_on", t, Unit::Ns);
     }
 
-    let two = {
-        let per_thread: Vec<Vec<f64>> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..2)
-                .map(|_| {
-                    let (device, sizes) = (device.clone(), &sizes);
-                    s.spawn(move || cached_rounds(&device, sizes, rounds))
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("benchmark thread"))
-                .collect()
-        });
-        median(per_thread.concat())
-    };
+    let two = two_threads(&device, &sizes, rounds);
     report.metric("cached_pair_ns_2threads", two, Unit::Ns);
+    let two_fixed = two_threads(&new_device(cuda, fixed_segments()), &sizes, rounds);
+    report.metric(
+        "cached_pair_ns_2threads_fixed_segments",
+        two_fixed,
+        Unit::Ns,
+    );
 
     if cuda {
         let ns = driver_pair_ns(&sizes, rounds);
         report.metric("driver_pair_ns", ns, Unit::Ns);
     }
 
-    let base = replay(&new_device(cuda, AllocatorConfig::default()), &steps, false);
+    let default_device = new_device(cuda, AllocatorConfig::default());
+    let expandable_in_use = memory::uses_expandable_segments(&default_device);
+    report.metric(
+        "expandable_segments_in_use",
+        if expandable_in_use { 1.0 } else { 0.0 },
+        Unit::Count,
+    );
+    if let Some(reason) = default_device.allocator().fixed_segments_reason() {
+        report.note(&format!(
+            "The default device uses fixed segments: {reason}."
+        ));
+    }
+    let base = replay(&default_device, &steps, false);
+    drop(default_device);
     report.metric_with_target(
         "trace_peak_reserved_over_allocated",
         base.ratio,
@@ -332,55 +372,46 @@ fn main() {
         Unit::Bytes,
     );
 
-    let warm = replay(&new_device(cuda, AllocatorConfig::default()), &steps, true);
+    let fixed = replay(&new_device(cuda, fixed_segments()), &steps, false);
     report.metric(
-        "trace_peak_reserved_over_allocated_warmup",
+        "trace_peak_reserved_over_allocated_fixed_segments",
+        fixed.ratio,
+        Unit::Ratio,
+    );
+    report.metric(
+        "trace_backend_calls_steady_fixed_segments",
+        fixed.steady_calls as f64,
+        Unit::Count,
+    );
+    report.metric(
+        "trace_peak_reserved_bytes_fixed_segments",
+        fixed.peak_reserved as f64,
+        Unit::Bytes,
+    );
+    let warm = replay(&new_device(cuda, fixed_segments()), &steps, true);
+    report.metric(
+        "trace_peak_reserved_over_allocated_warmup_fixed_segments",
         warm.ratio,
         Unit::Ratio,
     );
     report.metric(
-        "trace_backend_calls_steady_warmup",
+        "trace_backend_calls_steady_warmup_fixed_segments",
         warm.steady_calls as f64,
         Unit::Count,
     );
-    let expandable_config = AllocatorConfig::default().with_expandable_segments(true);
-    let expandable_device = if cuda {
-        Device::cuda_with_config(0, expandable_config).map_err(|e| e.to_string())
-    } else {
-        Device::host_with_config(expandable_config).map_err(|e| e.to_string())
-    };
-    match expandable_device {
-        Ok(d) => {
-            let expandable = replay(&d, &steps, false);
-            report.metric(
-                "trace_peak_reserved_over_allocated_expandable",
-                expandable.ratio,
-                Unit::Ratio,
-            );
-            report.metric(
-                "trace_backend_calls_steady_expandable",
-                expandable.steady_calls as f64,
-                Unit::Count,
-            );
-        }
-        Err(e) => report.note(&format!("Expandable segments unavailable: {e}")),
-    }
     if !cuda {
         let split = replay(
-            &new_device(
-                false,
-                AllocatorConfig::default().with_max_split_size(64 << 20),
-            ),
+            &new_device(false, fixed_segments().with_max_split_size(64 << 20)),
             &steps,
             false,
         );
         report.metric(
-            "trace_peak_reserved_over_allocated_max_split_64mb",
+            "trace_peak_reserved_over_allocated_max_split_64mb_fixed_segments",
             split.ratio,
             Unit::Ratio,
         );
         report.metric(
-            "trace_backend_calls_steady_max_split_64mb",
+            "trace_backend_calls_steady_max_split_64mb_fixed_segments",
             split.steady_calls as f64,
             Unit::Count,
         );
@@ -391,11 +422,12 @@ fn main() {
                 AllocatorConfig::default(),
             ),
             (
-                "trace_min_capacity_over_allocated_expandable",
-                AllocatorConfig::default().with_expandable_segments(true),
+                "trace_min_capacity_over_allocated_fixed_segments",
+                fixed_segments(),
             ),
         ] {
-            match min_capacity(&steps, &config, base.peak_allocated, base.peak_reserved) {
+            let most = base.peak_reserved.max(fixed.peak_reserved);
+            match min_capacity(&steps, &config, base.peak_allocated, most) {
                 Some(c) => report.metric(name, c as f64 / base.peak_allocated as f64, Unit::Ratio),
                 None => report.note(&format!("{name}: no capacity up to the unbounded peak")),
             }
@@ -407,34 +439,49 @@ fn main() {
     }
 
     report.note(&format!(
-        "Device: {}. Pairs: {} rounds of 256 sizes log-uniform in 512 B–4 MiB, median ns per \
-         alloc+free pair with default settings (event trace off; `cached_pair_ns_trace_on`: a \
-         4096-event trace recording every alloc and free; `_2threads` is bimodal between runs \
-         on this 2-core machine, about 90 ns or 500–580 ns with the same build, most likely \
-         depending on whether both threads get a core at once and contend for the allocator's \
-         lock). Trace: {} steps of a BERT-base-shaped \
-         encoder, batch ∈ {{1,2,4,8}}, length 16–512, drop-at-last-use; ratios and counts from \
-         the allocator's statistics. `_warmup`: one max-size batch first; `_expandable`: \
-         `expandable_segments:true`; `_max_split_64mb`: `max_split_size_mb:64`; \
-         `min_capacity`: smallest bounded host device (2 MiB steps) the trace runs on. \
-         Why the default misses ≤ 1.15 (host, full run, from a snapshot at the reserved peak): \
-         the peak is step 20, the first 8 × 509 batch, where scores and probs (94.9 MiB each) \
-         need new 96 MiB segments while the pool still caches 168 MiB of fully free segments \
-         sized for earlier, shorter batches (76, 32 and 3 × 20 MiB) that cannot serve them, and \
-         the live qkv (35.8 MiB) and x (11.9 MiB) sit in a 76 and an 18 MiB segment left by \
-         earlier shapes. The rules are PyTorch's (20 MiB segments under 10 MiB, exact 2 MiB-rounded \
-         ones above, cache released only when the device refuses), so an unbounded device never \
-         releases. Tried and not adopted: releasing fully free large segments before growing \
-         gives 1.280 with 0 steady calls (not ≤ 1.15: what remains is placement without \
-         lookahead), but adds backend frees outside the out-of-memory path (synchronising on \
-         CUDA) and, with `max_split_size_mb:64`, 872 steady calls. Under pressure the default \
-         needs 1.22 × the peak allocated bytes (`min_capacity`). The warm-up row is 1.313 because \
-         the max-size batch itself needs a third 96 MiB segment (x drifts into the qkv segment \
-         between layers) and short batches later add small-pool segments; bucketing lengths to \
-         64/128/256/512 with a warm-up of all 16 (batch, bucket) shapes makes every backend \
-         call happen in the warm-up but still reserves 340 MiB (1.417 × the padded peak). \
-         Only expandable segments get below 1.15 on this trace.",
+        "Device: {}. Default settings: {} segments. Pairs: {} rounds of 256 sizes log-uniform in \
+         512 B–4 MiB, median ns per alloc+free pair with default settings (event trace off; \
+         `cached_pair_ns_trace_on`: a 4096-event trace recording every alloc and free; \
+         `_fixed_segments`: the same pairs with `expandable_segments:false`, interleaved with \
+         the default ones: the expandable segment costs a pair nothing, since a pair is served \
+         from cached blocks either way and a free never unmaps; `_2threads` varies between runs \
+         on this 2-core machine from about 95 to 700 ns with the same build, for either kind of \
+         segment (six runs in a row gave 250/95, 263/413, 409/95, 135/138, 232/95 and 102/182 \
+         ns default/fixed), most likely depending on whether both threads get a core at once \
+         and contend for the allocator's lock; the system pair itself moves between about 50 \
+         and 100 ns from run to run on this shared machine, the ratio to it much less). Trace: {} steps of a BERT-base-shaped encoder, batch ∈ {{1,2,4,8}}, \
+         length 16–512, drop-at-last-use; ratios and counts from the allocator's statistics; \
+         backend calls include page maps and unmaps. `_fixed_segments`: \
+         `expandable_segments:false` (PyTorch's default); `_warmup`: one max-size batch first; \
+         `_max_split_64mb`: `max_split_size_mb:64`; `min_capacity`: smallest bounded host \
+         device (2 MiB steps) the trace runs on. The default (host, full run, snapshot at the \
+         reserved peak, step 20, the first 8 × 509 batch): 262 MiB mapped in the expandable \
+         segment plus two 2 MiB small-pool segments. In the range, a free 23.9 MiB at the start \
+         (where the previous layer's out and x1, 11.9 MiB each, were when the new x was \
+         allocated: placement without lookahead), then x (11.9 MiB), qkv (35.8), scores and \
+         probs (94.9 each) live, and 0.7 MiB of granule rounding: 1.120. Steady calls are 0 \
+         because pages are mapped only when no free block fits and are unmapped only by \
+         empty_cache or the out-of-memory path, never by a free; the range reaches its peak \
+         at step 20. Why fixed segments miss ≤ 1.15 (same snapshot method): at step 20 scores \
+         and probs need new 96 MiB segments while the pool still caches 168 MiB of fully free \
+         segments sized for earlier, shorter batches (76, 32 and 3 × 20 MiB) that cannot serve \
+         them, and the live qkv (35.8 MiB) and x (11.9 MiB) sit in a 76 and an 18 MiB segment \
+         left by earlier shapes; PyTorch's rules (20 MiB segments under 10 MiB, exact 2 \
+         MiB-rounded ones above, cache released only when the device refuses) never release on \
+         an unbounded device. Tried with fixed segments and not adopted: releasing fully free \
+         large segments before growing (1.280, and 872 steady calls with \
+         `max_split_size_mb:64`); the warm-up row is 1.313 because the max-size batch itself \
+         needs a third 96 MiB segment (x drifts into the qkv segment between layers) and short \
+         batches later add small-pool segments; bucketing lengths to 64/128/256/512 with a \
+         warm-up of all 16 (batch, bucket) shapes still reserves 340 MiB (1.417 × the padded \
+         peak). Only expandable segments get below 1.15 on this trace, which is why they are \
+         the default wherever the backend can map pages.",
         if cuda { "cuda:0" } else { "host" },
+        if expandable_in_use {
+            "expandable"
+        } else {
+            "fixed"
+        },
         rounds,
         steps.len()
     ));

@@ -12,8 +12,11 @@
 //! end of the batch) and keeps a 1.5 MiB summary of its output (the article's
 //! `results.append(out)`). As lengths vary, every freed activation leaves a hole that the next,
 //! longer batch cannot use, and the kept summaries sit between the holes: a later batch fails
-//! with out-of-memory while more than enough memory is cached free. The same stream then runs
-//! with each remedy:
+//! with out-of-memory while more than enough memory is cached free. That naive pool is PyTorch's
+//! default, fixed segments (each segment its own device allocation), configured explicitly
+//! (`expandable_segments:false`): vramguard's own default is expandable segments wherever the
+//! backend can map pages. The same stream then runs with each remedy (the first three on fixed
+//! segments too):
 //!
 //! - **coalescing + `empty_cache`**: consume each summary (copy it out) and drop it with its
 //!   batch, so freed neighbours merge back into one block; `empty_cache` between phases gives
@@ -21,9 +24,10 @@
 //! - **bucketing** (`SequenceBuckets`): pad lengths to a few fixed lengths, so a freed
 //!   activation's hole is exactly what the next batch of that bucket needs;
 //! - **preallocation** (`Workspace`): one buffer of the largest activation, sliced per batch;
-//! - **expandable segments** (`expandable_segments:true`): the large pool is one mapped range
-//!   that grows at its end, so memory is mapped only where blocks are, and free ranges merge
-//!   across what would have been separate segments.
+//! - **expandable segments** (the default; `expandable_segments:true` here, so a backend without
+//!   page mapping is an error): the large pool is one mapped range that grows at its end, so
+//!   memory is mapped only where blocks are, and free ranges merge across what would have been
+//!   separate segments.
 //!
 //! Every number printed is exact, from `memory::stats`.
 

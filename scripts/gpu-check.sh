@@ -80,6 +80,16 @@ for f in runtime/tests/*cuda*.rs tests/*cuda*.rs macros/tests/*cuda*.rs; do
 done
 [ "$ran_tests" -gt 0 ] || { echo "FAIL  no CUDA test files found" | tee -a "$SUMMARY"; status=1; }
 
+# The default settings (`expandable_segments:auto`) must pick expandable segments on this GPU and
+# its pages must read back what was written: make sure that test really ran and passed.
+auto_test="auto_on_a_gpu_picks_expandable_segments_and_its_pages_read_back_what_was_written"
+if grep -q "^test $auto_test \.\.\. ok" "$RESULTS/test-alloc_cuda.log" 2>/dev/null; then
+    echo "ok    default-expandable-segments-on-gpu ($auto_test)" | tee -a "$SUMMARY"
+else
+    echo "FAIL  default-expandable-segments-on-gpu: $auto_test did not pass (see $RESULTS/test-alloc_cuda.log)" | tee -a "$SUMMARY"
+    status=1
+fi
+
 # Unit tests that mention CUDA (filter by name), across the workspace.
 step test-unit-cuda cargo test --release --workspace --lib -- cuda --nocapture
 

@@ -4,7 +4,7 @@
 
 #![allow(dead_code)] // Each user takes a different subset.
 
-use vramguard::alloc::{AllocatorConfig, HostBackend};
+use vramguard::alloc::{AllocatorConfig, ExpandableSegments, HostBackend};
 use vramguard::device::Allocation;
 use vramguard::memory::{self, MemoryStats, OutOfMemory, SequenceBuckets, Workspace};
 use vramguard::Device;
@@ -42,11 +42,11 @@ impl Remedy {
 
     pub fn name(self) -> &'static str {
         match self {
-            Remedy::None => "none (naive loop)",
+            Remedy::None => "none (naive loop, fixed segments)",
             Remedy::Coalescing => "coalescing + empty_cache",
             Remedy::Bucketing => "bucketing",
             Remedy::Preallocation => "preallocation (Workspace)",
-            Remedy::Expandable => "expandable segments",
+            Remedy::Expandable => "expandable segments (the default)",
         }
     }
 }
@@ -66,9 +66,19 @@ pub struct Outcome {
 
 /// A fresh allocator of `CAPACITY` bytes: a bounded host device, or (`--device cuda`) an
 /// allocator on GPU 0 limited to `CAPACITY` by `memory_limit`.
+///
+/// The naive pool and the article's remedies run on fixed segments (`expandable_segments:false`,
+/// PyTorch's default), configured explicitly since this crate's default is expandable segments
+/// wherever the backend maps pages; the `Expandable` remedy asks for them explicitly (`true`),
+/// so on a backend without page mapping it is an error rather than a silent fixed pool.
 pub fn device_for(remedy: Remedy, cuda: bool) -> Result<Device, Box<dyn std::error::Error>> {
+    let expandable = if remedy == Remedy::Expandable {
+        ExpandableSegments::On
+    } else {
+        ExpandableSegments::Off
+    };
     let config = AllocatorConfig::default()
-        .with_expandable_segments(remedy == Remedy::Expandable)
+        .with_expandable_segments(expandable)
         .with_trace_capacity(1 << 16);
     if cuda {
         return Ok(Device::cuda_with_config(

@@ -75,14 +75,17 @@ impl Device {
         Device::Host
     }
 
-    /// A new host device with its own allocator, holding at most `capacity` bytes.
+    /// A new host device with its own allocator (default settings: expandable segments on Unix,
+    /// reserving `capacity` bytes of address space), holding at most `capacity` bytes.
     pub fn host_with_capacity(capacity: usize) -> Device {
         Device::HostPool(Arc::new(CachingAllocator::new(Box::new(
             HostBackend::with_capacity(capacity),
         ))))
     }
 
-    /// A new unbounded host device with its own allocator.
+    /// A new unbounded host device with its own allocator (default settings). On Unix its
+    /// expandable segment reserves [`crate::alloc::DEFAULT_EXPANDABLE_RANGE`] of address space
+    /// (no memory: pages are mapped as the pool grows), released when the device is dropped.
     pub fn isolated_host() -> Device {
         Device::HostPool(Arc::new(CachingAllocator::new(
             Box::new(HostBackend::new()),

@@ -4,8 +4,11 @@
 //! Against fragmentation (variable-length batches that leave holes of every size), the
 //! article's tools: [`SequenceBuckets`] (pad lengths to a few fixed ones), [`warmup`] (shape
 //! the pool with the largest batch before the loop), [`Workspace`] and [`reserve`]
-//! (preallocate), [`empty_cache`] between phases, and `expandable_segments:true`
-//! ([`AllocatorConfig::with_expandable_segments`]). `examples/fragmentation.rs` shows each one.
+//! (preallocate), [`empty_cache`] between phases, and expandable segments — on by default
+//! wherever the backend can map pages (the host backend on Unix, GPUs with virtual memory
+//! management; [`uses_expandable_segments`] tells), `expandable_segments:false`
+//! ([`AllocatorConfig::with_expandable_segments`]) for PyTorch's fixed segments.
+//! `examples/fragmentation.rs` shows each one.
 //!
 //! Configuration comes from `VRAMGUARD_ALLOC_CONF` for the process-wide devices
 //! ([`Device::Host`], [`Device::cuda`]) and from [`AllocatorConfig`] for devices made with
@@ -34,8 +37,9 @@
 //! ```
 
 pub use crate::alloc::{
-    AllocatorConfig, BucketError, ConfigError, MemorySnapshot, MemoryStats, OomCause, OutOfMemory,
-    PressureHandlerId, SequenceBuckets, Trace, Workspace, WorkspaceError,
+    AllocatorConfig, BucketError, ConfigError, ExpandableSegments, MemorySnapshot, MemoryStats,
+    OomCause, OutOfMemory, PressureHandlerId, SegmentMode, SequenceBuckets, Trace, Workspace,
+    WorkspaceError,
 };
 use crate::Device;
 
@@ -65,6 +69,13 @@ pub fn reserve(device: &Device, bytes: usize) -> Result<u64, OutOfMemory> {
 /// The segments and blocks of `device`'s allocator, with its statistics (`to_json()` exports it).
 pub fn snapshot(device: &Device) -> MemorySnapshot {
     device.allocator().snapshot()
+}
+
+/// Whether `device`'s allocator runs with expandable segments (what the default
+/// `expandable_segments:auto` chose); [`crate::alloc::CachingAllocator::fixed_segments_reason`]
+/// says why not.
+pub fn uses_expandable_segments(device: &Device) -> bool {
+    device.allocator().uses_expandable_segments()
 }
 
 /// Records the last `events` allocator events of `device` from now on (0 stops recording).
@@ -128,6 +139,10 @@ pub struct Warmup<R> {
 /// - Small batches put their tensors into the small pool (requests ≤ 1 MiB), which a max-size
 ///   batch may not touch; with [`SequenceBuckets`], warm up every bucket, largest first, so
 ///   each shape the loop can produce has been seen once.
+/// - With expandable segments (the default where the backend maps pages) the first pass lays
+///   its tensors out as the mapped range grows, and a later batch of the same shape, placed by
+///   best fit into the range, may need a granule more: run the shapes twice (see
+///   `runtime/tests/alloc_warmup.rs`). With fixed segments one pass shapes the pool.
 /// - The closure may do anything the loop does (including its own error handling: its output is
 ///   returned as is).
 ///

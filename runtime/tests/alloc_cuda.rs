@@ -1,9 +1,11 @@
 //! CUDA backend. Without a driver `Device::cuda(0)` must return the typed error (cudarc alone
 //! would panic); with a GPU, an alloc/free/stats round trip and a `CudaBuffer` copy through
 //! cudarc. Set `VRAMGUARD_REQUIRE_GPU=1` (scripts/gpu-check.sh does) to fail instead of skip.
+//! With a GPU, the default `expandable_segments:auto` must pick expandable segments (virtual
+//! memory management plus a passing self-test) and the pages it maps must hold what is written.
 
 use vramguard_runtime::alloc::cuda::{driver_present, CudaBuffer};
-use vramguard_runtime::alloc::AllocatorConfig;
+use vramguard_runtime::alloc::{AllocatorConfig, ExpandableSegments};
 use vramguard_runtime::device::DeviceError;
 use vramguard_runtime::{memory, Device};
 
@@ -77,7 +79,112 @@ fn cuda_device_is_a_typed_error_without_a_driver_and_round_trips_with_one() {
     memory::empty_cache(&device);
     let s = memory::stats(&device);
     assert_eq!(s.allocated_bytes, before.allocated_bytes);
-    assert_eq!(s.backend_allocs - s.backend_frees, s.segments);
+    if !allocator.uses_expandable_segments() {
+        // One free per fixed segment (an expandable segment maps in many steps and unmaps
+        // whole free tails, so its counts need not pair up).
+        assert_eq!(s.backend_allocs - s.backend_frees, s.segments);
+    }
+}
+
+/// Opens `cuda:0` with its own allocator built from `config`, or says why the test skips.
+fn own_gpu_allocator(config: AllocatorConfig) -> Option<Device> {
+    match Device::cuda_with_config(0, config) {
+        Ok(d) => Some(d),
+        Err(DeviceError::NoDriver) => {
+            skip("no CUDA driver (libcuda.so) on this machine");
+            None
+        }
+        Err(e @ DeviceError::NoDevice { .. }) => {
+            skip(&e.to_string());
+            None
+        }
+        // A driver library that cannot start (a stub libcuda, no usable GPU in a container).
+        Err(e @ DeviceError::Driver { op: "cuInit", .. }) => {
+            skip(&e.to_string());
+            None
+        }
+        Err(e) => panic!("unexpected error opening cuda:0: {e}"),
+    }
+}
+
+#[test]
+fn auto_on_a_gpu_picks_expandable_segments_and_its_pages_read_back_what_was_written() {
+    let Some(device) = own_gpu_allocator(AllocatorConfig::default()) else {
+        return;
+    };
+    let allocator = device.allocator();
+    assert_eq!(
+        allocator.config().expandable_segments,
+        ExpandableSegments::Auto
+    );
+    assert!(
+        allocator.uses_expandable_segments(),
+        "auto chose fixed segments on this GPU: {:?}",
+        allocator.fixed_segments_reason()
+    );
+    assert!(memory::snapshot(&device).expandable_segments);
+    let granularity = {
+        use vramguard_runtime::alloc::Backend;
+        allocator.backend().virtual_memory().unwrap().granularity() as u64
+    };
+    // Large-pool requests (over 1 MiB) of odd sizes: each is carved from the mapped range, the
+    // second and third growing it at its end.
+    let sizes: [usize; 3] = [5 << 20, (37 << 20) + 123 * 4, (3 << 20) + 512];
+    let blocks: Vec<_> = sizes.iter().map(|&s| device.allocate(s).unwrap()).collect();
+    let s = memory::stats(&device);
+    let rounded: u64 = blocks.iter().map(|b| b.size() as u64).sum();
+    assert_eq!(s.allocated_bytes, rounded);
+    assert_eq!(s.reserved_bytes, rounded.next_multiple_of(granularity));
+    let snap = memory::snapshot(&device);
+    assert_eq!(snap.segments.len(), 1);
+    assert!(snap.segments[0].expandable);
+    // A different pattern per block, written and read back with synchronous driver copies.
+    let patterns: Vec<Vec<u32>> = blocks
+        .iter()
+        .enumerate()
+        .map(|(k, b)| {
+            (0..b.requested_bytes() / 4)
+                .map(|i| (i as u32).wrapping_mul(2_654_435_761) ^ (k as u32 + 1))
+                .collect()
+        })
+        .collect();
+    for (b, p) in blocks.iter().zip(&patterns) {
+        // SAFETY: `b` holds at least `p.len() * 4` bytes of device memory owned by this test.
+        unsafe { cudarc::driver::result::memcpy_htod_sync(b.addr(), p) }.unwrap();
+    }
+    for (b, p) in blocks.iter().zip(&patterns) {
+        let mut back = vec![0u32; p.len()];
+        // SAFETY: as above; the copy is synchronous.
+        unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut back, b.addr()) }.unwrap();
+        assert!(back == *p, "block {:#x} did not read back", b.addr());
+    }
+    // A CudaBuffer in the expandable segment, through cudarc's own copies.
+    let stream = device.cuda_context().unwrap().default_stream();
+    let values: Vec<f32> = (0..(3 << 18)).map(|i| (i % 1013) as f32 - 7.5).collect();
+    let mut buf = CudaBuffer::<f32>::new(&device, values.len()).unwrap();
+    stream.memcpy_htod(&values, &mut buf).unwrap();
+    assert_eq!(stream.clone_dtoh(&buf).unwrap(), values);
+    drop((blocks, buf));
+    allocator.check_invariants().unwrap();
+    // Everything returns to the GPU.
+    let reserved = memory::stats(&device).reserved_bytes;
+    assert_eq!(memory::empty_cache(&device), reserved);
+    let s = memory::stats(&device);
+    assert_eq!((s.reserved_bytes, s.segments, s.allocated_bytes), (0, 0, 0));
+}
+
+#[test]
+fn explicit_off_on_a_gpu_gives_fixed_segments() {
+    let config = AllocatorConfig::default().with_expandable_segments(false);
+    let Some(device) = own_gpu_allocator(config) else {
+        return;
+    };
+    assert!(!device.allocator().uses_expandable_segments());
+    let a = device.allocate(5 << 20).unwrap();
+    // PyTorch's rule: a 20 MiB segment for a large request under 10 MiB.
+    assert_eq!(memory::stats(&device).reserved_bytes, 20 << 20);
+    drop(a);
+    assert_eq!(memory::empty_cache(&device), 20 << 20);
 }
 
 #[test]

@@ -3,10 +3,15 @@
 //! sequence succeed: coalescing (drop what is no longer needed), `empty_cache` (when another
 //! allocator needs the memory), preallocation (a `Workspace`, or `reserve` with
 //! `max_split_size`).
+//!
+//! The failing pool is PyTorch's default, fixed segments, configured explicitly
+//! (`expandable_segments:false`): the default host device now has expandable segments, under
+//! which the same sequence succeeds (the last test).
 
 use std::sync::Arc;
 use vramguard_runtime::alloc::{
-    Backend, BackendError, CachingAllocator, HostBackend, OomCause, Workspace,
+    AllocatorConfig, Backend, BackendError, CachingAllocator, HostBackend, OomCause, SegmentMode,
+    Workspace,
 };
 use vramguard_runtime::device::Allocation;
 use vramguard_runtime::{memory, Device};
@@ -19,6 +24,15 @@ const ACTIVATIONS: [usize; 6] = [2, 3, 4, 5, 6, 7];
 const OUTPUT: usize = 3 * MIB / 2;
 /// The request that fails: a final large buffer. 9 MiB of outputs + 9 MiB fit in 20 MiB.
 const BIG: usize = 9 * MIB;
+
+/// A 20 MiB host device with fixed segments (PyTorch's default).
+fn fixed_device() -> Device {
+    Device::host_pool(
+        HostBackend::with_capacity(CAPACITY),
+        AllocatorConfig::default().with_expandable_segments(false),
+    )
+    .unwrap()
+}
 
 /// Runs the batches; activations come from `workspace` when given.
 fn batches(device: &Device, mut workspace: Option<&mut Workspace>) -> Vec<Allocation> {
@@ -40,7 +54,7 @@ fn batches(device: &Device, mut workspace: Option<&mut Workspace>) -> Vec<Alloca
 
 #[test]
 fn free_memory_remains_but_a_large_request_fails_with_fragmentation() {
-    let device = Device::host_with_capacity(CAPACITY);
+    let device = fixed_device();
     let outputs = batches(&device, None);
     let before = memory::stats(&device);
     assert_eq!(before.allocated_bytes, (ACTIVATIONS.len() * OUTPUT) as u64);
@@ -63,7 +77,7 @@ fn free_memory_remains_but_a_large_request_fails_with_fragmentation() {
 
 #[test]
 fn coalescing_freed_outputs_makes_the_request_succeed() {
-    let device = Device::host_with_capacity(CAPACITY);
+    let device = fixed_device();
     let outputs = batches(&device, None);
     assert!(device.allocate(BIG).is_err());
     let segments = memory::stats(&device).backend_allocs;
@@ -84,7 +98,7 @@ fn coalescing_freed_outputs_makes_the_request_succeed() {
 
 #[test]
 fn a_preallocated_workspace_makes_the_same_sequence_succeed() {
-    let device = Device::host_with_capacity(CAPACITY);
+    let device = fixed_device();
     // Preallocate the largest buffer once and slice it: activations and the final buffer.
     let largest = (ACTIVATIONS.iter().max().unwrap() * MIB).max(BIG);
     let mut ws = Workspace::new(&device, largest).unwrap();
@@ -141,4 +155,51 @@ fn empty_cache_gives_cached_memory_back_to_another_model() {
     let big = model_b.allocate(BIG).unwrap();
     assert_eq!(model_b.stats().allocated_bytes, BIG as u64);
     model_b.free(big);
+}
+
+#[cfg(unix)]
+#[test]
+fn the_default_expandable_segments_fail_here_too_and_do_not_suggest_themselves() {
+    // On this tight device the default expandable segment does not save the sequence: it grows
+    // only at its end, and the outputs stay pinned between the activations' holes. Mapped in
+    // 2 MiB granules, in MiB: out1 at 2, out3 at 0, out4 at 3.5, out2 at 6.5, out5 at 5, and
+    // act7 (7 MiB at 8) pushes out6 to 15, so the mapping ends at 18 with free blocks of 0.5
+    // (1.5–2), 7 (8–15) and 1.5 (16.5–18) MiB: 9 MiB cached free plus 2 MiB of device, but a
+    // 9 MiB block would need 7.5 MiB more pages at the end.
+    let device = Device::host_with_capacity(CAPACITY);
+    assert!(device.allocator().uses_expandable_segments());
+    let outputs = batches(&device, None);
+    let err = device.allocate(BIG).unwrap_err();
+    assert_eq!(err.cause, OomCause::Fragmentation);
+    assert_eq!(err.segments, SegmentMode::Expandable);
+    assert_eq!(
+        (
+            err.reserved,
+            err.cached_free,
+            err.largest_free_block,
+            err.device_free
+        ),
+        (
+            18 * MIB as u64,
+            9 * MIB as u64,
+            7 * MIB as u64,
+            2 * MIB as u64
+        )
+    );
+    let msg = err.to_string();
+    assert!(
+        msg.contains(
+            "fragmentation: 9.0 MiB cached free (plus 2.0 MiB the device can still provide), \
+             but the largest free block is 7.0 MiB"
+        ),
+        "{msg}"
+    );
+    assert!(!msg.contains("expandable_segments:true"), "{msg}");
+    assert!(msg.contains("Workspace"), "{msg}");
+    // The article's remedy still works: dropping the outputs merges the holes.
+    drop(outputs);
+    let big = device.allocate(BIG).unwrap();
+    assert_eq!(memory::stats(&device).num_ooms, 1);
+    drop(big);
+    device.allocator().check_invariants().unwrap();
 }

@@ -5,8 +5,9 @@
 //! tile their segments, the statistics equal the model's (allocated, requested, live blocks,
 //! allocs, frees, OOMs), reserved stays within the capacity, and after freeing everything and
 //! `empty_cache()` reserved is 0 and every segment went back to the backend. Configurations:
-//! defaults, max split size, limit + GC threshold, expandable segments (alone, with a limit
-//! and a max split size, and with a GC threshold).
+//! defaults (expandable segments on the host backend), fixed segments (alone, with a max split
+//! size, with a limit + GC threshold), explicit expandable segments (alone, with a limit and a
+//! max split size, and with a GC threshold).
 
 use proptest::prelude::*;
 use std::collections::HashMap;
@@ -44,11 +45,13 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn config() -> impl Strategy<Value = AllocatorConfig> {
+    let fixed = AllocatorConfig::default().with_expandable_segments(false);
     prop_oneof![
         Just(AllocatorConfig::default()),
-        Just(AllocatorConfig::default().with_max_split_size(16 * MIB)),
+        Just(fixed.clone()),
+        Just(fixed.clone().with_max_split_size(16 * MIB)),
         Just(
-            AllocatorConfig::default()
+            fixed
                 .with_memory_limit(64 * MIB as u64)
                 .with_garbage_collection_threshold(0.6)
         ),
@@ -97,7 +100,7 @@ fn check(device: &Device, model: &Model, live: &[Allocation]) {
     assert!(s.reserved_bytes <= CAPACITY as u64);
     assert!(s.active_bytes >= s.allocated_bytes);
     assert_eq!(s.cached_free_bytes, s.reserved_bytes - s.active_bytes);
-    if !device.allocator().config().expandable_segments {
+    if !device.allocator().uses_expandable_segments() {
         // With expandable segments, page maps and unmaps count as backend calls too.
         assert_eq!(s.segments, s.backend_allocs - s.backend_frees);
     }
@@ -194,7 +197,12 @@ proptest! {
         prop_assert_eq!(s.allocated_bytes, 0);
         prop_assert_eq!(s.active_bytes, 0);
         prop_assert_eq!(s.segments, 0);
-        if !device.allocator().config().expandable_segments {
+        // Every segment and mapped page is back on the device.
+        prop_assert_eq!(
+            device.allocator().backend().free_memory(),
+            Some(CAPACITY)
+        );
+        if !device.allocator().uses_expandable_segments() {
             prop_assert_eq!(s.backend_allocs, s.backend_frees);
         }
         prop_assert_eq!(s.num_allocs, s.num_frees);

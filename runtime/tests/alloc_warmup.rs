@@ -1,8 +1,12 @@
 //! The article's "keep shapes uniform" and "warm up with a max-size batch": after
 //! `memory::warmup` the variable-length loop makes no backend calls; without it (and without
 //! bucketing) the pool keeps growing as new shapes arrive.
+//!
+//! The first three tests shape a pool of fixed segments (`expandable_segments:false`, PyTorch's
+//! default, for which the article's advice was written); the last one shows what the warm-up
+//! does under this crate's default, expandable segments.
 
-use vramguard_runtime::alloc::PoolKind;
+use vramguard_runtime::alloc::{AllocatorConfig, HostBackend, PoolKind};
 use vramguard_runtime::memory::{self, SequenceBuckets};
 use vramguard_runtime::Device;
 
@@ -13,6 +17,15 @@ const HEADS: usize = 4;
 const FFN: usize = 4 * D;
 const LAYERS: usize = 2;
 const F32: usize = 4;
+
+/// An unbounded host device with fixed segments.
+fn fixed_device() -> Device {
+    Device::host_pool(
+        HostBackend::new(),
+        AllocatorConfig::default().with_expandable_segments(false),
+    )
+    .unwrap()
+}
 
 /// Sequence lengths of the loop's batches: varied, none longer than 500.
 const LENGTHS: [usize; 16] = [
@@ -42,7 +55,7 @@ fn forward(device: &Device, t: usize) -> Result<(), memory::OutOfMemory> {
 
 #[test]
 fn after_warming_up_every_bucket_the_bucketed_loop_makes_no_backend_calls() {
-    let device = Device::isolated_host();
+    let device = fixed_device();
     let buckets = SequenceBuckets::new(&[64, 128, 256, 512]).unwrap();
     let shaped = memory::warmup(&device, || {
         buckets
@@ -81,7 +94,7 @@ fn after_warming_up_every_bucket_the_bucketed_loop_makes_no_backend_calls() {
 
 #[test]
 fn a_max_size_warmup_shapes_the_large_pool_but_small_batches_still_need_small_segments() {
-    let device = Device::isolated_host();
+    let device = fixed_device();
     let shaped = memory::warmup(&device, || forward(&device, 512));
     assert_eq!(shaped.output, Ok(()));
     assert_eq!(shaped.reserved_bytes, 52 * MIB);
@@ -111,7 +124,7 @@ fn a_max_size_warmup_shapes_the_large_pool_but_small_batches_still_need_small_se
 
 #[test]
 fn without_a_warmup_the_loop_itself_reserves_as_new_shapes_arrive() {
-    let device = Device::isolated_host();
+    let device = fixed_device();
     let mut calls = Vec::new();
     for _ in 0..3 {
         let before = memory::stats(&device).backend_allocs;
@@ -126,4 +139,60 @@ fn without_a_warmup_the_loop_itself_reserves_as_new_shapes_arrive() {
     let s = memory::stats(&device);
     assert_eq!(s.reserved_bytes, 64 * MIB);
     assert_eq!(s.peak_reserved_bytes, 64 * MIB);
+}
+
+#[cfg(unix)]
+#[test]
+fn under_the_default_expandable_segments_a_second_warmup_pass_shapes_the_pool() {
+    let device = Device::isolated_host();
+    assert!(device.allocator().uses_expandable_segments());
+    let buckets = SequenceBuckets::new(&[64, 128, 256, 512]).unwrap();
+    let every_bucket = || {
+        buckets
+            .bounds()
+            .iter()
+            .rev()
+            .try_for_each(|&t| forward(&device, t))
+    };
+    let once = memory::warmup(&device, every_bucket);
+    assert_eq!(once.output, Ok(()));
+    // 42 MiB of mapped pages for the 512 batch: layer 1 packs x (2 MiB), qkv (6), scores (16)
+    // and probs (16) from 0 to 40 MiB; its output, the next x, lands at 2 MiB (best fit), so in
+    // layer 2 qkv starts at 4 MiB, scores at 10 and probs at 26, ending at 42. Plus two 2 MiB
+    // small-pool segments for the 64 and 128 buckets' tensors of 1 MiB or less.
+    assert_eq!(once.reserved_bytes, 46 * MIB);
+    let large_pool = memory::snapshot(&device)
+        .segments
+        .iter()
+        .filter(|s| s.pool == PoolKind::Large)
+        .map(|s| (s.size, s.expandable))
+        .collect::<Vec<_>>();
+    assert_eq!(large_pool, vec![(42 * MIB, true)]);
+    // A 512 batch placed by best fit in the mapped range after the shorter buckets (not laid
+    // out as the range grows, as during the first pass) needs one more granule; a second pass
+    // of the warm-up takes it, so the loop does not.
+    let twice = memory::warmup(&device, every_bucket);
+    assert_eq!(twice.output, Ok(()));
+    assert_eq!(
+        (twice.added_bytes, twice.backend_allocs, twice.backend_frees),
+        (2 * MIB, 1, 0)
+    );
+    let before = memory::stats(&device);
+    for _ in 0..3 {
+        for &len in &LENGTHS {
+            forward(&device, buckets.bucket_for(len).unwrap()).unwrap();
+        }
+    }
+    let after = memory::stats(&device);
+    assert_eq!(
+        after.backend_allocs, before.backend_allocs,
+        "nothing mapped"
+    );
+    assert_eq!(
+        after.backend_frees, before.backend_frees,
+        "nothing unmapped"
+    );
+    assert_eq!(after.reserved_bytes, 48 * MIB);
+    assert_eq!(after.peak_reserved_bytes, 48 * MIB);
+    device.allocator().check_invariants().unwrap();
 }

@@ -14,7 +14,7 @@
 //! | `max_split_size_mb` | MiB (≥ 1) | cached blocks this large or larger are never split |
 //! | `garbage_collection_threshold` | a number in (0, 1) | release cached segments before reserved exceeds this fraction of the limit (or capacity) |
 //! | `roundup_power2_divisions` (alias `round_up`) | 0 or a power of two ≤ 64 | round sizes up to one of N steps between powers of two |
-//! | `expandable_segments` | `true`/`false` | the large pool grows one mapped address range instead of adding segments (host backend on Unix; CUDA on GPUs with virtual memory management) |
+//! | `expandable_segments` | `auto` (the default), `true` or `false` | the large pool grows one mapped address range instead of adding segments. `auto`: on when the backend can map pages (host backend on Unix; CUDA on GPUs with virtual memory management that pass a self-test), fixed segments otherwise; `true`: on, an error where unsupported; `false`: fixed segments (PyTorch's default) |
 //! | `preallocate` | bytes (same forms as `memory_limit`) | reserve this much once, at start |
 //! | `trace_capacity` | events (0, the default, disables the trace) | length of the bounded event trace |
 
@@ -39,6 +39,41 @@ pub const KNOWN_KEYS: &[&str] = &[
     "preallocate",
     "trace_capacity",
 ];
+
+/// Whether the large pool uses an expandable segment (one reserved address range whose pages
+/// are mapped as it grows) or fixed segments (PyTorch's default: each segment a separate
+/// backend allocation). See the [module documentation](crate::alloc) for the rules.
+///
+/// `with_expandable_segments(true)`/`(false)` set [`ExpandableSegments::On`]/[`Off`](ExpandableSegments::Off)
+/// (`bool` converts with `into()`); [`CachingAllocator::uses_expandable_segments`](crate::alloc::CachingAllocator::uses_expandable_segments)
+/// tells what an allocator actually runs with.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExpandableSegments {
+    /// The default: expandable segments where the backend can map pages
+    /// ([`crate::alloc::Backend::virtual_memory`], and its self-test passes), fixed segments
+    /// otherwise, without an error. A backend that offers page mapping but fails its self-test
+    /// or cannot reserve the address range falls back with a `tracing` warning; the reason is
+    /// kept ([`CachingAllocator::fixed_segments_reason`](crate::alloc::CachingAllocator::fixed_segments_reason)).
+    #[default]
+    Auto,
+    /// Expandable segments, or an error when the backend cannot provide them
+    /// (`expandable_segments:true`).
+    On,
+    /// Fixed segments only (`expandable_segments:false`).
+    Off,
+}
+
+impl From<bool> for ExpandableSegments {
+    /// `true` is [`ExpandableSegments::On`], `false` is [`ExpandableSegments::Off`].
+    fn from(on: bool) -> Self {
+        if on {
+            ExpandableSegments::On
+        } else {
+            ExpandableSegments::Off
+        }
+    }
+}
 
 /// An upper bound on the bytes an allocator reserves.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -67,8 +102,10 @@ pub struct AllocatorConfig {
     /// Expandable segments: the large pool is one reserved address range whose pages are mapped
     /// as it grows and unmapped (free tail) by `empty_cache`, so a large request needs no
     /// contiguous free hole among segments. Needs a backend with
-    /// [`crate::alloc::Backend::virtual_memory`] (the host backend on Unix; CUDA on GPUs with virtual memory management).
-    pub expandable_segments: bool,
+    /// [`crate::alloc::Backend::virtual_memory`] (the host backend on Unix; CUDA on GPUs with
+    /// virtual memory management). Default [`ExpandableSegments::Auto`]: on wherever the backend
+    /// can map pages.
+    pub expandable_segments: ExpandableSegments,
     /// Bytes reserved once when the allocator is created (see [`crate::memory::reserve`]).
     pub preallocate: usize,
     /// Events kept by the trace ring (0 disables tracing).
@@ -82,7 +119,7 @@ impl Default for AllocatorConfig {
             max_split_size: None,
             garbage_collection_threshold: None,
             roundup_power2_divisions: 0,
-            expandable_segments: false,
+            expandable_segments: ExpandableSegments::Auto,
             preallocate: 0,
             trace_capacity: DEFAULT_TRACE_CAPACITY,
         }
@@ -125,7 +162,7 @@ pub enum ConfigError {
         /// The accepted form.
         expected: &'static str,
     },
-    /// A setting this build does not support.
+    /// A setting this build or backend does not support.
     #[error("allocator setting `{key}` is not supported: {reason}")]
     Unsupported {
         /// The key.
@@ -141,8 +178,17 @@ pub enum ConfigError {
         /// The out-of-memory message.
         message: String,
     },
+    /// `expandable_segments:true` on a backend whose page mapping failed its self-test at
+    /// allocator creation.
+    #[error("`expandable_segments:true`: {device} offers virtual memory management, but its self-test failed: {reason}; set `expandable_segments:false` (fixed segments), or `auto` to fall back by itself")]
+    ExpandableSelfTestFailed {
+        /// Device name.
+        device: String,
+        /// The step of the self-test that failed, with the backend's message.
+        reason: String,
+    },
     /// Address space for expandable segments could not be reserved.
-    #[error("could not reserve {bytes} bytes of address space for expandable segments: {message}; set `memory_limit` to reserve less, or turn `expandable_segments` off")]
+    #[error("could not reserve {bytes} bytes of address space for expandable segments: {message}; set `memory_limit` to reserve less, or set `expandable_segments:false` (or `auto`, which falls back to fixed segments by itself)")]
     ReserveFailed {
         /// Bytes of address space asked for.
         bytes: usize,
@@ -163,7 +209,8 @@ const FRACTION_FORM: &str = "a number in (0, 1], e.g. `0.8`";
 const THRESHOLD_FORM: &str = "a number strictly between 0 and 1, e.g. `0.8`";
 const SPLIT_FORM: &str = "a whole number of MiB, at least 1, e.g. `256`";
 const DIVISIONS_FORM: &str = "0 (off) or a power of two up to 64, e.g. `4`";
-const BOOL_FORM: &str = "`true` or `false`";
+const EXPANDABLE_FORM: &str =
+    "`auto` (on where the backend can map pages; the default), `true` or `false`";
 const COUNT_FORM: &str = "a whole number of events, e.g. `4096` (0 disables the trace)";
 
 impl AllocatorConfig {
@@ -192,9 +239,11 @@ impl AllocatorConfig {
         self.roundup_power2_divisions = divisions;
         self
     }
-    /// Turns expandable segments on or off.
-    pub fn with_expandable_segments(mut self, on: bool) -> Self {
-        self.expandable_segments = on;
+    /// Sets expandable segments: `true` ([`ExpandableSegments::On`]: an error where the backend
+    /// cannot map pages), `false` ([`ExpandableSegments::Off`]: fixed segments), or an
+    /// [`ExpandableSegments`] (e.g. back to [`ExpandableSegments::Auto`], the default).
+    pub fn with_expandable_segments(mut self, mode: impl Into<ExpandableSegments>) -> Self {
+        self.expandable_segments = mode.into();
         self
     }
     /// Bytes to reserve when the allocator is created.
@@ -308,11 +357,14 @@ impl AllocatorConfig {
                     }
                     cfg.roundup_power2_divisions = d;
                 }
-                "expandable_segments" => match value {
-                    "false" | "False" | "0" => cfg.expandable_segments = false,
-                    "true" | "True" | "1" => cfg.expandable_segments = true,
-                    _ => return Err(bad(BOOL_FORM)),
-                },
+                "expandable_segments" => {
+                    cfg.expandable_segments = match value {
+                        "auto" | "Auto" => ExpandableSegments::Auto,
+                        "true" | "True" | "1" => ExpandableSegments::On,
+                        "false" | "False" | "0" => ExpandableSegments::Off,
+                        _ => return Err(bad(EXPANDABLE_FORM)),
+                    }
+                }
                 "preallocate" => {
                     let bytes = parse_bytes(value).ok_or_else(|| bad(BYTES_FORM))?;
                     cfg.preallocate = usize::try_from(bytes).map_err(|_| bad(BYTES_FORM))?;
@@ -406,6 +458,7 @@ mod tests {
         assert_eq!(cfg.roundup_power2_divisions, 4);
         assert_eq!(cfg.preallocate, 64 << 20);
         assert_eq!(cfg.trace_capacity, 10);
+        assert_eq!(cfg.expandable_segments, ExpandableSegments::Off);
         assert_eq!(AllocatorConfig::default().trace_capacity, 0);
         let f = AllocatorConfig::parse("memory_fraction:0.5").unwrap();
         assert_eq!(f.memory_limit, Some(MemoryLimit::Fraction(0.5)));
@@ -495,11 +548,68 @@ mod tests {
             );
             assert!(e.to_string().contains(&format!("`{key}`")), "{e}");
         }
-        assert!(
+        assert_eq!(
             AllocatorConfig::parse("expandable_segments:true")
                 .unwrap()
-                .expandable_segments
+                .expandable_segments,
+            ExpandableSegments::On
         );
+    }
+
+    #[test]
+    fn expandable_segments_is_auto_by_default_and_parses_three_ways() {
+        assert_eq!(
+            AllocatorConfig::default().expandable_segments,
+            ExpandableSegments::Auto
+        );
+        for (value, mode) in [
+            ("auto", ExpandableSegments::Auto),
+            ("Auto", ExpandableSegments::Auto),
+            ("true", ExpandableSegments::On),
+            ("1", ExpandableSegments::On),
+            ("false", ExpandableSegments::Off),
+            ("False", ExpandableSegments::Off),
+            ("0", ExpandableSegments::Off),
+        ] {
+            let cfg = AllocatorConfig::parse(&format!("expandable_segments:{value}")).unwrap();
+            assert_eq!(cfg.expandable_segments, mode, "{value}");
+        }
+        // `auto` written out equals the default; the other keys keep their defaults.
+        assert_eq!(
+            AllocatorConfig::parse("expandable_segments:auto").unwrap(),
+            AllocatorConfig::default()
+        );
+        // A bad value lists every accepted form.
+        let e = AllocatorConfig::parse("expandable_segments:yes").unwrap_err();
+        assert!(
+            matches!(&e, ConfigError::BadValue { key, value, .. }
+                if key == "expandable_segments" && value == "yes"),
+            "{e:?}"
+        );
+        let msg = e.to_string();
+        for form in ["`auto`", "`true`", "`false`"] {
+            assert!(msg.contains(form), "{msg}");
+        }
+        // The builder takes a bool or the mode itself.
+        let b = AllocatorConfig::default();
+        assert_eq!(
+            b.clone().with_expandable_segments(true).expandable_segments,
+            ExpandableSegments::On
+        );
+        assert_eq!(
+            b.clone()
+                .with_expandable_segments(false)
+                .expandable_segments,
+            ExpandableSegments::Off
+        );
+        assert_eq!(
+            b.with_expandable_segments(false)
+                .with_expandable_segments(ExpandableSegments::Auto)
+                .expandable_segments,
+            ExpandableSegments::Auto
+        );
+        let json = serde_json::to_value(AllocatorConfig::default()).unwrap();
+        assert_eq!(json["expandable_segments"], "auto");
     }
 
     #[test]

@@ -1,11 +1,16 @@
 //! CUDA backend: segments from the driver (`cuMemAlloc`/`cuMemFree`) through cudarc, loaded at
 //! run time, and [`CudaBuffer`], a typed buffer usable with cudarc's kernel launches.
 //!
-//! With `expandable_segments:true` the backend maps memory into a reserved address range
-//! through the driver's virtual memory management (`cuMemAddressReserve`, `cuMemCreate`,
-//! `cuMemMap`, `cuMemSetAccess`; `cuMemUnmap` + `cuMemRelease` to give pages back), one handle
-//! per granule (2 MiB or the device's minimum granularity if larger), on GPUs that report
-//! `CU_DEVICE_ATTRIBUTE_VIRTUAL_ADDRESS_MANAGEMENT_SUPPORTED`.
+//! With expandable segments (the default `expandable_segments:auto`, or `true`) the backend maps
+//! memory into a reserved address range through the driver's virtual memory management
+//! (`cuMemAddressReserve`, `cuMemCreate`, `cuMemMap`, `cuMemSetAccess`; `cuMemUnmap` +
+//! `cuMemRelease` to give pages back), one handle per granule (2 MiB or the device's minimum
+//! granularity if larger), on GPUs that report
+//! `CU_DEVICE_ATTRIBUTE_VIRTUAL_ADDRESS_MANAGEMENT_SUPPORTED`. Before an allocator uses them, a
+//! self-test ([`VirtualMemory::self_test`]) reserves two granules, maps them, writes a pattern
+//! into each with `cuMemsetD32`, reads it back with `cuMemcpyDtoH`, and unmaps and releases
+//! them; under `auto` any failure (or a GPU without the attribute) means fixed segments
+//! (`cuMemAlloc`), with a warning naming the failed step.
 //!
 //! The driver library is probed with `is_culib_present()` before any driver call: cudarc panics
 //! when it is missing, this module returns [`DeviceError::NoDriver`] instead.
@@ -145,23 +150,73 @@ impl CudaBackend {
     }
 
     /// Unmaps and releases the granules starting at `addrs` (all mapped by this backend).
-    fn unmap_granules(&self, addrs: &[u64], granularity: usize) {
+    /// Every granule is attempted; returns the first failure (also logged).
+    fn unmap_granules(&self, addrs: &[u64], granularity: usize) -> Result<(), String> {
         let mut mapped = self.mapped.lock().unwrap_or_else(|e| e.into_inner());
+        let mut first = Ok(());
         for addr in addrs {
             let Some(handle) = mapped.remove(addr) else {
                 continue;
             };
             // SAFETY: `addr` is a mapped granule of this backend that nothing uses; its handle is
             // released once, after the unmap.
-            unsafe {
-                if let Err(e) = sys::cuMemUnmap(*addr, granularity).result() {
-                    tracing::warn!("cuda:{}: cuMemUnmap failed: {e}", self.ordinal);
-                }
-                if let Err(e) = sys::cuMemRelease(handle).result() {
-                    tracing::warn!("cuda:{}: cuMemRelease failed: {e}", self.ordinal);
+            let steps = unsafe {
+                [
+                    ("cuMemUnmap", sys::cuMemUnmap(*addr, granularity).result()),
+                    ("cuMemRelease", sys::cuMemRelease(handle).result()),
+                ]
+            };
+            for (op, r) in steps {
+                if let Err(e) = r {
+                    tracing::warn!("cuda:{}: {op} failed: {e}", self.ordinal);
+                    if first.is_ok() {
+                        first = Err(format!("{op}: {e}"));
+                    }
                 }
             }
         }
+        first
+    }
+
+    /// Writes a different 32-bit pattern into each of the two granules at `addr` with the
+    /// driver's memset, copies both back to the host and compares every word.
+    fn check_pattern(&self, addr: u64, granularity: usize) -> Result<(), BackendError> {
+        const PATTERNS: [u32; 2] = [0xa5c3_0f96, 0x5a3c_f069];
+        let words = granularity / 4;
+        let fail = |op: &str, e: DriverError| BackendError::Driver(format!("{op}: {e}"));
+        for (i, &pattern) in PATTERNS.iter().enumerate() {
+            let at = addr + (i * granularity) as u64;
+            // SAFETY: `[at, at + granularity)` is mapped read-write by the caller and used by
+            // nothing else; the context is current (bound by `reserve_range`).
+            unsafe { sys::cuMemsetD32_v2(at, pattern, words) }
+                .result()
+                .map_err(|e| fail("cuMemsetD32", e))?;
+        }
+        // SAFETY: plain synchronisation of the current context.
+        unsafe { sys::cuCtxSynchronize() }
+            .result()
+            .map_err(|e| fail("cuCtxSynchronize after cuMemsetD32", e))?;
+        let mut host = vec![0u32; 2 * words];
+        // SAFETY: `host` holds exactly `2 * granularity` bytes, the size of the mapped range.
+        unsafe {
+            sys::cuMemcpyDtoH_v2(
+                host.as_mut_ptr().cast::<std::ffi::c_void>(),
+                addr,
+                2 * granularity,
+            )
+        }
+        .result()
+        .map_err(|e| fail("cuMemcpyDtoH", e))?;
+        for (i, (chunk, &pattern)) in host.chunks(words).zip(PATTERNS.iter()).enumerate() {
+            if let Some(at) = chunk.iter().position(|&w| w != pattern) {
+                return Err(BackendError::Driver(format!(
+                    "read back {:#010x} at byte {} of mapped granule {i}, wrote {pattern:#010x}",
+                    chunk[at],
+                    at * 4
+                )));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -223,7 +278,8 @@ unsafe impl VirtualMemory for CudaBackend {
                 unsafe { sys::cuMemSetAccess(at, g, &access, 1) }.result()
             });
             if let Err(e) = step {
-                self.unmap_granules(&done, g);
+                // Already failing: the unmap's own failures are logged.
+                let _ = self.unmap_granules(&done, g);
                 return Err(match e {
                     DriverError(sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY) => {
                         BackendError::OutOfMemory { requested: bytes }
@@ -247,7 +303,29 @@ unsafe impl VirtualMemory for CudaBackend {
         }
         let g = self.granularity();
         let addrs: Vec<u64> = (addr..addr + bytes as u64).step_by(g).collect();
-        self.unmap_granules(&addrs, g);
+        // Failures are logged; the pages are not used again either way.
+        let _ = self.unmap_granules(&addrs, g);
+    }
+    /// Reserves two granules, maps them, writes a pattern into each with `cuMemsetD32`, reads
+    /// both back with `cuMemcpyDtoH`, unmaps and releases them. `Err` names the failed step.
+    fn self_test(&self) -> Result<(), BackendError> {
+        let g = self.granularity();
+        let bytes = 2 * g;
+        let addr = self.reserve_range(bytes)?;
+        // SAFETY: `[addr, addr + bytes)` was just reserved and nothing is mapped in it.
+        let checked = unsafe { self.map(addr, bytes) }.and_then(|()| {
+            let pattern = self.check_pattern(addr, g);
+            let addrs = [addr, addr + g as u64];
+            // The memset and copy were synchronised above; nothing else uses these pages.
+            let unmapped = self.unmap_granules(&addrs, g).map_err(BackendError::Driver);
+            pattern.and(unmapped)
+        });
+        // SAFETY: the range is ours and nothing is mapped in it anymore (unmapped above, or
+        // `map` undid its partial work when it failed).
+        let released = unsafe { sys::cuMemAddressFree(addr, bytes) }
+            .result()
+            .map_err(|e| BackendError::Driver(format!("cuMemAddressFree: {e}")));
+        checked.and(released)
     }
 }
 

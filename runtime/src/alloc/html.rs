@@ -38,9 +38,14 @@ pub fn html_report(title: &str, trace: &Trace, snapshot: &MemorySnapshot) -> Str
          th{{text-align:left}}.blk.alloc{{fill:#2563eb}}.blk.free{{fill:#e5e7eb}}\
          .seg{{fill:none;stroke:#6b7280}}.reserved{{fill:#fca5a5;fill-opacity:.5;stroke:#dc2626}}\
          .allocated{{fill:none;stroke:#1d4ed8;stroke-width:1.5}}</style></head><body>\n\
-         <h1>{t}</h1>\n<p>Device <b>{d}</b>.</p>\n",
+         <h1>{t}</h1>\n<p>Device <b>{d}</b>, {mode}.</p>\n",
         t = esc(title),
-        d = esc(&snapshot.device)
+        d = esc(&snapshot.device),
+        mode = if snapshot.expandable_segments {
+            "expandable segments"
+        } else {
+            "fixed segments"
+        }
     );
     stats_table(&mut h, snapshot);
     timeline(&mut h, trace);

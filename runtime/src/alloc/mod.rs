@@ -22,12 +22,19 @@
 //! - **Garbage-collection threshold**: before a new segment would take reserved memory above
 //!   `threshold × limit` (the device capacity when no limit is set), fully free cached segments
 //!   are returned, least recently used first.
-//! - **Expandable segments** (`expandable_segments:true`, backends with
-//!   [`Backend::virtual_memory`]): the large pool is one reserved address range; when no free
-//!   block fits, pages are mapped at its end (extending a free tail block, so a large request
-//!   needs only the missing bytes), and `empty_cache` or the out-of-memory path unmap the free
-//!   tail in whole granules. Map and unmap calls count as `backend_allocs`/`backend_frees`.
-//!   When the range is used up, plain segments serve the request.
+//! - **Expandable segments** (on by default wherever the backend can map pages —
+//!   [`Backend::virtual_memory`]: the host backend on Unix, CUDA on GPUs with virtual memory
+//!   management that pass a self-test; see [`ExpandableSegments`]): the large pool is one
+//!   reserved address range; when no free block fits, pages are mapped at its end (extending a
+//!   free tail block, so a large request needs only the missing bytes), and only `empty_cache`
+//!   or the out-of-memory path unmap the free tail, in whole granules (a plain free never
+//!   does, so a steady loop makes no backend calls). Map and unmap calls count as
+//!   `backend_allocs`/`backend_frees`. When the range is used up, plain segments serve the
+//!   request. The small pool always uses fixed 2 MiB segments.
+//!   [`CachingAllocator::uses_expandable_segments`] tells what an allocator runs with;
+//!   `expandable_segments:false` gives PyTorch's default, fixed segments, where each segment is
+//!   a backend allocation of its own and the segment rules above (20 MiB segments, exact ones
+//!   above 10 MiB) apply to the large pool too.
 //! - **Out of memory**: when the backend (or the memory limit) refuses a segment, every fully free
 //!   cached segment is returned and the segment is asked for again (`alloc_retries`); then the
 //!   registered pressure handlers run (without the allocator's lock) and the request is tried
@@ -49,8 +56,8 @@ mod workspace;
 
 pub use bucket::{BucketError, SequenceBuckets};
 pub use config::{
-    parse_bytes, AllocatorConfig, ConfigError, MemoryLimit, DEFAULT_TRACE_CAPACITY, ENV_VAR,
-    KNOWN_KEYS,
+    parse_bytes, AllocatorConfig, ConfigError, ExpandableSegments, MemoryLimit,
+    DEFAULT_TRACE_CAPACITY, ENV_VAR, KNOWN_KEYS,
 };
 pub use host::{HostBackend, HOST_ALIGN, HOST_MAP_GRANULARITY};
 pub use html::html_report;
@@ -73,7 +80,7 @@ use trace::TraceRing;
 /// The caching allocator asks for whole segments and carves blocks out of them itself, so a
 /// backend only needs these calls. Backends that can reserve address space and map physical
 /// pages into it (CUDA VMM, `mmap`) may also offer [`Backend::virtual_memory`], the interface
-/// expandable segments will use.
+/// expandable segments use (and, by default, are used wherever it is offered).
 ///
 /// # Safety
 /// The allocator hands the segments out as memory that nothing else uses, and devices hand
@@ -142,6 +149,14 @@ pub unsafe trait VirtualMemory: Send + Sync {
     /// # Safety
     /// The range must be mapped and nothing may use it anymore.
     unsafe fn unmap(&self, addr: u64, bytes: usize);
+    /// Checks, once, when an allocator with expandable segments is created, that mapped pages
+    /// really hold what is written to them (e.g. reserve a small range, map it, write a pattern,
+    /// read it back, unmap, release). `Err` carries the failing step: under
+    /// [`ExpandableSegments::Auto`] the allocator then uses fixed segments, under
+    /// [`ExpandableSegments::On`] its creation fails. The default trusts the mapping.
+    fn self_test(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
 }
 
 /// Failure reported by a backend.
@@ -197,6 +212,24 @@ pub struct OutOfMemory {
     pub device_free: u64,
     /// Why it failed.
     pub cause: OomCause,
+    /// The allocator's kind of large-pool segments (so the advice for fragmentation suggests
+    /// expandable segments only where they are off by choice).
+    pub segments: SegmentMode,
+}
+
+/// Which segments an allocator's large pool uses, and, for fixed ones, why
+/// ([`CachingAllocator::segment_mode`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SegmentMode {
+    /// One expandable segment (the default wherever the backend can map pages).
+    Expandable,
+    /// Fixed segments because `expandable_segments:false` is set.
+    FixedByConfig,
+    /// Fixed segments because the backend cannot provide expandable ones: no page mapping,
+    /// or (under `auto`) a failed self-test or address-space reservation
+    /// ([`CachingAllocator::fixed_segments_reason`] says which).
+    FixedUnavailable,
 }
 
 impl fmt::Display for OutOfMemory {
@@ -255,9 +288,25 @@ impl fmt::Display for OutOfMemory {
         }
         f.write_str("). ")?;
         match self.cause {
-            OomCause::Fragmentation => f.write_str(
+            OomCause::Fragmentation if self.segments == SegmentMode::Expandable => f.write_str(
+                "Free memory is split into holes between live blocks (expandable segments are \
+                 already on: they grow and return only the free end of the mapped range, and \
+                 cannot move live blocks): preallocate the largest buffer once (a Workspace, \
+                 memory::reserve, `preallocate`), allocate long-lived buffers before \
+                 short-lived ones, bucket variable shapes, or call memory::empty_cache between \
+                 phases.",
+            ),
+            OomCause::Fragmentation if self.segments == SegmentMode::FixedByConfig => f.write_str(
                 "Free memory is split into pieces: set `expandable_segments:true` in \
-                 VRAMGUARD_ALLOC_CONF, preallocate the largest \
+                 VRAMGUARD_ALLOC_CONF (or `auto`, the default; this allocator has fixed \
+                 segments because `expandable_segments:false` is set), preallocate the largest \
+                 buffer once (a Workspace, memory::reserve, `preallocate`), bucket variable \
+                 shapes, set `max_split_size_mb` so large blocks stay whole, or call \
+                 memory::empty_cache between phases.",
+            ),
+            OomCause::Fragmentation => f.write_str(
+                "Free memory is split into pieces (and this device cannot use expandable \
+                 segments: see the allocator's fixed_segments_reason): preallocate the largest \
                  buffer once (a Workspace, memory::reserve, `preallocate`), bucket variable \
                  shapes, set `max_split_size_mb` so large blocks stay whole, or call \
                  memory::empty_cache between phases.",
@@ -510,6 +559,10 @@ pub struct CachingAllocator<B: Backend + ?Sized> {
     next_handler: AtomicU64,
     start: Instant,
     name: String,
+    /// The large pool's segments.
+    segment_mode: SegmentMode,
+    /// Why the large pool uses fixed segments (`None`: it has an expandable segment).
+    fixed_segments_reason: Option<String>,
     backend: B,
 }
 
@@ -543,6 +596,137 @@ unsafe impl Backend for Box<dyn Backend> {
     fn free_memory(&self) -> Option<usize> {
         (**self).free_memory()
     }
+}
+
+/// Why an expandable segment could not be set up (see [`CachingAllocator::with_config`]).
+enum ExpandableUnavailable {
+    /// The backend cannot map pages.
+    NoVirtualMemory,
+    /// [`VirtualMemory::self_test`] failed.
+    SelfTest(String),
+    /// The address range could not be reserved.
+    Reserve { bytes: usize, message: String },
+}
+
+/// Reserves the expandable segment's address range: `limit` bytes, else the device capacity,
+/// else [`DEFAULT_EXPANDABLE_RANGE`], after the backend's self-test.
+fn setup_expandable<B: Backend + ?Sized>(
+    backend: &B,
+    limit: Option<u64>,
+) -> Result<Expandable, ExpandableUnavailable> {
+    let vm = backend
+        .virtual_memory()
+        .ok_or(ExpandableUnavailable::NoVirtualMemory)?;
+    vm.self_test()
+        .map_err(|e| ExpandableUnavailable::SelfTest(e.to_string()))?;
+    let granularity = vm.granularity();
+    let wanted = limit
+        .map(|l| usize::try_from(l).unwrap_or(usize::MAX))
+        .or(backend.capacity())
+        .unwrap_or(DEFAULT_EXPANDABLE_RANGE);
+    let virt = wanted
+        .checked_next_multiple_of(granularity)
+        .ok_or_else(|| ExpandableUnavailable::Reserve {
+            bytes: wanted,
+            message: "the size overflows the address space".into(),
+        })?;
+    let addr = vm
+        .reserve_range(virt)
+        .map_err(|e| ExpandableUnavailable::Reserve {
+            bytes: virt,
+            message: e.to_string(),
+        })?;
+    if addr.saturating_add(virt as u64) >= ADDR_LIMIT {
+        // SAFETY: just reserved, nothing mapped.
+        unsafe { vm.release_range(addr, virt) };
+        return Err(ExpandableUnavailable::Reserve {
+            bytes: virt,
+            message: "the range lies above 2^48".into(),
+        });
+    }
+    Ok(Expandable {
+        addr,
+        virt,
+        granularity,
+        seg: None,
+    })
+}
+
+/// What [`resolve_expandable`] chose: the expandable segment, or fixed segments and why.
+struct Resolved {
+    expandable: Option<Expandable>,
+    mode: SegmentMode,
+    reason: Option<String>,
+}
+
+/// Resolves `mode` on `backend`: the expandable segment, or why there is none. Only
+/// [`ExpandableSegments::On`] turns a failure into an error; `Auto` falls back to fixed
+/// segments (with a warning when the backend offered page mapping but it did not work).
+fn resolve_expandable<B: Backend + ?Sized>(
+    mode: ExpandableSegments,
+    backend: &B,
+    limit: Option<u64>,
+    name: &str,
+) -> Result<Resolved, ConfigError> {
+    if mode == ExpandableSegments::Off {
+        return Ok(Resolved {
+            expandable: None,
+            mode: SegmentMode::FixedByConfig,
+            reason: Some("`expandable_segments:false` is set".to_string()),
+        });
+    }
+    let unavailable = match setup_expandable(backend, limit) {
+        Ok(e) => {
+            return Ok(Resolved {
+                expandable: Some(e),
+                mode: SegmentMode::Expandable,
+                reason: None,
+            })
+        }
+        Err(u) => u,
+    };
+    if mode == ExpandableSegments::On {
+        return Err(match unavailable {
+            ExpandableUnavailable::NoVirtualMemory => ConfigError::Unsupported {
+                key: "expandable_segments".to_string(),
+                reason: "this backend cannot map pages into reserved address space (the host \
+                         backend on Unix and CUDA on GPUs with virtual memory management can); \
+                         set `expandable_segments:false`, or `auto` to use them only where \
+                         available",
+            },
+            ExpandableUnavailable::SelfTest(reason) => ConfigError::ExpandableSelfTestFailed {
+                device: name.to_string(),
+                reason,
+            },
+            ExpandableUnavailable::Reserve { bytes, message } => {
+                ConfigError::ReserveFailed { bytes, message }
+            }
+        });
+    }
+    let reason = match unavailable {
+        // Silently: fixed segments are simply what such a backend has.
+        ExpandableUnavailable::NoVirtualMemory => {
+            format!("{name} cannot map pages into reserved address space")
+        }
+        ExpandableUnavailable::SelfTest(reason) => {
+            let reason = format!("the virtual memory self-test of {name} failed: {reason}");
+            tracing::warn!("{reason}; using fixed segments");
+            reason
+        }
+        ExpandableUnavailable::Reserve { bytes, message } => {
+            let reason = format!(
+                "{name} could not reserve {bytes} bytes of address space for expandable \
+                 segments: {message}"
+            );
+            tracing::warn!("{reason}; using fixed segments (set `memory_limit` to reserve less)");
+            reason
+        }
+    };
+    Ok(Resolved {
+        expandable: None,
+        mode: SegmentMode::FixedUnavailable,
+        reason: Some(reason),
+    })
 }
 
 /// A block handed out by the allocator (no RAII; see [`crate::device::Allocation`]).
@@ -640,9 +824,11 @@ impl State {
         let remaining = bsize - size;
         let split = match pool {
             PoolKind::Small => remaining >= ROUND,
-            PoolKind::Large => {
-                remaining > SMALL_SIZE && (expandable || max_split.is_none_or(|ms| size < ms))
-            }
+            // In the expandable segment any remainder is kept apart: it merges with the free
+            // tail (which the next mapping extends) or with its neighbours when they are freed,
+            // where in a fixed segment a remainder of 1 MiB or less could serve no large request.
+            PoolKind::Large if expandable => remaining >= ROUND,
+            PoolKind::Large => remaining > SMALL_SIZE && max_split.is_none_or(|ms| size < ms),
         };
         if split {
             let (seg, next) = {
@@ -806,62 +992,36 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl<B: Backend> CachingAllocator<B> {
-    /// Creates an allocator with the default settings drawing from `backend`.
+    /// Creates an allocator with the default settings drawing from `backend` (expandable
+    /// segments where the backend can map pages, fixed segments otherwise).
     pub fn new(backend: B) -> Self {
         let name = backend.name();
-        Self::build(backend, AllocatorConfig::default(), None, name)
+        // `Auto` never fails: every reason it cannot use expandable segments is a fallback.
+        let resolved = match resolve_expandable(ExpandableSegments::Auto, &backend, None, &name) {
+            Ok(r) => r,
+            Err(e) => Resolved {
+                expandable: None,
+                mode: SegmentMode::FixedUnavailable,
+                reason: Some(e.to_string()),
+            },
+        };
+        Self::build(backend, AllocatorConfig::default(), None, name, resolved)
     }
 
     /// Creates an allocator with `config`; reserves `config.preallocate` bytes at once.
+    ///
+    /// Fails on a setting that cannot be used: an invalid value, `memory_fraction` on a device
+    /// of unknown capacity, `expandable_segments:true` on a backend that cannot map pages or
+    /// whose self-test fails ([`ConfigError::ExpandableSelfTestFailed`]), or a failed
+    /// preallocation. Under the default `expandable_segments:auto` those expandable-segment
+    /// failures fall back to fixed segments instead ([`Self::fixed_segments_reason`]).
     pub fn with_config(backend: B, config: AllocatorConfig) -> Result<Self, ConfigError> {
         config.validate()?;
         let name = backend.name();
         let limit = config.limit_bytes(backend.capacity(), &name)?;
         let preallocate = config.preallocate;
-        let expandable = if config.expandable_segments {
-            let Some(vm) = backend.virtual_memory() else {
-                return Err(ConfigError::Unsupported {
-                    key: "expandable_segments".to_string(),
-                    reason: "this backend cannot map pages into reserved address space (the \
-                             host backend on Unix and CUDA on GPUs with virtual memory management can)",
-                });
-            };
-            let granularity = vm.granularity();
-            let wanted = limit
-                .map(|l| usize::try_from(l).unwrap_or(usize::MAX))
-                .or(backend.capacity())
-                .unwrap_or(DEFAULT_EXPANDABLE_RANGE);
-            let virt = wanted
-                .checked_next_multiple_of(granularity)
-                .ok_or_else(|| ConfigError::ReserveFailed {
-                    bytes: wanted,
-                    message: "the size overflows the address space".into(),
-                })?;
-            let addr = vm
-                .reserve_range(virt)
-                .map_err(|e| ConfigError::ReserveFailed {
-                    bytes: virt,
-                    message: e.to_string(),
-                })?;
-            if addr.saturating_add(virt as u64) >= ADDR_LIMIT {
-                // SAFETY: just reserved, nothing mapped.
-                unsafe { vm.release_range(addr, virt) };
-                return Err(ConfigError::ReserveFailed {
-                    bytes: virt,
-                    message: "the range lies above 2^48".into(),
-                });
-            }
-            Some(Expandable {
-                addr,
-                virt,
-                granularity,
-                seg: None,
-            })
-        } else {
-            None
-        };
-        let this = Self::build(backend, config, limit, name);
-        lock(&this.state).expandable = expandable;
+        let resolved = resolve_expandable(config.expandable_segments, &backend, limit, &name)?;
+        let this = Self::build(backend, config, limit, name, resolved);
         if preallocate > 0 {
             this.reserve(preallocate)
                 .map_err(|e| ConfigError::PreallocateFailed {
@@ -872,18 +1032,47 @@ impl<B: Backend> CachingAllocator<B> {
         Ok(this)
     }
 
-    fn build(backend: B, config: AllocatorConfig, limit: Option<u64>, name: String) -> Self {
+    fn build(
+        backend: B,
+        config: AllocatorConfig,
+        limit: Option<u64>,
+        name: String,
+        resolved: Resolved,
+    ) -> Self {
+        let mut state = State::new(config.trace_capacity);
+        state.expandable = resolved.expandable;
         Self {
             id: NEXT_ALLOCATOR_ID.fetch_add(1, Ordering::Relaxed),
-            state: Mutex::new(State::new(config.trace_capacity)),
+            state: Mutex::new(state),
             config,
             limit,
             handlers: RwLock::new(Vec::new()),
             next_handler: AtomicU64::new(1),
             start: Instant::now(),
             name,
+            segment_mode: resolved.mode,
+            fixed_segments_reason: resolved.reason,
             backend,
         }
+    }
+
+    /// Whether the large pool has an expandable segment (what [`ExpandableSegments::Auto`]
+    /// chose, or `On`); `false`: fixed segments only.
+    pub fn uses_expandable_segments(&self) -> bool {
+        self.segment_mode == SegmentMode::Expandable
+    }
+
+    /// Which segments the large pool uses, and for fixed ones whether by configuration or
+    /// because expandable segments are unavailable.
+    pub fn segment_mode(&self) -> SegmentMode {
+        self.segment_mode
+    }
+
+    /// Why this allocator uses fixed segments (`None` when it uses expandable segments):
+    /// `expandable_segments:false`, a backend that cannot map pages, or — under `auto` — a
+    /// failed self-test or address-space reservation (those also log a warning).
+    pub fn fixed_segments_reason(&self) -> Option<&str> {
+        self.fixed_segments_reason.as_deref()
     }
 
     /// The backend.
@@ -1027,6 +1216,7 @@ impl<B: Backend> CachingAllocator<B> {
             largest_free_block: usable,
             device_free,
             cause,
+            segments: self.segment_mode,
         }
     }
 
@@ -1432,7 +1622,8 @@ impl<B: Backend> CachingAllocator<B> {
 
     /// Preallocates one large-pool segment of `bytes` (rounded to 512) and keeps it cached, so
     /// later requests above 1 MiB are carved from it without backend calls. Returns the bytes
-    /// reserved. With `max_split_size` set, a segment at least that large serves only requests
+    /// reserved. It is a fixed segment even when the allocator has an expandable one (whose
+    /// pages are mapped only as the pool grows), so it stays reserved until released. With `max_split_size` set, a segment at least that large serves only requests
     /// close to its size (it is not split). The segment is cache like any other: `empty_cache`
     /// releases it while it is unused, and so does the out-of-memory path when a request needs
     /// a segment of another shape.
@@ -1516,6 +1707,7 @@ impl<B: Backend> CachingAllocator<B> {
         segments.sort_by_key(|s| s.addr);
         MemorySnapshot {
             device: self.name.clone(),
+            expandable_segments: self.uses_expandable_segments(),
             stats: st.snapshot_stats(),
             segments,
         }

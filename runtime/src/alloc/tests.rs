@@ -1,4 +1,10 @@
 //! Unit tests, one per rule of the allocator. Byte counts come from the allocator's statistics.
+//!
+//! The rules of fixed segments (segment sizes, splitting, coalescing, max split size, garbage
+//! collection, the out-of-memory causes) are tested on allocators configured with
+//! `expandable_segments:false` ([`fixed`], [`fixed_config`]): since expandable segments became
+//! the default wherever the backend maps pages, the large pool of a default host allocator is
+//! one expandable segment, tested by the `expandable_*` and `auto_*` tests.
 
 use super::*;
 use crate::device::Device;
@@ -15,8 +21,14 @@ fn alloc(cap: Option<usize>, cfg: AllocatorConfig) -> CachingAllocator<HostBacke
     CachingAllocator::with_config(backend, cfg).unwrap()
 }
 
-fn plain() -> CachingAllocator<HostBackend> {
-    alloc(None, AllocatorConfig::default())
+/// PyTorch's default before expandable segments: every segment a backend allocation.
+fn fixed_config() -> AllocatorConfig {
+    AllocatorConfig::default().with_expandable_segments(false)
+}
+
+/// An unbounded host allocator with fixed segments.
+fn fixed() -> CachingAllocator<HostBackend> {
+    alloc(None, fixed_config())
 }
 
 fn check(a: &CachingAllocator<HostBackend>) {
@@ -29,7 +41,7 @@ fn rounds_to_512_bytes() {
     assert_eq!(round_size(1), 512);
     assert_eq!(round_size(512), 512);
     assert_eq!(round_size(513), 1024);
-    let a = plain();
+    let a = fixed();
     let b = a.allocate(1000).unwrap();
     assert_eq!((b.size, b.requested), (1024, 1000));
     let s = a.stats();
@@ -58,7 +70,7 @@ fn rounds_to_power_of_two_divisions() {
 
 #[test]
 fn small_and_large_pools_use_their_segment_sizes() {
-    let a = plain();
+    let a = fixed();
     let small = a.allocate(MIB).unwrap();
     let snap = a.snapshot();
     assert_eq!(snap.segments.len(), 1);
@@ -98,7 +110,7 @@ fn small_and_large_pools_use_their_segment_sizes() {
 
 #[test]
 fn best_fit_picks_the_smallest_block_that_fits_then_the_lowest_address() {
-    let a = plain();
+    let a = fixed();
     // One 20 MiB large segment cut into: 3 | x | 2 | x | 4 | x | 2 | rest
     let sizes = [3, 1, 2, 1, 4, 1, 2, 1];
     let blocks: Vec<Block> = sizes
@@ -133,7 +145,7 @@ fn best_fit_picks_the_smallest_block_that_fits_then_the_lowest_address() {
 
 #[test]
 fn splits_only_when_the_remainder_is_worth_keeping() {
-    let a = plain();
+    let a = fixed();
     // Small pool: any remainder of at least 512 bytes stays cached.
     let s = a.allocate(1000).unwrap();
     let snap = a.snapshot();
@@ -171,7 +183,7 @@ fn freeing_coalesces_with_free_neighbours_in_any_order() {
         [1, 2, 0],
         [2, 0, 1],
     ] {
-        let a = plain();
+        let a = fixed();
         let mut blocks: Vec<Option<Block>> =
             (0..3).map(|_| Some(a.allocate(4 * MIB).unwrap())).collect();
         for i in order {
@@ -191,10 +203,7 @@ fn freeing_coalesces_with_free_neighbours_in_any_order() {
 
 #[test]
 fn max_split_size_keeps_large_blocks_whole() {
-    let a = alloc(
-        None,
-        AllocatorConfig::default().with_max_split_size(30 * MIB),
-    );
+    let a = alloc(None, fixed_config().with_max_split_size(30 * MIB));
     a.reserve(60 * MIB).unwrap();
     // A request below the max split size does not take the oversize block.
     let small = a.allocate(5 * MIB).unwrap();
@@ -219,10 +228,7 @@ fn max_split_size_keeps_large_blocks_whole() {
     check(&a);
 
     // Below the max split size, segments stay splittable even when 20 MiB would be oversize.
-    let a = alloc(
-        None,
-        AllocatorConfig::default().with_max_split_size(8 * MIB),
-    );
+    let a = alloc(None, fixed_config().with_max_split_size(8 * MIB));
     let b = a.allocate(3 * MIB).unwrap();
     assert_eq!(a.stats().reserved_bytes, 3 * MIB as u64);
     a.free(b);
@@ -230,7 +236,7 @@ fn max_split_size_keeps_large_blocks_whole() {
 
 #[test]
 fn garbage_collection_threshold_releases_least_recently_used_segments() {
-    let cfg = AllocatorConfig::default()
+    let cfg = fixed_config()
         .with_memory_limit(100 * MIB as u64)
         .with_garbage_collection_threshold(0.5);
     let a = alloc(None, cfg);
@@ -252,10 +258,7 @@ fn garbage_collection_threshold_releases_least_recently_used_segments() {
 
 #[test]
 fn memory_limit_bounds_reserved_bytes_and_the_allocator_survives() {
-    let a = alloc(
-        None,
-        AllocatorConfig::default().with_memory_limit(30 * MIB as u64),
-    );
+    let a = alloc(None, fixed_config().with_memory_limit(30 * MIB as u64));
     assert_eq!(a.memory_limit(), Some(30 * MIB as u64));
     let x = a.allocate(12 * MIB).unwrap();
     let y = a.allocate(12 * MIB).unwrap();
@@ -281,15 +284,10 @@ fn memory_limit_bounds_reserved_bytes_and_the_allocator_survives() {
     }
     check(&a);
 
-    let frac = alloc(
-        Some(100 * MIB),
-        AllocatorConfig::default().with_memory_fraction(0.5),
-    );
+    let frac = alloc(Some(100 * MIB), fixed_config().with_memory_fraction(0.5));
     assert_eq!(frac.memory_limit(), Some(50 * MIB as u64));
-    let unbounded = CachingAllocator::with_config(
-        HostBackend::new(),
-        AllocatorConfig::default().with_memory_fraction(0.5),
-    );
+    let unbounded =
+        CachingAllocator::with_config(HostBackend::new(), fixed_config().with_memory_fraction(0.5));
     assert!(matches!(
         unbounded,
         Err(ConfigError::FractionWithoutCapacity { .. })
@@ -298,7 +296,7 @@ fn memory_limit_bounds_reserved_bytes_and_the_allocator_survives() {
 
 #[test]
 fn backend_oom_releases_the_cache_and_retries() {
-    let a = alloc(Some(40 * MIB), AllocatorConfig::default());
+    let a = alloc(Some(40 * MIB), fixed_config());
     let x = a.allocate(12 * MIB).unwrap();
     a.free(x);
     assert_eq!(a.stats().cached_free_bytes, 12 * MIB as u64);
@@ -314,7 +312,7 @@ fn backend_oom_releases_the_cache_and_retries() {
 
 #[test]
 fn oom_message_names_fragmentation() {
-    let a = alloc(Some(40 * MIB), AllocatorConfig::default());
+    let a = alloc(Some(40 * MIB), fixed_config());
     // Two 20 MiB segments of five 4 MiB blocks; free every other block.
     let mut blocks: Vec<Option<Block>> = (0..10)
         .map(|_| Some(a.allocate(4 * MIB).unwrap()))
@@ -354,7 +352,7 @@ fn oom_message_names_fragmentation() {
 fn free_memory_split_between_the_cache_and_the_device_is_fragmentation() {
     // 40 MiB device: one 20 MiB segment holds a live 4 MiB block, so 16 MiB are cached free
     // and 20 MiB are still on the device: 36 MiB free, but a 30 MiB block exists nowhere.
-    let a = alloc(Some(40 * MIB), AllocatorConfig::default());
+    let a = alloc(Some(40 * MIB), fixed_config());
     let live = a.allocate(4 * MIB).unwrap();
     let err = a.allocate(30 * MIB).unwrap_err();
     assert_eq!(err.cause, OomCause::Fragmentation);
@@ -379,10 +377,7 @@ fn free_memory_split_between_the_cache_and_the_device_is_fragmentation() {
     check(&a);
 
     // Under a memory limit the headroom is what the limit still allows.
-    let limited = alloc(
-        None,
-        AllocatorConfig::default().with_memory_limit(30 * MIB as u64),
-    );
+    let limited = alloc(None, fixed_config().with_memory_limit(30 * MIB as u64));
     let live = limited.allocate(4 * MIB).unwrap();
     let err = limited.allocate(24 * MIB).unwrap_err();
     assert_eq!(err.cause, OomCause::Fragmentation);
@@ -395,7 +390,7 @@ fn free_memory_split_between_the_cache_and_the_device_is_fragmentation() {
 
 #[test]
 fn oom_message_names_a_full_device() {
-    let a = alloc(Some(16 * MIB), AllocatorConfig::default());
+    let a = alloc(Some(16 * MIB), fixed_config());
     let err = a.allocate(32 * MIB).unwrap_err();
     assert_eq!(err.cause, OomCause::DeviceFull);
     assert_eq!(err.capacity, Some(16 * MIB as u64));
@@ -459,7 +454,7 @@ fn a_handler_that_allocates_does_not_recurse() {
 
 #[test]
 fn empty_cache_returns_free_segments_only() {
-    let a = plain();
+    let a = fixed();
     let live = a.allocate(4 * KIB).unwrap();
     let gone = a.allocate(4 * MIB).unwrap();
     a.free(gone);
@@ -478,7 +473,7 @@ fn empty_cache_returns_free_segments_only() {
 
 #[test]
 fn reserve_preallocates_a_segment_large_requests_are_carved_from() {
-    let a = plain();
+    let a = fixed();
     assert_eq!(a.reserve(64 * MIB).unwrap(), 64 * MIB as u64);
     let blocks: Vec<Block> = [3, 17, 30]
         .iter()
@@ -490,15 +485,15 @@ fn reserve_preallocates_a_segment_large_requests_are_carved_from() {
         a.free(b);
     }
     check(&a);
-    let small = alloc(Some(8 * MIB), AllocatorConfig::default());
+    let small = alloc(Some(8 * MIB), fixed_config());
     let err = small.reserve(16 * MIB).unwrap_err();
     assert_eq!(err.cause, OomCause::DeviceFull);
 
-    let pre = alloc(None, AllocatorConfig::default().with_preallocate(24 * MIB));
+    let pre = alloc(None, fixed_config().with_preallocate(24 * MIB));
     assert_eq!(pre.stats().reserved_bytes, 24 * MIB as u64);
     let e = CachingAllocator::with_config(
         HostBackend::with_capacity(MIB),
-        AllocatorConfig::default().with_preallocate(2 * MIB),
+        fixed_config().with_preallocate(2 * MIB),
     )
     .unwrap_err();
     assert!(matches!(e, ConfigError::PreallocateFailed { bytes, .. } if bytes == 2 * MIB));
@@ -506,7 +501,7 @@ fn reserve_preallocates_a_segment_large_requests_are_carved_from() {
 
 #[test]
 fn statistics_track_peaks_and_reset() {
-    let a = plain();
+    let a = fixed();
     let x = a.allocate(3 * MIB).unwrap();
     let y = a.allocate(5 * MIB).unwrap();
     a.free(x);
@@ -532,7 +527,7 @@ fn statistics_track_peaks_and_reset() {
 
 #[test]
 fn trace_records_events_with_labels_in_a_bounded_ring() {
-    let a = alloc(None, AllocatorConfig::default().with_trace_capacity(4));
+    let a = alloc(None, fixed_config().with_trace_capacity(4));
     let x = {
         let _label = TraceLabelGuard::new("batch 7");
         a.allocate(4 * KIB).unwrap()
@@ -566,7 +561,7 @@ fn trace_records_events_with_labels_in_a_bounded_ring() {
     a.clear_trace();
     assert!(a.trace().events.is_empty());
 
-    let off = alloc(None, AllocatorConfig::default().with_trace_capacity(0));
+    let off = alloc(None, fixed_config().with_trace_capacity(0));
     let z = off.allocate(1).unwrap();
     off.free(z);
     assert!(off.trace().events.is_empty());
@@ -574,7 +569,7 @@ fn trace_records_events_with_labels_in_a_bounded_ring() {
 
 #[test]
 fn snapshot_lists_segments_and_blocks_as_json() {
-    let a = plain();
+    let a = fixed();
     let x = a.allocate(1000).unwrap();
     let snap = a.snapshot();
     let json: serde_json::Value = serde_json::from_str(&snap.to_json()).unwrap();
@@ -589,7 +584,7 @@ fn snapshot_lists_segments_and_blocks_as_json() {
 
 #[test]
 fn block_ids_are_unique_and_memory_is_aligned() {
-    let a = plain();
+    let a = fixed();
     let b1 = a.allocate(100).unwrap();
     let b2 = a.allocate(100).unwrap();
     let id2 = b2.id;
@@ -638,12 +633,14 @@ fn expandable_segment_grows_at_its_tail_and_shrinks_on_empty_cache() {
         (s.reserved_bytes, s.segments, s.backend_allocs),
         (6 * MIB as u64, 1, 1)
     );
-    // x's block keeps its 1 MiB slack (the large pool splits off only remainders over 1 MiB),
-    // so y's pages are mapped right after it.
-    assert_eq!(a.stats().active_bytes, 6 * MIB as u64);
+    // In the expandable segment any remainder is split off: x's block is exactly 5 MiB and the
+    // 1 MiB left over is the free tail, which y's mapping extends by one 2 MiB granule.
+    assert_eq!(a.stats().active_bytes, 5 * MIB as u64);
+    assert_eq!(a.stats().largest_free_block, MIB as u64);
     let y = a.allocate(3 * MIB).unwrap();
-    assert_eq!(y.addr, x.addr + 6 * MIB as u64);
-    assert_eq!(a.stats().reserved_bytes, 10 * MIB as u64);
+    assert_eq!(y.addr, x.addr + 5 * MIB as u64);
+    let s = a.stats();
+    assert_eq!((s.reserved_bytes, s.backend_allocs), (8 * MIB as u64, 2));
     let snap = a.snapshot();
     assert_eq!(snap.segments.len(), 1);
     assert!(snap.segments[0].expandable);
@@ -654,26 +651,29 @@ fn expandable_segment_grows_at_its_tail_and_shrinks_on_empty_cache() {
     a.free(x);
     check(&a);
     // The freed head serves what fits in it; a larger request maps pages at the end.
-    let v = a.allocate(6 * MIB).unwrap();
+    let v = a.allocate(5 * MIB).unwrap();
     assert_eq!(v.addr, x_addr);
     a.free(v);
     let z = a.allocate(12 * MIB).unwrap();
-    assert_eq!(z.addr, y.addr + 4 * MIB as u64);
-    assert_eq!(a.stats().reserved_bytes, 22 * MIB as u64);
+    assert_eq!(z.addr, y.addr + 3 * MIB as u64);
+    assert_eq!(a.stats().reserved_bytes, 20 * MIB as u64);
     a.free(z);
     check(&a);
     // A free tail grows by only the missing bytes.
     let t = a.allocate(16 * MIB).unwrap();
-    assert_eq!(t.addr, y.addr + 4 * MIB as u64);
-    assert_eq!(a.stats().reserved_bytes, 26 * MIB as u64);
+    assert_eq!(t.addr, y.addr + 3 * MIB as u64);
+    assert_eq!(a.stats().reserved_bytes, 24 * MIB as u64);
     a.free(t);
+    // A plain free unmaps nothing: the 16 MiB tail stays mapped (cached) until empty_cache.
+    assert_eq!(a.stats().reserved_bytes, 24 * MIB as u64);
+    assert_eq!(a.stats().backend_frees, 0);
     // empty_cache unmaps the free tail in whole granules; the live block stays mapped.
     assert_eq!(a.empty_cache(), 16 * MIB as u64);
-    assert_eq!(a.stats().reserved_bytes, 10 * MIB as u64);
-    assert_eq!(a.backend().in_use(), 10 * MIB);
+    assert_eq!(a.stats().reserved_bytes, 8 * MIB as u64);
+    assert_eq!(a.backend().in_use(), 8 * MIB);
     check(&a);
     a.free(y);
-    assert_eq!(a.empty_cache(), 10 * MIB as u64);
+    assert_eq!(a.empty_cache(), 8 * MIB as u64);
     let s = a.stats();
     assert_eq!((s.reserved_bytes, s.segments), (0, 0));
     assert_eq!(a.backend().in_use(), 0);
@@ -707,28 +707,31 @@ fn expandable_segment_serves_the_large_request_that_fragmentation_refuses() {
     check(&a);
 }
 
+/// Host memory without page mapping (`virtual_memory()` is `None`), like a GPU without
+/// virtual memory management.
+struct Plain(HostBackend);
+// SAFETY: forwards to the host backend.
+unsafe impl Backend for Plain {
+    fn name(&self) -> String {
+        "plain".into()
+    }
+    fn capacity(&self) -> Option<usize> {
+        self.0.capacity()
+    }
+    fn host_addressable(&self) -> bool {
+        true
+    }
+    fn alloc_segment(&self, bytes: usize) -> Result<u64, BackendError> {
+        self.0.alloc_segment(bytes)
+    }
+    unsafe fn free_segment(&self, addr: u64, bytes: usize) {
+        // SAFETY: forwarded contract.
+        unsafe { self.0.free_segment(addr, bytes) }
+    }
+}
+
 #[test]
 fn expandable_segments_need_a_backend_that_maps_pages() {
-    struct Plain(HostBackend);
-    // SAFETY: forwards to the host backend.
-    unsafe impl Backend for Plain {
-        fn name(&self) -> String {
-            "plain".into()
-        }
-        fn capacity(&self) -> Option<usize> {
-            None
-        }
-        fn host_addressable(&self) -> bool {
-            true
-        }
-        fn alloc_segment(&self, bytes: usize) -> Result<u64, BackendError> {
-            self.0.alloc_segment(bytes)
-        }
-        unsafe fn free_segment(&self, addr: u64, bytes: usize) {
-            // SAFETY: forwarded contract.
-            unsafe { self.0.free_segment(addr, bytes) }
-        }
-    }
     let e = CachingAllocator::with_config(
         Plain(HostBackend::new()),
         AllocatorConfig::default().with_expandable_segments(true),
@@ -738,6 +741,294 @@ fn expandable_segments_need_a_backend_that_maps_pages() {
         matches!(&e, ConfigError::Unsupported { key, .. } if key == "expandable_segments"),
         "{e}"
     );
+    // The message says how to get a working allocator.
+    let msg = e.to_string();
+    assert!(
+        msg.contains("`expandable_segments:false`") && msg.contains("`auto`"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn auto_uses_fixed_segments_on_a_backend_that_cannot_map_pages() {
+    for a in [
+        CachingAllocator::new(Plain(HostBackend::new())),
+        CachingAllocator::with_config(Plain(HostBackend::new()), AllocatorConfig::default())
+            .unwrap(),
+    ] {
+        assert!(!a.uses_expandable_segments());
+        assert_eq!(a.segment_mode(), SegmentMode::FixedUnavailable);
+        let reason = a.fixed_segments_reason().unwrap();
+        assert!(reason.contains("plain cannot map pages"), "{reason}");
+        // PyTorch's segment rules: a 5 MiB request gets a 20 MiB segment.
+        let b = a.allocate(5 * MIB).unwrap();
+        let s = a.stats();
+        assert_eq!(
+            (s.reserved_bytes, s.segments, s.backend_allocs),
+            (20 * MIB as u64, 1, 1)
+        );
+        let snap = a.snapshot();
+        assert!(!snap.expandable_segments && !snap.segments[0].expandable);
+        a.free(b);
+        a.check_invariants().unwrap();
+    }
+    // A fragmentation error on such a device does not suggest expandable segments.
+    let a = CachingAllocator::new(Plain(HostBackend::with_capacity(40 * MIB)));
+    let mut blocks: Vec<Option<Block>> = (0..10)
+        .map(|_| Some(a.allocate(4 * MIB).unwrap()))
+        .collect();
+    for i in [1, 3, 6, 8] {
+        a.free(blocks[i].take().unwrap());
+    }
+    let err = a.allocate(12 * MIB).unwrap_err();
+    assert_eq!(
+        (err.cause, err.segments),
+        (OomCause::Fragmentation, SegmentMode::FixedUnavailable)
+    );
+    let msg = err.to_string();
+    assert!(!msg.contains("expandable_segments:true"), "{msg}");
+    assert!(
+        msg.contains("cannot use expandable segments") && msg.contains("Workspace"),
+        "{msg}"
+    );
+    for b in blocks.into_iter().flatten() {
+        a.free(b);
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn auto_uses_expandable_segments_on_the_host_backend() {
+    let by_new = CachingAllocator::new(HostBackend::new());
+    let by_config =
+        CachingAllocator::with_config(HostBackend::new(), AllocatorConfig::default()).unwrap();
+    let bounded = Device::host_with_capacity(64 * MIB);
+    let isolated = Device::isolated_host();
+    for a in [&by_new, &by_config] {
+        assert_eq!(a.config().expandable_segments, ExpandableSegments::Auto);
+        assert!(a.uses_expandable_segments());
+        assert_eq!(a.segment_mode(), SegmentMode::Expandable);
+        assert_eq!(a.fixed_segments_reason(), None);
+    }
+    for d in [&bounded, &isolated] {
+        assert!(d.allocator().uses_expandable_segments());
+    }
+    // A 5 MiB request maps 6 MiB (whole 2 MiB granules) instead of taking a 20 MiB segment.
+    let b = by_new.allocate(5 * MIB).unwrap();
+    let s = by_new.stats();
+    assert_eq!(
+        (s.reserved_bytes, s.segments, s.backend_allocs),
+        (6 * MIB as u64, 1, 1)
+    );
+    let snap = by_new.snapshot();
+    assert!(snap.expandable_segments && snap.segments[0].expandable);
+    let json: serde_json::Value = serde_json::from_str(&snap.to_json()).unwrap();
+    assert_eq!(json["expandable_segments"], true);
+    by_new.free(b);
+    // Requests up to 1 MiB still come from 2 MiB small-pool segments.
+    let small = by_new.allocate(1000).unwrap();
+    assert_eq!(by_new.stats().reserved_bytes, 8 * MIB as u64);
+    by_new.free(small);
+    check(&by_new);
+}
+
+#[test]
+fn explicit_off_gives_fixed_segments() {
+    let a = alloc(
+        None,
+        AllocatorConfig::default().with_expandable_segments(false),
+    );
+    assert!(!a.uses_expandable_segments());
+    assert_eq!(a.segment_mode(), SegmentMode::FixedByConfig);
+    let reason = a.fixed_segments_reason().unwrap();
+    assert!(reason.contains("`expandable_segments:false`"), "{reason}");
+    let b = a.allocate(5 * MIB).unwrap();
+    assert_eq!(a.stats().reserved_bytes, 20 * MIB as u64);
+    assert!(!a.snapshot().expandable_segments);
+    a.free(b);
+    // `Off` parsed from the environment's form is the same.
+    let parsed = AllocatorConfig::parse("expandable_segments:false").unwrap();
+    assert!(!alloc(None, parsed).uses_expandable_segments());
+}
+
+/// Host memory whose page mapping works but whose self-test reports `failure` (`None`: passes),
+/// counting the self-tests run.
+#[cfg(unix)]
+struct SelfTested {
+    host: HostBackend,
+    failure: Option<&'static str>,
+    runs: AtomicU64,
+}
+
+#[cfg(unix)]
+impl SelfTested {
+    fn new(failure: Option<&'static str>) -> Self {
+        SelfTested {
+            host: HostBackend::new(),
+            failure,
+            runs: AtomicU64::new(0),
+        }
+    }
+}
+
+// SAFETY: forwards to the host backend's page mapping.
+#[cfg(unix)]
+unsafe impl VirtualMemory for SelfTested {
+    fn granularity(&self) -> usize {
+        self.host.granularity()
+    }
+    fn reserve_range(&self, bytes: usize) -> Result<u64, BackendError> {
+        self.host.reserve_range(bytes)
+    }
+    unsafe fn release_range(&self, addr: u64, bytes: usize) {
+        // SAFETY: forwarded contract.
+        unsafe { self.host.release_range(addr, bytes) }
+    }
+    unsafe fn map(&self, addr: u64, bytes: usize) -> Result<(), BackendError> {
+        // SAFETY: forwarded contract.
+        unsafe { self.host.map(addr, bytes) }
+    }
+    unsafe fn unmap(&self, addr: u64, bytes: usize) {
+        // SAFETY: forwarded contract.
+        unsafe { self.host.unmap(addr, bytes) }
+    }
+    fn self_test(&self) -> Result<(), BackendError> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        match self.failure {
+            Some(f) => Err(BackendError::Driver(f.to_string())),
+            None => Ok(()),
+        }
+    }
+}
+
+// SAFETY: forwards to the host backend.
+#[cfg(unix)]
+unsafe impl Backend for SelfTested {
+    fn name(&self) -> String {
+        "gpu-like".into()
+    }
+    fn capacity(&self) -> Option<usize> {
+        None
+    }
+    fn host_addressable(&self) -> bool {
+        true
+    }
+    fn alloc_segment(&self, bytes: usize) -> Result<u64, BackendError> {
+        self.host.alloc_segment(bytes)
+    }
+    unsafe fn free_segment(&self, addr: u64, bytes: usize) {
+        // SAFETY: forwarded contract.
+        unsafe { self.host.free_segment(addr, bytes) }
+    }
+    fn virtual_memory(&self) -> Option<&dyn VirtualMemory> {
+        Some(self)
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn the_self_test_runs_once_at_creation_and_its_failure_means_fixed_segments_under_auto() {
+    // Passes: expandable segments, tested once.
+    let ok = CachingAllocator::new(SelfTested::new(None));
+    assert!(ok.uses_expandable_segments());
+    assert_eq!(ok.backend().runs.load(Ordering::SeqCst), 1);
+    let b = ok.allocate(5 * MIB).unwrap();
+    assert_eq!(ok.backend().runs.load(Ordering::SeqCst), 1);
+    ok.free(b);
+    // Off: not even tested.
+    let off = CachingAllocator::with_config(SelfTested::new(None), fixed_config()).unwrap();
+    assert_eq!(off.backend().runs.load(Ordering::SeqCst), 0);
+
+    // Fails under Auto: fixed segments, and the reason is kept.
+    const FAILURE: &str = "cuMemsetD32: CUDA_ERROR_NOT_SUPPORTED (simulated)";
+    let auto = CachingAllocator::new(SelfTested::new(Some(FAILURE)));
+    assert!(!auto.uses_expandable_segments());
+    assert_eq!(auto.segment_mode(), SegmentMode::FixedUnavailable);
+    let reason = auto.fixed_segments_reason().unwrap();
+    assert!(
+        reason.contains("self-test of gpu-like failed") && reason.contains(FAILURE),
+        "{reason}"
+    );
+    let b = auto.allocate(5 * MIB).unwrap();
+    assert_eq!(auto.stats().reserved_bytes, 20 * MIB as u64);
+    auto.free(b);
+    auto.check_invariants().unwrap();
+
+    // Fails under On: a typed error naming the failure and the setting that avoids it.
+    let e = CachingAllocator::with_config(
+        SelfTested::new(Some(FAILURE)),
+        AllocatorConfig::default().with_expandable_segments(true),
+    )
+    .unwrap_err();
+    assert_eq!(
+        e,
+        ConfigError::ExpandableSelfTestFailed {
+            device: "gpu-like".into(),
+            reason: format!("backend failure: {FAILURE}"),
+        }
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.contains(FAILURE) && msg.contains("`expandable_segments:false`"),
+        "{msg}"
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn fragmentation_under_expandable_segments_does_not_suggest_turning_them_on() {
+    let a = alloc(Some(40 * MIB), AllocatorConfig::default());
+    assert!(a.uses_expandable_segments());
+    // 32 MiB mapped in 4 MiB blocks; every other block of the first six freed: 12 MiB in three
+    // holes between live blocks, and only 8 MiB left on the device for the tail to grow by.
+    let mut blocks: Vec<Option<Block>> =
+        (0..8).map(|_| Some(a.allocate(4 * MIB).unwrap())).collect();
+    for i in [1, 3, 5] {
+        a.free(blocks[i].take().unwrap());
+    }
+    assert_eq!(a.stats().reserved_bytes, 32 * MIB as u64);
+    let err = a.allocate(12 * MIB).unwrap_err();
+    assert_eq!(err.cause, OomCause::Fragmentation);
+    assert_eq!(err.segments, SegmentMode::Expandable);
+    assert_eq!(
+        (err.cached_free, err.largest_free_block, err.device_free),
+        (12 * MIB as u64, 4 * MIB as u64, 8 * MIB as u64)
+    );
+    let msg = err.to_string();
+    assert!(
+        msg.contains("fragmentation: 12.0 MiB cached free (plus 8.0 MiB the device can still provide), but the largest free block is 4.0 MiB"),
+        "{msg}"
+    );
+    assert!(!msg.contains("expandable_segments:true"), "{msg}");
+    assert!(msg.contains("expandable segments are already on"), "{msg}");
+    assert!(
+        msg.contains("Workspace") && msg.contains("empty_cache"),
+        "{msg}"
+    );
+    // With fixed segments the same kind of failure does suggest them.
+    let fixed_err = {
+        let f = alloc(Some(40 * MIB), fixed_config());
+        let live: Vec<Block> = (0..10).map(|_| f.allocate(4 * MIB).unwrap()).collect();
+        let mut live: Vec<Option<Block>> = live.into_iter().map(Some).collect();
+        for i in [1, 3, 6, 8] {
+            f.free(live[i].take().unwrap());
+        }
+        let e = f.allocate(12 * MIB).unwrap_err();
+        for b in live.into_iter().flatten() {
+            f.free(b);
+        }
+        e
+    };
+    assert_eq!(fixed_err.cause, OomCause::Fragmentation);
+    assert_eq!(fixed_err.segments, SegmentMode::FixedByConfig);
+    assert!(fixed_err.to_string().contains("`expandable_segments:true`"));
+    // Intact after the OOM.
+    let ok = a.allocate(4 * MIB).unwrap();
+    a.free(ok);
+    for b in blocks.into_iter().flatten() {
+        a.free(b);
+    }
+    check(&a);
 }
 
 #[test]
@@ -794,13 +1085,16 @@ fn expandable_segment_blocks_are_exempt_from_max_split_size() {
         .with_expandable_segments(true)
         .with_max_split_size(8 * MIB);
     let a = alloc(Some(64 * MIB), cfg);
-    // 7 MiB maps an 8 MiB tail, at the max split size: still served, and split.
+    // 7 MiB maps an 8 MiB tail, at the max split size: still served, and split (x's block is
+    // 7 MiB, the 1 MiB remainder stays the free tail).
     let x = a.allocate(7 * MIB).unwrap();
+    // The 1 MiB free tail grows by 20 MiB: y takes 20 MiB of it, 1 MiB stays free.
     let y = a.allocate(20 * MIB).unwrap();
+    assert_eq!(a.stats().reserved_bytes, 28 * MIB as u64);
     a.free(y);
-    // The free 20 MiB tail is larger than the max split size, yet serves a small request.
+    // The free 21 MiB tail is larger than the max split size, yet serves a small request.
     let z = a.allocate(2 * MIB).unwrap();
-    assert_eq!(a.stats().active_bytes, 8 * MIB as u64 + 2 * MIB as u64);
+    assert_eq!(a.stats().active_bytes, 7 * MIB as u64 + 2 * MIB as u64);
     assert_eq!(a.stats().num_ooms, 0);
     a.free(x);
     a.free(z);
@@ -819,7 +1113,7 @@ fn public_types_are_send_and_sync() {
 
 #[test]
 fn garbage_collection_threshold_uses_the_capacity_without_a_limit() {
-    let cfg = AllocatorConfig::default().with_garbage_collection_threshold(0.5);
+    let cfg = fixed_config().with_garbage_collection_threshold(0.5);
     let a = alloc(Some(64 * MIB), cfg);
     let x = a.allocate(12 * MIB).unwrap();
     a.free(x);
@@ -879,8 +1173,8 @@ fn requests_near_usize_max_are_typed_errors_with_every_setting() {
 
 #[test]
 fn a_block_from_another_allocator_is_refused() {
-    let a = plain();
-    let b = plain();
+    let a = fixed();
+    let b = fixed();
     let foreign = a.allocate(1000).unwrap();
     let mine = b.allocate(1000).unwrap();
     let before = b.stats();
@@ -892,10 +1186,10 @@ fn a_block_from_another_allocator_is_refused() {
     assert_ne!(next.addr, mine.addr);
 
     // A block of an allocator that is gone (its address may be reused by the next one).
-    let gone = plain();
+    let gone = fixed();
     let stale = gone.allocate(1000).unwrap();
     drop(gone);
-    let c = plain();
+    let c = fixed();
     let live = c.allocate(1000).unwrap();
     let before = c.stats();
     c.free(stale);
@@ -916,11 +1210,23 @@ fn expandable_segments_with_a_limit_near_u64_max_is_a_typed_error() {
         let config = AllocatorConfig::default()
             .with_memory_limit(limit)
             .with_expandable_segments(true);
-        match CachingAllocator::with_config(HostBackend::new(), config) {
+        match CachingAllocator::with_config(HostBackend::new(), config.clone()) {
             Err(ConfigError::ReserveFailed { message, .. }) => assert!(!message.is_empty()),
             Err(e) => panic!("limit {limit}: unexpected error {e}"),
             Ok(_) => panic!("limit {limit}: reserved more than the address space"),
         }
+        // Under `auto` the same failure falls back to fixed segments, and says why.
+        let auto = CachingAllocator::with_config(
+            HostBackend::new(),
+            config.with_expandable_segments(ExpandableSegments::Auto),
+        )
+        .unwrap();
+        assert!(!auto.uses_expandable_segments());
+        let reason = auto.fixed_segments_reason().unwrap();
+        assert!(reason.contains("could not reserve"), "{reason}");
+        let b = auto.allocate(5 * MIB).unwrap();
+        assert_eq!(auto.stats().reserved_bytes, 20 * MIB as u64);
+        auto.free(b);
     }
 }
 

@@ -195,6 +195,9 @@ pub struct SegmentSnapshot {
 pub struct MemorySnapshot {
     /// Device name.
     pub device: String,
+    /// Whether the allocator's large pool uses an expandable segment (see
+    /// [`crate::alloc::CachingAllocator::uses_expandable_segments`]).
+    pub expandable_segments: bool,
     /// Statistics at the moment of the snapshot.
     pub stats: MemoryStats,
     /// Segments by address.
