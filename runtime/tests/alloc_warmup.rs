@@ -53,6 +53,30 @@ fn forward(device: &Device, t: usize) -> Result<(), memory::OutOfMemory> {
     Ok(())
 }
 
+/// Runs every length of [`LENGTHS`], bucketed, three times; asserts that no backend call
+/// (segment or page map/unmap) was made, and returns the statistics afterwards.
+fn bucketed_loop_without_backend_calls(
+    device: &Device,
+    buckets: &SequenceBuckets,
+) -> memory::MemoryStats {
+    let before = memory::stats(device);
+    for _ in 0..3 {
+        for &len in &LENGTHS {
+            forward(device, buckets.bucket_for(len).unwrap()).unwrap();
+        }
+    }
+    let after = memory::stats(device);
+    assert_eq!(
+        after.backend_allocs, before.backend_allocs,
+        "nothing allocated"
+    );
+    assert_eq!(
+        after.backend_frees, before.backend_frees,
+        "nothing returned"
+    );
+    after
+}
+
 #[test]
 fn after_warming_up_every_bucket_the_bucketed_loop_makes_no_backend_calls() {
     let device = fixed_device();
@@ -71,20 +95,7 @@ fn after_warming_up_every_bucket_the_bucketed_loop_makes_no_backend_calls() {
     assert_eq!(shaped.backend_allocs, before.backend_allocs);
     assert_eq!(shaped.backend_frees, 0);
     assert_eq!(shaped.reserved_bytes, 56 * MIB);
-    for _ in 0..3 {
-        for &len in &LENGTHS {
-            forward(&device, buckets.bucket_for(len).unwrap()).unwrap();
-        }
-    }
-    let after = memory::stats(&device);
-    assert_eq!(
-        after.backend_allocs, before.backend_allocs,
-        "no new segment"
-    );
-    assert_eq!(
-        after.backend_frees, before.backend_frees,
-        "no segment returned"
-    );
+    let after = bucketed_loop_without_backend_calls(&device, &buckets);
     assert_eq!(after.reserved_bytes, before.reserved_bytes);
     assert_eq!(after.peak_reserved_bytes, before.reserved_bytes);
     assert_eq!(after.allocated_bytes, 0);
@@ -177,21 +188,7 @@ fn under_the_default_expandable_segments_a_second_warmup_pass_shapes_the_pool() 
         (twice.added_bytes, twice.backend_allocs, twice.backend_frees),
         (2 * MIB, 1, 0)
     );
-    let before = memory::stats(&device);
-    for _ in 0..3 {
-        for &len in &LENGTHS {
-            forward(&device, buckets.bucket_for(len).unwrap()).unwrap();
-        }
-    }
-    let after = memory::stats(&device);
-    assert_eq!(
-        after.backend_allocs, before.backend_allocs,
-        "nothing mapped"
-    );
-    assert_eq!(
-        after.backend_frees, before.backend_frees,
-        "nothing unmapped"
-    );
+    let after = bucketed_loop_without_backend_calls(&device, &buckets);
     assert_eq!(after.reserved_bytes, 48 * MIB);
     assert_eq!(after.peak_reserved_bytes, 48 * MIB);
     device.allocator().check_invariants().unwrap();
