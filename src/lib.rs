@@ -47,6 +47,9 @@
 //! ```
 #![warn(missing_docs)]
 
+mod release;
+
+pub use release::Release;
 pub use vramguard_macros::{allow, batch_scope, inference};
 pub use vramguard_runtime::device::DeviceError;
 pub use vramguard_runtime::grad::{
@@ -66,6 +69,8 @@ pub mod memory {
 pub mod __private {
     pub use vramguard_runtime::grad::{no_grad_future, NoGradGuard};
     pub use vramguard_runtime::scope::{BatchScope, BatchScopeGuard, ScopeOptions};
+
+    pub use crate::release::{KeepToScopeEnd, Probe, ReleaseAtLastUse};
 
     /// Ends the life of a value. Generic so that releasing a reference or a `Copy` value does
     /// not trip rustc's `dropping_references` / `dropping_copy_types` lints in user code.

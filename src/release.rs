@@ -1,0 +1,109 @@
+//! What `#[inference]` and `#[batch_scope]` may free at a value's last use: the [`Release`]
+//! marker trait and its implementations.
+//!
+//! The macros find each local's last use without types; whether the value is freed there is
+//! decided by the compiler from the value's type (see `__private::Probe`). Only types that
+//! implement [`Release`] are moved to their last use; every other value keeps the drop point
+//! and the drop order it has without the attribute.
+
+/// A type whose drop frees memory and does nothing anyone can observe, so that dropping it
+/// earlier than its scope's end changes nothing but memory.
+///
+/// `#[vramguard::inference]` and `#[vramguard::batch_scope]` free a local of a `Release` type
+/// right after its last use; a local of any other type (a lock guard, an `Rc`, a file, a
+/// temporary directory, a channel, a `Copy` value, …) is dropped where it would be without the
+/// attribute.
+///
+/// # Whether your type may implement it
+///
+/// Implement `Release` (or derive it, `#[derive(vramguard::Release)]`, which requires every
+/// field to be `Release`) only if dropping a value does nothing but return memory: no lock is
+/// released, no count another handle can read changes, no file, directory, connection or
+/// channel closes, nothing is flushed, logged or sent, and no other object's behaviour depends
+/// on the value being alive. A tensor, an activation cache or a plain numeric buffer qualifies;
+/// a type holding an `Rc`/`Arc` that other code can also hold, a guard, a handle, or anything
+/// with a hand-written `Drop` that has effects outside the value does not. Declaring a type
+/// `Release` wrongly does not break memory safety, but the attribute may then change what your
+/// program computes, which is exactly what it promises never to do.
+pub trait Release {}
+
+impl Release for vramguard_runtime::tensor::Tensor {}
+
+impl<T: Release> Release for Vec<T> {}
+impl<T: Release + ?Sized> Release for Box<T> {}
+impl<T: Release> Release for Option<T> {}
+impl<T: Release, E: Release> Release for Result<T, E> {}
+impl<T: Release, const N: usize> Release for [T; N] {}
+impl<T: Release> Release for [T] {}
+impl<T: Release> Release for std::collections::VecDeque<T> {}
+
+macro_rules! numeric_buffers {
+    ($($element:ty),*) => {$(
+        impl Release for Vec<$element> {}
+        impl Release for [$element] {}
+    )*};
+}
+// Plain numeric buffers: their drop is a deallocation and nothing else. The scalars themselves
+// are `Copy` and never released (a released `Copy` value would be mutated as a copy).
+numeric_buffers!(f32, f64, i8, i16, i32, i64, i128, isize, u8, u16, u32, u64, u128, usize);
+
+macro_rules! tuples {
+    ($(($($name:ident),+)),*) => {$(
+        impl<$($name: Release),+> Release for ($($name,)+) {}
+    )*};
+}
+tuples!(
+    (A),
+    (A, B),
+    (A, B, C),
+    (A, B, C, D),
+    (A, B, C, D, E),
+    (A, B, C, D, E, F),
+    (A, B, C, D, E, F, G),
+    (A, B, C, D, E, F, G, H)
+);
+
+#[cfg(feature = "candle")]
+impl Release for candle_core::Tensor {}
+
+#[cfg(feature = "ndarray")]
+// Owned arrays only: a view's drop frees nothing, and an `ArcArray` shares its data.
+impl<A, D: ndarray::Dimension> Release for ndarray::Array<A, D> {}
+
+/// The compile-time question the generated code asks at each release point: "is this value's
+/// type [`Release`]?". Answered by method resolution (autoref specialization): the releasing
+/// impl applies to `Probe<T>` when `T: Release`; the keeping one, one autoref further, to
+/// every `&Probe<T>`.
+#[doc(hidden)]
+pub struct Probe<T: ?Sized>(core::marker::PhantomData<fn(&T)>);
+
+impl<T: ?Sized> Probe<T> {
+    /// A probe for the type of `value` (only its type is used).
+    #[inline(always)]
+    pub fn of(_value: &T) -> Self {
+        Probe(core::marker::PhantomData)
+    }
+}
+
+/// Answers "release" for `Probe<T>` with `T: Release`.
+#[doc(hidden)]
+pub trait ReleaseAtLastUse {
+    /// `true`: the value may be freed at its last use.
+    #[inline(always)]
+    fn __vg_releasable(&self) -> bool {
+        true
+    }
+}
+impl<T: Release + ?Sized> ReleaseAtLastUse for Probe<T> {}
+
+/// Answers "keep" for every other type (one autoref further, so it is found only when
+/// [`ReleaseAtLastUse`] does not apply).
+#[doc(hidden)]
+pub trait KeepToScopeEnd {
+    /// `false`: the value keeps its drop point.
+    #[inline(always)]
+    fn __vg_releasable(&self) -> bool {
+        false
+    }
+}
+impl<T: ?Sized> KeepToScopeEnd for &Probe<T> {}
