@@ -70,7 +70,7 @@ pub mod __private {
     pub use vramguard_runtime::grad::{no_grad_future, NoGradGuard};
     pub use vramguard_runtime::scope::{BatchScope, BatchScopeGuard, ScopeOptions};
 
-    pub use crate::release::{KeepToScopeEnd, Probe, ReleaseAtLastUse};
+    pub use crate::release::{CopyAtLastUse, KeepToScopeEnd, Probe, ReleaseAtLastUse};
 
     /// Ends the life of a value. Generic so that releasing a reference or a `Copy` value does
     /// not trip rustc's `dropping_references` / `dropping_copy_types` lints in user code.

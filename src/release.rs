@@ -70,10 +70,13 @@ impl Release for candle_core::Tensor {}
 // Owned arrays only: a view's drop frees nothing, and an `ArcArray` shares its data.
 impl<A, D: ndarray::Dimension> Release for ndarray::Array<A, D> {}
 
-/// The compile-time question the generated code asks at each release point: "is this value's
-/// type [`Release`]?". Answered by method resolution (autoref specialization): the releasing
-/// impl applies to `Probe<T>` when `T: Release`; the keeping one, one autoref further, to
-/// every `&Probe<T>`.
+/// The compile-time questions the generated code asks at each release point, answered by
+/// method resolution from the value's type (autoref specialization): the receiver is
+/// `&&&Probe<T>`, and each autoderef step down reaches a less specific answer.
+///
+/// - `__vg_releasable()`: is `T: Release`? (may the value be freed here);
+/// - `__vg_movable()`: is `T: Release` or `T: Copy`? (may an immutable binding be moved into
+///   the statement of its last use: moving a `Copy` value copies it, which nobody can observe).
 #[doc(hidden)]
 pub struct Probe<T: ?Sized>(core::marker::PhantomData<fn(&T)>);
 
@@ -85,7 +88,7 @@ impl<T: ?Sized> Probe<T> {
     }
 }
 
-/// Answers "release" for `Probe<T>` with `T: Release`.
+/// First step: `T: Release`.
 #[doc(hidden)]
 pub trait ReleaseAtLastUse {
     /// `true`: the value may be freed at its last use.
@@ -93,17 +96,37 @@ pub trait ReleaseAtLastUse {
     fn __vg_releasable(&self) -> bool {
         true
     }
+    /// `true`: the value may be moved into the statement of its last use.
+    #[inline(always)]
+    fn __vg_movable(&self) -> bool {
+        true
+    }
 }
-impl<T: Release + ?Sized> ReleaseAtLastUse for Probe<T> {}
+impl<T: Release + ?Sized> ReleaseAtLastUse for &&Probe<T> {}
 
-/// Answers "keep" for every other type (one autoref further, so it is found only when
-/// [`ReleaseAtLastUse`] does not apply).
+/// Second step: `T: Copy` (answers only `__vg_movable`).
+#[doc(hidden)]
+pub trait CopyAtLastUse {
+    /// `true`: a copy may be moved into the statement of its last use.
+    #[inline(always)]
+    fn __vg_movable(&self) -> bool {
+        true
+    }
+}
+impl<T: Copy> CopyAtLastUse for &Probe<T> {}
+
+/// Last step: every other type keeps its drop point.
 #[doc(hidden)]
 pub trait KeepToScopeEnd {
-    /// `false`: the value keeps its drop point.
+    /// `false`: the value is not freed early.
     #[inline(always)]
     fn __vg_releasable(&self) -> bool {
         false
     }
+    /// `false`: the value is not moved.
+    #[inline(always)]
+    fn __vg_movable(&self) -> bool {
+        false
+    }
 }
-impl<T: ?Sized> KeepToScopeEnd for &Probe<T> {}
+impl<T: ?Sized> KeepToScopeEnd for Probe<T> {}

@@ -196,8 +196,22 @@ pub(crate) fn insert_drops(
         report: DropReport::default(),
         depth: 0,
         mut_decls: BTreeSet::new(),
+        no_dup: false,
+        probes: false,
     };
     rewriter.block(block, params);
+    if rewriter.probes {
+        // Method resolution of the probes needs both answering traits in scope; items of a
+        // block are visible in all of it, nested blocks and closures included.
+        let krate = &opts.krate;
+        block.stmts.insert(
+            0,
+            syn::parse_quote! {
+                #[allow(unused_imports)]
+                use #krate::__private::{CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _};
+            },
+        );
+    }
     rewriter.report
 }
 
@@ -329,6 +343,12 @@ struct Binding {
     /// Statements that use this binding without moving it (`x += 1`, `f(&mut x)`, `x = …`):
     /// see [`Rewriter::plan`] on `mut` bindings.
     kept_in_place: Vec<usize>,
+    /// A closure or async block: never `Release`, so never released; its last use still
+    /// ends the borrows it holds (it has no drop glue of its own that uses them).
+    never_released: bool,
+    /// Its type may be decided by a later use (`Vec::new()`, `parse()`, `collect()`,
+    /// `x as _`, `None`): a probe placed before that use could not tell its type yet.
+    type_deferred: bool,
     shadowed_at: Option<usize>,
     /// Statements where this binding may not be moved in (`else` of a let-else).
     no_move_in: Vec<usize>,
@@ -347,8 +367,14 @@ struct Edge {
 /// For each statement index: the bindings to move into it, and those to release after it.
 #[derive(Default)]
 struct StmtDrops {
+    /// Bindings the statement may move: it is written twice (see [`wrap`]).
     move_in: Vec<(Ident, bool)>,
+    /// Bindings released once the statement is done with them: right after it, or, for a
+    /// `let` that shadows one of them (and whose value does not borrow them), inside its
+    /// initializer, before the new binding takes the name.
     release_after: Vec<Ident>,
+    /// The `let`'s value may borrow a released binding: release after the whole statement.
+    after_value_borrows: bool,
 }
 
 struct Rewriter<'o> {
@@ -359,6 +385,11 @@ struct Rewriter<'o> {
     /// Statement indices of the current block's `let mut` declarations moved into a later
     /// statement.
     mut_decls: BTreeSet<usize>,
+    /// Rewriting the kept copy of a statement that is written twice: no statement inside it
+    /// is written twice again, so the output stays within (nesting depth + 1) × the input.
+    no_dup: bool,
+    /// A release probe was emitted: the block needs the probe traits in scope.
+    probes: bool,
 }
 
 impl Rewriter<'_> {
@@ -374,18 +405,31 @@ impl Rewriter<'_> {
     fn block(&mut self, block: &mut Block, params: &[ParamBinding]) {
         let plan = self.plan(block, params);
         let mut_decls = std::mem::take(&mut self.mut_decls);
+        // A statement that may move a binding it releases is written twice (see `apply`);
+        // its second copy, used when the binding's type is not `Release`, starts from the
+        // statement as written.
+        let mut kept: BTreeMap<usize, Stmt> = plan
+            .iter()
+            .filter(|(_, drops)| !drops.move_in.is_empty())
+            .map(|(&index, _)| (index, block.stmts[index].clone()))
+            .collect();
         self.depth += 1;
         for stmt in &mut block.stmts {
             self.visit_stmt_mut(stmt);
         }
+        let no_dup = std::mem::replace(&mut self.no_dup, true);
+        for stmt in kept.values_mut() {
+            self.visit_stmt_mut(stmt);
+        }
+        self.no_dup = no_dup;
         self.depth -= 1;
         self.mut_decls = mut_decls;
-        for stmt in &mut block.stmts {
+        for stmt in block.stmts.iter_mut().chain(kept.values_mut()) {
             if let Stmt::Local(local) = stmt {
                 local.attrs.retain(|a| !is_keep_attr(a));
             }
         }
-        self.apply(block, plan);
+        self.apply(block, plan, kept);
     }
 
     fn plan(&mut self, block: &Block, params: &[ParamBinding]) -> BTreeMap<usize, StmtDrops> {
@@ -395,6 +439,7 @@ impl Rewriter<'_> {
         let mut edges: Vec<Edge> = Vec::new();
         let mut current: BTreeMap<String, usize> = BTreeMap::new();
         let mut wrappable = vec![true; count];
+        let duplicable: Vec<bool> = block.stmts.iter().map(scan::duplicable).collect();
         // Locals the value of a `let` initializer may borrow: moving them into that statement
         // would leave the value dangling (`let _ = &x;` binds nothing to carry the borrow).
         let mut borrowed_by_value: Vec<Vec<(usize, Kind)>> = vec![Vec::new(); count];
@@ -426,6 +471,8 @@ impl Rewriter<'_> {
                 mentions: Vec::new(),
                 partial_moves: Vec::new(),
                 kept_in_place: Vec::new(),
+                type_deferred: false,
+                never_released: false,
                 shadowed_at: None,
                 no_move_in: Vec::new(),
             });
@@ -554,6 +601,18 @@ impl Rewriter<'_> {
                         }
                     }
                     let uninit = local.init.is_none();
+                    let type_deferred = match (&local.pat, &local.init) {
+                        (syn::Pat::Type(typed), _) if !scan::has_placeholder(&typed.ty) => false,
+                        (_, Some(init)) => scan::type_deferred(&init.expr),
+                        (_, None) => true,
+                    };
+                    // A closure, an async block, or what a local closure returns: never
+                    // `Release`, and whether it is `Copy` is known only once its captures are,
+                    // too late for a probe. It keeps its drop point.
+                    let closure_typed = local.init.as_ref().is_some_and(|init| {
+                        scan::may_hold_closure(&init.expr)
+                            || scan::calls_local(&init.expr, &|name| current.contains_key(name))
+                    });
                     // `#[cfg(..)] let x = …;` may be compiled out: whether it shadows `x` is
                     // unknown, so neither the old nor the new `x` is dropped early.
                     let conditional = local.attrs.iter().any(is_cfg_attr);
@@ -571,6 +630,8 @@ impl Rewriter<'_> {
                             Some(index),
                             marked_keep || uninit || conditional,
                         );
+                        bindings[new].never_released = closure_typed;
+                        bindings[new].type_deferred = type_deferred;
                         edges.extend(resolved.iter().map(|&(to, kind, into)| Edge {
                             from: new,
                             to,
@@ -650,25 +711,39 @@ impl Rewriter<'_> {
         for (b, binding) in bindings.iter().enumerate() {
             let used_after_decl = !binding.mentions.is_empty();
             let guard = binding.ident.to_string().starts_with('_');
-            if used_after_decl && !guard {
+            if used_after_decl && !guard && !self.no_dup {
                 self.report.candidates += 1;
             }
             let at = end[b];
-            if at == END {
+            if at == END || binding.never_released {
                 continue;
             }
-            self.report.dropped_early += 1;
-            self.report
-                .dropped
-                .push(format!("{}@{}", binding.ident, self.depth));
-            let drops = plan.entry(at).or_default();
             let borrowed_here = borrowed_by_value[at].iter().any(|&(to, _)| to == b);
-            // A `mut` binding the statement mutates without moving it is released after the
-            // statement, not moved into it: if it is `Copy`, moving in would mutate a copy, and
-            // a later use the scan missed (a `macro_rules!`-generated function mixing hygiene
-            // contexts, say) would read the stale original. Released, it stays one value.
-            let mutated_in_place = binding.mutable && binding.kept_in_place.contains(&at);
-            if binding.mentions.contains(&at) && !borrowed_here && !mutated_in_place {
+            // Whether the statement may move the binding decides the form: a statement that
+            // only borrows it is followed by a release; one that may move it is written twice,
+            // with and without the binding moved in (see `wrap`). A statement that mutates a
+            // `mut` binding without moving it is one that only borrows it: moved in, a value
+            // would be mutated as a copy (the probe keeps `Copy` values, but a `Release` type
+            // may be mutated too).
+            let may_move_here = binding.mentions.contains(&at)
+                && !borrowed_here
+                && !binding.kept_in_place.contains(&at);
+            // The binding keeps its drop point where the statement cannot be written twice:
+            // inside the kept copy of a statement already written twice (one copy per nesting
+            // level at most, so the output stays linear in the input per level), where the
+            // copies would have different types (a closure in a `let`'s value), or where the
+            // probe, placed before the statement, could not know the binding's type yet.
+            if may_move_here && (self.no_dup || !duplicable[at] || binding.type_deferred) {
+                continue;
+            }
+            if !self.no_dup {
+                self.report.dropped_early += 1;
+                self.report
+                    .dropped
+                    .push(format!("{}@{}", binding.ident, self.depth));
+            }
+            let drops = plan.entry(at).or_default();
+            if may_move_here {
                 drops.move_in.push((binding.ident.clone(), binding.mutable));
                 // The last mutation may now happen on the rebinding: the declaration's `mut`
                 // can become unneeded, which rustc would report on the user's line.
@@ -682,12 +757,20 @@ impl Rewriter<'_> {
                 }
             } else {
                 drops.release_after.push(binding.ident.clone());
+                if borrowed_here {
+                    drops.after_value_borrows = true;
+                }
             }
         }
         plan
     }
 
-    fn apply(&mut self, block: &mut Block, plan: BTreeMap<usize, StmtDrops>) {
+    fn apply(
+        &mut self,
+        block: &mut Block,
+        plan: BTreeMap<usize, StmtDrops>,
+        mut kept: BTreeMap<usize, Stmt>,
+    ) {
         let krate = &self.opts.krate;
         for decl in std::mem::take(&mut self.mut_decls) {
             if let Some(Stmt::Local(local)) = block.stmts.get_mut(decl) {
@@ -697,14 +780,31 @@ impl Rewriter<'_> {
         for (index, drops) in plan.into_iter().rev() {
             let stmt = &mut block.stmts[index];
             let span = stmt.span();
-            if !drops.move_in.is_empty() {
+            let located = |ident: &Ident| {
+                // Cloned, not `Ident::new`: raw identifiers (`r#type`) and the identifier's
+                // hygiene (a `macro_rules!` body's own locals) stay as written.
+                let mut ident = ident.clone();
+                ident.set_span(ident.span().located_at(span));
+                ident
+            };
+            if let (false, Some(kept)) = (drops.move_in.is_empty(), kept.remove(&index)) {
+                self.probes = true;
+                // A `mut` binding moved in would be mutated as a copy if it were `Copy`.
+                let probes = drops.move_in.iter().map(|(ident, mutable)| {
+                    let ident = located(ident);
+                    let question = if *mutable {
+                        quote!(__vg_releasable)
+                    } else {
+                        quote!(__vg_movable)
+                    };
+                    quote!((&&&#krate::__private::Probe::of(&#ident)).#question())
+                });
+                let condition = quote!(#(#probes)&&*);
                 let rebinds: Vec<TokenStream> = drops
                     .move_in
                     .iter()
                     .map(|(ident, mutable)| {
-                        // Cloned, not `Ident::new`: raw identifiers (`r#type`) stay valid.
-                        let mut ident = ident.clone();
-                        ident.set_span(ident.span().located_at(span));
+                        let ident = located(ident);
                         if *mutable {
                             quote!(#[allow(unused_mut, unused_variables, clippy::redundant_locals)] let mut #ident = #ident;)
                         } else {
@@ -712,72 +812,146 @@ impl Rewriter<'_> {
                         }
                     })
                     .collect();
-                wrap(stmt, &rebinds);
+                wrap(stmt, &rebinds, &condition, kept);
             }
-            // Released after the statement, latest declaration first (like a scope end).
-            let releases: Vec<Stmt> = drops
+            // Released after the statement, latest declaration first (like a scope end);
+            // only if the type is `Release`, otherwise the value stays to its scope's end
+            // (a conditional move: the compiler's drop flag keeps its drop point and order).
+            let releases: Vec<TokenStream> = drops
                 .release_after
                 .iter()
                 .rev()
                 .map(|ident| {
-                    let mut ident = ident.clone();
-                    ident.set_span(ident.span().located_at(span));
-                    syn::parse_quote_spanned!(span=> #krate::__private::release(#ident);)
+                    self.probes = true;
+                    let ident = located(ident);
+                    quote_spanned! {span=>
+                        if (&&&#krate::__private::Probe::of(&#ident)).__vg_releasable() {
+                            #krate::__private::release(#ident);
+                        }
+                    }
                 })
                 .collect();
-            block.stmts.splice(index + 1..index + 1, releases);
+            if releases.is_empty() {
+                continue;
+            }
+            match stmt {
+                Stmt::Local(local)
+                    if local.init.is_some()
+                        && !drops.after_value_borrows
+                        && shadows_any(&local.pat, &drops.release_after) =>
+                {
+                    release_in_initializer(local, &releases);
+                }
+                _ => {
+                    let releases = releases
+                        .into_iter()
+                        .map(|tokens| Stmt::Expr(syn::parse_quote!(#tokens), None));
+                    block.stmts.splice(index + 1..index + 1, releases);
+                }
+            }
         }
     }
 }
 
-/// Moves `rebinds` (`let x = x;`…) into the statement so that they die at its end.
-fn wrap(stmt: &mut Stmt, rebinds: &[TokenStream]) {
+/// Writes a statement that may move the bindings it releases twice, and lets their types
+/// choose: `if <all Release> { let x = x; STMT } else { STMT }`. In the first copy the
+/// bindings are moved in, so they die at the statement's end whether it borrows or moves
+/// them; the second copy, `kept`, is the statement with nothing moved, so values of other
+/// types keep their drop point and order. For a `let`, only the initializer is written twice.
+fn wrap(stmt: &mut Stmt, rebinds: &[TokenStream], condition: &TokenStream, kept: Stmt) {
     let span = stmt.span();
     let value = Ident::new("__vg_value", Span::mixed_site());
-    match stmt {
-        Stmt::Local(local) => {
-            let Some(init) = &mut local.init else { return };
-            let expr = &init.expr;
-            let ty = match &local.pat {
-                syn::Pat::Type(typed) => {
-                    let ty = &typed.ty;
-                    quote!(: #ty)
-                }
-                _ => quote!(),
+    match (stmt, kept) {
+        (Stmt::Local(local), Stmt::Local(kept)) => {
+            let (Some(init), Some(kept_init)) = (&mut local.init, kept.init) else {
+                return;
             };
-            let block = quote_spanned! {span=>
-                { #(#rebinds)* let #value #ty = #expr; #value }
+            let expr = &init.expr;
+            let kept_expr = &kept_init.expr;
+            let ty = annotation(&local.pat);
+            let chosen = quote_spanned! {span=>
+                if #condition {
+                    #(#rebinds)* let #value #ty = #expr; #value
+                } else {
+                    #kept_expr
+                }
             };
             // `let … else` initializers may not end with `}`.
             let new_init: Expr = if init.diverge.is_some() {
-                syn::parse_quote_spanned!(span=> (#block))
+                syn::parse_quote_spanned!(span=> (#chosen))
             } else {
-                syn::parse_quote!(#block)
+                syn::parse_quote!(#chosen)
             };
             *init.expr = new_init;
         }
-        Stmt::Expr(expr, _) => {
-            let inner = quote!(#expr;);
+        (stmt @ (Stmt::Expr(..) | Stmt::Macro(_)), kept) => {
+            let inner = as_statement(stmt);
+            let kept = as_statement(&kept);
             *stmt = Stmt::Expr(
-                syn::parse_quote_spanned!(span=> { #(#rebinds)* #inner }),
+                syn::parse_quote_spanned! {span=>
+                    if #condition { #(#rebinds)* #inner } else { #kept }
+                },
                 None,
             );
         }
+        _ => {}
+    }
+}
+
+/// Whether a `let` pattern binds one of `names` (which the statement's releases must still
+/// name as they were before it).
+fn shadows_any(pat: &syn::Pat, names: &[Ident]) -> bool {
+    let mut bound = Vec::new();
+    scan::pattern_bindings(pat, &mut bound);
+    bound
+        .iter()
+        .any(|(ident, _)| names.iter().any(|n| n.unraw() == ident.unraw()))
+}
+
+/// `let p = { let v = INIT; RELEASES v };`: the releases name the bindings as they were before
+/// this `let`, which may shadow them. `INIT`'s temporaries are gone by then (a temporary
+/// borrowing a released binding, `x.lock().unwrap().len()`, must die first).
+fn release_in_initializer(local: &mut syn::Local, releases: &[TokenStream]) {
+    let Some(init) = &mut local.init else { return };
+    let span = init.expr.span();
+    let value = Ident::new("__vg_value", Span::mixed_site());
+    let ty = annotation(&local.pat);
+    let expr = &init.expr;
+    let block = quote_spanned! {span=> { let #value #ty = #expr; #(#releases)* #value } };
+    *init.expr = if init.diverge.is_some() {
+        syn::parse_quote_spanned!(span=> (#block))
+    } else {
+        syn::parse_quote!(#block)
+    };
+}
+
+/// A `let`'s type annotation (`: T`), copied onto the local that carries its value so that
+/// type inference is unchanged.
+fn annotation(pat: &syn::Pat) -> TokenStream {
+    match pat {
+        syn::Pat::Type(typed) => {
+            let ty = &typed.ty;
+            quote!(: #ty)
+        }
+        _ => quote!(),
+    }
+}
+
+/// A statement's tokens, ending with `;` where it could otherwise be read as a block's value.
+fn as_statement(stmt: &Stmt) -> TokenStream {
+    match stmt {
+        Stmt::Expr(expr, _) => quote!(#expr;),
         Stmt::Macro(mac) => {
-            let inner = quote!(#mac);
-            let inner = if mac.semi_token.is_none()
+            let tokens = quote!(#mac);
+            if mac.semi_token.is_none()
                 && !matches!(mac.mac.delimiter, syn::MacroDelimiter::Brace(_))
             {
-                quote!(#inner;)
+                quote!(#tokens;)
             } else {
-                inner
-            };
-            *stmt = Stmt::Expr(
-                syn::parse_quote_spanned!(span=> { #(#rebinds)* #inner }),
-                None,
-            );
+                tokens
+            }
         }
-        Stmt::Item(_) => {}
+        other => quote!(#other),
     }
 }
 
@@ -788,6 +962,12 @@ impl VisitMut for Rewriter<'_> {
 
     // Nested items are other functions: not ours to rewrite.
     fn visit_item_mut(&mut self, _: &mut Item) {}
+
+    // A `const { }` block runs at compile time: nothing there to free, and a release probe
+    // is not a `const` call.
+    fn visit_expr_const_mut(&mut self, konst: &mut syn::ExprConst) {
+        strip_keep_markers(&mut konst.block);
+    }
 }
 
 #[cfg(test)]

@@ -328,11 +328,15 @@ impl Env<'_> {
             return;
         }
         if self.is_borrow_method(&name) {
-            let kind = if self.maybe_consumes(&name) {
-                Kind::Maybe
-            } else {
-                Kind::Borrow
-            };
+            // A guard (`RefCell::borrow_mut`, `Mutex::lock`) is never `Release`: it keeps its
+            // drop point, and its borrow lasts until then, so the local it borrows from must
+            // too (releasing that local earlier would not compile).
+            let kind =
+                if self.maybe_consumes(&name) || lists::GUARD_METHODS.contains(&name.as_str()) {
+                    Kind::Maybe
+                } else {
+                    Kind::Borrow
+                };
             let mut sources = Vec::new();
             self.borrow_of(&call.receiver, kind, &mut sources);
             if !lists::REFERENCE_METHODS.contains(&name.as_str()) {
@@ -772,7 +776,9 @@ impl<'e, 'a> Walker<'e, 'a> {
                 let name = call.method.to_string();
                 let receiver_ctx = if self.env.maybe_consumes(&name) {
                     Ctx::Receiver
-                } else if self.env.is_borrow_method(&name) {
+                } else if self.env.is_borrow_method(&name)
+                    || lists::BORROWING_RECEIVER_METHODS.contains(&name.as_str())
+                {
                     Ctx::Borrow
                 } else if name.starts_with("into_")
                     || lists::PASSTHROUGH_METHODS.contains(&name.as_str())
@@ -1003,4 +1009,188 @@ impl<'e, 'a> Walker<'e, 'a> {
             }
         }
     }
+}
+
+/// Whether a statement may be written twice (`if <Release> { let x = x; S } else { S }`).
+///
+/// Not when the copies could differ in type or meaning: every closure and async block has a
+/// type of its own, so a `let` whose value may hold one (`let f = move || x.v;`, an unfinished
+/// iterator chain `v.iter().map(|a| a + 1)`) cannot choose between two copies, and an item
+/// (`impl`, `fn`, `macro_rules!`) would be defined twice.
+pub(crate) fn duplicable(stmt: &Stmt) -> bool {
+    struct Items(bool);
+    impl<'ast> syn::visit::Visit<'ast> for Items {
+        fn visit_item(&mut self, _: &'ast syn::Item) {
+            self.0 = true;
+        }
+    }
+    let mut items = Items(false);
+    syn::visit::Visit::visit_stmt(&mut items, stmt);
+    let value_may_hold_closure = match stmt {
+        Stmt::Local(local) => local
+            .init
+            .as_ref()
+            .is_some_and(|init| may_hold_closure(&init.expr)),
+        _ => false,
+    };
+    !items.0 && !value_may_hold_closure
+}
+
+/// Whether the value of `expr` may have a closure or async block in its type.
+pub(crate) fn may_hold_closure(expr: &Expr) -> bool {
+    match expr {
+        Expr::Closure(_) | Expr::Async(_) => true,
+        // A consuming end of an iterator chain (`collect`, `sum`, …) leaves no closure type.
+        Expr::MethodCall(call)
+            if lists::CLOSURE_FREE_RESULTS.contains(&call.method.to_string().as_str()) =>
+        {
+            false
+        }
+        Expr::MethodCall(call) => {
+            may_hold_closure(&call.receiver) || call.args.iter().any(may_hold_closure)
+        }
+        Expr::Call(call) => may_hold_closure(&call.func) || call.args.iter().any(may_hold_closure),
+        Expr::Try(t) => may_hold_closure(&t.expr),
+        Expr::Await(a) => may_hold_closure(&a.base),
+        Expr::Paren(p) => may_hold_closure(&p.expr),
+        Expr::Group(g) => may_hold_closure(&g.expr),
+        Expr::Reference(r) => may_hold_closure(&r.expr),
+        Expr::Unary(u) => may_hold_closure(&u.expr),
+        Expr::Cast(c) => may_hold_closure(&c.expr),
+        Expr::Binary(b) => may_hold_closure(&b.left) || may_hold_closure(&b.right),
+        Expr::Tuple(t) => t.elems.iter().any(may_hold_closure),
+        Expr::Array(a) => a.elems.iter().any(may_hold_closure),
+        Expr::Struct(s) => s.fields.iter().any(|f| may_hold_closure(&f.expr)),
+        Expr::Field(f) => may_hold_closure(&f.base),
+        Expr::Index(i) => may_hold_closure(&i.expr),
+        Expr::Lit(_) | Expr::Path(_) | Expr::Range(_) => false,
+        Expr::Macro(mac) => {
+            !lists::is_known_macro(&macro_name(&mac.mac)) || closure_tokens(mac.mac.tokens.clone())
+        }
+        // Blocks, branches, loops: whatever they contain.
+        other => {
+            struct Find(bool);
+            impl<'ast> syn::visit::Visit<'ast> for Find {
+                fn visit_expr_closure(&mut self, _: &'ast syn::ExprClosure) {
+                    self.0 = true;
+                }
+                fn visit_expr_async(&mut self, _: &'ast syn::ExprAsync) {
+                    self.0 = true;
+                }
+                fn visit_macro(&mut self, mac: &'ast Macro) {
+                    self.0 |= !lists::is_known_macro(&macro_name(mac))
+                        || closure_tokens(mac.tokens.clone());
+                }
+            }
+            let mut find = Find(false);
+            syn::visit::Visit::visit_expr(&mut find, other);
+            find.0
+        }
+    }
+}
+
+/// Whether `expr` (through `?`, `.await` and parentheses) calls a local binding, such as a
+/// closure: `g(1)` after `let g = |a| async move { a };`.
+pub(crate) fn calls_local(expr: &Expr, is_local: &dyn Fn(&str) -> bool) -> bool {
+    match expr {
+        Expr::Call(call) => match &*call.func {
+            Expr::Path(path) => local_name(path).is_some_and(|name| is_local(&name)),
+            other => calls_local(other, is_local),
+        },
+        Expr::Try(t) => calls_local(&t.expr, is_local),
+        Expr::Await(a) => calls_local(&a.base, is_local),
+        Expr::Paren(p) => calls_local(&p.expr, is_local),
+        Expr::Group(g) => calls_local(&g.expr, is_local),
+        _ => false,
+    }
+}
+
+/// Tokens that may form a closure or an async block (`|`, `move`, `async`).
+fn closure_tokens(tokens: TokenStream) -> bool {
+    tokens.into_iter().any(|token| match token {
+        TokenTree::Punct(p) => p.as_char() == '|',
+        TokenTree::Ident(i) => i == "move" || i == "async",
+        TokenTree::Group(g) => closure_tokens(g.stream()),
+        TokenTree::Literal(_) => false,
+    })
+}
+
+/// Whether the type of a `let`'s value may be decided only by a later use of the binding:
+/// `Vec::new()`, `HashMap::new()`, `Default::default()`, `None`, `Ok(..)`, `vec![]`,
+/// `x.parse()`, `x.collect()`, `x.into()`, `x.sum()`, `x as _`, or a turbofish with `_`.
+/// A release probe must not be placed before that use: method resolution would have to
+/// answer for a type not known yet (and would take it for a `Release` one).
+pub(crate) fn type_deferred(expr: &Expr) -> bool {
+    match expr {
+        Expr::Try(t) => type_deferred(&t.expr),
+        Expr::Await(a) => type_deferred(&a.base),
+        Expr::Paren(p) => type_deferred(&p.expr),
+        Expr::Group(g) => type_deferred(&g.expr),
+        Expr::Cast(c) => has_placeholder(&c.ty),
+        Expr::Tuple(t) => t.elems.iter().any(type_deferred),
+        Expr::Array(a) => a.elems.iter().any(type_deferred),
+        Expr::Reference(r) => type_deferred(&r.expr),
+        Expr::MethodCall(call) => {
+            let name = call.method.to_string();
+            // `collect::<Vec<_>>()`: the turbofish fixes the type; its `_`s come from the
+            // receiver, which is known by then.
+            if call.turbofish.is_some() {
+                return false;
+            }
+            lists::TYPE_DEFERRING_METHODS.contains(&name.as_str())
+                || (lists::PASSTHROUGH_METHODS.contains(&name.as_str())
+                    && type_deferred(&call.receiver))
+        }
+        Expr::Call(call) => match &*call.func {
+            Expr::Path(path) => {
+                let segments = &path.path.segments;
+                let Some(last) = segments.last() else {
+                    return false;
+                };
+                let name = last.ident.to_string();
+                if !last.arguments.is_none() {
+                    return false;
+                }
+                let owner = (segments.len() >= 2)
+                    .then(|| &segments[segments.len() - 2])
+                    .filter(|owner| owner.arguments.is_none())
+                    .map(|owner| owner.ident.to_string());
+                match owner.as_deref() {
+                    // `Vec::new()`, `HashMap::with_capacity(n)`: the element types come later.
+                    Some(owner) if lists::GENERIC_CONTAINERS.contains(&owner) => {
+                        !call
+                            .args
+                            .iter()
+                            .any(|a| !matches!(a, Expr::Lit(_) | Expr::Path(_)))
+                            && name != "from"
+                    }
+                    // `Default::default()`, `From::from(x)`: `Self` comes later.
+                    Some(owner) => lists::CONVERSION_TRAITS.contains(&owner),
+                    None => matches!(name.as_str(), "Ok" | "Err" | "default"),
+                }
+            }
+            _ => false,
+        },
+        Expr::Path(path) => path.path.is_ident("None"),
+        Expr::Macro(mac) => macro_name(&mac.mac) == "vec" && mac.mac.tokens.is_empty(),
+        Expr::Block(b) => match b.block.stmts.last() {
+            Some(Stmt::Expr(tail, None)) => type_deferred(tail),
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// Whether a type has an inferred part (`_`).
+pub(crate) fn has_placeholder(ty: &syn::Type) -> bool {
+    has_placeholder_tokens(ty.to_token_stream())
+}
+
+fn has_placeholder_tokens(tokens: TokenStream) -> bool {
+    tokens.into_iter().any(|token| match token {
+        TokenTree::Ident(i) => i == "_",
+        TokenTree::Punct(p) => p.as_char() == '_',
+        TokenTree::Group(g) => has_placeholder_tokens(g.stream()),
+        TokenTree::Literal(_) => false,
+    })
 }
