@@ -50,7 +50,7 @@
 mod release;
 
 pub use release::Release;
-pub use vramguard_macros::{allow, batch_scope, inference};
+pub use vramguard_macros::{allow, batch_scope, inference, Release};
 pub use vramguard_runtime::device::DeviceError;
 pub use vramguard_runtime::grad::{
     enable_grad, is_grad_enabled, no_grad, no_grad_future, EnableGradGuard, NoGradGuard,

@@ -25,6 +25,11 @@
 /// with a hand-written `Drop` that has effects outside the value does not. Declaring a type
 /// `Release` wrongly does not break memory safety, but the attribute may then change what your
 /// program computes, which is exactly what it promises never to do.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not `vramguard::Release`",
+    label = "not `Release`: dropping it at its last use might change what the program does",
+    note = "only types whose drop frees memory and does nothing else are `Release` (see the docs of `vramguard::Release`); a struct deriving it needs every field to be `Release`"
+)]
 pub trait Release {}
 
 impl Release for vramguard_runtime::tensor::Tensor {}

@@ -12,6 +12,7 @@ mod common;
 mod inference;
 mod lints;
 mod liveness;
+mod release;
 
 use proc_macro::TokenStream;
 
@@ -203,4 +204,24 @@ pub fn batch_scope(args: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro_attribute]
 pub fn allow(args: TokenStream, item: TokenStream) -> TokenStream {
     lints::expand_allow(args.into(), item.into()).into()
+}
+
+/// Declares a struct or enum `vramguard::Release` when every field is: `#[inference]` and
+/// `#[batch_scope]` may then free its values at their last use.
+///
+/// ```ignore
+/// #[derive(vramguard::Release)]
+/// struct Activations {
+///     hidden: Tensor,
+///     attention: Vec<Tensor>,
+/// }
+/// ```
+///
+/// A field whose type is not `Release` (a guard, an `Rc`, a file…) is a compile error at that
+/// field; a field of a generic type makes the implementation conditional on it. Only derive it
+/// for a type whose drop frees memory and does nothing anyone can observe (see
+/// `vramguard::Release`). `#[vramguard(crate = path)]` names the facade when it is renamed.
+#[proc_macro_derive(Release, attributes(vramguard))]
+pub fn derive_release(item: TokenStream) -> TokenStream {
+    release::expand(item.into()).into()
 }
