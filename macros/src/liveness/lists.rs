@@ -136,23 +136,17 @@ pub(crate) const OWNED_METHODS: &[&str] = &[
     "masked_fill",
     "where_cond",
     "where_",
-    "select",
     // shape manipulation (views share storage through an `Arc`: still owned values)
     "reshape",
-    "view",
     "transpose",
-    "t",
     "permute",
     "contiguous",
-    "narrow",
-    "slice",
     "squeeze",
     "unsqueeze",
     "flatten",
     "flatten_all",
     "flatten_from",
     "flatten_to",
-    "chunk",
     "expand",
     "broadcast_as",
     "broadcast_left",
@@ -165,7 +159,6 @@ pub(crate) const OWNED_METHODS: &[&str] = &[
     "pad_with_zeros",
     "pad_with_same",
     "swap_dims",
-    "i",
     "get_on_dim",
     "tril",
     "triu",
@@ -207,17 +200,13 @@ pub(crate) const OWNED_METHODS: &[&str] = &[
     "gelu_tanh",
     "exp2",
     // modules
-    "forward",
     "forward_t",
     "forward_train",
     "apply",
     "apply_t",
     "call",
     // values out of tensors and std owned results
-    "clone",
-    "to_owned",
     "to_string",
-    "to_vec",
     "to_vec0",
     "to_vec1",
     "to_vec2",
@@ -447,6 +436,23 @@ pub(crate) const PASSTHROUGH_METHODS: &[&str] = &[
     "then",
     "then_some",
 ];
+
+/// Methods that own their result in one library and borrow the receiver in another: candle's
+/// `t`, `narrow`, `i`, `chunk`, `forward` (owned `Result<Tensor>`), ndarray's `view`, `t`,
+/// `slice` and scraper's `select` (views), a model's `forward` returning `Prediction<'_>`.
+/// Read safely: the result may borrow the receiver, unless the code shows it owns its data
+/// (the call is followed by `?`, which only fallible tensor ops are).
+pub(crate) const AMBIGUOUS_METHODS: &[&str] = &[
+    "t", "view", "slice", "narrow", "i", "chunk", "select", "forward",
+];
+
+/// Methods that copy what the receiver holds (`held.clone()` of a `Vec<&T>` holds the same
+/// borrows): the result holds whatever the receiver's value holds, never the receiver itself.
+pub(crate) const VALUE_COPYING_METHODS: &[&str] = &["clone", "to_vec", "to_owned"];
+
+/// Associated functions of owned types whose result may borrow their arguments
+/// (`String::from_utf8_lossy(&buf)` is a `Cow`, `HashMap::from([("w", &w)])`).
+pub(crate) const BORROWING_CONSTRUCTORS: &[&str] = &["from_utf8_lossy", "from", "from_iter"];
 
 /// Methods with owned results whose receiver is only borrowed (`&self` in std and in the
 /// tensor libraries): the statement that calls them on a local does not move it.

@@ -340,6 +340,8 @@ struct Binding {
     pinned: bool,
     mentions: Vec<usize>,
     partial_moves: Vec<usize>,
+    /// Statements passing it by value (see [`scan::Mention::consumed`]).
+    consumed_at: Vec<usize>,
     /// Statements that use this binding without moving it (`x += 1`, `f(&mut x)`, `x = …`):
     /// see [`Rewriter::plan`] on `mut` bindings.
     kept_in_place: Vec<usize>,
@@ -470,6 +472,7 @@ impl Rewriter<'_> {
                 pinned: pinned || guard,
                 mentions: Vec::new(),
                 partial_moves: Vec::new(),
+                consumed_at: Vec::new(),
                 kept_in_place: Vec::new(),
                 type_deferred: false,
                 never_released: false,
@@ -544,6 +547,9 @@ impl Rewriter<'_> {
                     if mention.partial {
                         bindings[b].partial_moves.push(index);
                     }
+                    if mention.consumed {
+                        bindings[b].consumed_at.push(index);
+                    }
                     // Not after a statement that may move it (`loop { let n = f(cur);
                     // if .. { break } cur = n; }` can exit with `cur` moved).
                     if !mention.moved {
@@ -557,13 +563,22 @@ impl Rewriter<'_> {
             for (target, sources) in &facts.stores {
                 let resolved = resolve(&current, &edges, sources);
                 match current.get(target) {
-                    Some(&t) => edges.extend(resolved.into_iter().map(|(to, kind, into)| Edge {
-                        from: t,
-                        to,
-                        kind,
-                        into,
-                        at: index,
-                    })),
+                    Some(&t) => {
+                        // Stored through a reference (`let sink = &mut names; sink.push(&s)`):
+                        // what the reference points into holds the borrow too.
+                        let mut holders = vec![t];
+                        holders
+                            .extend(edges.iter().filter(|e| e.from == t && e.into).map(|e| e.to));
+                        for holder in holders {
+                            edges.extend(resolved.iter().map(|&(to, kind, into)| Edge {
+                                from: holder,
+                                to,
+                                kind,
+                                into,
+                                at: index,
+                            }));
+                        }
+                    }
                     // Stored into something declared outside this block: keep it whole.
                     None => resolved
                         .into_iter()
@@ -579,7 +594,10 @@ impl Rewriter<'_> {
                 }
                 Stmt::Local(local) => {
                     let mut names = Vec::new();
-                    let has_ref = scan::pattern_bindings(&local.pat, &mut names);
+                    let has_ref = match local.init.as_ref().map(|i| i.diverge.is_some()) {
+                        Some(true) => scan::pattern_bindings(&local.pat, &mut names),
+                        _ => scan::let_bindings(&local.pat, &mut names),
+                    };
                     let marked_keep = local.attrs.iter().any(is_keep_attr);
                     let mut resolved = Vec::new();
                     if let Some(init) = &local.init {
@@ -684,7 +702,10 @@ impl Rewriter<'_> {
                     continue;
                 }
                 let pushed_past_shadow = binding.shadowed_at.is_some_and(|s| at > s);
-                let partially_moved_before = binding.partial_moves.iter().any(|&p| p < at);
+                // A borrower pushed the drop point past a statement that passes the value by
+                // value (the borrow was a conservative guess): nothing may be left to release.
+                let partially_moved_before = binding.partial_moves.iter().any(|&p| p < at)
+                    || binding.consumed_at.iter().any(|&m| m < at);
                 let nothing_to_gain = at >= last_stmt;
                 let mentioned = binding.mentions.contains(&at);
                 let cannot_move_in =
@@ -718,7 +739,14 @@ impl Rewriter<'_> {
             if at == END || binding.never_released {
                 continue;
             }
-            let borrowed_here = borrowed_by_value[at].iter().any(|&(to, _)| to == b);
+            // Borrowed by the statement's own value, or by a borrower the statement still
+            // uses (`let residual = &x; let x = (f(&x)? + residual)?;`): moved into the
+            // statement, the value would be moved while borrowed.
+            let borrowed_by_value_here = borrowed_by_value[at].iter().any(|&(to, _)| to == b);
+            let borrowed_here = borrowed_by_value_here
+                || edges
+                    .iter()
+                    .any(|e| e.to == b && e.at < at && bindings[e.from].mentions.contains(&at));
             // Whether the statement may move the binding decides the form: a statement that
             // only borrows it is followed by a release; one that may move it is written twice,
             // with and without the binding moved in (see `wrap`). A statement that mutates a
@@ -757,7 +785,7 @@ impl Rewriter<'_> {
                 }
             } else {
                 drops.release_after.push(binding.ident.clone());
-                if borrowed_here {
+                if borrowed_by_value_here {
                     drops.after_value_borrows = true;
                 }
             }
@@ -902,7 +930,7 @@ fn wrap(stmt: &mut Stmt, rebinds: &[TokenStream], condition: &TokenStream, kept:
 /// name as they were before it).
 fn shadows_any(pat: &syn::Pat, names: &[Ident]) -> bool {
     let mut bound = Vec::new();
-    scan::pattern_bindings(pat, &mut bound);
+    scan::let_bindings(pat, &mut bound);
     bound
         .iter()
         .any(|(ident, _)| names.iter().any(|n| n.unraw() == ident.unraw()))

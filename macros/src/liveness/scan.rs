@@ -42,6 +42,9 @@ pub(crate) enum Source {
 pub(crate) struct Mention {
     /// Used by value somewhere (maybe moved).
     pub moved: bool,
+    /// Passed by value somewhere other than as a method receiver (`f(x)`, `let y = x;`,
+    /// `a + x`): moved unless `Copy` (a receiver may be auto-referenced instead).
+    pub consumed: bool,
     /// A field (or the pointee) may be moved out: the local is partially moved afterwards.
     pub partial: bool,
     /// Its address is taken as a raw pointer (`&raw`, `as *const _`, `addr_of!`, `as_ptr()`):
@@ -89,6 +92,11 @@ impl Env<'_> {
     fn is_owned_method(&self, name: &str) -> bool {
         self.owned.iter().any(|n| n == name)
             || (lists::OWNED_METHODS.contains(&name) && !self.is_user_borrow(name))
+    }
+
+    /// Owned in one library, a view of the receiver in another (and not listed by the user).
+    fn is_ambiguous(&self, name: &str) -> bool {
+        lists::AMBIGUOUS_METHODS.contains(&name) && !self.owned.iter().any(|n| n == name)
     }
 
     fn is_user_borrow(&self, name: &str) -> bool {
@@ -176,15 +184,24 @@ impl Env<'_> {
                     .chain(&range.end)
                     .for_each(|e| self.value(e, out));
             }
-            Expr::Try(try_) => self.value(&try_.expr, out),
+            // `x.t()?`: only a fallible tensor op is followed by `?`, so the result is owned.
+            Expr::Try(try_) => match &*try_.expr {
+                Expr::MethodCall(call) if self.is_ambiguous(&call.method.to_string()) => {}
+                inner => self.value(inner, out),
+            },
             Expr::Await(await_) => self.value(&await_.base, out),
             Expr::Closure(closure) if closure.capture.is_some() => {
                 self.captured_by_move(expr, out);
             }
             Expr::Async(block) if block.capture.is_some() => self.captured_by_move(expr, out),
+            // A labeled block's value may come from any `break 'label value` inside it.
+            Expr::Block(block) if block.label.is_some() => out.extend(self.conservative(expr)),
             Expr::Block(block) => self.block_value(&block.block, expr, out),
             Expr::Unsafe(block) => self.block_value(&block.block, expr, out),
             Expr::If(if_) => {
+                // `if let Some(v) = map.get(&k) { v.as_str() }`: the value may hold what the
+                // `let`s bind.
+                self.cond_sources(&if_.cond, out);
                 self.block_value(&if_.then_branch, expr, out);
                 if let Some((_, otherwise)) = &if_.else_branch {
                     self.value(otherwise, out);
@@ -198,6 +215,24 @@ impl Env<'_> {
             }
             // Non-`move` closures and async blocks, loops with `break value`, anything else.
             _ => out.extend(self.conservative(expr)),
+        }
+    }
+
+    /// What the bindings of a condition's `let`s may hold.
+    fn cond_sources(&self, cond: &Expr, out: &mut Vec<Source>) {
+        match cond {
+            Expr::Let(let_) => {
+                out.extend(self.value_sources(&let_.expr));
+                if pattern_bindings(&let_.pat, &mut Vec::new()) {
+                    out.extend(self.conservative(&let_.expr));
+                }
+            }
+            Expr::Binary(binary) if matches!(binary.op, BinOp::And(_)) => {
+                self.cond_sources(&binary.left, out);
+                self.cond_sources(&binary.right, out);
+            }
+            Expr::Paren(paren) => self.cond_sources(&paren.expr, out),
+            _ => {}
         }
     }
 
@@ -324,6 +359,30 @@ impl Env<'_> {
             call.args.iter().for_each(|a| self.held(a, out));
             return;
         }
+        if !user_owned && lists::VALUE_COPYING_METHODS.contains(&name.as_str()) {
+            let mut inner = Vec::new();
+            self.value(&call.receiver, &mut inner);
+            out.extend(inner.into_iter().map(|s| match s {
+                Source::Storage(name, _, true) => Source::ValueOf(name),
+                other => other,
+            }));
+            return;
+        }
+        if self.is_ambiguous(&name) {
+            // May be a view of the receiver (ndarray's `view`): held like a borrowed iterator.
+            let mut sources = Vec::new();
+            self.borrow_of(&call.receiver, Kind::Borrow, &mut sources);
+            out.extend(sources.into_iter().map(|s| match s {
+                Source::Storage(n, k, _) => Source::Storage(n, k, false),
+                other => other,
+            }));
+            for arg in &call.args {
+                if !matches!(arg, Expr::Reference(_)) {
+                    self.held(arg, out);
+                }
+            }
+            return;
+        }
         if self.is_owned_method(&name) {
             return;
         }
@@ -382,8 +441,9 @@ impl Env<'_> {
             let owner =
                 (segments.len() >= 2).then(|| segments[segments.len() - 2].ident.to_string());
             let owned = self.owned.contains(&last)
-                || lists::OWNED_FUNCTIONS.contains(&last.as_str())
-                || owner.is_some_and(|o| lists::OWNED_TYPES.contains(&o.as_str()));
+                || (!lists::BORROWING_CONSTRUCTORS.contains(&last.as_str())
+                    && (lists::OWNED_FUNCTIONS.contains(&last.as_str())
+                        || owner.is_some_and(|o| lists::OWNED_TYPES.contains(&o.as_str()))));
             if owned {
                 return;
             }
@@ -500,8 +560,10 @@ pub(crate) fn local_name(path: &syn::ExprPath) -> Option<String> {
     if !segment.arguments.is_none() {
         return None;
     }
+    // Uppercase names are constants and unit structs, or uppercase locals (`let X = &data;`):
+    // only names bound in the block count as locals, so both readings are safe.
     let name = segment.ident.unraw().to_string();
-    (name != "self" && !name.starts_with(char::is_uppercase)).then_some(name)
+    (name != "self").then_some(name)
 }
 
 /// The local at the root of a place expression (`x`, `x.a.b`, `x[i]`, `*x`, `(x)`).
@@ -546,6 +608,26 @@ pub(crate) fn pattern_bindings(pat: &Pat, out: &mut Vec<(syn::Ident, bool)>) -> 
     let mut has_ref = false;
     collect_bindings(pat, out, &mut has_ref);
     has_ref
+}
+
+/// The bindings of an irrefutable `let` pattern: as [`pattern_bindings`], plus a whole
+/// pattern that is one uppercase identifier (`let X = &data;`), which there can only be a
+/// binding (a constant pattern would be refutable, or a unit struct nobody binds this way).
+pub(crate) fn let_bindings(pat: &Pat, out: &mut Vec<(syn::Ident, bool)>) -> bool {
+    let whole = match pat {
+        Pat::Type(typed) => &*typed.pat,
+        other => other,
+    };
+    match whole {
+        Pat::Ident(ident)
+            if ident.subpat.is_none()
+                && ident.ident.to_string().starts_with(char::is_uppercase) =>
+        {
+            out.push((ident.ident.clone(), ident.mutability.is_some()));
+            ident.by_ref.is_some()
+        }
+        _ => pattern_bindings(pat, out),
+    }
 }
 
 fn collect_bindings(pat: &Pat, out: &mut Vec<(syn::Ident, bool)>, has_ref: &mut bool) {
@@ -610,6 +692,13 @@ struct Walker<'e, 'a> {
     env: &'e Env<'a>,
     /// Names bound inside the statement so far (inner `let`s, closure parameters, arms).
     bound: Vec<String>,
+    /// What the name at each index of `bound` may hold (an `if let` binding, a loop or
+    /// closure parameter borrowing from the value it came from); entries past `bound.len()`
+    /// are stale.
+    bound_sources: BTreeMap<usize, Vec<Source>>,
+    /// The sources of the values passed to the closure about to be visited (the receiver and
+    /// other arguments of the call it is an argument of).
+    closure_sources: Vec<Source>,
     facts: Facts,
 }
 
@@ -618,6 +707,8 @@ impl<'e, 'a> Walker<'e, 'a> {
         Self {
             env,
             bound: Vec::new(),
+            bound_sources: BTreeMap::new(),
+            closure_sources: Vec::new(),
             facts: Facts::default(),
         }
     }
@@ -632,6 +723,7 @@ impl<'e, 'a> Walker<'e, 'a> {
         match ctx {
             Ctx::Value => {
                 mention.moved = true;
+                mention.consumed |= !projected;
                 mention.partial |= projected;
             }
             Ctx::Receiver => mention.moved = true,
@@ -639,18 +731,54 @@ impl<'e, 'a> Walker<'e, 'a> {
         }
     }
 
-    fn bind(&mut self, pat: &Pat) {
+    /// Binds the names of `pat`, each of which may hold what `sources` hold.
+    fn bind_from(&mut self, pat: &Pat, sources: Vec<Source>) {
         let mut names = Vec::new();
         pattern_bindings(pat, &mut names);
-        self.bound
-            .extend(names.into_iter().map(|(n, _)| n.unraw().to_string()));
+        for (name, _) in names {
+            self.bound_sources.insert(self.bound.len(), sources.clone());
+            self.bound.push(name.unraw().to_string());
+        }
         if let Pat::Guard(guard) = pat {
             self.expr(&guard.guard, Ctx::Value);
         }
     }
 
+    /// The sources of what a bound pattern takes apart: its value's sources, and the place
+    /// itself where the pattern binds by reference (`Some(ref v)`).
+    fn scrutinee_sources(&self, pat: &Pat, scrutinee: &Expr) -> Vec<Source> {
+        let mut sources = self.env.value_sources(scrutinee);
+        if pattern_bindings(pat, &mut Vec::new()) {
+            sources.extend(self.env.conservative(scrutinee));
+        }
+        sources
+    }
+
+    /// Sources naming names bound inside the statement, replaced by what those hold.
+    fn substitute_bound(&self, sources: Vec<Source>) -> Vec<Source> {
+        let mut out = Vec::new();
+        let mut stack = sources;
+        let mut steps = 0;
+        while let Some(source) = stack.pop() {
+            let name = match &source {
+                Source::Storage(name, ..) | Source::ValueOf(name) | Source::Contents(name) => name,
+            };
+            match self.bound.iter().rposition(|b| b == name) {
+                Some(index) => {
+                    steps += 1;
+                    if steps <= 256 {
+                        stack.extend(self.bound_sources.get(&index).cloned().unwrap_or_default());
+                    }
+                }
+                None => out.push(source),
+            }
+        }
+        out
+    }
+
     fn store(&mut self, target: &Expr, sources: Vec<Source>) {
         self.facts.stores_anything = true;
+        let sources = self.substitute_bound(sources);
         if sources.is_empty() {
             return;
         }
@@ -700,7 +828,12 @@ impl<'e, 'a> Walker<'e, 'a> {
                     .iter()
                     .any(|a| a.path().is_ident("cfg") || a.path().is_ident("cfg_attr"));
                 if !conditional {
-                    self.bind(&local.pat);
+                    let sources = match &local.init {
+                        Some(init) => self.scrutinee_sources(&local.pat, &init.expr),
+                        None => Vec::new(),
+                    };
+                    let sources = self.substitute_bound(sources);
+                    self.bind_from(&local.pat, sources);
                 }
             }
             // Items cannot capture locals; a local `macro_rules!` counts where it is invoked.
@@ -738,7 +871,8 @@ impl<'e, 'a> Walker<'e, 'a> {
         match cond {
             Expr::Let(let_) => {
                 self.matched(&let_.expr, destructures(&let_.pat));
-                self.bind(&let_.pat);
+                let sources = self.substitute_bound(self.scrutinee_sources(&let_.pat, &let_.expr));
+                self.bind_from(&let_.pat, sources);
             }
             Expr::Binary(binary) if matches!(binary.op, BinOp::And(_)) => {
                 self.cond(&binary.left);
@@ -788,7 +922,20 @@ impl<'e, 'a> Walker<'e, 'a> {
                     Ctx::Receiver
                 };
                 self.expr(&call.receiver, receiver_ctx);
-                call.args.iter().for_each(|a| self.expr(a, Ctx::Value));
+                // A closure argument's parameters may borrow from the receiver and the other
+                // arguments (`names.iter().for_each(|n| refs.push(n))`).
+                let mut passed = self.env.value_sources(&call.receiver);
+                call.args
+                    .iter()
+                    .filter(|a| !matches!(a, Expr::Closure(_)))
+                    .for_each(|a| self.env.held(a, &mut passed));
+                let passed = self.substitute_bound(passed);
+                for arg in &call.args {
+                    if matches!(arg, Expr::Closure(_)) {
+                        self.closure_sources = passed.clone();
+                    }
+                    self.expr(arg, Ctx::Value);
+                }
                 if lists::RAW_POINTER_METHODS.contains(&name.as_str()) {
                     self.raw_address_of(call.receiver.to_token_stream());
                 }
@@ -849,7 +996,11 @@ impl<'e, 'a> Walker<'e, 'a> {
             }
             Expr::Closure(closure) => {
                 let depth = self.bound.len();
-                closure.inputs.iter().for_each(|p| self.bind(p));
+                let sources = std::mem::take(&mut self.closure_sources);
+                closure
+                    .inputs
+                    .iter()
+                    .for_each(|p| self.bind_from(p, sources.clone()));
                 self.expr(&closure.body, Ctx::Value);
                 self.bound.truncate(depth);
             }
@@ -877,7 +1028,8 @@ impl<'e, 'a> Walker<'e, 'a> {
             Expr::ForLoop(for_) => {
                 self.expr(&for_.expr, Ctx::Value);
                 let depth = self.bound.len();
-                self.bind(&for_.pat);
+                let items = self.substitute_bound(self.env.value_sources(&for_.expr));
+                self.bind_from(&for_.pat, items);
                 self.block(&for_.body);
                 self.bound.truncate(depth);
             }
@@ -886,7 +1038,9 @@ impl<'e, 'a> Walker<'e, 'a> {
                 self.matched(&match_.expr, destructuring);
                 for arm in &match_.arms {
                     let depth = self.bound.len();
-                    self.bind(&arm.pat);
+                    let sources =
+                        self.substitute_bound(self.scrutinee_sources(&arm.pat, &match_.expr));
+                    self.bind_from(&arm.pat, sources);
                     self.expr(&arm.body, Ctx::Value);
                     self.bound.truncate(depth);
                 }
@@ -894,7 +1048,8 @@ impl<'e, 'a> Walker<'e, 'a> {
             Expr::Let(let_) => {
                 // Outside an `if`/`while` condition (e.g. in a `matches!`-like position).
                 self.matched(&let_.expr, destructures(&let_.pat));
-                self.bind(&let_.pat);
+                let sources = self.substitute_bound(self.scrutinee_sources(&let_.pat, &let_.expr));
+                self.bind_from(&let_.pat, sources);
             }
             Expr::Macro(mac) => self.mac(&mac.mac),
             Expr::Return(r) => r.expr.iter().for_each(|e| self.expr(e, Ctx::Value)),
