@@ -72,10 +72,22 @@ pub mod __private {
 
     pub use crate::release::{CopyAtLastUse, KeepToScopeEnd, Probe, ReleaseAtLastUse};
 
+    // The two functions below are what a compile error caused by the rewrite points into:
+    // rustc quotes their signature line ("consider changing this parameter type in function
+    // …"), so that line says which escape hatch keeps the value alive. Keep each on one line.
+
     /// Ends the life of a value. Generic so that releasing a reference or a `Copy` value does
     /// not trip rustc's `dropping_references` / `dropping_copy_types` lints in user code.
     #[inline(always)]
-    pub fn release<T>(value: T) {
+    #[rustfmt::skip]
+    pub fn release<T>(value: T) { // #[vramguard::inference]/#[batch_scope] freed this value after its last use; to keep it alive: `#[inference(keep(name))]`, or `#[keep]` on its `let`
         drop(value);
+    }
+
+    /// Moves a value into the statement of its last use (identity).
+    #[inline(always)]
+    #[rustfmt::skip]
+    pub fn last_use<T>(value: T) -> T { // #[vramguard::inference]/#[batch_scope] moved this value into its last use; to keep it alive: `#[inference(keep(name))]`, or `#[keep]` on its `let`
+        value
     }
 }

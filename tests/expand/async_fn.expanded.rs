@@ -16,8 +16,8 @@ async fn generate(model: &Model, prompt: Tensor) -> Result<Tensor> {
                 let next = if (&&&::vramguard::__private::Probe::of(&logits))
                     .__vg_movable()
                 {
-                    #[allow(unused_variables, clippy::redundant_locals)]
-                    let logits = logits;
+                    #[allow(unused_mut, unused_variables)]
+                    let logits = ::vramguard::__private::last_use(logits);
                     let __vg_value = logits.argmax(1)?;
                     __vg_value
                 } else {

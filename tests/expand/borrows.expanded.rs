@@ -6,8 +6,8 @@ fn attention(q: Tensor, k: Tensor, scale: f64) -> Result<Tensor> {
     };
     let dims = q.dims();
     let kt = if (&&&::vramguard::__private::Probe::of(&k)).__vg_movable() {
-        #[allow(unused_variables, clippy::redundant_locals)]
-        let k = k;
+        #[allow(unused_mut, unused_variables)]
+        let k = ::vramguard::__private::last_use(k);
         let __vg_value = k.t()?;
         __vg_value
     } else {

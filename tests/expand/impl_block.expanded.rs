@@ -7,8 +7,8 @@ impl Module for Mlp {
         };
         let h = self.up.forward(xs)?;
         let h = if (&&&vg::__private::Probe::of(&h)).__vg_movable() {
-            #[allow(unused_variables, clippy::redundant_locals)]
-            let h = h;
+            #[allow(unused_mut, unused_variables)]
+            let h = vg::__private::last_use(h);
             let __vg_value = h.relu()?;
             __vg_value
         } else {
@@ -28,16 +28,16 @@ impl Module for Mlp {
             CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
         };
         let h = if (&&&vg::__private::Probe::of(&xs)).__vg_movable() {
-            #[allow(unused_variables, clippy::redundant_locals)]
-            let xs = xs;
+            #[allow(unused_mut, unused_variables)]
+            let xs = vg::__private::last_use(xs);
             let __vg_value = (xs + &extra)?;
             __vg_value
         } else {
             (xs + &extra)?
         };
         if (&&&vg::__private::Probe::of(&h)).__vg_movable() {
-            #[allow(unused_variables, clippy::redundant_locals)]
-            let h = h;
+            #[allow(unused_mut, unused_variables)]
+            let h = vg::__private::last_use(h);
             extra = h.sqr()?;
         } else {
             extra = h.sqr()?;

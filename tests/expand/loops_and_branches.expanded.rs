@@ -7,8 +7,8 @@ fn decode(tokens: Vec<u32>, cache: Cache, mode: Mode) -> Option<usize> {
     let table = build_table();
     let mut total = 0;
     if (&&&::vramguard::__private::Probe::of(&table)).__vg_movable() {
-        #[allow(unused_variables, clippy::redundant_locals)]
-        let table = table;
+        #[allow(unused_mut, unused_variables)]
+        let table = ::vramguard::__private::last_use(table);
         for t in &tokens {
             let row = table.row(*t);
             total += row.len();

@@ -7,8 +7,8 @@ fn forward(&self, xs: &Tensor) -> Result<Tensor> {
     let _enter = self.span.enter();
     let xs = self.fc1.forward(xs)?;
     let xs = if (&&&::vramguard::__private::Probe::of(&xs)).__vg_movable() {
-        #[allow(unused_variables, clippy::redundant_locals)]
-        let xs = xs;
+        #[allow(unused_mut, unused_variables)]
+        let xs = ::vramguard::__private::last_use(xs);
         let __vg_value = xs.gelu()?;
         __vg_value
     } else {

@@ -109,34 +109,58 @@ fn body(
     } else {
         liveness::strip_keep_markers(&mut block);
     }
-    let stmts = &block.stmts;
-    let new: TokenStream = if sig.asyncness.is_some() {
+    // The new body keeps the user's braces: the edition of a block's span decides when its
+    // tail expression's temporaries are dropped (before its locals in edition 2024), and
+    // braces made here would carry this crate's edition.
+    let braces = block.brace_token;
+    let stmts = std::mem::take(&mut block.stmts);
+    let new_stmts: TokenStream = if sig.asyncness.is_some() {
         // A guard must not be held across `.await` (the task may move threads): the runtime
         // sets grad mode around each poll of the body instead.
         let annotated = match &sig.output {
-            syn::ReturnType::Type(_, ty) if !mentions_impl(ty) => Some(ty),
+            // `-> !` cannot annotate a `let` on stable.
+            syn::ReturnType::Type(_, ty)
+                if !mentions_impl(ty) && !matches!(**ty, syn::Type::Never(_)) =>
+            {
+                Some(ty)
+            }
             _ => None,
         };
         let value = syn::Ident::new("__vg_return", Span::mixed_site());
+        let body = syn::Block {
+            brace_token: braces,
+            stmts,
+        };
         let inner = match annotated {
             // The annotation lets `?` inside the body find the error type.
-            Some(ty) => quote! { let #value: #ty = { #(#stmts)* }; #value },
-            None => quote! { #(#stmts)* },
+            Some(ty) => quote! { let #value: #ty = #body; #value },
+            None => quote! { #body },
         };
-        quote! {{
+        let mut future = syn::Block {
+            brace_token: braces,
+            stmts: Vec::new(),
+        };
+        match syn::parse2::<syn::Block>(quote!({ #inner })) {
+            Ok(parsed) => future.stmts = parsed.stmts,
+            Err(error) => errors.push(error),
+        }
+        quote! {
             #warnings
-            #krate::__private::no_grad_future(async move { #inner }).await
-        }}
+            #krate::__private::no_grad_future(async move #future).await
+        }
     } else {
         let guard = syn::Ident::new("__vg_no_grad", Span::mixed_site());
-        quote! {{
+        quote! {
             let #guard = #krate::__private::NoGradGuard::new();
             #warnings
             #(#stmts)*
-        }}
+        }
     };
-    match syn::parse2(new) {
-        Ok(block) => block,
+    match syn::parse2::<syn::Block>(quote!({ #new_stmts })) {
+        Ok(parsed) => syn::Block {
+            brace_token: braces,
+            stmts: parsed.stmts,
+        },
         Err(error) => {
             errors.push(error);
             block

@@ -833,11 +833,8 @@ impl Rewriter<'_> {
                     .iter()
                     .map(|(ident, mutable)| {
                         let ident = located(ident);
-                        if *mutable {
-                            quote!(#[allow(unused_mut, unused_variables, clippy::redundant_locals)] let mut #ident = #ident;)
-                        } else {
-                            quote!(#[allow(unused_variables, clippy::redundant_locals)] let #ident = #ident;)
-                        }
+                        let mutability = mutable.then(|| quote!(mut));
+                        quote!(#[allow(unused_mut, unused_variables)] let #mutability #ident = #krate::__private::last_use(#ident);)
                     })
                     .collect();
                 wrap(stmt, &rebinds, &condition, kept);

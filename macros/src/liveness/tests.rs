@@ -127,18 +127,22 @@ fn drops_follow_the_rules() {
     // `a` moves into its last statement; `b` is released after `d`'s last use; guards,
     // the primitive parameter, and `x` (an unknown method on it may have borrowed it
     // while `y` lives) are left alone; `out` is the tail.
-    assert!(text.contains("let a = a;"), "{text}");
+    assert!(
+        text.contains("let a = ::vramguard::__private::last_use(a);"),
+        "{text}"
+    );
     assert!(
         text.contains("::vramguard::__private::release(b);"),
         "{text}"
     );
-    for kept in [
-        "let _guard = _guard",
-        "let unused_guard = unused_guard",
-        "let x = x",
-        "let n = n",
-    ] {
-        assert!(!text.contains(kept), "{kept} in {text}");
+    for kept in ["_guard", "unused_guard", "x", "n"] {
+        for form in [
+            format!("last_use({kept})"),
+            format!("release({kept})"),
+            format!("Probe::of(&{kept})"),
+        ] {
+            assert!(!text.contains(&form), "{form} in {text}");
+        }
     }
     assert_eq!(
         report.dropped,

@@ -13,16 +13,16 @@ fn train(model: &mut Model, data: &[Batch]) -> Result<f32, Error> {
                 CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
             };
             let loss = if (&&&::vramguard::__private::Probe::of(&batch)).__vg_movable() {
-                #[allow(unused_variables, clippy::redundant_locals)]
-                let batch = batch;
+                #[allow(unused_mut, unused_variables)]
+                let batch = ::vramguard::__private::last_use(batch);
                 let __vg_value = model.step(batch)?;
                 __vg_value
             } else {
                 model.step(batch)?
             };
             if (&&&::vramguard::__private::Probe::of(&loss)).__vg_movable() {
-                #[allow(unused_variables, clippy::redundant_locals)]
-                let loss = loss;
+                #[allow(unused_mut, unused_variables)]
+                let loss = ::vramguard::__private::last_use(loss);
                 total += loss.item();
             } else {
                 total += loss.item();

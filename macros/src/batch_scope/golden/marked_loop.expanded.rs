@@ -14,8 +14,8 @@ fn evaluate(model: &Model, data: &[Batch]) -> Vec<f32> {
                 CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
             };
             let out = if (&&&::vg::__private::Probe::of(&batch)).__vg_movable() {
-                #[allow(unused_variables, clippy::redundant_locals)]
-                let batch = batch;
+                #[allow(unused_mut, unused_variables)]
+                let batch = ::vg::__private::last_use(batch);
                 let __vg_value = model.forward(batch);
                 __vg_value
             } else {
