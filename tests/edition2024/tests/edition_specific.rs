@@ -43,8 +43,8 @@ fn loop_in_const_block() -> usize {
         }
         acc
     };
-    let v = vec![n; 2];
-    v.len() + n
+    let v: Vec<usize> = (0..n).collect();
+    v.len() + 2
 }
 
 /// An `async fn` that never returns.
