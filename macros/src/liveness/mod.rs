@@ -1,31 +1,40 @@
 //! Drop-at-last-use: the transform shared by `#[inference]` and `#[batch_scope]`.
 //!
 //! Entry point: [`insert_drops`]. It rewrites a block (a function body, or a loop body for
-//! `#[batch_scope]`) so that each local declared in it, and each by-value parameter, dies right
-//! after the statement of its last use instead of at the end of its scope. Nested blocks
+//! `#[batch_scope]`) so that each local declared in it, and each by-value parameter, whose type
+//! is `Release` dies right after the statement of its last use instead of at the end of its
+//! scope; every other value keeps its drop point. Nested blocks
 //! (branches, loop bodies, closure bodies, `unsafe` and async blocks) are handled the same way
 //! for the locals they declare; nested `fn` items are left alone.
 //!
 //! # Technique
 //!
-//! The macro has no types, so it cannot know whether a statement moves or borrows a local. It
-//! moves the local *into* the statement of its last use, which is right either way:
+//! The macro has no types. It finds each binding's last use from the syntax and emits, there,
+//! code in which the *compiler* decides from the binding's type whether it is released: a
+//! probe (`__private::Probe`, autoref specialization) answers `true` for `Release` types. Two
+//! forms, chosen by how the statement uses the binding:
 //!
 //! ```text
-//! let y = f(&x)?;        →   let y = { let x = x; let __vg_value = f(&x)?; __vg_value };
-//! g(&x);                 →   { let x = x; g(&x); }
+//! // the statement only borrows `x` (`&x`, `x.len()`, `x += 1`, a format argument):
+//! f(&x);            →   f(&x); if <x: Release> { release(x); }
+//! let x = g(&x)?;   →   let x = { let v = g(&x)?; if <x: Release> { release(x); } v };
+//! // the statement may move `x` (`x.relu()`, `h(x)`): written twice, the type chooses
+//! let y = x.relu()?; →  let y = if <x: Release or Copy> { let x = last_use(x); let v = x.relu()?; v }
+//!                                else { x.relu()? };
 //! ```
 //!
-//! A `mut` local that the statement mutates or borrows without moving it is released after
-//! the statement instead (`x += 1; release(x);`): moved in, a `Copy` value would be mutated as a
-//! copy, and a later use the scan missed would read the stale original.
+//! The conditional release is a conditional move: when the probe says no, the compiler's drop
+//! flag keeps the value to the end of its scope, in its original drop order. The statement
+//! written twice moves the binding in only when its type allows; a `mut` binding is moved in
+//! only if `Release` (a moved-in `Copy` value would be mutated as a copy). Inside the second
+//! copy no statement is written twice again (`no_dup`), so the output grows at most by one copy
+//! per nesting level. Several bindings moved into one statement share one choice (all of them
+//! or none), so a statement is never written more than twice.
 //!
-//! The initializer is bound to a local before the block ends so that temporaries never sit in
-//! a block's tail expression (edition 2021 drops those after the block's locals), and a `let`'s
-//! type annotation is copied onto that local so that inference is unchanged. A local whose
-//! drop point is pushed past its own last mention by a borrower (see below) is released after
-//! the borrower's last statement with the generic `__private::release`, which avoids rustc's
-//! `dropping_references`/`dropping_copy_types` lints.
+//! Temporaries never sit in a block's tail expression (edition 2021 drops those after the
+//! block's locals): the initializer is bound to a local first, with the `let`'s type
+//! annotation copied onto it so that inference is unchanged. A release lands inside a `let`'s
+//! initializer only when the `let` shadows the released name.
 //!
 //! # When a local is *not* dropped early (it then lives to the end of its scope, as without
 //! the attribute)
