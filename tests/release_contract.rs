@@ -384,7 +384,7 @@ macro_rules! cases {
             let r = conn.query(a.len());
             ev(format!("result {r}"));
             let free = pool.free_count();
-            ev(format!("free {free}"));
+            ev(format!("pool has {free}"));
             let b = Mem::new("b", 1);
             let n = b.len();
             ev(format!("n {n}"));
@@ -400,7 +400,7 @@ macro_rules! cases {
                 let r = conn.query(a.len());
                 ev(format!("result {r}"));
                 let free = pool.free_count();
-                ev(format!("free {free}"));
+                ev(format!("pool has {free}"));
                 let b = Mem::new(format!("b{i}"), 1);
                 let n = b.len();
                 ev(format!("n {n}"));
@@ -417,7 +417,7 @@ macro_rules! cases {
             ev(format!("result {r}"));
             pending_once().await;
             let free = pool.free_count();
-            ev(format!("free {free}"));
+            ev(format!("pool has {free}"));
             let b = Mem::new("b", 1);
             let n = b.len();
             ev(format!("n {n}"));
