@@ -28,7 +28,8 @@
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not `vramguard::Release`",
     label = "not `Release`: dropping it at its last use might change what the program does",
-    note = "only types whose drop frees memory and does nothing else are `Release` (see the docs of `vramguard::Release`); a struct deriving it needs every field to be `Release`"
+    note = "only types whose drop frees memory and does nothing else are `Release` (see the docs of `vramguard::Release`); a struct deriving it needs every field to be `Release`",
+    note = "if this points at a statement that `#[inference]` or `#[batch_scope]` rewrote, the local's type was not known yet where the attribute asked for it: give its `let` a type annotation, or mark the `let` with `#[keep]`"
 )]
 pub trait Release {}
 

@@ -1219,7 +1219,6 @@ copy_release_hygiene!(copy_release_with, acc, vramguard::inference);
 copy_release_hygiene!(copy_release_without, acc,);
 
 #[test]
-#[ignore = "known failure: a Copy + Release `mut` local is moved (copied) into a statement that mutates it; with mixed hygiene the later read sees the stale value (5100 -> 100)"]
 fn copy_release_mixed_hygiene() {
     release_support::compare(
         "by_method",

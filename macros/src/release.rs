@@ -1,13 +1,13 @@
 //! `#[derive(Release)]`: declares a user's type releasable when every field is.
 //!
-//! Expansion: `impl<G> ::vramguard::Release for S<G> where F1: Release, F2: Release, … {}`,
-//! each bound spanned at its field. A field of a concrete type that is not `Release` makes its
-//! bound false, and the compiler reports it at that field (the trait's `on_unimplemented`
-//! text says why); a field of a generic type makes the impl conditional, as `derive(Clone)`
-//! does.
+//! Expansion: `impl<G> ::vramguard::Release for S<G> where F: Release, … {}` with a bound for
+//! each field whose type names a type parameter (the impl is conditional on it, as
+//! `derive(Clone)` is), and, for every other field, an assertion spanned at the field's type,
+//! so that a field that is not `Release` is an error at that field (the trait's
+//! `on_unimplemented` text says why).
 
 use proc_macro2::TokenStream;
-use quote::{quote, quote_spanned};
+use quote::{quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
 use syn::{Data, DeriveInput, Fields};
 
@@ -42,9 +42,24 @@ fn derive(input: &DeriveInput) -> syn::Result<TokenStream> {
     let name = &input.ident;
     let (impl_generics, type_generics, where_clause) = input.generics.split_for_impl();
     let existing = where_clause.map(|w| &w.predicates);
-    let bounds = fields.iter().map(|field| {
+    let params: Vec<String> = input
+        .generics
+        .type_params()
+        .map(|p| p.ident.to_string())
+        .collect();
+    let (generic, concrete): (Vec<&syn::Field>, Vec<&syn::Field>) = fields
+        .iter()
+        .partition(|field| mentions_any(field.ty.to_token_stream(), &params));
+    // A field of a generic type makes the impl conditional, as `derive(Clone)` does.
+    let bounds = generic.iter().map(|field| {
         let ty = &field.ty;
-        quote_spanned!(field.span()=> #ty: #krate::Release)
+        quote_spanned!(field.ty.span()=> #ty: #krate::Release)
+    });
+    // A field of a concrete type must be `Release`: asserted at the field's type, so that the
+    // error points at the field that is not.
+    let assertions = concrete.iter().map(|field| {
+        let ty = &field.ty;
+        quote_spanned!(field.ty.span()=> __vg_assert_release::<#ty>();)
     });
     Ok(quote! {
         impl #impl_generics #krate::Release for #name #type_generics
@@ -52,6 +67,23 @@ fn derive(input: &DeriveInput) -> syn::Result<TokenStream> {
             #(#bounds,)*
             #existing
         {}
+
+        const _: () = {
+            fn __vg_assert_release<T: #krate::Release + ?Sized>() {}
+            #[allow(dead_code)]
+            fn __vg_every_field_is_release #impl_generics () #where_clause {
+                #(#assertions)*
+            }
+        };
+    })
+}
+
+/// Whether `tokens` name one of the type parameters `params`.
+fn mentions_any(tokens: TokenStream, params: &[String]) -> bool {
+    tokens.into_iter().any(|token| match token {
+        proc_macro2::TokenTree::Ident(ident) => params.iter().any(|p| ident == p),
+        proc_macro2::TokenTree::Group(group) => mentions_any(group.stream(), params),
+        _ => false,
     })
 }
 

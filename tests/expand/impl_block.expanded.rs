@@ -27,14 +27,7 @@ impl Module for Mlp {
         use vg::__private::{
             CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
         };
-        let h = if (&&&vg::__private::Probe::of(&xs)).__vg_movable() {
-            #[allow(unused_mut, unused_variables)]
-            let xs = vg::__private::last_use(xs);
-            let __vg_value = (xs + &extra)?;
-            __vg_value
-        } else {
-            (xs + &extra)?
-        };
+        let h = (xs + &extra)?;
         if (&&&vg::__private::Probe::of(&h)).__vg_movable() {
             #[allow(unused_mut, unused_variables)]
             let h = vg::__private::last_use(h);

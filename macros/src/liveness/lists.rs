@@ -343,6 +343,10 @@ pub(crate) const MAYBE_CONSUMING_METHODS: &[&str] = &["last", "lines", "split", 
 /// Of the borrowing methods, those returning a guard or another value whose drop still uses
 /// the borrow (`Ref`, `MutexGuard`, `Drain`): the receiver must outlive the guard's drop.
 pub(crate) const GUARD_METHODS: &[&str] = &[
+    // `get` is `Option<&T>` in std but a guard in connection pools and concurrent maps.
+    "get",
+    "get_mut",
+    "entry",
     "lock",
     "try_lock",
     "read",

@@ -202,6 +202,7 @@ pub(crate) fn insert_drops(
     let mut rewriter = Rewriter {
         opts,
         local_macros,
+        mixed_hygiene: mixed_hygiene_names(block),
         report: DropReport::default(),
         depth: 0,
         mut_decls: BTreeSet::new(),
@@ -273,6 +274,37 @@ pub(crate) fn contains_unsafe(block: &Block) -> bool {
     let mut find = Find(false);
     syn::visit::Visit::visit_block(&mut find, block);
     find.0
+}
+
+/// The names that occur with more than one hygiene context in `block`.
+///
+/// Stable proc macros cannot compare hygiene, but the compiler's `Debug` of a span starts with
+/// its syntax context (`#3 bytes(10..11)`); outside the compiler (unit tests) there is none and
+/// every name counts as one context.
+fn mixed_hygiene_names(block: &Block) -> BTreeSet<String> {
+    fn walk(tokens: TokenStream, seen: &mut BTreeMap<String, BTreeSet<String>>) {
+        for token in tokens {
+            match token {
+                TokenTree::Ident(ident) => {
+                    let debug = format!("{:?}", ident.span());
+                    if let Some(context) = debug.strip_prefix('#').and_then(|d| d.split(' ').next())
+                    {
+                        seen.entry(ident.unraw().to_string())
+                            .or_default()
+                            .insert(context.to_string());
+                    }
+                }
+                TokenTree::Group(group) => walk(group.stream(), seen),
+                _ => {}
+            }
+        }
+    }
+    let mut seen = BTreeMap::new();
+    walk(quote!(#block), &mut seen);
+    seen.into_iter()
+        .filter(|(_, contexts)| contexts.len() > 1)
+        .map(|(name, _)| name)
+        .collect()
 }
 
 fn is_cfg_attr(attr: &syn::Attribute) -> bool {
@@ -391,6 +423,10 @@ struct StmtDrops {
 struct Rewriter<'o> {
     opts: &'o DropOptions,
     local_macros: BTreeMap<String, BTreeSet<String>>,
+    /// Names written in more than one hygiene context (`$m` and a `macro_rules!` body's own
+    /// `m`): the scan compares names as text, so it cannot tell their uses apart, and locals
+    /// of these names keep their drop points.
+    mixed_hygiene: BTreeSet<String>,
     report: DropReport,
     depth: usize,
     /// Statement indices of the current block's `let mut` declarations moved into a later
@@ -451,9 +487,11 @@ impl Rewriter<'_> {
         let mut current: BTreeMap<String, usize> = BTreeMap::new();
         let mut wrappable = vec![true; count];
         let duplicable: Vec<bool> = block.stmts.iter().map(scan::duplicable).collect();
+        let branching: Vec<bool> = block.stmts.iter().map(scan::has_branches).collect();
         // Locals the value of a `let` initializer may borrow: moving them into that statement
         // would leave the value dangling (`let _ = &x;` binds nothing to carry the borrow).
         let mut borrowed_by_value: Vec<Vec<(usize, Kind)>> = vec![Vec::new(); count];
+        let mixed_hygiene = &self.mixed_hygiene;
         let keep: BTreeSet<String> = self
             .opts
             .keep
@@ -473,7 +511,8 @@ impl Rewriter<'_> {
                     bindings[old].shadowed_at.get_or_insert(at);
                 }
             }
-            let guard = name.starts_with('_') || keep.contains(&name);
+            let guard =
+                name.starts_with('_') || keep.contains(&name) || mixed_hygiene.contains(&name);
             bindings.push(Binding {
                 ident: ident.clone(),
                 mutable,
@@ -765,6 +804,11 @@ impl Rewriter<'_> {
             let may_move_here = binding.mentions.contains(&at)
                 && !borrowed_here
                 && !binding.kept_in_place.contains(&at);
+            // Passed by value on every path of a straight-line statement (`f(x)`, `a + x`,
+            // `x?`): the statement itself moves it, so its drop point is the same either way.
+            if may_move_here && binding.consumed_at.contains(&at) && !branching[at] {
+                continue;
+            }
             // The binding keeps its drop point where the statement cannot be written twice:
             // inside the kept copy of a statement already written twice (one copy per nesting
             // level at most, so the output stays linear in the input per level), where the
@@ -834,7 +878,7 @@ impl Rewriter<'_> {
                     } else {
                         quote!(__vg_movable)
                     };
-                    quote!((&&&#krate::__private::Probe::of(&#ident)).#question())
+                    quote_spanned!(span=> (&&&#krate::__private::Probe::of(&#ident)).#question())
                 });
                 let condition = quote!(#(#probes)&&*);
                 let rebinds: Vec<TokenStream> = drops

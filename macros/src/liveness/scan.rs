@@ -1260,6 +1260,43 @@ pub(crate) fn calls_local(expr: &Expr, is_local: &dyn Fn(&str) -> bool) -> bool 
     }
 }
 
+/// Whether a statement has paths that may skip part of it (a branch, a loop, a closure, a
+/// block, a `?`-free early exit aside): a value it passes by value may not be moved on every
+/// path.
+pub(crate) fn has_branches(stmt: &Stmt) -> bool {
+    struct Find(bool);
+    impl<'ast> syn::visit::Visit<'ast> for Find {
+        fn visit_expr(&mut self, expr: &'ast Expr) {
+            match expr {
+                Expr::If(_)
+                | Expr::Match(_)
+                | Expr::Loop(_)
+                | Expr::While(_)
+                | Expr::ForLoop(_)
+                | Expr::Closure(_)
+                | Expr::Async(_)
+                | Expr::Block(_)
+                | Expr::Unsafe(_)
+                | Expr::TryBlock(_)
+                | Expr::Macro(_) => self.0 = true,
+                // `a && f(x)`: the right side may not run.
+                Expr::Binary(b) if matches!(b.op, BinOp::And(_) | BinOp::Or(_)) => self.0 = true,
+                other => syn::visit::visit_expr(self, other),
+            }
+        }
+        fn visit_local(&mut self, local: &'ast syn::Local) {
+            self.0 |= local.init.as_ref().is_some_and(|i| i.diverge.is_some());
+            syn::visit::visit_local(self, local);
+        }
+        fn visit_stmt_macro(&mut self, _: &'ast syn::StmtMacro) {
+            self.0 = true;
+        }
+    }
+    let mut find = Find(false);
+    syn::visit::Visit::visit_stmt(&mut find, stmt);
+    find.0
+}
+
 /// Tokens that may form a closure or an async block (`|`, `move`, `async`).
 fn closure_tokens(tokens: TokenStream) -> bool {
     tokens.into_iter().any(|token| match token {
@@ -1296,9 +1333,18 @@ pub(crate) fn type_deferred(expr: &Expr) -> bool {
                 || (lists::PASSTHROUGH_METHODS.contains(&name.as_str())
                     && type_deferred(&call.receiver))
         }
+        // `Some(Vec::new())`, `Box::new(Vec::new())`: a constructor of a deferred value.
+        Expr::Call(call) if call.args.iter().any(type_deferred) => true,
         Expr::Call(call) => match &*call.func {
             Expr::Path(path) => {
                 let segments = &path.path.segments;
+                // `Vec::<_>::new()`, `make::<_>()`.
+                if segments
+                    .iter()
+                    .any(|s| has_placeholder_tokens(s.arguments.to_token_stream()))
+                {
+                    return true;
+                }
                 let Some(last) = segments.last() else {
                     return false;
                 };

@@ -12,14 +12,7 @@ fn train(model: &mut Model, data: &[Batch]) -> Result<f32, Error> {
             use ::vramguard::__private::{
                 CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
             };
-            let loss = if (&&&::vramguard::__private::Probe::of(&batch)).__vg_movable() {
-                #[allow(unused_mut, unused_variables)]
-                let batch = ::vramguard::__private::last_use(batch);
-                let __vg_value = model.step(batch)?;
-                __vg_value
-            } else {
-                model.step(batch)?
-            };
+            let loss = model.step(batch)?;
             if (&&&::vramguard::__private::Probe::of(&loss)).__vg_movable() {
                 #[allow(unused_mut, unused_variables)]
                 let loss = ::vramguard::__private::last_use(loss);

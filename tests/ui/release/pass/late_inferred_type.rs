@@ -1,4 +1,4 @@
-//! KNOWN FAILURE (not in the pass suite; run `cargo test --test release_ui -- --ignored`).
+//! Once a failure of the attribute (fixed; kept as a pass case).
 //!
 //! A local whose type is inferred only at (or after) its last use, from an initializer that
 //! the macro's syntactic `type_deferred` list does not recognise. The probe placed before the

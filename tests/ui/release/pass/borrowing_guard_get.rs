@@ -1,4 +1,4 @@
-//! KNOWN FAILURE (not in the pass suite; run `cargo test --test release_ui -- --ignored`).
+//! Once a failure of the attribute (fixed; kept as a pass case).
 //!
 //! A kept value with a `Drop` that borrows a local through a method the lists know as a plain
 //! borrow (`get`, as in a `bb8`-style pool whose `PooledConnection<'_>` returns itself on
