@@ -124,6 +124,9 @@ pub(crate) struct DropReport {
     pub dropped: Vec<String>,
     /// The block contains `unsafe` code and was left without early drops.
     pub contains_unsafe: bool,
+    /// Of the candidates, those whose last use passes them by value on every path (moved
+    /// there with or without the attribute, so nothing is left to release).
+    pub moved_at_last_use: usize,
     /// `mut` parameters moved into a later statement: the caller should put
     /// `#[allow(unused_mut)]` on them (the mutation may now happen on the rebinding).
     pub moved_mut_params: Vec<String>,
@@ -807,6 +810,9 @@ impl Rewriter<'_> {
             // Passed by value on every path of a straight-line statement (`f(x)`, `a + x`,
             // `x?`): the statement itself moves it, so its drop point is the same either way.
             if may_move_here && binding.consumed_at.contains(&at) && !branching[at] {
+                if !self.no_dup {
+                    self.report.moved_at_last_use += 1;
+                }
                 continue;
             }
             // The binding keeps its drop point where the statement cannot be written twice:

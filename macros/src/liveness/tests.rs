@@ -54,6 +54,7 @@ fn totals(functions: &[syn::ItemFn], optimistic: bool) -> DropReport {
         let report = insert_drops(&mut block, &params_of(&function.sig), &options);
         total.candidates += report.candidates;
         total.dropped_early += report.dropped_early;
+        total.moved_at_last_use += report.moved_at_last_use;
     }
     total
 }
@@ -94,12 +95,14 @@ fn conservative_default_cost() {
         let default = totals(functions, false);
         let optimistic = totals(functions, true);
         println!(
-            "{label}: {} functions, {} non-guard bindings used after declaration; dropped early: {} \
-             with the conservative default, {} if every unknown call returned an owned value",
+            "{label}: {} functions, {} non-guard bindings used after declaration; released \
+             early: {} with the conservative default, {} if every unknown call returned an owned \
+             value; moved by their last use (nothing to release): {}",
             functions.len(),
             default.candidates,
             default.dropped_early,
-            optimistic.dropped_early
+            optimistic.dropped_early,
+            default.moved_at_last_use
         );
         assert!(optimistic.dropped_early >= default.dropped_early);
     }
