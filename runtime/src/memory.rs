@@ -7,11 +7,12 @@
 //! (preallocate), [`empty_cache`] between phases, and expandable segments — on by default
 //! wherever the backend can map pages (the host backend on Unix, GPUs with virtual memory
 //! management; [`uses_expandable_segments`] tells), `expandable_segments:false`
-//! ([`AllocatorConfig::with_expandable_segments`]) for PyTorch's fixed segments.
+//! ([`AllocatorConfig::with_expandable_segments`](crate::alloc::AllocatorConfig::with_expandable_segments))
+//! for PyTorch's fixed segments.
 //! `examples/fragmentation.rs` shows each one.
 //!
 //! Configuration comes from `VRAMGUARD_ALLOC_CONF` for the process-wide devices
-//! ([`Device::Host`], [`Device::cuda`]) and from [`AllocatorConfig`] for devices made with
+//! ([`Device::Host`], [`Device::cuda`]) and from [`AllocatorConfig`](crate::alloc::AllocatorConfig) for devices made with
 //! [`Device::host_with_config`]. A bad `VRAMGUARD_ALLOC_CONF` never panics: it is logged once
 //! (a `tracing` warning), the defaults are used, and [`config_error`] returns the error.
 //!
@@ -36,12 +37,15 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod workspace;
+
+use crate::alloc::SetupError;
 pub use crate::alloc::{
-    AllocatorConfig, BucketError, ConfigError, ExpandableSegments, MemorySnapshot, MemoryStats,
-    OomCause, OutOfMemory, PressureHandlerId, SegmentMode, SequenceBuckets, Trace, Workspace,
-    WorkspaceError,
+    BucketError, MemorySnapshot, MemoryStats, OomCause, OutOfMemory, PressureHandlerId,
+    SegmentMode, SequenceBuckets, Trace,
 };
 use crate::Device;
+pub use workspace::{Workspace, WorkspaceError, WorkspaceView};
 
 /// Current statistics of `device`'s allocator.
 pub fn stats(device: &Device) -> MemoryStats {
@@ -106,7 +110,7 @@ pub fn add_pressure_handler(
 }
 
 /// The error that made the process-wide devices ignore `VRAMGUARD_ALLOC_CONF`, if any.
-pub fn config_error() -> Option<ConfigError> {
+pub fn config_error() -> Option<SetupError> {
     crate::device::config_error()
 }
 

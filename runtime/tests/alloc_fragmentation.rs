@@ -11,9 +11,9 @@
 use std::sync::Arc;
 use vramguard_runtime::alloc::{
     AllocatorConfig, Backend, BackendError, CachingAllocator, HostBackend, OomCause, SegmentMode,
-    Workspace,
 };
 use vramguard_runtime::device::Allocation;
+use vramguard_runtime::memory::Workspace;
 use vramguard_runtime::{memory, Device};
 
 const MIB: usize = 1 << 20;

@@ -19,6 +19,7 @@
 //! | `trace_capacity` | events (0, the default, disables the trace) | length of the bounded event trace |
 
 use serde::Serialize;
+use std::sync::OnceLock;
 
 /// Name of the environment variable read by the process-wide devices.
 pub const ENV_VAR: &str = "VRAMGUARD_ALLOC_CONF";
@@ -162,13 +163,20 @@ pub enum ConfigError {
         /// The accepted form.
         expected: &'static str,
     },
-    /// A setting this build or backend does not support.
-    #[error("allocator setting `{key}` is not supported: {reason}")]
-    Unsupported {
-        /// The key.
-        key: String,
-        /// Why, and what to use instead.
-        reason: &'static str,
+}
+
+/// An allocator that cannot be created with its settings on this backend: a bad setting, or
+/// one the device cannot honour. The message says what to change.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SetupError {
+    /// A setting that does not parse or is out of range.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// `expandable_segments:true` on a backend that cannot map pages.
+    #[error("`expandable_segments:true` is not supported: {device} cannot map pages into reserved address space (the host backend on Unix and CUDA on GPUs with virtual memory management can); set `expandable_segments:false`, or `auto` to use them only where available")]
+    ExpandableUnsupported {
+        /// Device name.
+        device: String,
     },
     /// The `preallocate` reservation failed.
     #[error("could not preallocate {bytes} bytes: {message}; lower `preallocate`")]
@@ -257,7 +265,8 @@ impl AllocatorConfig {
         self
     }
 
-    /// Checks ranges; the same rules as the parser.
+    /// Checks the ranges of every setting; [`AllocatorConfig::parse`] runs it once after
+    /// setting the fields, and allocator creation runs it for configurations built in code.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |key: &str, value: String, expected| ConfigError::BadValue {
             key: key.to_string(),
@@ -295,11 +304,12 @@ impl AllocatorConfig {
     }
 
     /// Parses `key:value,key:value` (whitespace around items is ignored; empty input gives
-    /// the defaults).
+    /// the defaults): each value is read into its field, then [`AllocatorConfig::validate`]
+    /// checks the ranges once; its errors name the key and the value as written.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
         let mut cfg = AllocatorConfig::default();
-        // The setting each key given so far controls, and how it was spelled.
-        let mut seen: Vec<(&str, &str)> = Vec::new();
+        // (setting, key as written, value as written) for each entry so far.
+        let mut seen: Vec<(&str, &str, &str)> = Vec::new();
         for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
             let Some((key, value)) = entry.split_once(':') else {
                 return Err(ConfigError::Malformed {
@@ -312,77 +322,95 @@ impl AllocatorConfig {
                 "round_up" => "roundup_power2_divisions",
                 k => k,
             };
-            if let Some(&(_, earlier)) = seen.iter().find(|(s, _)| *s == setting) {
+            if let Some(&(_, earlier, _)) = seen.iter().find(|(s, _, _)| *s == setting) {
                 return Err(ConfigError::Duplicate {
                     key: key.to_string(),
                     earlier: earlier.to_string(),
                 });
             }
             if KNOWN_KEYS.contains(&key) {
-                seen.push((setting, key));
+                seen.push((setting, key, value));
             }
-            let bad = |expected| ConfigError::BadValue {
-                key: key.to_string(),
-                value: value.to_string(),
-                expected,
-            };
-            match key {
-                "memory_limit" => {
-                    let bytes = parse_bytes(value).ok_or_else(|| bad(BYTES_FORM))?;
-                    cfg.memory_limit = Some(MemoryLimit::Bytes(bytes));
-                }
-                "memory_fraction" => {
-                    let f: f64 = value.parse().map_err(|_| bad(FRACTION_FORM))?;
-                    if !(f > 0.0 && f <= 1.0) {
-                        return Err(bad(FRACTION_FORM));
-                    }
-                    cfg.memory_limit = Some(MemoryLimit::Fraction(f));
-                }
-                "max_split_size_mb" => {
-                    let mb: usize = value.parse().map_err(|_| bad(SPLIT_FORM))?;
-                    let bytes = mb.checked_mul(MIB).filter(|_| mb >= 1);
-                    cfg.max_split_size = Some(bytes.ok_or_else(|| bad(SPLIT_FORM))?);
-                }
-                "garbage_collection_threshold" => {
-                    let t: f64 = value.parse().map_err(|_| bad(THRESHOLD_FORM))?;
-                    if !(t > 0.0 && t < 1.0) {
-                        return Err(bad(THRESHOLD_FORM));
-                    }
-                    cfg.garbage_collection_threshold = Some(t);
-                }
-                "roundup_power2_divisions" | "round_up" => {
-                    let d: usize = value.parse().map_err(|_| bad(DIVISIONS_FORM))?;
-                    if d != 0 && (!d.is_power_of_two() || d > 64) {
-                        return Err(bad(DIVISIONS_FORM));
-                    }
-                    cfg.roundup_power2_divisions = d;
-                }
-                "expandable_segments" => {
-                    cfg.expandable_segments = match value {
-                        "auto" | "Auto" => ExpandableSegments::Auto,
-                        "true" | "True" | "1" => ExpandableSegments::On,
-                        "false" | "False" | "0" => ExpandableSegments::Off,
-                        _ => return Err(bad(EXPANDABLE_FORM)),
-                    }
-                }
-                "preallocate" => {
-                    let bytes = parse_bytes(value).ok_or_else(|| bad(BYTES_FORM))?;
-                    cfg.preallocate = usize::try_from(bytes).map_err(|_| bad(BYTES_FORM))?;
-                }
-                "trace_capacity" => {
-                    cfg.trace_capacity = value.parse().map_err(|_| bad(COUNT_FORM))?;
-                }
-                _ => {
-                    return Err(ConfigError::UnknownKey {
-                        key: key.to_string(),
-                    })
-                }
-            }
+            cfg.set(key, value)?;
         }
-        Ok(cfg)
+        cfg.validate().map(|()| cfg).map_err(|e| match e {
+            // Name the setting as it was written (`round_up`, `max_split_size_mb:0`).
+            ConfigError::BadValue { key, expected, .. } => {
+                let setting = if key == "memory_fraction" {
+                    "memory_limit"
+                } else {
+                    &key
+                };
+                match seen.iter().find(|(s, _, _)| *s == setting) {
+                    Some(&(_, written, value)) => ConfigError::BadValue {
+                        key: written.to_string(),
+                        value: value.to_string(),
+                        expected,
+                    },
+                    None => ConfigError::BadValue {
+                        key,
+                        value: String::new(),
+                        expected,
+                    },
+                }
+            }
+            other => other,
+        })
     }
 
-    /// Reads [`ENV_VAR`]; unset gives the defaults.
+    /// Reads one `key:value` entry into its field (syntax only; ranges are `validate`'s).
+    fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
+        let bad = |expected| ConfigError::BadValue {
+            key: key.to_string(),
+            value: value.to_string(),
+            expected,
+        };
+        match key {
+            "memory_limit" => {
+                let bytes = parse_bytes(value).ok_or_else(|| bad(BYTES_FORM))?;
+                self.memory_limit = Some(MemoryLimit::Bytes(bytes));
+            }
+            "memory_fraction" => {
+                let f: f64 = value.parse().map_err(|_| bad(FRACTION_FORM))?;
+                self.memory_limit = Some(MemoryLimit::Fraction(f));
+            }
+            "max_split_size_mb" => {
+                let mb: usize = value.parse().map_err(|_| bad(SPLIT_FORM))?;
+                self.max_split_size = Some(mb.checked_mul(MIB).ok_or_else(|| bad(SPLIT_FORM))?);
+            }
+            "garbage_collection_threshold" => {
+                let t: f64 = value.parse().map_err(|_| bad(THRESHOLD_FORM))?;
+                self.garbage_collection_threshold = Some(t);
+            }
+            "roundup_power2_divisions" | "round_up" => {
+                self.roundup_power2_divisions = value.parse().map_err(|_| bad(DIVISIONS_FORM))?;
+            }
+            "expandable_segments" => {
+                self.expandable_segments = match value {
+                    "auto" | "Auto" => ExpandableSegments::Auto,
+                    "true" | "True" | "1" => ExpandableSegments::On,
+                    "false" | "False" | "0" => ExpandableSegments::Off,
+                    _ => return Err(bad(EXPANDABLE_FORM)),
+                }
+            }
+            "preallocate" => {
+                let bytes = parse_bytes(value).ok_or_else(|| bad(BYTES_FORM))?;
+                self.preallocate = usize::try_from(bytes).map_err(|_| bad(BYTES_FORM))?;
+            }
+            "trace_capacity" => {
+                self.trace_capacity = value.parse().map_err(|_| bad(COUNT_FORM))?;
+            }
+            _ => {
+                return Err(ConfigError::UnknownKey {
+                    key: key.to_string(),
+                })
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads [`ENV_VAR`] now; unset gives the defaults. (The process-wide devices read it once,
+    /// when the first of them is created.)
     pub fn from_env() -> Result<Self, ConfigError> {
         match std::env::var(ENV_VAR) {
             Ok(text) => Self::parse(&text),
@@ -395,13 +423,13 @@ impl AllocatorConfig {
         &self,
         capacity: Option<usize>,
         device: &str,
-    ) -> Result<Option<u64>, ConfigError> {
+    ) -> Result<Option<u64>, SetupError> {
         match self.memory_limit {
             None => Ok(None),
             Some(MemoryLimit::Bytes(b)) => Ok(Some(b)),
             Some(MemoryLimit::Fraction(f)) => match capacity {
                 Some(c) => Ok(Some((c as f64 * f) as u64)),
-                None => Err(ConfigError::FractionWithoutCapacity {
+                None => Err(SetupError::FractionWithoutCapacity {
                     device: device.to_string(),
                 }),
             },
@@ -410,6 +438,21 @@ impl AllocatorConfig {
 }
 
 const MIB: usize = 1 << 20;
+
+/// [`ENV_VAR`], parsed once per process for the process-wide devices. A bad value is logged
+/// once (the devices then use the defaults).
+pub(crate) fn env_config() -> Result<AllocatorConfig, ConfigError> {
+    static CONFIG: OnceLock<Result<AllocatorConfig, ConfigError>> = OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            let parsed = AllocatorConfig::from_env();
+            if let Err(e) = &parsed {
+                tracing::warn!("{e}; using the default allocator settings");
+            }
+            parsed
+        })
+        .clone()
+}
 
 /// Parses `123`, `123B`, `4KiB`, `1.5GiB`, `512MB` ... into bytes.
 pub fn parse_bytes(text: &str) -> Option<u64> {

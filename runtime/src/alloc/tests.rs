@@ -8,6 +8,9 @@
 
 use super::*;
 use crate::device::Device;
+use crate::memory::Workspace;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::sync::Mutex as StdMutex;
 
 const KIB: usize = 1 << 10;
@@ -290,7 +293,7 @@ fn memory_limit_bounds_reserved_bytes_and_the_allocator_survives() {
         CachingAllocator::with_config(HostBackend::new(), fixed_config().with_memory_fraction(0.5));
     assert!(matches!(
         unbounded,
-        Err(ConfigError::FractionWithoutCapacity { .. })
+        Err(SetupError::FractionWithoutCapacity { .. })
     ));
 }
 
@@ -496,7 +499,7 @@ fn reserve_preallocates_a_segment_large_requests_are_carved_from() {
         fixed_config().with_preallocate(2 * MIB),
     )
     .unwrap_err();
-    assert!(matches!(e, ConfigError::PreallocateFailed { bytes, .. } if bytes == 2 * MIB));
+    assert!(matches!(e, SetupError::PreallocateFailed { bytes, .. } if bytes == 2 * MIB));
 }
 
 #[test]
@@ -738,7 +741,8 @@ fn expandable_segments_need_a_backend_that_maps_pages() {
     )
     .unwrap_err();
     assert!(
-        matches!(&e, ConfigError::Unsupported { key, .. } if key == "expandable_segments"),
+        matches!(&e, SetupError::ExpandableUnsupported { .. })
+            && e.to_string().contains("`expandable_segments:true`"),
         "{e}"
     );
     // The message says how to get a working allocator.
@@ -962,7 +966,7 @@ fn the_self_test_runs_once_at_creation_and_its_failure_means_fixed_segments_unde
     .unwrap_err();
     assert_eq!(
         e,
-        ConfigError::ExpandableSelfTestFailed {
+        SetupError::ExpandableSelfTestFailed {
             device: "gpu-like".into(),
             reason: format!("backend failure: {FAILURE}"),
         }
@@ -1211,7 +1215,7 @@ fn expandable_segments_with_a_limit_near_u64_max_is_a_typed_error() {
             .with_memory_limit(limit)
             .with_expandable_segments(true);
         match CachingAllocator::with_config(HostBackend::new(), config.clone()) {
-            Err(ConfigError::ReserveFailed { message, .. }) => assert!(!message.is_empty()),
+            Err(SetupError::ReserveFailed { message, .. }) => assert!(!message.is_empty()),
             Err(e) => panic!("limit {limit}: unexpected error {e}"),
             Ok(_) => panic!("limit {limit}: reserved more than the address space"),
         }
@@ -1283,7 +1287,7 @@ fn a_host_pool_over_device_memory_gives_no_host_pointers() {
     let a = device.allocate(1000).unwrap();
     assert!(a.host_ptr().is_none());
     drop(a);
-    let mut ws = crate::alloc::Workspace::new(&device, 4096).unwrap();
+    let mut ws = Workspace::new(&device, 4096).unwrap();
     assert!(ws.view(4096).unwrap().as_bytes_mut().is_none());
     assert!(Device::host().is_host() && Device::isolated_host().is_host());
 }
