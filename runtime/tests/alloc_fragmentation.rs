@@ -57,7 +57,7 @@ fn free_memory_remains_but_a_large_request_fails_with_fragmentation() {
     let device = fixed_device();
     let outputs = batches(&device, None);
     let before = memory::stats(&device);
-    assert_eq!(before.allocated_bytes, (ACTIVATIONS.len() * OUTPUT) as u64);
+    assert_eq!(before.requested_bytes, (ACTIVATIONS.len() * OUTPUT) as u64);
     let err = device.allocate(BIG).unwrap_err();
     assert_eq!(err.cause, OomCause::Fragmentation);
     // Outputs pinned between the holes the activations left.

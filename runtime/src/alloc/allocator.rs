@@ -10,8 +10,8 @@ use super::policy::{self, OomFacts, ADDR_LIMIT};
 use super::pressure::PressureHandlers;
 use super::trace::TraceRing;
 use super::{
-    AllocatorConfig, Backend, ExpandableSegments, MemorySnapshot, MemoryStats, OutOfMemory,
-    PoolKind, PressureHandlerId, SegmentMode, SetupError, Trace, TraceEventKind,
+    AllocatorConfig, Backend, DetailedStats, ExpandableSegments, MemorySnapshot, MemoryStats,
+    OutOfMemory, PoolKind, PressureHandlerId, SegmentMode, SetupError, Trace, TraceEventKind,
 };
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -120,6 +120,7 @@ impl<B: Backend> CachingAllocator<B> {
     ) -> Self {
         let mut state = State::new(config.trace_capacity, Instant::now());
         state.expandable = resolved.expandable;
+        state.max_split = config.max_split_size;
         Self {
             id: NEXT_ALLOCATOR_ID.fetch_add(1, Ordering::Relaxed),
             state: Mutex::new(state),
@@ -171,7 +172,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
 
     /// The block size a request of `bytes` bytes gets (`None` if it overflows).
     pub fn rounded_size(&self, bytes: usize) -> Option<usize> {
-        policy::rounded_size(bytes, self.config.roundup_power2_divisions)
+        policy::rounded_size(bytes, self.config.divisions_for(bytes))
     }
 
     /// Allocates a block of at least `bytes` bytes: a cached free block, else a new segment,
@@ -244,7 +245,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         if st.release_cached(&self.backend) == 0 {
             return None;
         }
-        st.stats.alloc_retries += 1;
+        st.stats.num_alloc_retries += 1;
         let grown = (self.grows_expandable(st, req)
             && st.expand(&self.backend, self.limit, &self.name, req.size))
             || self.fixed_segments(st, req);
@@ -286,7 +287,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         };
         let threshold = (bound as f64 * t) as u64;
         let incoming = policy::segment_size(req.pool, req.size, self.config.max_split_size) as u64;
-        if st.stats.reserved_bytes + incoming <= threshold {
+        if st.reserved() + incoming <= threshold {
             return;
         }
         let mut idle: Vec<(u64, u32)> = (0..st.segs.len())
@@ -295,7 +296,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             .collect();
         idle.sort_unstable();
         for (_, i) in idle {
-            if st.stats.reserved_bytes + incoming <= threshold {
+            if st.reserved() + incoming <= threshold {
                 break;
             }
             st.release_segment(&self.backend, i);
@@ -310,16 +311,15 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         n.rounded = req.size;
         n.requested = req.requested;
         n.id = id;
-        let (addr, block_size) = (n.addr, n.size);
-        let s = &mut st.stats;
-        s.allocated_bytes += req.size as u64;
-        s.peak_allocated_bytes = s.peak_allocated_bytes.max(s.allocated_bytes);
-        s.active_bytes += block_size as u64;
-        s.peak_active_bytes = s.peak_active_bytes.max(s.active_bytes);
-        s.active_blocks += 1;
-        s.peak_active_blocks = s.peak_active_blocks.max(s.active_blocks);
-        s.requested_bytes += req.requested as u64;
-        s.num_allocs += 1;
+        let (addr, block_size, pool) = (n.addr, n.size, n.pool);
+        st.stats.on_alloc(pool, block_size, req.requested);
+        if self
+            .config
+            .max_split_size
+            .is_some_and(|ms| block_size >= ms)
+        {
+            st.stats.on_oversize_allocation(true);
+        }
         st.record(TraceEventKind::Alloc, addr, req.size as u64);
         Block {
             addr,
@@ -342,9 +342,14 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             (Some(d), Some(l)) => d.min(l),
             (d, l) => d.or(l).unwrap_or(0),
         };
+        // Judged from the request's own pool: free slivers of small-pool segments cannot hold
+        // a large request (nor the other way round), so they do not make a full device read
+        // as fragmentation.
+        let pool = st.stats.pools_of(policy::pool_for(rounded));
+        let pool_cached_free = pool.reserved_bytes.current - pool.active_bytes.current;
         let cause = policy::oom_cause(OomFacts {
             rounded: rounded as u64,
-            cached_free: s.cached_free_bytes,
+            cached_free: pool_cached_free,
             device_free,
             reserved: s.reserved_bytes,
             limit: self.limit,
@@ -357,7 +362,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             limit: self.limit,
             allocated: s.allocated_bytes,
             reserved: s.reserved_bytes,
-            cached_free: s.cached_free_bytes,
+            cached_free: pool_cached_free,
             largest_free_block: self.largest_usable(st, rounded),
             device_free,
             cause,
@@ -397,13 +402,11 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             );
             return;
         }
-        let node_size = st.nodes[slot as usize].size;
-        let s = &mut st.stats;
-        s.allocated_bytes -= block.size as u64;
-        s.active_bytes -= node_size as u64;
-        s.active_blocks -= 1;
-        s.requested_bytes -= block.requested as u64;
-        s.num_frees += 1;
+        let (node_size, pool) = (st.nodes[slot as usize].size, st.nodes[slot as usize].pool);
+        st.stats.on_free(pool, node_size, block.requested);
+        if self.config.max_split_size.is_some_and(|ms| node_size >= ms) {
+            st.stats.on_oversize_allocation(false);
+        }
         st.record(TraceEventKind::Free, block.addr, block.size as u64);
         st.free_block(slot);
     }
@@ -415,12 +418,19 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
 
     /// Resets peaks to the current values.
     pub fn reset_peak_stats(&self) {
-        let mut st = lock(&self.state);
-        let s = &mut st.stats;
-        s.peak_allocated_bytes = s.allocated_bytes;
-        s.peak_reserved_bytes = s.reserved_bytes;
-        s.peak_active_bytes = s.active_bytes;
-        s.peak_active_blocks = s.active_blocks;
+        lock(&self.state).stats.reset_peaks();
+    }
+
+    /// PyTorch's statistics (`torch.cuda.memory_stats()`): per pool and in total, current,
+    /// peak, allocated and freed; [`DetailedStats::to_map`] gives them under PyTorch's keys.
+    pub fn detailed_stats(&self) -> DetailedStats {
+        lock(&self.state).stats
+    }
+
+    /// Resets the accumulated counts (`allocated`/`freed` of every statistic, retries, OOMs,
+    /// backend calls) to 0, as PyTorch's `reset_accumulated_memory_stats`.
+    pub fn reset_accumulated_stats(&self) {
+        lock(&self.state).stats.reset_accumulated();
     }
 
     /// Returns every cached, fully free segment to the backend; returns the bytes released.
@@ -445,7 +455,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         }
         let reserved = self.fixed_segment(&mut st, PoolKind::Large, size)
             || (st.release_cached(&self.backend) > 0 && {
-                st.stats.alloc_retries += 1;
+                st.stats.num_alloc_retries += 1;
                 self.fixed_segment(&mut st, PoolKind::Large, size)
             });
         if reserved {

@@ -8,6 +8,7 @@
 
 use super::expandable::Expandable;
 use super::policy::{self, ADDR_LIMIT};
+use super::stats::DetailedStats;
 use super::trace::{trace_label, TraceRing};
 use super::{
     Backend, BackendError, BlockSnapshot, MemoryStats, PoolKind, SegmentSnapshot, TraceEvent,
@@ -140,7 +141,9 @@ pub(crate) struct State {
     pub spare_segs: Vec<u32>,
     pub small_free: FreeSet,
     pub large_free: FreeSet,
-    pub stats: MemoryStats,
+    pub stats: DetailedStats,
+    /// `max_split_size`, for the oversize statistics.
+    pub max_split: Option<usize>,
     pub next_id: u64,
     pub tick: u64,
     pub trace: TraceRing,
@@ -158,7 +161,8 @@ impl State {
             spare_segs: Vec::new(),
             small_free: FreeSet::default(),
             large_free: FreeSet::default(),
-            stats: MemoryStats::default(),
+            stats: DetailedStats::default(),
+            max_split: None,
             next_id: 1,
             tick: 0,
             trace: TraceRing::new(trace_capacity),
@@ -257,7 +261,6 @@ impl State {
         let seg = &mut self.segs[si as usize];
         seg.head = head;
         seg.tail = head;
-        self.stats.segments += 1;
         si
     }
 
@@ -265,16 +268,59 @@ impl State {
         self.small_free.largest().max(self.large_free.largest()) as u64
     }
 
+    /// Bytes reserved now.
+    #[inline]
+    pub fn reserved(&self) -> u64 {
+        self.stats.all.reserved_bytes.current
+    }
+
+    /// Whether block `slot` shares its segment with other blocks (PyTorch's `is_split`).
+    #[inline]
+    pub fn is_split(&self, slot: u32) -> bool {
+        let n = &self.nodes[slot as usize];
+        n.prev != NIL || n.next != NIL
+    }
+
+    /// Records free block `slot` of `bytes` as an inactive split block appearing or going,
+    /// when it shares its segment.
+    #[inline]
+    pub fn note_inactive(&mut self, slot: u32, bytes: usize, appeared: bool) {
+        if self.is_split(slot) {
+            let pool = self.nodes[slot as usize].pool;
+            self.stats.on_inactive_split(pool, bytes, appeared);
+        }
+    }
+
     pub fn snapshot_stats(&self) -> MemoryStats {
-        let mut s = self.stats;
-        s.cached_free_bytes = s.reserved_bytes - s.active_bytes;
-        s.largest_free_block = self.largest_free();
-        s.fragmentation = if s.reserved_bytes == 0 {
-            0.0
-        } else {
-            1.0 - s.allocated_bytes as f64 / s.reserved_bytes as f64
-        };
-        s
+        let d = &self.stats;
+        let all = &d.all;
+        let reserved = all.reserved_bytes.current;
+        let allocated = all.allocated_bytes.current;
+        MemoryStats {
+            allocated_bytes: allocated,
+            peak_allocated_bytes: all.allocated_bytes.peak,
+            reserved_bytes: reserved,
+            peak_reserved_bytes: all.reserved_bytes.peak,
+            active_bytes: all.active_bytes.current,
+            peak_active_bytes: all.active_bytes.peak,
+            active_blocks: all.active.current,
+            peak_active_blocks: all.active.peak,
+            requested_bytes: all.requested_bytes.current,
+            cached_free_bytes: reserved - all.active_bytes.current,
+            largest_free_block: self.largest_free(),
+            fragmentation: if reserved == 0 {
+                0.0
+            } else {
+                1.0 - allocated as f64 / reserved as f64
+            },
+            segments: all.segment.current,
+            backend_allocs: d.num_device_alloc,
+            backend_frees: d.num_device_free,
+            alloc_retries: d.num_alloc_retries,
+            num_ooms: d.num_ooms,
+            num_allocs: all.allocation.allocated,
+            num_frees: all.allocation.freed,
+        }
     }
 
     /// Best-fit free block for `size` in `pool` allowed by the max-split rules, split when
@@ -293,6 +339,7 @@ impl State {
             })?,
         };
         self.free_set(pool).remove(bsize, baddr, slot);
+        self.note_inactive(slot, bsize, false);
         if policy::should_split(pool, self.in_expandable(slot), bsize, size, max_split) {
             self.split(slot, size);
         }
@@ -315,6 +362,7 @@ impl State {
         let n = &mut self.nodes[slot as usize];
         n.next = rest;
         n.size = size;
+        self.note_inactive(rest, block - size, true);
     }
 
     /// Marks block `slot` free and merges it with free neighbours of its segment; the merged
@@ -331,6 +379,7 @@ impl State {
                 self.nodes[prev as usize].addr,
             );
             self.free_set(pool).remove(psize, paddr, prev);
+            self.note_inactive(prev, psize, false);
             self.absorb_next(prev);
             slot = prev;
         }
@@ -341,12 +390,14 @@ impl State {
                 self.nodes[next as usize].addr,
             );
             self.free_set(pool).remove(nsize, naddr, next);
+            self.note_inactive(next, nsize, false);
             self.absorb_next(slot);
         }
         let n = &mut self.nodes[slot as usize];
         n.freed_at = tick;
         let (size, addr) = (n.size, n.addr);
         self.free_set(pool).insert(size, addr, slot);
+        self.note_inactive(slot, size, true);
     }
 
     /// Merges the block after `slot` into `slot` (both in the same segment).
@@ -378,7 +429,7 @@ impl State {
         pool: PoolKind,
         bytes: usize,
     ) -> bool {
-        if limit.is_some_and(|l| self.stats.reserved_bytes + bytes as u64 > l) {
+        if limit.is_some_and(|l| self.reserved() + bytes as u64 > l) {
             return false;
         }
         let addr = match backend.alloc_segment(bytes) {
@@ -396,10 +447,10 @@ impl State {
             }
         };
         self.add_segment(pool, addr, bytes, false);
-        let s = &mut self.stats;
-        s.reserved_bytes += bytes as u64;
-        s.peak_reserved_bytes = s.peak_reserved_bytes.max(s.reserved_bytes);
-        s.backend_allocs += 1;
+        self.stats.on_reserve(pool, bytes, true);
+        if self.max_split.is_some_and(|ms| bytes >= ms) {
+            self.stats.oversize_segments.increase(1);
+        }
         self.record(TraceEventKind::SegmentAlloc, addr, bytes as u64);
         true
     }
@@ -435,9 +486,10 @@ impl State {
         // SAFETY: the segment came from `alloc_segment(seg.size)` and its only block is free,
         // so nothing handed out by this allocator points into it.
         unsafe { backend.free_segment(seg.addr, seg.size) };
-        self.stats.reserved_bytes -= seg.size as u64;
-        self.stats.segments -= 1;
-        self.stats.backend_frees += 1;
+        self.stats.on_release(seg.pool, seg.size, true);
+        if self.max_split.is_some_and(|ms| seg.size >= ms) {
+            self.stats.oversize_segments.decrease(1);
+        }
         self.record(TraceEventKind::SegmentFree, seg.addr, seg.size as u64);
         seg.size as u64
     }
@@ -451,8 +503,8 @@ impl State {
                 size,
                 time_ns: self.start.elapsed().as_nanos() as u64,
                 label: trace_label(),
-                allocated_bytes: self.stats.allocated_bytes,
-                reserved_bytes: self.stats.reserved_bytes,
+                allocated_bytes: self.stats.all.allocated_bytes.current,
+                reserved_bytes: self.reserved(),
             };
             self.trace.push(event);
         }
@@ -495,6 +547,7 @@ impl State {
     pub fn check_invariants(&self) -> Result<(), String> {
         let (mut reserved, mut active, mut allocated, mut blocks, mut free_count) =
             (0u64, 0u64, 0u64, 0u64, 0usize);
+        let mut inactive_split = 0u64;
         let mut segments = 0u64;
         for (i, s) in self.segs.iter().enumerate().filter(|(_, s)| s.live) {
             segments += 1;
@@ -513,7 +566,7 @@ impl State {
                 }
                 if n.allocated {
                     active += n.size as u64;
-                    allocated += n.rounded as u64;
+                    allocated += n.size as u64;
                     blocks += 1;
                     if n.rounded > n.size {
                         return Err(format!("block {:#x} smaller than its request", n.addr));
@@ -523,6 +576,9 @@ impl State {
                         return Err(format!("free block {:#x} not coalesced", n.addr));
                     }
                     free_count += 1;
+                    if self.is_split(at) {
+                        inactive_split += n.size as u64;
+                    }
                     if !self.pool_free(s.pool).contains(n.size, n.addr, at) {
                         return Err(format!("free block {:#x} missing from its pool", n.addr));
                     }
@@ -539,7 +595,13 @@ impl State {
                 return Err(format!("segment {:#x}: wrong tail block", s.addr));
             }
         }
-        let s = &self.stats;
+        let s = self.snapshot_stats();
+        if inactive_split != self.stats.all.inactive_split_bytes.current {
+            return Err(format!(
+                "inactive split bytes {inactive_split} counted as {}",
+                self.stats.all.inactive_split_bytes.current
+            ));
+        }
         if free_count != self.small_free.len() + self.large_free.len() {
             return Err("free sets hold blocks that are not free".into());
         }

@@ -11,9 +11,9 @@
 //! | --- | --- | --- |
 //! | `memory_limit` | bytes, or a number with `B`/`KiB`/`MiB`/`GiB`/`KB`/`MB`/`GB` | the allocator never reserves more |
 //! | `memory_fraction` | a number in (0, 1] | limit = fraction × device capacity |
-//! | `max_split_size_mb` | MiB (≥ 1) | cached blocks this large or larger are never split |
+//! | `max_split_size_mb` | MiB (more than 20, PyTorch's rule) | cached blocks this large or larger are never split |
 //! | `garbage_collection_threshold` | a number in (0, 1) | release cached segments before reserved exceeds this fraction of the limit (or capacity) |
-//! | `roundup_power2_divisions` (alias `round_up`) | 0 or a power of two ≤ 64 | round sizes up to one of N steps between powers of two |
+//! | `roundup_power2_divisions` (alias `round_up`) | 0 or 1 (off) or a power of two ≤ 64; or per size interval, `[256:1,512:2,>:8]` (MiB: up to 256 MiB 1, up to 512 MiB 2, above 8) | round sizes up to one of N steps between powers of two |
 //! | `expandable_segments` | `auto` (the default), `true` or `false` | the large pool grows one mapped address range instead of adding segments. `auto`: on when the backend can map pages (host backend on Unix; CUDA on GPUs with virtual memory management that pass a self-test), fixed segments otherwise; `true`: on, an error where unsupported; `false`: fixed segments (PyTorch's default) |
 //! | `preallocate` | bytes (same forms as `memory_limit`) | reserve this much once, at start |
 //! | `trace_capacity` | events (0, the default, disables the trace) | length of the bounded event trace |
@@ -76,6 +76,17 @@ impl From<bool> for ExpandableSegments {
     }
 }
 
+/// One interval of the list form of `roundup_power2_divisions`: sizes up to `up_to` bytes
+/// (above the previous interval's) are rounded with `divisions` steps between powers of two.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RoundupInterval {
+    /// Largest size of the interval in bytes (a power of two; written in MiB); `None` (`>`):
+    /// every size above the previous interval.
+    pub up_to: Option<usize>,
+    /// Steps between consecutive powers of two (0 or 1: off).
+    pub divisions: usize,
+}
+
 /// An upper bound on the bytes an allocator reserves.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub enum MemoryLimit {
@@ -97,9 +108,13 @@ pub struct AllocatorConfig {
     /// Fraction of the limit (of the device capacity when no limit is set) above which cached
     /// segments are released before new ones are reserved (`None`: only on out-of-memory).
     pub garbage_collection_threshold: Option<f64>,
-    /// Round sizes up to one of this many steps between consecutive powers of two (0: off,
-    /// plain 512-byte rounding).
+    /// Round sizes up to one of this many steps between consecutive powers of two (0 or 1:
+    /// off, plain 512-byte rounding, as in PyTorch). Ignored when
+    /// [`AllocatorConfig::roundup_power2_intervals`] is set.
     pub roundup_power2_divisions: usize,
+    /// Divisions per size interval (`roundup_power2_divisions:[256:1,512:2,>:8]`), in
+    /// increasing order; empty: [`AllocatorConfig::roundup_power2_divisions`] for every size.
+    pub roundup_power2_intervals: Vec<RoundupInterval>,
     /// Expandable segments: the large pool is one reserved address range whose pages are mapped
     /// as it grows and unmapped (free tail) by `empty_cache`, so a large request needs no
     /// contiguous free hole among segments. Needs a backend with
@@ -120,6 +135,7 @@ impl Default for AllocatorConfig {
             max_split_size: None,
             garbage_collection_threshold: None,
             roundup_power2_divisions: 0,
+            roundup_power2_intervals: Vec::new(),
             expandable_segments: ExpandableSegments::Auto,
             preallocate: 0,
             trace_capacity: DEFAULT_TRACE_CAPACITY,
@@ -215,8 +231,13 @@ const BYTES_FORM: &str =
     "a byte count, optionally with a suffix B, KiB, MiB, GiB (or KB, MB, GB), e.g. `512MiB`";
 const FRACTION_FORM: &str = "a number in (0, 1], e.g. `0.8`";
 const THRESHOLD_FORM: &str = "a number strictly between 0 and 1, e.g. `0.8`";
-const SPLIT_FORM: &str = "a whole number of MiB, at least 1, e.g. `256`";
-const DIVISIONS_FORM: &str = "0 (off) or a power of two up to 64, e.g. `4`";
+const SPLIT_FORM: &str = "a whole number of MiB greater than 20, e.g. `256` (as in PyTorch: \
+     blocks of at least the max split size serve only requests less than 20 MiB smaller, and \
+     large segments are 20 MiB, so a smaller max split size would leave them unsplittable)";
+const DIVISIONS_FORM: &str = "0 or 1 (off) or a power of two up to 64, e.g. `4`, or per interval \
+     `[256:1,512:2,>:8]` (interval ends in MiB, powers of two, increasing; `>` for the rest)";
+/// Smallest accepted max split size: more than PyTorch's 20 MiB (`kLargeBuffer`).
+pub(crate) const MIN_MAX_SPLIT: usize = 20 * MIB + 1;
 const EXPANDABLE_FORM: &str =
     "`auto` (on where the backend can map pages; the default), `true` or `false`";
 const COUNT_FORM: &str = "a whole number of events, e.g. `4096` (0 disables the trace)";
@@ -242,10 +263,35 @@ impl AllocatorConfig {
         self.garbage_collection_threshold = Some(fraction);
         self
     }
-    /// Sets power-of-two round-up divisions (0: off).
+    /// Sets power-of-two round-up divisions for every size (0 or 1: off).
     pub fn with_roundup_power2_divisions(mut self, divisions: usize) -> Self {
         self.roundup_power2_divisions = divisions;
+        self.roundup_power2_intervals.clear();
         self
+    }
+    /// Sets round-up divisions per size interval: `(Some(up_to_bytes), divisions)` in
+    /// increasing order, optionally ending with `(None, divisions)` for every larger size.
+    pub fn with_roundup_power2_intervals(
+        mut self,
+        intervals: impl IntoIterator<Item = (Option<usize>, usize)>,
+    ) -> Self {
+        self.roundup_power2_intervals = intervals
+            .into_iter()
+            .map(|(up_to, divisions)| RoundupInterval { up_to, divisions })
+            .collect();
+        self
+    }
+
+    /// The round-up divisions for a request of `bytes` (0 or 1: plain 512-byte rounding).
+    #[inline]
+    pub fn divisions_for(&self, bytes: usize) -> usize {
+        if self.roundup_power2_intervals.is_empty() {
+            return self.roundup_power2_divisions;
+        }
+        self.roundup_power2_intervals
+            .iter()
+            .find(|i| i.up_to.is_none_or(|u| bytes <= u))
+            .map_or(0, |i| i.divisions)
     }
     /// Sets expandable segments: `true` ([`ExpandableSegments::On`]: an error where the backend
     /// cannot map pages), `false` ([`ExpandableSegments::Off`]: fixed segments), or an
@@ -279,7 +325,7 @@ impl AllocatorConfig {
             }
         }
         if let Some(s) = self.max_split_size {
-            if s < MIB {
+            if s < MIN_MAX_SPLIT {
                 return Err(bad("max_split_size_mb", format!("{s} bytes"), SPLIT_FORM));
             }
         }
@@ -292,13 +338,30 @@ impl AllocatorConfig {
                 ));
             }
         }
+        let divisions_ok = |d: usize| d == 0 || (d.is_power_of_two() && d <= 64);
         let d = self.roundup_power2_divisions;
-        if d != 0 && (!d.is_power_of_two() || d > 64) {
+        if !divisions_ok(d) {
             return Err(bad(
                 "roundup_power2_divisions",
                 d.to_string(),
                 DIVISIONS_FORM,
             ));
+        }
+        let mut previous = 0;
+        for (i, interval) in self.roundup_power2_intervals.iter().enumerate() {
+            let last = i + 1 == self.roundup_power2_intervals.len();
+            let end_ok = match interval.up_to {
+                Some(u) => u.is_power_of_two() && u >= MIB && u > previous,
+                None => last,
+            };
+            if !end_ok || !divisions_ok(interval.divisions) {
+                return Err(bad(
+                    "roundup_power2_divisions",
+                    format!("{:?}", self.roundup_power2_intervals),
+                    DIVISIONS_FORM,
+                ));
+            }
+            previous = interval.up_to.unwrap_or(usize::MAX);
         }
         Ok(())
     }
@@ -310,7 +373,11 @@ impl AllocatorConfig {
         let mut cfg = AllocatorConfig::default();
         // (setting, key as written, value as written) for each entry so far.
         let mut seen: Vec<(&str, &str, &str)> = Vec::new();
-        for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        for entry in split_entries(text)
+            .into_iter()
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+        {
             let Some((key, value)) = entry.split_once(':') else {
                 return Err(ConfigError::Malformed {
                     entry: entry.to_string(),
@@ -382,9 +449,31 @@ impl AllocatorConfig {
                 let t: f64 = value.parse().map_err(|_| bad(THRESHOLD_FORM))?;
                 self.garbage_collection_threshold = Some(t);
             }
-            "roundup_power2_divisions" | "round_up" => {
-                self.roundup_power2_divisions = value.parse().map_err(|_| bad(DIVISIONS_FORM))?;
-            }
+            "roundup_power2_divisions" | "round_up" => match value.strip_prefix('[') {
+                Some(list) => {
+                    let list = list.strip_suffix(']').ok_or_else(|| bad(DIVISIONS_FORM))?;
+                    let mut intervals = Vec::new();
+                    for item in list.split(',').map(str::trim) {
+                        let (end, d) = item.split_once(':').ok_or_else(|| bad(DIVISIONS_FORM))?;
+                        let up_to = match end.trim() {
+                            ">" => None,
+                            mb => Some(
+                                mb.parse::<usize>()
+                                    .ok()
+                                    .and_then(|mb| mb.checked_mul(MIB))
+                                    .ok_or_else(|| bad(DIVISIONS_FORM))?,
+                            ),
+                        };
+                        let divisions = d.trim().parse().map_err(|_| bad(DIVISIONS_FORM))?;
+                        intervals.push(RoundupInterval { up_to, divisions });
+                    }
+                    self.roundup_power2_intervals = intervals;
+                }
+                None => {
+                    self.roundup_power2_divisions =
+                        value.parse().map_err(|_| bad(DIVISIONS_FORM))?;
+                }
+            },
             "expandable_segments" => {
                 self.expandable_segments = match value {
                     "auto" | "Auto" => ExpandableSegments::Auto,
@@ -452,6 +541,24 @@ pub(crate) fn env_config() -> Result<AllocatorConfig, ConfigError> {
             parsed
         })
         .clone()
+}
+
+/// Splits `key:value,key:[a:b,c:d]` at the commas outside brackets.
+fn split_entries(text: &str) -> Vec<&str> {
+    let (mut entries, mut depth, mut start) = (Vec::new(), 0i32, 0);
+    for (i, c) in text.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth -= 1,
+            ',' if depth <= 0 => {
+                entries.push(&text[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    entries.push(&text[start..]);
+    entries
 }
 
 /// Parses `123`, `123B`, `4KiB`, `1.5GiB`, `512MB` ... into bytes.

@@ -172,9 +172,7 @@ impl State {
             // The free tail already fits the request.
             return true;
         }
-        if mapped + need > e.virt
-            || limit.is_some_and(|l| self.stats.reserved_bytes + need as u64 > l)
-        {
+        if mapped + need > e.virt || limit.is_some_and(|l| self.reserved() + need as u64 > l) {
             return false;
         }
         let at = e.addr + mapped as u64;
@@ -201,20 +199,21 @@ impl State {
                 if tfree {
                     let pool = self.segs[si as usize].pool;
                     self.free_set(pool).remove(tsize, taddr, tail);
+                    self.note_inactive(tail, tsize, false);
                     self.nodes[tail as usize].size += need;
                     self.free_set(pool).insert(tsize + need, taddr, tail);
+                    self.note_inactive(tail, tsize + need, true);
                 } else {
                     let node = self.insert_free_node(at, need, si, tail, NIL);
                     self.nodes[tail as usize].next = node;
                     self.segs[si as usize].tail = node;
+                    self.note_inactive(node, need, true);
                 }
                 self.segs[si as usize].size += need;
             }
         }
-        let s = &mut self.stats;
-        s.reserved_bytes += need as u64;
-        s.peak_reserved_bytes = s.peak_reserved_bytes.max(s.reserved_bytes);
-        s.backend_allocs += 1;
+        self.stats
+            .on_reserve(super::PoolKind::Large, need, e.seg.is_none());
         self.record(TraceEventKind::SegmentAlloc, at, need as u64);
         true
     }
@@ -241,10 +240,13 @@ impl State {
         // nothing handed out uses it.
         unsafe { vm.unmap(cut, bytes) };
         self.free_set(seg.pool).remove(tsize, taddr, tail);
+        self.note_inactive(tail, tsize, false);
         let keep = (cut - taddr) as usize;
+        let mut gone = false;
         if keep > 0 {
             self.nodes[tail as usize].size = keep;
             self.free_set(seg.pool).insert(keep, taddr, tail);
+            self.note_inactive(tail, keep, true);
         } else if tprev != NIL {
             self.nodes[tprev as usize].next = NIL;
             self.segs[si as usize].tail = tprev;
@@ -254,14 +256,13 @@ impl State {
             self.spare_nodes.push(tail);
             self.segs[si as usize].live = false;
             self.spare_segs.push(si);
-            self.stats.segments -= 1;
+            gone = true;
             if let Some(x) = self.expandable.as_mut() {
                 x.seg = None;
             }
         }
         self.segs[si as usize].size -= bytes;
-        self.stats.reserved_bytes -= bytes as u64;
-        self.stats.backend_frees += 1;
+        self.stats.on_release(seg.pool, bytes, gone);
         self.record(TraceEventKind::SegmentFree, cut, bytes as u64);
         bytes as u64
     }

@@ -83,8 +83,8 @@ pub use backend::{Backend, BackendError, VirtualMemory};
 pub use bucket::{BucketError, SequenceBuckets};
 pub(crate) use config::env_config;
 pub use config::{
-    parse_bytes, AllocatorConfig, ConfigError, ExpandableSegments, MemoryLimit, SetupError,
-    DEFAULT_TRACE_CAPACITY, ENV_VAR, KNOWN_KEYS,
+    parse_bytes, AllocatorConfig, ConfigError, ExpandableSegments, MemoryLimit, RoundupInterval,
+    SetupError, DEFAULT_TRACE_CAPACITY, ENV_VAR, KNOWN_KEYS,
 };
 pub use expandable::DEFAULT_EXPANDABLE_RANGE;
 pub use host::{HostBackend, HOST_ALIGN, HOST_MAP_GRANULARITY};
@@ -94,7 +94,7 @@ pub use policy::{
     round_size, LARGE_SEGMENT, MIN_LARGE_ALLOC, ROUND, ROUND_LARGE, SMALL_SEGMENT, SMALL_SIZE,
 };
 pub use pressure::PressureHandlerId;
-pub use stats::MemoryStats;
+pub use stats::{DetailedStats, MemoryStats, PoolStats, Stat};
 pub use trace::{
     set_trace_label, trace_label, BlockSnapshot, MemorySnapshot, PoolKind, SegmentSnapshot, Trace,
     TraceEvent, TraceEventKind, TraceLabelGuard,

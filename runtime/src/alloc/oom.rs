@@ -33,7 +33,8 @@ pub struct OutOfMemory {
     pub allocated: u64,
     /// Bytes reserved from the backend at the failure.
     pub reserved: u64,
-    /// Reserved bytes in free cached blocks.
+    /// Reserved bytes in free cached blocks of the request's pool (requests up to 1 MiB and
+    /// larger ones are served from separate pools, so the other pool's free bytes cannot help).
     pub cached_free: u64,
     /// The largest cached free block this request could use (same pool — requests up to 1 MiB
     /// and larger ones are served from separate pools — and allowed by `max_split_size`).

@@ -30,11 +30,11 @@ pub fn round_size(bytes: usize) -> usize {
 }
 
 /// The block size of a request of `bytes` with PyTorch's `roundup_power2_divisions` (`divisions`
-/// steps between consecutive powers of two above `512 · divisions`; 0: plain 512-byte
+/// steps between consecutive powers of two above `512 · divisions`; 0 or 1: plain 512-byte
 /// rounding). `None` when it overflows.
 pub(crate) fn rounded_size(bytes: usize, divisions: usize) -> Option<usize> {
     let bytes = bytes.max(1);
-    if divisions == 0 || bytes <= ROUND * divisions {
+    if divisions <= 1 || bytes <= ROUND * divisions {
         return bytes.div_ceil(ROUND).checked_mul(ROUND);
     }
     if bytes.is_power_of_two() {

@@ -96,10 +96,10 @@ fn small_and_large_pools_use_their_segment_sizes() {
     );
     let s = a.stats();
     assert_eq!(s.reserved_bytes, 34 * MIB as u64);
-    assert_eq!(
-        s.allocated_bytes,
-        (MIB + (MIB + 512) + (11 * MIB + 512)) as u64
-    );
+    // Block sizes, as PyTorch counts them: the 11 MiB + 512 request holds its whole 12 MiB
+    // segment (a remainder of 1 MiB or less is not split off).
+    assert_eq!(s.allocated_bytes, (MIB + (MIB + 512) + 12 * MIB) as u64);
+    assert_eq!(s.requested_bytes, (MIB + (MIB + 1) + (11 * MIB + 1)) as u64);
     assert_eq!(s.backend_allocs, 3);
     // A second small request is carved from the same small segment.
     let small2 = a.allocate(4 * KIB).unwrap();
@@ -164,8 +164,13 @@ fn splits_only_when_the_remainder_is_worth_keeping() {
     // Large pool: a remainder of 1 MiB or less is not split off.
     let x = a.allocate(19 * MIB + 512 * KIB).unwrap();
     let st = a.stats();
-    assert_eq!(st.allocated_bytes, (19 * MIB + 512 * KIB) as u64);
-    assert_eq!(st.active_bytes, 20 * MIB as u64, "the whole 20 MiB block");
+    assert_eq!(st.requested_bytes, (19 * MIB + 512 * KIB) as u64);
+    assert_eq!(
+        st.allocated_bytes,
+        20 * MIB as u64,
+        "the whole 20 MiB block"
+    );
+    assert_eq!(st.active_bytes, 20 * MIB as u64);
     a.free(x);
     // A remainder over 1 MiB is split off and reused.
     let y = a.allocate(18 * MIB).unwrap();
@@ -217,7 +222,12 @@ fn max_split_size_keeps_large_blocks_whole() {
     let big = a.allocate(45 * MIB).unwrap();
     let s = a.stats();
     assert_eq!(s.backend_allocs, 2);
-    assert_eq!(s.allocated_bytes, 50 * MIB as u64);
+    assert_eq!(s.requested_bytes, 50 * MIB as u64);
+    assert_eq!(
+        s.allocated_bytes,
+        65 * MIB as u64,
+        "the 60 MiB block counts whole"
+    );
     assert_eq!(s.active_bytes, 65 * MIB as u64);
     a.free(big);
     // A request more than 20 MiB smaller than the oversize block does not take it.
@@ -230,10 +240,11 @@ fn max_split_size_keeps_large_blocks_whole() {
     }
     check(&a);
 
-    // Below the max split size, segments stay splittable even when 20 MiB would be oversize.
-    let a = alloc(None, fixed_config().with_max_split_size(8 * MIB));
-    let b = a.allocate(3 * MIB).unwrap();
-    assert_eq!(a.stats().reserved_bytes, 3 * MIB as u64);
+    // Below the max split size, segments stay splittable: a 20.5 MiB request would get a
+    // 22 MiB segment, at least the 21 MiB max split size, so it gets exactly its size.
+    let a = alloc(None, fixed_config().with_max_split_size(21 * MIB));
+    let b = a.allocate(20 * MIB + 512 * KIB).unwrap();
+    assert_eq!(a.stats().reserved_bytes, (20 * MIB + 512 * KIB) as u64);
     a.free(b);
 }
 
@@ -1087,18 +1098,18 @@ fn html_report_shows_the_timeline_by_label_and_the_segment_map() {
 fn expandable_segment_blocks_are_exempt_from_max_split_size() {
     let cfg = AllocatorConfig::default()
         .with_expandable_segments(true)
-        .with_max_split_size(8 * MIB);
+        .with_max_split_size(22 * MIB);
     let a = alloc(Some(64 * MIB), cfg);
-    // 7 MiB maps an 8 MiB tail, at the max split size: still served, and split (x's block is
-    // 7 MiB, the 1 MiB remainder stays the free tail).
-    let x = a.allocate(7 * MIB).unwrap();
-    // The 1 MiB free tail grows by 20 MiB: y takes 20 MiB of it, 1 MiB stays free.
-    let y = a.allocate(20 * MIB).unwrap();
-    assert_eq!(a.stats().reserved_bytes, 28 * MIB as u64);
+    // 21 MiB maps a 22 MiB tail, at the max split size: still served, and split (x's block is
+    // 21 MiB, the 1 MiB remainder stays the free tail).
+    let x = a.allocate(21 * MIB).unwrap();
+    // The 1 MiB free tail grows by 40 MiB: y takes 40 MiB of it, 1 MiB stays free.
+    let y = a.allocate(40 * MIB).unwrap();
+    assert_eq!(a.stats().reserved_bytes, 62 * MIB as u64);
     a.free(y);
-    // The free 21 MiB tail is larger than the max split size, yet serves a small request.
+    // The free 41 MiB tail is larger than the max split size, yet serves a small request.
     let z = a.allocate(2 * MIB).unwrap();
-    assert_eq!(a.stats().active_bytes, 7 * MIB as u64 + 2 * MIB as u64);
+    assert_eq!(a.stats().active_bytes, 21 * MIB as u64 + 2 * MIB as u64);
     assert_eq!(a.stats().num_ooms, 0);
     a.free(x);
     a.free(z);
