@@ -231,7 +231,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     /// Garbage collection, then room for the request at the end of the expandable segment
     /// (large pool) or in a new fixed segment.
     fn take_from_new_segment(&self, st: &mut State, req: &Request) -> Option<u32> {
-        self.collect_garbage(st, req);
+        self.collect_garbage(st);
         let grown = if self.grows_expandable(st, req) {
             st.expand(&self.backend, self.limit, &self.name, req.size)
         } else {
@@ -276,9 +276,13 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         st.new_segment(&self.backend, self.limit, &self.name, pool, bytes)
     }
 
-    /// Under `garbage_collection_threshold`: releases fully free segments, least recently
-    /// freed first, until a new segment for `req` keeps reserved memory under the threshold.
-    fn collect_garbage(&self, st: &mut State, req: &Request) {
+    /// Garbage collection as PyTorch's `garbage_collect_cached_blocks`: once reserved memory
+    /// exceeds `garbage_collection_threshold × limit` (the capacity when no limit is set), the
+    /// large pool's fully free fixed segments whose age (free-block lookups in the pool since
+    /// they became free) is at least the average age are released, pass after pass, until the
+    /// excess is reclaimed or nothing more can go. A pass does not stop at the target, so the
+    /// collection is not triggered again at once.
+    fn collect_garbage(&self, st: &mut State) {
         let bound = self
             .limit
             .or_else(|| self.backend.capacity().map(|c| c as u64));
@@ -286,20 +290,32 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             return;
         };
         let threshold = (bound as f64 * t) as u64;
-        let incoming = policy::segment_size(req.pool, req.size, self.config.max_split_size) as u64;
-        if st.reserved() + incoming <= threshold {
+        if st.reserved() <= threshold {
             return;
         }
-        let mut idle: Vec<(u64, u32)> = (0..st.segs.len())
-            .filter(|&i| st.is_idle_segment(i))
-            .map(|i| (st.nodes[st.segs[i].head as usize].freed_at, i as u32))
+        let target = st.reserved() - threshold;
+        let now = st.lookups[PoolKind::Large as usize];
+        let mut freeable: Vec<(u64, u32)> = (0..st.segs.len())
+            .filter(|&i| st.is_idle_segment(i) && st.segs[i].pool == PoolKind::Large)
+            .map(|i| (now - st.nodes[st.segs[i].head as usize].freed_at, i as u32))
             .collect();
-        idle.sort_unstable();
-        for (_, i) in idle {
-            if st.reserved() + incoming <= threshold {
+        let mut total_age: u64 = freeable.iter().map(|&(age, _)| age).sum();
+        let mut reclaimed = 0;
+        while reclaimed < target && !freeable.is_empty() {
+            let average = total_age as f64 / freeable.len() as f64;
+            let before = freeable.len();
+            freeable.retain(|&(age, i)| {
+                if age as f64 >= average {
+                    reclaimed += st.release_segment(&self.backend, i);
+                    total_age -= age;
+                    false
+                } else {
+                    true
+                }
+            });
+            if freeable.len() == before {
                 break;
             }
-            st.release_segment(&self.backend, i);
         }
     }
 

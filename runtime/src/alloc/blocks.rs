@@ -34,7 +34,8 @@ pub(crate) struct Node {
     pub next: u32,
     pub pool: PoolKind,
     pub allocated: bool,
-    /// Tick of the last free, for LRU release.
+    /// The pool's lookup count ([`State::lookups`]) when the block last became free: its age
+    /// for garbage collection is the lookups since.
     pub freed_at: u64,
 }
 
@@ -145,7 +146,8 @@ pub(crate) struct State {
     /// `max_split_size`, for the oversize statistics.
     pub max_split: Option<usize>,
     pub next_id: u64,
-    pub tick: u64,
+    /// Free-block lookups per pool (small, large): PyTorch's `gc_count` clock.
+    pub lookups: [u64; 2],
     pub trace: TraceRing,
     pub expandable: Option<Expandable>,
     /// The allocator's creation, the origin of trace times.
@@ -164,7 +166,7 @@ impl State {
             stats: DetailedStats::default(),
             max_split: None,
             next_id: 1,
-            tick: 0,
+            lookups: [0; 2],
             trace: TraceRing::new(trace_capacity),
             expandable: None,
             start,
@@ -215,7 +217,8 @@ impl State {
         next: u32,
     ) -> u32 {
         let pool = self.segs[seg as usize].pool;
-        let slot = self.new_node(Node::free(addr, size, seg, prev, next, pool, self.tick));
+        let now = self.lookups[pool as usize];
+        let slot = self.new_node(Node::free(addr, size, seg, prev, next, pool, now));
         self.free_set(pool).insert(size, addr, slot);
         slot
     }
@@ -332,6 +335,7 @@ impl State {
         size: usize,
         max_split: Option<usize>,
     ) -> Option<u32> {
+        self.lookups[pool as usize] += 1;
         let (bsize, baddr, slot) = match max_split {
             None => self.free_set(pool).best_fit(size)?,
             Some(_) => self.pool_free(pool).fitting(size).find(|&(b, _, slot)| {
@@ -368,9 +372,8 @@ impl State {
     /// Marks block `slot` free and merges it with free neighbours of its segment; the merged
     /// block enters its pool's free set.
     pub fn free_block(&mut self, mut slot: u32) {
-        self.tick += 1;
-        let tick = self.tick;
         let pool = self.nodes[slot as usize].pool;
+        let tick = self.lookups[pool as usize];
         self.nodes[slot as usize].allocated = false;
         let prev = self.nodes[slot as usize].prev;
         if prev != NIL && !self.nodes[prev as usize].allocated {

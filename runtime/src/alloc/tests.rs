@@ -249,25 +249,55 @@ fn max_split_size_keeps_large_blocks_whole() {
 }
 
 #[test]
-fn garbage_collection_threshold_releases_least_recently_used_segments() {
+fn garbage_collection_frees_blocks_older_than_the_average_once_the_threshold_is_crossed() {
     let cfg = fixed_config()
         .with_memory_limit(100 * MIB as u64)
         .with_garbage_collection_threshold(0.5);
     let a = alloc(None, cfg);
-    let blocks: Vec<Block> = (0..3).map(|_| a.allocate(12 * MIB).unwrap()).collect();
-    let first = blocks[0].addr;
-    for b in blocks {
+    let hot = a.allocate(30 * MIB).unwrap();
+    let hot_addr = hot.addr;
+    let old: Vec<Block> = (0..2).map(|_| a.allocate(12 * MIB).unwrap()).collect();
+    let old_addrs: Vec<u64> = old.iter().map(|b| b.addr).collect();
+    let young = a.allocate(12 * MIB).unwrap();
+    // 66 MiB reserved, above the 50 MiB threshold, but nothing is free: nothing collected.
+    assert_eq!(a.stats().reserved_bytes, 66 * MIB as u64);
+    assert_eq!(a.stats().backend_frees, 0);
+    a.free(hot);
+    for b in old {
         a.free(b);
     }
-    assert_eq!(a.stats().reserved_bytes, 36 * MIB as u64);
-    // A 16 MiB segment would take reserved to 52 MiB > 50 MiB: the oldest idle segment goes.
-    let b = a.allocate(16 * MIB).unwrap();
+    // Four large lookups served by the hot segment age the two old ones.
+    for _ in 0..4 {
+        let b = a.allocate(20 * MIB).unwrap();
+        assert_eq!(b.addr, hot_addr);
+        a.free(b);
+    }
+    a.free(young);
+    // A 40 MiB request misses the cache. Ages in large-pool lookups: old 5 and 5, hot 1,
+    // young 1; average 3: the two old segments go (24 MiB, the excess was 16 MiB), the hot
+    // and the young one stay although the young one was freed last.
+    let big = a.allocate(40 * MIB).unwrap();
     let s = a.stats();
-    assert_eq!(s.reserved_bytes, 40 * MIB as u64);
-    assert_eq!(s.backend_frees, 1);
-    assert!(a.snapshot().segments.iter().all(|seg| seg.addr != first));
-    a.free(b);
+    assert_eq!(s.backend_frees, 2);
+    assert_eq!(s.reserved_bytes, (30 + 12 + 40) * MIB as u64);
+    let segments: Vec<u64> = a.snapshot().segments.iter().map(|g| g.addr).collect();
+    assert!(segments.contains(&hot_addr));
+    assert!(old_addrs.iter().all(|o| !segments.contains(o)));
+    a.free(big);
     check(&a);
+
+    // Below the threshold nothing is collected, however old.
+    let a = alloc(
+        None,
+        fixed_config()
+            .with_memory_limit(100 * MIB as u64)
+            .with_garbage_collection_threshold(0.5),
+    );
+    let b = a.allocate(12 * MIB).unwrap();
+    a.free(b);
+    let c = a.allocate(30 * MIB).unwrap();
+    assert_eq!(a.stats().backend_frees, 0);
+    a.free(c);
 }
 
 #[test]
@@ -1131,15 +1161,18 @@ fn garbage_collection_threshold_uses_the_capacity_without_a_limit() {
     let cfg = fixed_config().with_garbage_collection_threshold(0.5);
     let a = alloc(Some(64 * MIB), cfg);
     let x = a.allocate(12 * MIB).unwrap();
+    let w = a.allocate(24 * MIB).unwrap();
     a.free(x);
-    // 12 MiB cached + a 24 MiB segment > 32 MiB: the idle segment goes first.
-    let y = a.allocate(24 * MIB).unwrap();
+    // 36 MiB reserved is above half the 64 MiB capacity: the next miss collects the idle
+    // 12 MiB segment before reserving another.
+    let y = a.allocate(14 * MIB).unwrap();
     let s = a.stats();
     assert_eq!(
         (s.reserved_bytes, s.backend_frees, s.alloc_retries),
-        (24 * MIB as u64, 1, 0)
+        ((24 + 14) * MIB as u64, 1, 0)
     );
     a.free(y);
+    a.free(w);
 }
 
 #[test]
@@ -1301,4 +1334,155 @@ fn a_host_pool_over_device_memory_gives_no_host_pointers() {
     let mut ws = Workspace::new(&device, 4096).unwrap();
     assert!(ws.view(4096).unwrap().as_bytes_mut().is_none());
     assert!(Device::host().is_host() && Device::isolated_host().is_host());
+}
+
+#[test]
+fn max_split_size_must_exceed_20_mib_as_in_pytorch() {
+    for text in [
+        "max_split_size_mb:1",
+        "max_split_size_mb:19",
+        "max_split_size_mb:20",
+    ] {
+        let e = AllocatorConfig::parse(text).unwrap_err();
+        assert!(
+            matches!(&e, ConfigError::BadValue { key, .. } if key == "max_split_size_mb"),
+            "{text}: {e:?}"
+        );
+        let msg = e.to_string();
+        assert!(
+            msg.contains("greater than 20") && msg.contains("20 MiB"),
+            "{msg}"
+        );
+    }
+    let ok = AllocatorConfig::parse("max_split_size_mb:21").unwrap();
+    assert_eq!(ok.max_split_size, Some(21 * MIB));
+    // The builder follows the same rule, checked when the allocator is created.
+    let e = CachingAllocator::with_config(
+        HostBackend::new(),
+        AllocatorConfig::default().with_max_split_size(20 * MIB),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(e, SetupError::Config(ConfigError::BadValue { .. })),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn roundup_power2_divisions_1_is_off_and_intervals_are_accepted() {
+    let plain = alloc(None, AllocatorConfig::default());
+    let one = alloc(
+        None,
+        AllocatorConfig::parse("roundup_power2_divisions:1").unwrap(),
+    );
+    for bytes in [1000, 3 * MIB + 1, 5 * MIB + 3, 300 * MIB + 7] {
+        assert_eq!(
+            one.rounded_size(bytes),
+            plain.rounded_size(bytes),
+            "{bytes}"
+        );
+    }
+    // Up to 256 MiB: off (1); up to 512 MiB: 2 steps; above: 8 steps.
+    let cfg = AllocatorConfig::parse("roundup_power2_divisions:[256:1,512:2,>:8],round_up_x:1");
+    assert!(
+        matches!(cfg, Err(ConfigError::UnknownKey { .. })),
+        "the list is one value"
+    );
+    let cfg = AllocatorConfig::parse("roundup_power2_divisions:[256:1,512:2,>:8]").unwrap();
+    assert_eq!(cfg.roundup_power2_intervals.len(), 3);
+    let a = alloc(None, cfg);
+    assert_eq!(a.rounded_size(200 * MIB + 1), Some(200 * MIB + 512));
+    // 300 MiB + 1 lies in (256, 512] MiB: two steps of 128 MiB above 256 MiB.
+    assert_eq!(a.rounded_size(300 * MIB + 1), Some(384 * MIB));
+    // 600 MiB lies above 512 MiB: eight steps of 64 MiB above 512 MiB.
+    assert_eq!(a.rounded_size(600 * MIB), Some(640 * MIB));
+    for bad in [
+        "roundup_power2_divisions:[256:3]",
+        "roundup_power2_divisions:[300:2]",
+        "roundup_power2_divisions:[512:2,256:1]",
+        "roundup_power2_divisions:[>:2,256:1]",
+        "roundup_power2_divisions:[256:1",
+    ] {
+        let e = AllocatorConfig::parse(bad).unwrap_err();
+        assert!(
+            matches!(&e, ConfigError::BadValue { key, .. } if key == "roundup_power2_divisions"),
+            "{bad}: {e:?}"
+        );
+    }
+}
+
+#[test]
+fn out_of_memory_cause_is_judged_from_the_requests_pool() {
+    // 22 MiB device, fixed segments: a small segment with one live 1 KiB block (2 MiB minus
+    // 1 KiB free in it), and a 20 MiB segment in use. A 1.5 MiB request cannot fit anywhere.
+    let a = alloc(Some(22 * MIB), fixed_config());
+    let small = a.allocate(1000).unwrap();
+    let big = a.allocate(20 * MIB).unwrap();
+    let e = a.allocate(3 * MIB / 2).unwrap_err();
+    // The small pool's free bytes (more than the request) cannot hold a large request: the
+    // device is full, not fragmented.
+    assert_eq!(e.cause, OomCause::DeviceFull, "{e}");
+    assert_eq!(e.cached_free, 0);
+    assert_eq!(a.stats().cached_free_bytes, 2 * MIB as u64 - 1024);
+    a.free(small);
+    a.free(big);
+}
+
+#[test]
+fn detailed_statistics_follow_pytorch_per_pool_and_in_total() {
+    let a = alloc(None, fixed_config().with_max_split_size(32 * MIB));
+    let s1 = a.allocate(1000).unwrap();
+    let l1 = a.allocate(5 * MIB).unwrap();
+    let l2 = a.allocate(40 * MIB).unwrap();
+    let d = a.detailed_stats();
+    // Small: one 2 MiB segment, a 1 KiB block, the rest an inactive split block.
+    assert_eq!(d.small_pool.reserved_bytes.current, 2 * MIB as u64);
+    assert_eq!(d.small_pool.allocated_bytes.current, 1024);
+    assert_eq!(d.small_pool.requested_bytes.current, 1000);
+    assert_eq!(
+        d.small_pool.inactive_split_bytes.current,
+        2 * MIB as u64 - 1024
+    );
+    assert_eq!(d.small_pool.inactive_split.current, 1);
+    // Large: a 20 MiB segment split for 5 MiB, and a 40 MiB oversize segment taken whole.
+    assert_eq!(d.large_pool.reserved_bytes.current, 60 * MIB as u64);
+    assert_eq!(d.large_pool.allocated_bytes.current, 45 * MIB as u64);
+    assert_eq!(d.large_pool.inactive_split_bytes.current, 15 * MIB as u64);
+    assert_eq!(d.large_pool.segment.current, 2);
+    assert_eq!(d.oversize_allocations.current, 1);
+    assert_eq!(d.oversize_segments.current, 1);
+    assert_eq!(d.all.allocation.current, 3);
+    assert_eq!(d.all.reserved_bytes.current, 62 * MIB as u64);
+    a.free(l2);
+    a.free(l1);
+    let d = a.detailed_stats();
+    assert_eq!(d.large_pool.allocated_bytes.current, 0);
+    assert_eq!(d.large_pool.allocated_bytes.peak, 45 * MIB as u64);
+    assert_eq!(d.large_pool.allocated_bytes.allocated, 45 * MIB as u64);
+    assert_eq!(d.large_pool.allocated_bytes.freed, 45 * MIB as u64);
+    // The 5 MiB block merged back: its segment is whole again, not split.
+    assert_eq!(d.large_pool.inactive_split_bytes.current, 0);
+    assert_eq!(d.oversize_allocations.current, 0);
+    let map = d.to_map();
+    assert_eq!(map["allocated_bytes.all.peak"], 45 * MIB as u64 + 1024);
+    assert_eq!(map["reserved_bytes.small_pool.current"], 2 * MIB as u64);
+    assert_eq!(
+        map["inactive_split_bytes.small_pool.current"],
+        2 * MIB as u64 - 1024
+    );
+    assert_eq!(map["allocation.large_pool.allocated"], 2);
+    assert_eq!(map["num_alloc_retries"], 0);
+    assert_eq!(map["num_ooms"], 0);
+    assert_eq!(map["oversize_segments.peak"], 1);
+    // Accumulated counts go back to 0; current values and peaks stay.
+    a.reset_accumulated_stats();
+    let d = a.detailed_stats();
+    assert_eq!(d.all.allocated_bytes.allocated, 0);
+    assert_eq!(d.all.allocated_bytes.freed, 0);
+    assert_eq!(d.all.allocated_bytes.current, 1024);
+    assert_eq!(d.all.allocated_bytes.peak, 45 * MIB as u64 + 1024);
+    a.reset_peak_stats();
+    assert_eq!(a.detailed_stats().all.allocated_bytes.peak, 1024);
+    a.free(s1);
+    check(&a);
 }
