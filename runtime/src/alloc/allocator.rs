@@ -543,9 +543,15 @@ impl<B: Backend + ?Sized> Drop for CachingAllocator<B> {
         let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
         if let (Some(e), Some(vm)) = (st.expandable, self.backend.virtual_memory()) {
             if let Some(si) = e.seg {
-                let seg = &st.segs[si as usize];
-                // SAFETY: the mapped prefix of the range, unused from now on (see above).
-                unsafe { vm.unmap(seg.addr, seg.size) };
+                let mut at = st.segs[si as usize].head;
+                while at != super::blocks::NIL {
+                    let n = &st.nodes[at as usize];
+                    if n.mapped {
+                        // SAFETY: mapped pages of the range, unused from now on (see above).
+                        unsafe { vm.unmap(n.addr, n.size) };
+                    }
+                    at = n.next;
+                }
             }
             // SAFETY: reserved by this allocator, nothing mapped anymore.
             unsafe { vm.release_range(e.addr, e.virt) };

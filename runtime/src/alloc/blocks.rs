@@ -34,6 +34,9 @@ pub(crate) struct Node {
     pub next: u32,
     pub pool: PoolKind,
     pub allocated: bool,
+    /// `false` for a hole of the expandable segment whose pages were unmapped: neither free
+    /// (not in a free set, not reserved) nor allocated, until pages are mapped there again.
+    pub mapped: bool,
     /// The pool's lookup count ([`State::lookups`]) when the block last became free: its age
     /// for garbage collection is the lookups since.
     pub freed_at: u64,
@@ -61,6 +64,7 @@ impl Node {
             next,
             pool,
             allocated: false,
+            mapped: true,
             freed_at: tick,
         }
     }
@@ -185,6 +189,13 @@ impl State {
             PoolKind::Small => &self.small_free,
             PoolKind::Large => &self.large_free,
         }
+    }
+
+    /// Whether block `slot` is a free, mapped block (one a free set holds).
+    #[inline]
+    pub fn is_free(&self, slot: u32) -> bool {
+        let n = &self.nodes[slot as usize];
+        !n.allocated && n.mapped
     }
 
     /// Whether block `slot` lies in the expandable segment.
@@ -376,7 +387,7 @@ impl State {
         let tick = self.lookups[pool as usize];
         self.nodes[slot as usize].allocated = false;
         let prev = self.nodes[slot as usize].prev;
-        if prev != NIL && !self.nodes[prev as usize].allocated {
+        if prev != NIL && self.is_free(prev) {
             let (psize, paddr) = (
                 self.nodes[prev as usize].size,
                 self.nodes[prev as usize].addr,
@@ -387,7 +398,7 @@ impl State {
             slot = prev;
         }
         let next = self.nodes[slot as usize].next;
-        if next != NIL && !self.nodes[next as usize].allocated {
+        if next != NIL && self.is_free(next) {
             let (nsize, naddr) = (
                 self.nodes[next as usize].size,
                 self.nodes[next as usize].addr,
@@ -404,7 +415,7 @@ impl State {
     }
 
     /// Merges the block after `slot` into `slot` (both in the same segment).
-    fn absorb_next(&mut self, slot: u32) {
+    pub fn absorb_next(&mut self, slot: u32) {
         let next = self.nodes[slot as usize].next;
         let (nsize, nnext) = (
             self.nodes[next as usize].size,
@@ -467,10 +478,10 @@ impl State {
         }
     }
 
-    /// Returns the cache to the backend: the free part of the expandable segment that can be
-    /// unmapped and every fully free fixed segment. Returns the bytes released.
+    /// Returns the cache to the backend: every whole free granule of the expandable segment
+    /// and every fully free fixed segment. Returns the bytes released.
     pub fn release_cached<B: Backend + ?Sized>(&mut self, backend: &B) -> u64 {
-        let mut released = self.shrink_expandable(backend);
+        let mut released = self.unmap_free_granules(backend);
         for i in 0..self.segs.len() {
             if self.is_idle_segment(i) {
                 released += self.release_segment(backend, i as u32);
@@ -513,35 +524,38 @@ impl State {
         }
     }
 
-    /// The live segments and their blocks, by address.
+    /// The live segments and their blocks, by address. The expandable segment appears as one
+    /// segment per mapped run when holes of it were unmapped.
     pub fn segment_snapshots(&self) -> Vec<SegmentSnapshot> {
-        let mut segments: Vec<SegmentSnapshot> = self
-            .segs
-            .iter()
-            .filter(|s| s.live)
-            .map(|s| {
-                let mut blocks = Vec::new();
-                let mut at = s.head;
-                while at != NIL {
-                    let n = &self.nodes[at as usize];
-                    blocks.push(BlockSnapshot {
+        let mut segments = Vec::new();
+        for s in self.segs.iter().filter(|s| s.live) {
+            let mut run: Option<SegmentSnapshot> = None;
+            let mut at = s.head;
+            while at != NIL {
+                let n = &self.nodes[at as usize];
+                if !n.mapped {
+                    segments.extend(run.take());
+                } else {
+                    let r = run.get_or_insert_with(|| SegmentSnapshot {
+                        addr: n.addr,
+                        size: 0,
+                        pool: s.pool,
+                        expandable: s.expandable,
+                        blocks: Vec::new(),
+                    });
+                    r.size += n.size as u64;
+                    r.blocks.push(BlockSnapshot {
                         addr: n.addr,
                         size: n.size as u64,
                         allocated: n.allocated,
                         requested: if n.allocated { n.requested as u64 } else { 0 },
                         id: if n.allocated { n.id } else { 0 },
                     });
-                    at = n.next;
                 }
-                SegmentSnapshot {
-                    addr: s.addr,
-                    size: s.size as u64,
-                    pool: s.pool,
-                    expandable: s.expandable,
-                    blocks,
-                }
-            })
-            .collect();
+                at = n.next;
+            }
+            segments.extend(run);
+        }
         segments.sort_by_key(|s| s.addr);
         segments
     }
@@ -555,6 +569,7 @@ impl State {
         for (i, s) in self.segs.iter().enumerate().filter(|(_, s)| s.live) {
             segments += 1;
             reserved += s.size as u64;
+            let mut prev_unmapped = false;
             let mut at = s.head;
             let mut addr = s.addr;
             let mut prev = NIL;
@@ -567,7 +582,12 @@ impl State {
                         s.addr, n.addr
                     ));
                 }
-                if n.allocated {
+                if !n.mapped {
+                    if prev_unmapped || !s.expandable || n.next == NIL {
+                        return Err(format!("unmapped block {:#x} misplaced", n.addr));
+                    }
+                    reserved -= n.size as u64;
+                } else if n.allocated {
                     active += n.size as u64;
                     allocated += n.size as u64;
                     blocks += 1;
@@ -586,7 +606,8 @@ impl State {
                         return Err(format!("free block {:#x} missing from its pool", n.addr));
                     }
                 }
-                prev_free = !n.allocated;
+                prev_free = !n.allocated && n.mapped;
+                prev_unmapped = !n.mapped;
                 addr += n.size as u64;
                 prev = at;
                 at = n.next;

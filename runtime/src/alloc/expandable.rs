@@ -6,7 +6,9 @@
 
 use super::blocks::{State, NIL};
 use super::policy::ADDR_LIMIT;
-use super::{Backend, BackendError, ExpandableSegments, SegmentMode, SetupError, TraceEventKind};
+use super::{
+    Backend, BackendError, ExpandableSegments, PoolKind, SegmentMode, SetupError, TraceEventKind,
+};
 
 /// The large pool's expandable segment: a reserved address range whose mapped prefix is a
 /// segment that grows (map at the end) and shrinks (unmap free granules).
@@ -33,8 +35,8 @@ enum Unavailable {
     Reserve { bytes: usize, message: String },
 }
 
-/// Reserves the expandable segment's address range: `limit` bytes, else the device capacity,
-/// else [`DEFAULT_EXPANDABLE_RANGE`], after the backend's self-test.
+/// Reserves the expandable segment's address range: twice `limit`, else twice the device
+/// capacity, else [`DEFAULT_EXPANDABLE_RANGE`], after the backend's self-test.
 fn setup<B: Backend + ?Sized>(backend: &B, limit: Option<u64>) -> Result<Expandable, Unavailable> {
     let vm = backend
         .virtual_memory()
@@ -42,10 +44,12 @@ fn setup<B: Backend + ?Sized>(backend: &B, limit: Option<u64>) -> Result<Expanda
     vm.self_test()
         .map_err(|e| Unavailable::SelfTest(e.to_string()))?;
     let granularity = vm.granularity();
+    // Twice the bound: unmapped holes (see `unmap_free_granules`) keep their address space, so
+    // the end of the mapping can lie past the bound while reserved memory stays within it.
     let wanted = limit
         .map(|l| usize::try_from(l).unwrap_or(usize::MAX))
         .or(backend.capacity())
-        .unwrap_or(DEFAULT_EXPANDABLE_RANGE);
+        .map_or(DEFAULT_EXPANDABLE_RANGE, |b| b.saturating_mul(2));
     let virt = wanted
         .checked_next_multiple_of(granularity)
         .ok_or_else(|| Unavailable::Reserve {
@@ -157,6 +161,9 @@ impl State {
         let (Some(e), Some(vm)) = (self.expandable, backend.virtual_memory()) else {
             return false;
         };
+        if let Some(mapped) = self.map_into_hole(vm, e, limit, name, size) {
+            return mapped;
+        }
         let (mapped, tail_free) = match e.seg {
             Some(si) => {
                 let seg = &self.segs[si as usize];
@@ -218,52 +225,210 @@ impl State {
         true
     }
 
-    /// Unmaps the free tail of the expandable segment (whole granules); returns bytes released.
-    pub fn shrink_expandable<B: Backend + ?Sized>(&mut self, backend: &B) -> u64 {
+    /// Unmaps every whole granule of every free block of the expandable segment (PyTorch's
+    /// `release_expandable_segment`): the granules inside a free block become an unmapped hole
+    /// (the block's unaligned ends stay free and mapped), holes at the end are cut off the
+    /// segment, and a segment left without mapped pages goes. Returns the bytes unmapped.
+    pub fn unmap_free_granules<B: Backend + ?Sized>(&mut self, backend: &B) -> u64 {
         let (Some(e), Some(vm)) = (self.expandable, backend.virtual_memory()) else {
             return 0;
         };
         let Some(si) = e.seg else { return 0 };
-        let seg = self.segs[si as usize].clone();
-        let tail = seg.tail;
-        let (taddr, tsize, tprev, tfree) = {
-            let t = &self.nodes[tail as usize];
-            (t.addr, t.size, t.prev, !t.allocated)
-        };
-        let end = seg.addr + seg.size as u64;
-        let cut = (taddr - e.addr).next_multiple_of(e.granularity as u64) + e.addr;
-        if !tfree || cut >= end {
-            return 0;
+        let pool = self.segs[si as usize].pool;
+        let gran = e.granularity as u64;
+        let mut released = 0u64;
+        let mut at = self.segs[si as usize].head;
+        while at != NIL {
+            let next = self.nodes[at as usize].next;
+            if !self.is_free(at) {
+                at = next;
+                continue;
+            }
+            let (addr, size) = (self.nodes[at as usize].addr, self.nodes[at as usize].size);
+            let lo = (addr - e.addr).next_multiple_of(gran) + e.addr;
+            let hi = (addr + size as u64 - e.addr) / gran * gran + e.addr;
+            if hi <= lo {
+                at = next;
+                continue;
+            }
+            // SAFETY: `[lo, hi)` is mapped (inside a mapped free block) and nothing handed
+            // out uses it.
+            unsafe { vm.unmap(lo, (hi - lo) as usize) };
+            released += hi - lo;
+            self.free_set(pool).remove(size, addr, at);
+            self.note_inactive(at, size, false);
+            // [addr, lo) stays free and mapped, [lo, hi) becomes the hole, [hi, end) free.
+            let hole = if lo > addr {
+                self.nodes[at as usize].size = (lo - addr) as usize;
+                let h = self.insert_node_after(at, lo, (hi - lo) as usize);
+                self.free_set(pool).insert((lo - addr) as usize, addr, at);
+                self.note_inactive(at, (lo - addr) as usize, true);
+                h
+            } else {
+                self.nodes[at as usize].size = (hi - lo) as usize;
+                at
+            };
+            self.nodes[hole as usize].mapped = false;
+            let end = addr + size as u64;
+            if end > hi {
+                let rest = self.insert_node_after(hole, hi, (end - hi) as usize);
+                self.free_set(pool).insert((end - hi) as usize, hi, rest);
+                self.note_inactive(rest, (end - hi) as usize, true);
+            }
+            // A hole next to a hole is one hole.
+            let prev = self.nodes[hole as usize].prev;
+            let hole = if prev != NIL && !self.nodes[prev as usize].mapped {
+                self.absorb_next(prev);
+                prev
+            } else {
+                hole
+            };
+            let after = self.nodes[hole as usize].next;
+            if after != NIL && !self.nodes[after as usize].mapped {
+                self.absorb_next(hole);
+            }
+            self.stats.on_release(pool, (hi - lo) as usize, false);
+            self.record(TraceEventKind::SegmentFree, lo, hi - lo);
+            at = self.nodes[hole as usize].next;
         }
-        let bytes = (end - cut) as usize;
-        // SAFETY: `[cut, end)` is mapped (inside the segment) and lies in a free block, so
-        // nothing handed out uses it.
-        unsafe { vm.unmap(cut, bytes) };
-        self.free_set(seg.pool).remove(tsize, taddr, tail);
-        self.note_inactive(tail, tsize, false);
-        let keep = (cut - taddr) as usize;
-        let mut gone = false;
-        if keep > 0 {
-            self.nodes[tail as usize].size = keep;
-            self.free_set(seg.pool).insert(keep, taddr, tail);
-            self.note_inactive(tail, keep, true);
-        } else if tprev != NIL {
-            self.nodes[tprev as usize].next = NIL;
-            self.segs[si as usize].tail = tprev;
-            self.spare_nodes.push(tail);
+        self.trim_unmapped_tail(si);
+        released
+    }
+
+    /// Maps pages into the first unmapped hole that, with the free block before it (and, when
+    /// the whole hole is mapped, the one after it), holds a `size` request: only the granules
+    /// needed. `None`: no such hole (grow at the end instead).
+    fn map_into_hole(
+        &mut self,
+        vm: &dyn super::VirtualMemory,
+        e: Expandable,
+        limit: Option<u64>,
+        name: &str,
+        size: usize,
+    ) -> Option<bool> {
+        let si = e.seg?;
+        let mut at = self.segs[si as usize].head;
+        while at != NIL {
+            let (mapped, hole, prev, next) = {
+                let n = &self.nodes[at as usize];
+                (n.mapped, n.size, n.prev, n.next)
+            };
+            let free_size = |st: &State, s: u32| {
+                if s != NIL && st.is_free(s) {
+                    st.nodes[s as usize].size
+                } else {
+                    0
+                }
+            };
+            let (before, after) = (free_size(self, prev), free_size(self, next));
+            let need = if mapped {
+                None
+            } else if before + hole >= size {
+                Some(
+                    size.saturating_sub(before)
+                        .next_multiple_of(e.granularity)
+                        .min(hole),
+                )
+            } else if before + hole + after >= size {
+                Some(hole)
+            } else {
+                None
+            };
+            // A hole whose pages would cross the limit is skipped: the end may need fewer.
+            let Some(need) =
+                need.filter(|&n| limit.is_none_or(|l| self.reserved() + n as u64 <= l))
+            else {
+                at = next;
+                continue;
+            };
+            let addr = self.nodes[at as usize].addr;
+            // SAFETY: `[addr, addr + need)` lies in an unmapped hole of the reserved range.
+            if let Err(err) = unsafe { vm.map(addr, need) } {
+                if let BackendError::Driver(msg) = err {
+                    tracing::warn!(device = %name, "mapping pages failed: {msg}");
+                }
+                return Some(false);
+            }
+            if need < hole {
+                let rest = self.insert_node_after(at, addr + need as u64, hole - need);
+                self.nodes[rest as usize].mapped = false;
+                self.nodes[at as usize].size = need;
+            }
+            self.nodes[at as usize].mapped = true;
+            let pool = self.nodes[at as usize].pool;
+            self.stats.on_reserve(pool, need, false);
+            self.record(TraceEventKind::SegmentAlloc, addr, need as u64);
+            // The mapped pages join their free neighbours like a freed block.
+            self.free_block(at);
+            return Some(true);
+        }
+        None
+    }
+
+    /// A new free node of `size` bytes at `addr` linked right after `slot` (not entered into a
+    /// free set).
+    fn insert_node_after(&mut self, slot: u32, addr: u64, size: usize) -> u32 {
+        let (seg, next) = (
+            self.nodes[slot as usize].seg,
+            self.nodes[slot as usize].next,
+        );
+        let pool = self.nodes[slot as usize].pool;
+        let now = self.lookups[pool as usize];
+        let mut node = self.nodes[slot as usize].clone();
+        node.addr = addr;
+        node.size = size;
+        node.allocated = false;
+        node.mapped = true;
+        node.prev = slot;
+        node.next = next;
+        node.seg = seg;
+        node.freed_at = now;
+        let new = self.new_node(node);
+        self.nodes[slot as usize].next = new;
+        if next != NIL {
+            self.nodes[next as usize].prev = new;
         } else {
-            // Nothing mapped anymore: the segment goes, the address range stays reserved.
+            self.segs[seg as usize].tail = new;
+        }
+        new
+    }
+
+    /// Cuts unmapped holes off the end of segment `si`; the segment goes when nothing mapped is
+    /// left (the address range stays reserved).
+    fn trim_unmapped_tail(&mut self, si: u32) {
+        loop {
+            let tail = self.segs[si as usize].tail;
+            if tail == NIL || self.nodes[tail as usize].mapped {
+                return;
+            }
+            let (size, prev) = (
+                self.nodes[tail as usize].size,
+                self.nodes[tail as usize].prev,
+            );
             self.spare_nodes.push(tail);
-            self.segs[si as usize].live = false;
-            self.spare_segs.push(si);
-            gone = true;
-            if let Some(x) = self.expandable.as_mut() {
-                x.seg = None;
+            self.segs[si as usize].size -= size;
+            if prev == NIL {
+                let seg = &mut self.segs[si as usize];
+                seg.live = false;
+                seg.head = NIL;
+                seg.tail = NIL;
+                self.spare_segs.push(si);
+                self.stats.on_segment_gone(PoolKind::Large);
+                if let Some(x) = self.expandable.as_mut() {
+                    x.seg = None;
+                }
+                return;
+            }
+            // The new tail loses a neighbour: re-note it if it is a free block.
+            let was = self.is_free(prev).then(|| self.nodes[prev as usize].size);
+            if let Some(b) = was {
+                self.note_inactive(prev, b, false);
+            }
+            self.nodes[prev as usize].next = NIL;
+            self.segs[si as usize].tail = prev;
+            if let Some(b) = was {
+                self.note_inactive(prev, b, true);
             }
         }
-        self.segs[si as usize].size -= bytes;
-        self.stats.on_release(seg.pool, bytes, gone);
-        self.record(TraceEventKind::SegmentFree, cut, bytes as u64);
-        bytes as u64
     }
 }

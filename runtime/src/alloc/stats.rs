@@ -198,6 +198,14 @@ impl DetailedStats {
         }
     }
 
+    /// A segment of `pool` went without a backend call of its own (the expandable segment
+    /// after its last pages were unmapped).
+    pub(crate) fn on_segment_gone(&mut self, pool: PoolKind) {
+        for p in self.pools(pool) {
+            p.segment.decrease(1);
+        }
+    }
+
     /// A free block of `bytes` in a segment holding other blocks appeared (`true`) or went
     /// (`false`: taken, merged, released).
     #[inline]

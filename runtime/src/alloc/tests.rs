@@ -711,13 +711,14 @@ fn expandable_segment_grows_at_its_tail_and_shrinks_on_empty_cache() {
     // A plain free unmaps nothing: the 16 MiB tail stays mapped (cached) until empty_cache.
     assert_eq!(a.stats().reserved_bytes, 24 * MIB as u64);
     assert_eq!(a.stats().backend_frees, 0);
-    // empty_cache unmaps the free tail in whole granules; the live block stays mapped.
-    assert_eq!(a.empty_cache(), 16 * MIB as u64);
-    assert_eq!(a.stats().reserved_bytes, 8 * MIB as u64);
-    assert_eq!(a.backend().in_use(), 8 * MIB);
+    // empty_cache unmaps every whole free granule, as PyTorch: the 16 MiB tail and the first
+    // two granules of the free 5 MiB head (its last 1 MiB shares a granule with y and stays).
+    assert_eq!(a.empty_cache(), 20 * MIB as u64);
+    assert_eq!(a.stats().reserved_bytes, 4 * MIB as u64);
+    assert_eq!(a.backend().in_use(), 4 * MIB);
     check(&a);
     a.free(y);
-    assert_eq!(a.empty_cache(), 8 * MIB as u64);
+    assert_eq!(a.empty_cache(), 4 * MIB as u64);
     let s = a.stats();
     assert_eq!((s.reserved_bytes, s.segments), (0, 0));
     assert_eq!(a.backend().in_use(), 0);
@@ -1024,11 +1025,16 @@ fn the_self_test_runs_once_at_creation_and_its_failure_means_fixed_segments_unde
 fn fragmentation_under_expandable_segments_does_not_suggest_turning_them_on() {
     let a = alloc(Some(40 * MIB), AllocatorConfig::default());
     assert!(a.uses_expandable_segments());
-    // 32 MiB mapped in 4 MiB blocks; every other block of the first six freed: 12 MiB in three
-    // holes between live blocks, and only 8 MiB left on the device for the tail to grow by.
-    let mut blocks: Vec<Option<Block>> =
-        (0..8).map(|_| Some(a.allocate(4 * MIB).unwrap())).collect();
-    for i in [1, 3, 5] {
+    // 32 MiB mapped in pairs of a 1.5 MiB and a 2.5 MiB block; the 1.5 MiB ones freed: 12 MiB
+    // in eight holes between live blocks, none holding a whole 2 MiB granule (so the
+    // out-of-memory path can unmap none of it), and only 8 MiB left on the device.
+    let mut blocks: Vec<Option<Block>> = (0..16)
+        .map(|i| {
+            let size = if i % 2 == 0 { 3 * MIB / 2 } else { 5 * MIB / 2 };
+            Some(a.allocate(size).unwrap())
+        })
+        .collect();
+    for i in (0..16).step_by(2) {
         a.free(blocks[i].take().unwrap());
     }
     assert_eq!(a.stats().reserved_bytes, 32 * MIB as u64);
@@ -1037,11 +1043,11 @@ fn fragmentation_under_expandable_segments_does_not_suggest_turning_them_on() {
     assert_eq!(err.segments, SegmentMode::Expandable);
     assert_eq!(
         (err.cached_free, err.largest_free_block, err.device_free),
-        (12 * MIB as u64, 4 * MIB as u64, 8 * MIB as u64)
+        (12 * MIB as u64, 3 * MIB as u64 / 2, 8 * MIB as u64)
     );
     let msg = err.to_string();
     assert!(
-        msg.contains("fragmentation: 12.0 MiB cached free (plus 8.0 MiB the device can still provide), but the largest free block is 4.0 MiB"),
+        msg.contains("fragmentation: 12.0 MiB cached free (plus 8.0 MiB the device can still provide), but the largest free block is 1.5 MiB"),
         "{msg}"
     );
     assert!(!msg.contains("expandable_segments:true"), "{msg}");
@@ -1484,5 +1490,65 @@ fn detailed_statistics_follow_pytorch_per_pool_and_in_total() {
     a.reset_peak_stats();
     assert_eq!(a.detailed_stats().all.allocated_bytes.peak, 1024);
     a.free(s1);
+    check(&a);
+}
+
+#[cfg(unix)]
+#[test]
+fn expandable_release_unmaps_every_whole_free_granule_and_holes_are_mapped_again() {
+    assert_eq!(HOST_MAP_GRANULARITY, 2 * MIB);
+    let a = alloc(
+        Some(64 * MIB),
+        AllocatorConfig::default().with_expandable_segments(true),
+    );
+    let x = a.allocate(6 * MIB).unwrap();
+    let y = a.allocate(2 * MIB).unwrap();
+    let z = a.allocate(6 * MIB).unwrap();
+    let w = a.allocate(2 * MIB).unwrap();
+    let base = x.addr;
+    a.free(x);
+    a.free(z);
+    assert_eq!(a.stats().reserved_bytes, 16 * MIB as u64);
+    // Not only the tail: both free 6 MiB blocks between live ones go back.
+    assert_eq!(a.empty_cache(), 12 * MIB as u64);
+    let s = a.stats();
+    assert_eq!(s.reserved_bytes, 4 * MIB as u64);
+    assert_eq!(s.backend_frees, 2);
+    assert_eq!(a.backend().in_use(), 4 * MIB);
+    // The snapshot shows the mapped runs: y's and w's granules.
+    let runs: Vec<(u64, u64)> = a
+        .snapshot()
+        .segments
+        .iter()
+        .map(|g| (g.addr - base, g.size))
+        .collect();
+    assert_eq!(
+        runs,
+        vec![
+            (6 * MIB as u64, 2 * MIB as u64),
+            (14 * MIB as u64, 2 * MIB as u64)
+        ]
+    );
+    check(&a);
+    // A request that fits a hole maps only the granules it needs there, not at the end.
+    let v = a.allocate(3 * MIB).unwrap();
+    assert_eq!(v.addr, base);
+    let s = a.stats();
+    assert_eq!(s.reserved_bytes, 8 * MIB as u64);
+    // Four mappings as x, y, z and w were allocated, one for v.
+    assert_eq!(s.backend_allocs, 5);
+    // The free MiB after v is cached and shares the segment: an inactive split block.
+    assert_eq!(
+        a.detailed_stats().large_pool.inactive_split_bytes.current,
+        MIB as u64
+    );
+    check(&a);
+    for b in [v, y, w] {
+        a.free(b);
+    }
+    assert_eq!(a.empty_cache(), 8 * MIB as u64);
+    let s = a.stats();
+    assert_eq!((s.reserved_bytes, s.segments), (0, 0));
+    assert_eq!(a.backend().in_use(), 0);
     check(&a);
 }
