@@ -41,8 +41,8 @@ mod workspace;
 
 use crate::alloc::SetupError;
 pub use crate::alloc::{
-    BucketError, MemorySnapshot, MemoryStats, OomCause, OutOfMemory, PressureHandlerId,
-    SegmentMode, SequenceBuckets, Trace,
+    BucketError, DetailedStats, MemorySnapshot, MemoryStats, OomCause, OutOfMemory, PoolStats,
+    PressureHandlerId, SegmentMode, SequenceBuckets, Stat, Trace,
 };
 use crate::Device;
 pub use workspace::{Workspace, WorkspaceError, WorkspaceView};
@@ -50,6 +50,23 @@ pub use workspace::{Workspace, WorkspaceError, WorkspaceView};
 /// Current statistics of `device`'s allocator.
 pub fn stats(device: &Device) -> MemoryStats {
     device.allocator().stats()
+}
+
+/// PyTorch's statistics of `device` (`torch.cuda.memory_stats()`); `.to_map()` gives them under
+/// PyTorch's keys.
+pub fn detailed_stats(device: &Device) -> DetailedStats {
+    device.allocator().detailed_stats()
+}
+
+/// The text table of `torch.cuda.memory_summary()` for `device`.
+pub fn memory_summary(device: &Device) -> String {
+    device.allocator().memory_summary()
+}
+
+/// Resets the accumulated counts of `device` (totals allocated and freed, retries, OOMs, backend
+/// calls) to 0, as `torch.cuda.reset_accumulated_memory_stats()`.
+pub fn reset_accumulated_stats(device: &Device) {
+    device.allocator().reset_accumulated_stats()
 }
 
 /// Resets peak statistics of `device` to the current values.

@@ -443,6 +443,11 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         lock(&self.state).stats
     }
 
+    /// The statistics as the text table PyTorch users know from `torch.cuda.memory_summary()`.
+    pub fn memory_summary(&self) -> String {
+        self.detailed_stats().summary(&self.name)
+    }
+
     /// Resets the accumulated counts (`allocated`/`freed` of every statistic, retries, OOMs,
     /// backend calls) to 0, as PyTorch's `reset_accumulated_memory_stats`.
     pub fn reset_accumulated_stats(&self) {

@@ -285,6 +285,107 @@ impl DetailedStats {
     }
 }
 
+/// PyTorch's `_format_size`: the unit chosen by the row's first value (`pref`), six digits.
+fn format_size(value: u64, pref: u64) -> String {
+    const PREFIXES: [&str; 6] = ["B  ", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let (mut value, mut pref, mut unit) = (value, pref, PREFIXES[0]);
+    for next in &PREFIXES[1..] {
+        if pref < 768 * 1024 {
+            break;
+        }
+        unit = next;
+        value /= 1024;
+        pref /= 1024;
+    }
+    format!("{value:6} {unit}")
+}
+
+/// PyTorch's `_format_count`.
+fn format_count(value: u64, pref: u64) -> String {
+    const PREFIXES: [&str; 3] = [" ", "K", "M"];
+    let (mut value, mut pref, mut unit) = (value, pref, PREFIXES[0]);
+    for next in &PREFIXES[1..] {
+        if pref < 750 * 1000 {
+            break;
+        }
+        unit = next;
+        value /= 1000;
+        pref /= 1000;
+    }
+    format!("{value:7} {unit} ")
+}
+
+impl DetailedStats {
+    /// The text table of `torch.cuda.memory_summary()`, for `device`: current, peak, total
+    /// allocated and total freed of each statistic, in total and per pool.
+    pub fn summary(&self, device: &str) -> String {
+        let rule = |c: char| c.to_string().repeat(75);
+        let mut lines = vec![
+            rule('='),
+            format!(
+                " {:<73} ",
+                format!("{:16} vramguard memory summary, device {device}", "")
+            ),
+            rule('-'),
+            format!(
+                " {:<34}| {:<37} ",
+                format!("{:9} OOMs: {}", "", self.num_ooms),
+                format!("{:6} allocation retries: {}", "", self.num_alloc_retries)
+            ),
+            rule('='),
+            "        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  ".into(),
+        ];
+        type Pick = fn(&PoolStats) -> &Stat;
+        type Format = fn(u64, u64) -> String;
+        let rows: [(&str, Pick, Format); 9] = [
+            ("Allocated memory", |p| &p.allocated_bytes, format_size),
+            ("Active memory", |p| &p.active_bytes, format_size),
+            ("Requested memory", |p| &p.requested_bytes, format_size),
+            ("Reserved memory", |p| &p.reserved_bytes, format_size),
+            (
+                "Non-releasable memory",
+                |p| &p.inactive_split_bytes,
+                format_size,
+            ),
+            ("Allocations", |p| &p.allocation, format_count),
+            ("Active allocs", |p| &p.active, format_count),
+            ("Reserved segments", |p| &p.segment, format_count),
+            ("Non-releasable allocs", |p| &p.inactive_split, format_count),
+        ];
+        let row = |name: &str, s: &Stat, pref: &Stat, f: Format| {
+            format!(
+                " {name:<21} | {} | {} | {} | {} ",
+                f(s.current, pref.current),
+                f(s.peak, pref.peak),
+                f(s.allocated, pref.allocated),
+                f(s.freed, pref.freed)
+            )
+        };
+        for (name, pick, f) in rows {
+            lines.push(rule('-'));
+            let all = pick(&self.all);
+            lines.push(row(name, all, all, f));
+            lines.push(row("      from large pool", pick(&self.large_pool), all, f));
+            lines.push(row("      from small pool", pick(&self.small_pool), all, f));
+        }
+        for (name, s) in [
+            ("Oversize allocations", &self.oversize_allocations),
+            ("Oversize segments", &self.oversize_segments),
+        ] {
+            lines.push(rule('-'));
+            lines.push(row(name, s, s, format_count));
+        }
+        lines.push(rule('='));
+        let mut out = String::new();
+        for line in lines {
+            out.push('|');
+            out.push_str(&line);
+            out.push_str("|\n");
+        }
+        out
+    }
+}
+
 impl PoolStats {
     fn stats_mut(&mut self) -> [&mut Stat; 9] {
         [

@@ -1552,3 +1552,55 @@ fn expandable_release_unmaps_every_whole_free_granule_and_holes_are_mapped_again
     assert_eq!(a.backend().in_use(), 0);
     check(&a);
 }
+
+#[test]
+fn memory_summary_is_pytorchs_table() {
+    let a = alloc(None, fixed_config());
+    let s = a.allocate(1000).unwrap();
+    let l = a.allocate(5 * MIB).unwrap();
+    a.free(l);
+    let text = a.memory_summary();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines.iter().all(|l| l.chars().count() == 77), "{text}");
+    assert!(
+        lines[1].contains("vramguard memory summary, device host"),
+        "{text}"
+    );
+    assert!(lines[3].contains("OOMs: 0") && lines[3].contains("allocation retries: 0"));
+    assert_eq!(
+        lines[5],
+        "|        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  |"
+    );
+    // Each column takes its unit from the "all" row's value (PyTorch's `_format_size`: the
+    // next unit once that value reaches 768 of the current one), so the pool rows line up.
+    assert_eq!(
+        lines[7],
+        "| Allocated memory      |   1024 B   |   5121 KiB |   5121 KiB |   5120 KiB |"
+    );
+    assert_eq!(
+        lines[8],
+        "|       from large pool |      0 B   |   5120 KiB |   5120 KiB |   5120 KiB |"
+    );
+    assert_eq!(
+        lines[9],
+        "|       from small pool |   1024 B   |      1 KiB |      1 KiB |      0 KiB |"
+    );
+    assert!(
+        text.contains(
+            "| Reserved memory       |  22528 KiB |  22528 KiB |  22528 KiB |      0 B   |"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "| Allocations           |       1    |       2    |       2    |       1    |"
+        ),
+        "{text}"
+    );
+    assert_eq!(memory_summary_keys(&a), 4 * 9 * 3 + 4 * 2 + 4);
+    a.free(s);
+}
+
+fn memory_summary_keys(a: &CachingAllocator<HostBackend>) -> usize {
+    a.detailed_stats().to_map().len()
+}
