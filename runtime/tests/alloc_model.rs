@@ -151,8 +151,14 @@ fn really_could_not_fit(device: &Device, n: usize, e: &OutOfMemory) -> Result<()
     };
     if room >= least {
         return Err(format!(
-            "{room} bytes left under the bound, {least} needed ({:?})",
-            e.cause
+            "{room} bytes left under the bound, {least} needed ({:?}; the device said {} free; \
+             segments {:?})",
+            e.cause,
+            e.device_free,
+            snap.segments
+                .iter()
+                .map(|g| (g.addr, g.size, g.expandable))
+                .collect::<Vec<_>>()
         ));
     }
     Ok(())

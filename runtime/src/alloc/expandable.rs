@@ -347,7 +347,9 @@ impl State {
                 if let BackendError::Driver(msg) = err {
                     tracing::warn!(device = %name, "mapping pages failed: {msg}");
                 }
-                return Some(false);
+                // The end of the mapping may need fewer pages than this hole.
+                at = next;
+                continue;
             }
             if need < hole {
                 let rest = self.insert_node_after(at, addr + need as u64, hole - need);
