@@ -57,6 +57,7 @@ use std::hint::black_box;
 use std::time::Instant;
 use vramguard::alloc::{AllocatorConfig, HostBackend};
 use vramguard::memory::OutOfMemory;
+use vramguard::scope::BatchScope;
 use vramguard::{memory, Device};
 
 /// xorshift64*: deterministic, no dependency.
@@ -216,13 +217,27 @@ fn min_capacity(
             config.clone(),
         );
         if let Ok(device) = device {
-            if steps.iter().all(|&(b, t)| forward(&device, b, t).is_ok()) {
+            let runs = steps.iter().all(|&(b, t)| {
+                let _iteration = BatchScope::enter("alloc_bench trace");
+                forward(&device, b, t).is_ok()
+            });
+            if runs {
                 return Some(capacity);
             }
         }
         capacity += STEP;
     }
     None
+}
+
+/// Whether every step runs on `device` (a fresh bounded one), each in a batch scope.
+fn runs_on(device: &Device, steps: &[(usize, usize)]) -> bool {
+    let ok = steps.iter().all(|&(b, t)| {
+        let _iteration = BatchScope::enter("alloc_bench trace (probe)");
+        forward(device, b, t).is_ok()
+    });
+    memory::empty_cache(device);
+    ok
 }
 
 struct TraceResult {
@@ -241,13 +256,18 @@ fn replay(device: &Device, steps: &[(usize, usize)], warmup: bool) -> TraceResul
             .fold((0, 0), |m, &(b, t)| (m.0.max(b), m.1.max(t)));
         forward_unbounded(device, b, t);
     }
+    // Each step is one iteration of a batch scope, as `#[batch_scope]` makes it.
+    let step = |b: usize, t: usize| {
+        let _iteration = BatchScope::enter("alloc_bench trace");
+        forward_unbounded(device, b, t);
+    };
     let half = steps.len() / 2;
     for &(b, t) in &steps[..half] {
-        forward_unbounded(device, b, t);
+        step(b, t);
     }
     let mid = memory::stats(device);
     for &(b, t) in &steps[half..] {
-        forward_unbounded(device, b, t);
+        step(b, t);
     }
     let end = memory::stats(device);
     TraceResult {
@@ -346,6 +366,9 @@ fn main() {
         ));
     }
     let base = replay(&default_device, &steps, false);
+    let (planned, left_plan) = default_device.allocator().planning_counts();
+    report.metric("trace_requests_planned", planned as f64, Unit::Count);
+    report.metric("trace_requests_left_plan", left_plan as f64, Unit::Count);
     drop(default_device);
     report.metric_with_target(
         "trace_peak_reserved_over_allocated",
@@ -369,6 +392,30 @@ fn main() {
     report.metric(
         "trace_peak_reserved_bytes",
         base.peak_reserved as f64,
+        Unit::Bytes,
+    );
+
+    let unplanned = replay(
+        &new_device(
+            cuda,
+            AllocatorConfig::default().with_iteration_planning(false),
+        ),
+        &steps,
+        false,
+    );
+    report.metric(
+        "trace_peak_reserved_over_allocated_unplanned",
+        unplanned.ratio,
+        Unit::Ratio,
+    );
+    report.metric(
+        "trace_backend_calls_steady_unplanned",
+        unplanned.steady_calls as f64,
+        Unit::Count,
+    );
+    report.metric(
+        "trace_peak_reserved_bytes_unplanned",
+        unplanned.peak_reserved as f64,
         Unit::Bytes,
     );
 
@@ -416,6 +463,7 @@ fn main() {
             Unit::Count,
         );
         // What the trace needs when memory is scarce: the smallest bounded device it runs on.
+        let mut limited_capacity = None;
         for (name, config) in [
             (
                 "trace_min_capacity_over_allocated",
@@ -428,9 +476,35 @@ fn main() {
         ] {
             let most = base.peak_reserved.max(fixed.peak_reserved);
             match min_capacity(&steps, &config, base.peak_allocated, most) {
-                Some(c) => report.metric(name, c as f64 / base.peak_allocated as f64, Unit::Ratio),
+                Some(c) => {
+                    report.metric(name, c as f64 / base.peak_allocated as f64, Unit::Ratio);
+                    if config == AllocatorConfig::default() {
+                        limited_capacity = Some(c);
+                    }
+                }
                 None => report.note(&format!("{name}: no capacity up to the unbounded peak")),
             }
+        }
+        // The same trace where frees must give memory back: the smallest device it runs on
+        // (below what caching every shape takes), so the out-of-memory path unmaps free
+        // granules and maps them again.
+        if let Some(c) = limited_capacity {
+            for (name, config) in [
+                ("trace_backend_calls_limited", AllocatorConfig::default()),
+                (
+                    "trace_backend_calls_limited_unplanned",
+                    AllocatorConfig::default().with_iteration_planning(false),
+                ),
+            ] {
+                match Device::host_pool(HostBackend::with_capacity(c as usize), config) {
+                    Ok(device) if runs_on(&device, &steps) => {
+                        let limited = replay(&device, &steps, false);
+                        report.metric(name, limited.steady_calls as f64, Unit::Count);
+                    }
+                    _ => report.note(&format!("{name}: the trace does not run on {c} bytes")),
+                }
+            }
+            report.metric("trace_limited_capacity_bytes", c as f64, Unit::Bytes);
         }
     }
 

@@ -162,10 +162,13 @@ impl Device {
         matches!(self, Device::Cuda(_))
     }
 
-    /// Allocates `bytes` bytes on this device, attributed to the innermost batch scope.
+    /// Allocates `bytes` bytes on this device, attributed to the innermost batch scope (whose
+    /// iterations the allocator plans: see `iteration_planning` in
+    /// [`AllocatorConfig`](crate::alloc::AllocatorConfig)).
     pub fn allocate(&self, bytes: usize) -> Result<Allocation, OutOfMemory> {
-        let block = self.allocator().allocate(bytes)?;
         let scope = crate::scope::current_tracker();
+        let iteration = scope.as_ref().map(|t| t.iteration_id());
+        let block = self.allocator().allocate_in(bytes, iteration)?;
         if let Some(tracker) = &scope {
             tracker.on_alloc_on(self.allocator(), block.id, block.size);
         }

@@ -30,7 +30,7 @@
 //! Reports are queryable with [`last_report`]. Labels are per thread: two threads running the
 //! same loop keep separate iteration counts and live sets.
 
-use crate::alloc::DeviceAllocator;
+use crate::alloc::{DeviceAllocator, IterationId};
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -245,6 +245,21 @@ impl BatchScopeGuard {
             }
         });
         let (mut report, devices) = self.tracker.end_iteration(&self.snapshot, &self.options);
+        // The allocators plan the scope's next iteration from this one.
+        let touched: Vec<Arc<DeviceAllocator>> = self
+            .tracker
+            .state()
+            .touched
+            .drain()
+            .map(|(_, a)| a)
+            .collect();
+        let id = IterationId {
+            scope: Arc::as_ptr(&self.tracker) as u64,
+            iteration: self.snapshot.iteration,
+        };
+        for allocator in touched {
+            allocator.end_iteration(id);
+        }
         if let Some(every) = self.options.empty_cache_every {
             if report.iterations % u64::from(every) == 0 {
                 let released = devices.iter().map(|a| a.empty_cache()).sum();
@@ -381,6 +396,8 @@ struct TrackerState {
     growth_streak: u32,
     /// Allocators of the devices allocated on since the cache policy last ran, by address.
     devices: HashMap<usize, Arc<DeviceAllocator>>,
+    /// Allocators allocated on in the current iteration, told when it ends (planning).
+    touched: HashMap<usize, Arc<DeviceAllocator>>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -455,6 +472,10 @@ impl ScopeTracker {
                 .devices
                 .entry(key.0)
                 .or_insert_with(|| Arc::clone(allocator));
+            state
+                .touched
+                .entry(key.0)
+                .or_insert_with(|| Arc::clone(allocator));
         }
     }
 
@@ -470,6 +491,14 @@ impl ScopeTracker {
             if alive.0 == 0 {
                 state.alive_by_iteration.remove(&alloc.iteration);
             }
+        }
+    }
+
+    /// The iteration allocations made now belong to, for the allocator's planning.
+    pub(crate) fn iteration_id(&self) -> IterationId {
+        IterationId {
+            scope: self as *const Self as u64,
+            iteration: self.state().current_iteration,
         }
     }
 

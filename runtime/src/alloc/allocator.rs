@@ -6,6 +6,7 @@
 
 use super::blocks::State;
 use super::expandable::{self, Resolved};
+use super::plan::{IterationId, Obstacle};
 use super::policy::{self, OomFacts, ADDR_LIMIT};
 use super::pressure::PressureHandlers;
 use super::trace::TraceRing;
@@ -198,6 +199,88 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             }
         }
         Err(self.fail(&mut st, req.requested, req.size))
+    }
+
+    /// Allocates like [`CachingAllocator::allocate`], for a request made in `iteration` of a
+    /// batch scope: with `iteration_planning` (the default) and an expandable segment, a
+    /// large-pool request of an iteration that follows the recording of the scope's previous one
+    /// is placed where the plan puts it (see the `plan` module); any other is served as usual.
+    pub fn allocate_in(
+        &self,
+        bytes: usize,
+        iteration: Option<IterationId>,
+    ) -> Result<Block, OutOfMemory> {
+        let Some(id) = iteration.filter(|_| self.config.iteration_planning) else {
+            return self.allocate(bytes);
+        };
+        let Some(req) = self.request(bytes) else {
+            return self.allocate(bytes);
+        };
+        if req.pool != PoolKind::Large || !self.uses_expandable_segments() {
+            return self.allocate(bytes);
+        }
+        let mut st = lock(&self.state);
+        let ordinal = st.planner.on_request(id);
+        if let Some(slot) = self.take_planned(&mut st, &req, ordinal) {
+            st.planner.planned += 1;
+            let block = self.hand_out(&mut st, slot, &req);
+            st.planner.on_allocated(ordinal, block.id, req.size);
+            return Ok(block);
+        }
+        if st.planner.following() {
+            st.planner.unplanned += 1;
+            st.planner.deviate();
+        }
+        drop(st);
+        let block = self.allocate(bytes)?;
+        lock(&self.state)
+            .planner
+            .on_allocated(ordinal, block.id, req.size);
+        Ok(block)
+    }
+
+    /// The block the plan puts request `ordinal` in, mapping pages at the end of the expandable
+    /// segment when the plan reaches past it.
+    fn take_planned(&self, st: &mut State, req: &Request, ordinal: u32) -> Option<u32> {
+        let e = st.expandable?;
+        let (mut live, mut holes) = (Vec::new(), Vec::new());
+        if let Some(si) = e.seg {
+            let mut at = st.segs[si as usize].head;
+            while at != super::blocks::NIL {
+                let n = &st.nodes[at as usize];
+                if !n.mapped {
+                    holes.push((n.addr, n.size));
+                } else if n.allocated {
+                    live.push(Obstacle {
+                        addr: n.addr,
+                        size: n.size,
+                        ordinal: st.planner.ordinal(n.id),
+                    });
+                }
+                at = n.next;
+            }
+        }
+        let addr = st.planner.place(ordinal, req.size, e.addr, &live, &holes)?;
+        let end = addr + req.size as u64;
+        if end > e.addr + e.virt as u64
+            || !st.map_through(&self.backend, self.limit, &self.name, end)
+        {
+            return None;
+        }
+        st.take_range(addr, req.size)
+    }
+
+    /// Ends `iteration` of a batch scope: what it allocated becomes the recording the scope's
+    /// next iteration is planned from.
+    pub fn end_iteration(&self, iteration: IterationId) {
+        lock(&self.state).planner.end_iteration(iteration);
+    }
+
+    /// Large-pool requests of batch-scope iterations placed by a plan, and those of planned
+    /// iterations that left it and were served by best fit.
+    pub fn planning_counts(&self) -> (u64, u64) {
+        let st = lock(&self.state);
+        (st.planner.planned, st.planner.unplanned)
     }
 
     /// The request's block size and pool (`None` when the size overflows).
@@ -424,6 +507,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             st.stats.on_oversize_allocation(false);
         }
         st.record(TraceEventKind::Free, block.addr, block.size as u64);
+        st.planner.on_free(block.id);
         st.free_block(slot);
     }
 

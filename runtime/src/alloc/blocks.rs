@@ -7,6 +7,7 @@
 //! `policy.rs`; growing and shrinking the expandable segment is in `expandable.rs`.
 
 use super::expandable::Expandable;
+use super::plan::Planner;
 use super::policy::{self, ADDR_LIMIT};
 use super::stats::DetailedStats;
 use super::trace::{trace_label, TraceRing};
@@ -156,6 +157,8 @@ pub(crate) struct State {
     pub expandable: Option<Expandable>,
     /// The allocator's creation, the origin of trace times.
     pub start: Instant,
+    /// Recordings and plans of batch-scope iterations.
+    pub planner: Planner,
 }
 
 impl State {
@@ -174,6 +177,7 @@ impl State {
             trace: TraceRing::new(trace_capacity),
             expandable: None,
             start,
+            planner: Planner::default(),
         }
     }
 
@@ -356,6 +360,49 @@ impl State {
         self.free_set(pool).remove(bsize, baddr, slot);
         self.note_inactive(slot, bsize, false);
         if policy::should_split(pool, self.in_expandable(slot), bsize, size, max_split) {
+            self.split(slot, size);
+        }
+        Some(slot)
+    }
+
+    /// Takes exactly `[addr, addr + size)` for a planned request, when a free block of the
+    /// expandable segment holds it: the block is cut before and after the range, the pieces
+    /// staying free. Returns the slot of the range (not yet marked allocated).
+    pub fn take_range(&mut self, addr: u64, size: usize) -> Option<u32> {
+        let si = self.expandable?.seg?;
+        let mut at = self.segs[si as usize].head;
+        while at != NIL {
+            let n = &self.nodes[at as usize];
+            if n.addr + n.size as u64 > addr {
+                break;
+            }
+            at = n.next;
+        }
+        if at == NIL || !self.is_free(at) {
+            return None;
+        }
+        let (baddr, bsize, pool) = {
+            let n = &self.nodes[at as usize];
+            (n.addr, n.size, n.pool)
+        };
+        if baddr > addr || addr + size as u64 > baddr + bsize as u64 {
+            return None;
+        }
+        self.lookups[pool as usize] += 1;
+        self.free_set(pool).remove(bsize, baddr, at);
+        self.note_inactive(at, bsize, false);
+        let slot = if addr > baddr {
+            let front = (addr - baddr) as usize;
+            self.nodes[at as usize].size = front;
+            let slot = self.insert_node_after(at, addr, bsize - front);
+            self.free_set(pool).insert(front, baddr, at);
+            self.note_inactive(at, front, true);
+            slot
+        } else {
+            at
+        };
+        let rest = self.nodes[slot as usize].size - size;
+        if rest > 0 {
             self.split(slot, size);
         }
         Some(slot)

@@ -16,6 +16,7 @@
 //! | `roundup_power2_divisions` (alias `round_up`) | 0 or 1 (off) or a power of two ≤ 64; or per size interval, `[256:1,512:2,>:8]` (MiB: up to 256 MiB 1, up to 512 MiB 2, above 8) | round sizes up to one of N steps between powers of two |
 //! | `expandable_segments` | `auto` (the default), `true` or `false` | the large pool grows one mapped address range instead of adding segments. `auto`: on when the backend can map pages (host backend on Unix; CUDA on GPUs with virtual memory management that pass a self-test), fixed segments otherwise; `true`: on, an error where unsupported; `false`: fixed segments (PyTorch's default) |
 //! | `preallocate` | bytes (same forms as `memory_limit`) | reserve this much once, at start |
+//! | `iteration_planning` | `true` (the default) or `false` | lay out each `#[batch_scope]` iteration from the previous one's allocations (expandable segments only) |
 //! | `trace_capacity` | events (0, the default, disables the trace) | length of the bounded event trace |
 
 use serde::Serialize;
@@ -39,6 +40,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "expandable_segments",
     "preallocate",
     "trace_capacity",
+    "iteration_planning",
 ];
 
 /// Whether the large pool uses an expandable segment (one reserved address range whose pages
@@ -126,6 +128,9 @@ pub struct AllocatorConfig {
     pub preallocate: usize,
     /// Events kept by the trace ring (0 disables tracing).
     pub trace_capacity: usize,
+    /// Lay out each batch-scope iteration from the recording of the scope's previous one
+    /// (offline planning made online; expandable segments only). On by default.
+    pub iteration_planning: bool,
 }
 
 impl Default for AllocatorConfig {
@@ -139,6 +144,7 @@ impl Default for AllocatorConfig {
             expandable_segments: ExpandableSegments::Auto,
             preallocate: 0,
             trace_capacity: DEFAULT_TRACE_CAPACITY,
+            iteration_planning: true,
         }
     }
 }
@@ -240,6 +246,7 @@ const DIVISIONS_FORM: &str = "0 or 1 (off) or a power of two up to 64, e.g. `4`,
 pub(crate) const MIN_MAX_SPLIT: usize = 20 * MIB + 1;
 const EXPANDABLE_FORM: &str =
     "`auto` (on where the backend can map pages; the default), `true` or `false`";
+const PLANNING_FORM: &str = "`true` (the default) or `false`";
 const COUNT_FORM: &str = "a whole number of events, e.g. `4096` (0 disables the trace)";
 
 impl AllocatorConfig {
@@ -303,6 +310,11 @@ impl AllocatorConfig {
     /// Bytes to reserve when the allocator is created.
     pub fn with_preallocate(mut self, bytes: usize) -> Self {
         self.preallocate = bytes;
+        self
+    }
+    /// Turns iteration planning on (the default) or off.
+    pub fn with_iteration_planning(mut self, on: bool) -> Self {
+        self.iteration_planning = on;
         self
     }
     /// Length of the event trace (0 disables it).
@@ -485,6 +497,13 @@ impl AllocatorConfig {
             "preallocate" => {
                 let bytes = parse_bytes(value).ok_or_else(|| bad(BYTES_FORM))?;
                 self.preallocate = usize::try_from(bytes).map_err(|_| bad(BYTES_FORM))?;
+            }
+            "iteration_planning" => {
+                self.iteration_planning = match value {
+                    "true" | "True" | "1" => true,
+                    "false" | "False" | "0" => false,
+                    _ => return Err(bad(PLANNING_FORM)),
+                }
             }
             "trace_capacity" => {
                 self.trace_capacity = value.parse().map_err(|_| bad(COUNT_FORM))?;

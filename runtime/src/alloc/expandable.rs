@@ -164,13 +164,16 @@ impl State {
         if let Some(mapped) = self.map_into_hole(vm, e, limit, name, size) {
             return mapped;
         }
-        let (mapped, tail_free) = match e.seg {
+        let tail_free = match e.seg {
             Some(si) => {
-                let seg = &self.segs[si as usize];
-                let t = &self.nodes[seg.tail as usize];
-                (seg.size, if t.allocated { 0 } else { t.size })
+                let t = &self.nodes[self.segs[si as usize].tail as usize];
+                if t.allocated {
+                    0
+                } else {
+                    t.size
+                }
             }
-            None => (0, 0),
+            None => 0,
         };
         let need = size
             .saturating_sub(tail_free)
@@ -179,6 +182,45 @@ impl State {
             // The free tail already fits the request.
             return true;
         }
+        self.map_at_end(vm, e, limit, name, need)
+    }
+
+    /// Maps pages at the end of the expandable segment until it reaches `end` (an address in
+    /// its range); `true` when it does.
+    pub fn map_through<B: Backend + ?Sized>(
+        &mut self,
+        backend: &B,
+        limit: Option<u64>,
+        name: &str,
+        end: u64,
+    ) -> bool {
+        let (Some(e), Some(vm)) = (self.expandable, backend.virtual_memory()) else {
+            return false;
+        };
+        let mapped = e.seg.map_or(0, |si| self.segs[si as usize].size) as u64;
+        let Some(missing) = end.checked_sub(e.addr + mapped).filter(|&m| m > 0) else {
+            return true;
+        };
+        self.map_at_end(
+            vm,
+            e,
+            limit,
+            name,
+            (missing as usize).next_multiple_of(e.granularity),
+        )
+    }
+
+    /// Maps `need` bytes (whole granules) at the end of the mapped part of the range: the free
+    /// tail grows, or a free block follows the live one at the end.
+    fn map_at_end(
+        &mut self,
+        vm: &dyn super::VirtualMemory,
+        e: Expandable,
+        limit: Option<u64>,
+        name: &str,
+        need: usize,
+    ) -> bool {
+        let mapped = e.seg.map_or(0, |si| self.segs[si as usize].size);
         if mapped + need > e.virt || limit.is_some_and(|l| self.reserved() + need as u64 > l) {
             return false;
         }
@@ -369,7 +411,7 @@ impl State {
 
     /// A new free node of `size` bytes at `addr` linked right after `slot` (not entered into a
     /// free set).
-    fn insert_node_after(&mut self, slot: u32, addr: u64, size: usize) -> u32 {
+    pub fn insert_node_after(&mut self, slot: u32, addr: u64, size: usize) -> u32 {
         let (seg, next) = (
             self.nodes[slot as usize].seg,
             self.nodes[slot as usize].next,

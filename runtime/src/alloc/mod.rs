@@ -57,6 +57,7 @@
 //! | `expandable.rs` | the expandable segment: setup, growing, shrinking |
 //! | `oom.rs` | [`OutOfMemory`] and its text |
 //! | `pressure.rs` | pressure handlers |
+//! | `plan.rs` | iteration planning: batch-scope iterations laid out from the previous one |
 //! | `stats.rs` | [`MemoryStats`] |
 //! | `config.rs` | [`AllocatorConfig`] and `VRAMGUARD_ALLOC_CONF` |
 //! | `host.rs`, `cuda.rs` | the backends |
@@ -73,6 +74,7 @@ mod expandable;
 mod host;
 mod html;
 mod oom;
+mod plan;
 mod policy;
 mod pressure;
 mod stats;
@@ -90,6 +92,7 @@ pub use expandable::DEFAULT_EXPANDABLE_RANGE;
 pub use host::{HostBackend, HOST_ALIGN, HOST_MAP_GRANULARITY};
 pub use html::html_report;
 pub use oom::{human_bytes, OomCause, OutOfMemory, SegmentMode};
+pub use plan::IterationId;
 pub use policy::{
     round_size, LARGE_SEGMENT, MIN_LARGE_ALLOC, ROUND, ROUND_LARGE, SMALL_SEGMENT, SMALL_SIZE,
 };
