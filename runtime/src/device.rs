@@ -164,7 +164,7 @@ impl Device {
 
     /// Allocates `bytes` bytes on this device, attributed to the innermost batch scope (whose
     /// iterations the allocator plans: see `iteration_planning` in
-    /// [`AllocatorConfig`](crate::alloc::AllocatorConfig)).
+    /// [`AllocatorConfig`]).
     pub fn allocate(&self, bytes: usize) -> Result<Allocation, OutOfMemory> {
         let scope = crate::scope::current_tracker();
         let iteration = scope.as_ref().map(|t| t.iteration_id());

@@ -3,9 +3,10 @@
 //! The rules follow PyTorch's CUDA caching allocator (`CUDACachingAllocator.cpp`):
 //!
 //! - **Rounding**: requests are rounded up to 512 bytes ([`ROUND`]); with
-//!   `roundup_power2_divisions: N` sizes above `512·N` are rounded up to one of `N` equal steps
-//!   between consecutive powers of two. The rounded size is what [`Block::size`],
-//!   `Allocation::size()` and [`MemoryStats::allocated_bytes`] report.
+//!   `roundup_power2_divisions: N` (N ≥ 2; 0 and 1 are off) sizes above `512·N` are rounded up
+//!   to one of `N` equal steps between consecutive powers of two, per size interval with the
+//!   list form `[256:1,512:2,>:8]`. The rounded size is what [`Block::size`] and
+//!   `Allocation::size()` report.
 //! - **Pools**: rounded sizes up to 1 MiB ([`SMALL_SIZE`]) come from the small pool, carved from
 //!   2 MiB segments ([`SMALL_SEGMENT`]); larger ones from the large pool, whose segments are
 //!   20 MiB ([`LARGE_SEGMENT`]) for requests under 10 MiB and the request rounded up to 2 MiB
@@ -13,22 +14,28 @@
 //!   segment of exactly the rounded size is tried before anything else fails.
 //! - **Best fit** by (size, address) among the pool's free blocks; the block is **split** when
 //!   the remainder is worth keeping (≥ 512 B in the small pool, > 1 MiB in the large pool), the
-//!   remainder staying cached as a free block. A block that is not split is handed out whole;
-//!   its extra bytes count in `active_bytes`, not in `allocated_bytes`.
+//!   remainder staying cached as a free block. A block that is not split is handed out whole,
+//!   and counts whole in [`MemoryStats::allocated_bytes`] and `active_bytes`, as in PyTorch;
+//!   `requested_bytes` holds the requests.
 //! - **Coalescing**: a freed block merges with free neighbours of the same segment.
-//! - **Max split size** (`max_split_size_mb`): blocks of at least that size are never split;
+//! - **Max split size** (`max_split_size_mb`, more than 20 MiB as PyTorch requires): blocks of
+//!   at least that size are never split;
 //!   requests below it never take them, requests above it take them only when less than 20 MiB
 //!   larger than the request. Blocks of the expandable segment are exempt.
-//! - **Garbage-collection threshold**: before a new segment would take reserved memory above
-//!   `threshold × limit` (the device capacity when no limit is set), fully free cached segments
-//!   are returned, least recently used first.
+//! - **Garbage-collection threshold** (PyTorch's `garbage_collect_cached_blocks`): when a
+//!   request misses the cache while reserved memory exceeds `threshold × limit` (the device
+//!   capacity when no limit is set), the large pool's fully free fixed segments at least as old
+//!   as the average (age: the pool's free-block lookups since the block became free) are
+//!   returned, pass after pass, until the excess is reclaimed.
 //! - **Expandable segments** (on by default wherever the backend can map pages —
 //!   [`Backend::virtual_memory`]: the host backend on Unix, CUDA on GPUs with virtual memory
 //!   management that pass a self-test; see [`ExpandableSegments`]): the large pool is one
 //!   reserved address range; when no free block fits, pages are mapped at its end (extending a
 //!   free tail block, so a large request needs only the missing bytes), and only `empty_cache`
-//!   or the out-of-memory path unmap the free tail, in whole granules (a plain free never
-//!   does, so a steady loop makes no backend calls). Map and unmap calls count as
+//!   or the out-of-memory path unmap memory: every whole granule of every free block, as
+//!   PyTorch does (a plain free never unmaps, so a steady loop makes no backend calls). An
+//!   unmapped hole is mapped again when a request fits it with its free neighbours; the range is
+//!   twice the limit (or capacity), so holes do not use up the address space. Map and unmap calls count as
 //!   `backend_allocs`/`backend_frees`. When the range is used up, plain segments serve the
 //!   request. The small pool always uses fixed 2 MiB segments.
 //!   [`CachingAllocator::uses_expandable_segments`] tells what an allocator runs with;
@@ -39,9 +46,17 @@
 //!   cached segment is returned and the segment is asked for again (`alloc_retries`); then the
 //!   registered pressure handlers run (without the allocator's lock) and the request is tried
 //!   once more; then [`OutOfMemory`] tells whether the limit was reached or the free memory is
-//!   fragmented (the cached free bytes, plus what the device — [`Backend::free_memory`] — and
-//!   the limit still allow, would hold the request, but no single block does), and which
-//!   setting helps. The allocator is intact after an OOM.
+//!   fragmented (the cached free bytes of the request's own pool, plus what the device —
+//!   [`Backend::free_memory`] — and the limit still allow, would hold the request, but no single
+//!   block does), and which setting helps. The allocator is intact after an OOM. (PyTorch runs
+//!   its free-memory callbacks before a new segment; here pressure handlers — a KV cache that
+//!   evicts — run only once the cache was released, so a plain cache miss never evicts.)
+//! - **Iteration planning** (`iteration_planning`, on by default; expandable segments): under
+//!   `#[batch_scope]` each iteration's large-pool requests are recorded, and an iteration that
+//!   repeats a recorded one's events is laid out as an offline planner would, from the recorded
+//!   lifetimes (see `plan.rs`).
+//! - **Statistics**: [`MemoryStats`], and PyTorch's per-pool statistics ([`DetailedStats`],
+//!   [`CachingAllocator::memory_summary`]).
 //!
 //! One mutex per allocator guards its state; segment calls into the backend happen under it,
 //! pressure handlers never do.
