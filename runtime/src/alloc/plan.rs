@@ -14,6 +14,10 @@
 //! code path) stops following it and is served by best fit; its own events become the
 //! recording for the next one.
 //!
+//! One run is recorded at a time per allocator: scoped loops on several threads sharing a device
+//! (or nested scopes) interrupt each other's recordings, which then stop matching and fall back
+//! to best fit; nothing is ever placed on memory that is not free.
+//!
 //! This module owns the recordings, the current run and the layout computation; where a block
 //! lands is carved by `blocks.rs`, in the expandable segment only.
 
@@ -84,6 +88,13 @@ pub(crate) struct Obstacle {
 /// Distinct event sequences kept per scope (an iteration's large-pool requests depend on its
 /// sizes: a small batch leaves some tensors to the small pool).
 const RECORDINGS_PER_SCOPE: usize = 8;
+
+/// Scopes whose recordings are kept (a scope is one label on one thread).
+const SCOPES_KEPT: usize = 64;
+
+/// Iterations with more large-pool requests than this are not recorded: laying one out costs
+/// time quadratic in its requests.
+const MAX_RECORDED_REQUESTS: usize = 4096;
 
 /// Recordings per scope and the current run.
 #[derive(Debug, Default)]
@@ -234,7 +245,7 @@ impl Planner {
 
     fn finish_run(&mut self) {
         let Some(run) = self.run.take() else { return };
-        if run.sizes.is_empty() {
+        if run.sizes.is_empty() || run.sizes.len() > MAX_RECORDED_REQUESTS {
             return;
         }
         let n = run.sizes.len();
@@ -255,6 +266,12 @@ impl Planner {
             alloc_at,
             free_at,
         };
+        if self.recordings.len() >= SCOPES_KEPT && !self.recordings.contains_key(&run.id.scope) {
+            // Forget some other scope (scopes come and go with threads and `scope::reset`).
+            if let Some(&other) = self.recordings.keys().next() {
+                self.recordings.remove(&other);
+            }
+        }
         let kept = self.recordings.entry(run.id.scope).or_default();
         kept.retain(|r| r.events != recording.events);
         kept.insert(0, recording);
@@ -315,4 +332,78 @@ fn layout(
         placed.push((start, end, at, size));
     }
     planned
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A(4) B(2) free A, C(4) free B free C: A and C never live together, B overlaps both.
+    fn recording() -> Recording {
+        let mut planner = Planner::default();
+        let id = IterationId {
+            scope: 1,
+            iteration: 1,
+        };
+        for (id_, size) in [(10, 4), (11, 2)] {
+            let o = planner.on_request(id);
+            planner.on_allocated(o, id_, size);
+        }
+        planner.on_free(10);
+        let o = planner.on_request(id);
+        planner.on_allocated(o, 12, 4);
+        planner.on_free(11);
+        planner.on_free(12);
+        planner.end_iteration(id);
+        planner.recordings[&1][0].clone()
+    }
+
+    #[test]
+    fn the_layout_shares_addresses_between_blocks_that_never_live_together() {
+        let rec = recording();
+        assert_eq!(rec.alloc_at, vec![0, 1, 3]);
+        assert_eq!(rec.free_at, vec![2, 4, 5]);
+        let at = layout(&rec, &rec.sizes, 0, 0, 100, &[], &[]);
+        // Largest first: A at the base, C there too (A is gone by then), B above both.
+        assert_eq!(at, vec![100, 104, 100]);
+        // A live block of another owner at the base pushes everything above it.
+        let other = Obstacle {
+            addr: 100,
+            size: 3,
+            ordinal: None,
+        };
+        assert_eq!(
+            layout(&rec, &rec.sizes, 0, 0, 100, &[other], &[]),
+            vec![103, 107, 103]
+        );
+    }
+
+    #[test]
+    fn an_iteration_follows_a_recording_while_its_events_match() {
+        let rec = recording();
+        let mut planner = Planner::default();
+        planner.recordings.insert(1, vec![rec]);
+        let id = IterationId {
+            scope: 1,
+            iteration: 2,
+        };
+        // Twice the sizes: the first request goes to the lowest free address until every size
+        // class is seen, then the plan places the rest.
+        let o = planner.on_request(id);
+        assert!(planner.following());
+        assert_eq!(planner.place(o, 8, 0, &[], &[]), Some(0));
+        planner.on_allocated(o, 20, 8);
+        let a = Obstacle {
+            addr: 0,
+            size: 8,
+            ordinal: Some(0),
+        };
+        let o = planner.on_request(id);
+        assert_eq!(planner.place(o, 4, 0, &[a], &[]), Some(8));
+        planner.on_allocated(o, 21, 4);
+        // A free the recording does not have: the plan is left.
+        planner.on_free(21);
+        assert!(!planner.following());
+        assert_eq!(planner.place(2, 8, 0, &[], &[]), None);
+    }
 }
