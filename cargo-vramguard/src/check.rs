@@ -466,6 +466,14 @@ fn describe(step: &Step, site: &FnSite, file: &SourceFile, attr: Attr) -> String
     }
 }
 
+/// A vramguard lint rejected the function: no option makes it compile, by design.
+fn lint_advice(lint: &str) -> String {
+    format!(
+        "leave it unannotated: the attribute rejects this code by design (lint `{lint}`; \
+         #[vramguard::allow({lint})] on the function silences it)"
+    )
+}
+
 fn failure(state: &FnState, files: &[SourceFile], attr: Attr, converged: bool) -> Failure {
     let file = &files[state.site.file];
     let suggested = state
@@ -474,13 +482,7 @@ fn failure(state: &FnState, files: &[SourceFile], attr: Attr, converged: bool) -
         .and_then(|e| hatches(&state.site, e, attr).into_iter().next())
         .unwrap_or(Step::Removed);
     let (fix, verified) = match (&state.lint, &state.step) {
-        (Some(lint), _) => (
-            format!(
-                "leave it unannotated: the attribute rejects this code by design \
-                 (#[vramguard::allow({lint})] silences the lint)"
-            ),
-            false,
-        ),
+        (Some(lint), _) => (lint_advice(lint), converged),
         (None, Step::Removed) => (
             format!(
                 "leave it unannotated (tried: {})",
@@ -495,12 +497,16 @@ fn failure(state: &FnState, files: &[SourceFile], attr: Attr, converged: bool) -
         ),
         (None, step) => (describe(step, &state.site, file, attr), converged),
     };
+    let suggested = match &state.lint {
+        Some(lint) => lint_advice(lint),
+        None => describe(&suggested, &state.site, file, attr),
+    };
     Failure {
         function: state.site.name.clone(),
         file: file.rel.clone(),
         line: state.site.line,
         error: state.first_error.clone(),
-        suggested: describe(&suggested, &state.site, file, attr),
+        suggested,
         fix,
         verified,
     }
