@@ -309,8 +309,7 @@ fn let_for(site: &FnSite, name: Option<&str>, line: usize) -> Option<usize> {
         if let Some(found) = site
             .lets
             .iter()
-            .filter(|l| l.start_line <= line && l.names.iter().any(|n| n == name))
-            .next_back()
+            .rfind(|l| l.start_line <= line && l.names.iter().any(|n| n == name))
             .or_else(|| site.lets.iter().find(|l| l.names.iter().any(|n| n == name)))
         {
             return Some(found.offset);
@@ -319,8 +318,7 @@ fn let_for(site: &FnSite, name: Option<&str>, line: usize) -> Option<usize> {
     }
     site.lets
         .iter()
-        .filter(|l| (l.start_line..=l.end_line).contains(&line))
-        .next_back()
+        .rfind(|l| (l.start_line..=l.end_line).contains(&line))
         .map(|l| l.offset)
 }
 
