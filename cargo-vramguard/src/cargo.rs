@@ -194,10 +194,16 @@ impl Cargo {
             for filter in skip {
                 command.arg("--skip").arg(filter);
             }
+            let started = std::time::Instant::now();
             let output = command.output().map_err(|source| Error::Spawn {
                 command: executable.display().to_string(),
                 source,
             })?;
+            let elapsed = started.elapsed().as_secs_f64();
+            if elapsed >= 10.0 {
+                // Long test binaries are worth knowing about: `--skip-test` leaves them out.
+                eprintln!("[tests] {name}: {elapsed:.0}s");
+            }
             let stdout = String::from_utf8_lossy(&output.stdout);
             let found = parse_test_lines(&stdout, &name, &mut run.results);
             if !output.status.success() && found == 0 {

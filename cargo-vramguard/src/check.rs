@@ -154,13 +154,29 @@ pub(crate) fn run(options: &Options) -> Result<Outcome> {
                     first,
                 });
             }
-            unmapped = round_unmapped;
-            break;
+            // The crate builds plain: some annotated function changes what code outside it
+            // sees (a signature, an auto trait). Find it by bisection.
+            match bisect(&cargo, &copy.dir, &files, &mut states, options)? {
+                Some(culprit) => {
+                    progress(format_args!(
+                        "[round {rounds}] the errors come from the attribute on `{}`",
+                        states[culprit].site.name
+                    ));
+                    advance(&mut states[culprit], &round_unmapped, options.attr);
+                    continue;
+                }
+                None => {
+                    unmapped = round_unmapped;
+                    break;
+                }
+            }
         }
         progress(format_args!(
-            "[round {rounds}] cargo check: {} function(s) fail{}",
-            failing.len(),
-            if failing.len() == 1 { "s" } else { "" }
+            "[round {rounds}] cargo check: {}",
+            match failing.len() {
+                1 => "1 function fails".to_string(),
+                n => format!("{n} functions fail"),
+            }
         ));
         for (index, errors) in failing {
             advance(&mut states[index], &errors, options.attr);
@@ -194,6 +210,58 @@ pub(crate) fn run(options: &Options) -> Result<Outcome> {
         tests,
         copy_dir: copy.dir,
     })
+}
+
+/// Finds one annotated function whose attribute alone breaks the build, halving the set of
+/// annotated functions each step (`None` when no single one does).
+fn bisect(
+    cargo: &Cargo,
+    dir: &std::path::Path,
+    files: &[SourceFile],
+    states: &mut [FnState],
+    options: &Options,
+) -> Result<Option<usize>> {
+    let mut suspects: Vec<usize> = (0..states.len())
+        .filter(|&i| states[i].step != Step::Removed)
+        .collect();
+    let saved: Vec<Step> = states.iter().map(|s| s.step.clone()).collect();
+    let fails_with = |subset: &[usize], states: &mut [FnState]| -> Result<bool> {
+        for (i, state) in states.iter_mut().enumerate() {
+            state.step = if subset.contains(&i) {
+                saved[i].clone()
+            } else {
+                Step::Removed
+            };
+        }
+        write_files(dir, files, states, options.attr)?;
+        progress(format_args!(
+            "[bisect] cargo check with {} function(s) annotated…",
+            subset.len()
+        ));
+        Ok(!cargo.check(options.test)?.success)
+    };
+    let mut found = None;
+    while suspects.len() > 1 {
+        let (first, second) = suspects.split_at(suspects.len() / 2);
+        let (first, second) = (first.to_vec(), second.to_vec());
+        if fails_with(&first, states)? {
+            suspects = first;
+        } else if fails_with(&second, states)? {
+            suspects = second;
+        } else {
+            // It takes functions from both halves together.
+            suspects.clear();
+        }
+    }
+    if let [only] = suspects[..] {
+        if fails_with(&[only], states)? {
+            found = Some(only);
+        }
+    }
+    for (state, step) in states.iter_mut().zip(saved) {
+        state.step = step;
+    }
+    Ok(found)
 }
 
 /// Runs the tests annotated, then plain, and compares per test name.
