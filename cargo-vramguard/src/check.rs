@@ -19,10 +19,10 @@ use crate::workspace;
 enum Step {
     /// The bare attribute.
     Plain,
-    /// `#[inference(keep(x))]`, or for `#[batch_scope]` a `#[keep]` on the `let` binding `x`.
-    KeepNamed(String),
-    /// A `#[keep]` on the `let` at this byte offset.
-    KeepLet(usize),
+    /// `#[inference(keep(x, y))]`: the bindings borrow errors named, one more per failed round.
+    KeepNamed(Vec<String>),
+    /// A `#[keep]` on the `let`s at these byte offsets (likewise accumulated).
+    KeepLet(Vec<usize>),
     /// `#[inference(drops = false)]`.
     NoDrops,
     /// No attribute: nothing compiles with it.
@@ -405,17 +405,17 @@ fn hatches(site: &FnSite, error: &Diagnostic, attr: Attr) -> Vec<Step> {
     if borrow {
         let name = named_binding(error);
         match (attr, &name) {
-            (Attr::Inference, Some(name)) => steps.push(Step::KeepNamed(name.clone())),
+            (Attr::Inference, Some(name)) => steps.push(Step::KeepNamed(vec![name.clone()])),
             (Attr::BatchScope, Some(name)) => {
                 if let Some(offset) = let_for(site, Some(name), line) {
-                    steps.push(Step::KeepLet(offset));
+                    steps.push(Step::KeepLet(vec![offset]));
                 }
             }
             _ => {}
         }
         if let Some(offset) = let_for(site, None, line) {
-            if !steps.contains(&Step::KeepLet(offset)) {
-                steps.push(Step::KeepLet(offset));
+            if !steps.iter().any(|s| matches!(s, Step::KeepLet(_))) {
+                steps.push(Step::KeepLet(vec![offset]));
             }
         }
     }
@@ -424,6 +424,43 @@ fn hatches(site: &FnSite, error: &Diagnostic, attr: Attr) -> Vec<Step> {
     }
     steps.push(Step::Removed);
     steps
+}
+
+/// Adds the bindings (or `let`s) that this round's borrow errors name to a `keep` step;
+/// `false` when there is nothing new to keep.
+fn widen_keep(step: &mut Step, site: &FnSite, errors: &[Diagnostic], attr: Attr) -> bool {
+    let borrow_errors = errors
+        .iter()
+        .filter(|e| e.code.as_deref().is_some_and(|c| BORROW_CODES.contains(&c)));
+    let mut widened = false;
+    for error in borrow_errors {
+        let name = named_binding(error);
+        match step {
+            Step::KeepNamed(names) if attr == Attr::Inference => {
+                if let Some(name) = name.filter(|n| !names.contains(n)) {
+                    names.push(name);
+                    widened = true;
+                }
+            }
+            Step::KeepLet(offsets) => {
+                let line = error
+                    .locations
+                    .iter()
+                    .find(|l| (site.start_line..=site.end_line).contains(&l.line))
+                    .map_or(site.line, |l| l.line);
+                let offset = name
+                    .as_deref()
+                    .and_then(|n| let_for(site, Some(n), line))
+                    .or_else(|| let_for(site, None, line));
+                if let Some(offset) = offset.filter(|o| !offsets.contains(o)) {
+                    offsets.push(offset);
+                    widened = true;
+                }
+            }
+            _ => {}
+        }
+    }
+    widened
 }
 
 /// A function failed in this round: record why and move it to its next hatch.
@@ -439,6 +476,10 @@ fn advance(state: &mut FnState, errors: &[Diagnostic], attr: Attr) {
             return;
         }
     } else {
+        // A `keep` that fixed one borrow error may uncover the next binding: keep it too.
+        if widen_keep(&mut state.step, &state.site, errors, attr) {
+            return;
+        }
         state.tried.push((state.step.clone(), true));
     }
     let Some(error) = state.first_error.clone() else {
@@ -446,7 +487,8 @@ fn advance(state: &mut FnState, errors: &[Diagnostic], attr: Attr) {
         return;
     };
     let plan = hatches(&state.site, &error, attr);
-    let next = match plan.iter().position(|s| *s == state.step) {
+    let same_kind = |s: &Step| std::mem::discriminant(s) == std::mem::discriminant(&state.step);
+    let next = match plan.iter().position(same_kind) {
         Some(i) => plan.get(i + 1),
         None => plan.first(),
     };
@@ -459,11 +501,11 @@ fn annotation(state: &FnState, attr: Attr) -> Option<Annotation> {
     let (attr_text, keep_lets) = match &state.step {
         Step::Removed => return None,
         Step::Plain => (bare, Vec::new()),
-        Step::KeepNamed(name) => (
-            format!("#[::vramguard::inference(keep({name}))]"),
+        Step::KeepNamed(names) => (
+            format!("#[::vramguard::inference(keep({}))]", names.join(", ")),
             Vec::new(),
         ),
-        Step::KeepLet(offset) => (bare, vec![*offset]),
+        Step::KeepLet(offsets) => (bare, offsets.clone()),
         Step::NoDrops => (
             "#[::vramguard::inference(drops = false)]".to_string(),
             Vec::new(),
@@ -523,9 +565,13 @@ fn describe(step: &Step, site: &FnSite, file: &SourceFile, attr: Attr) -> String
     };
     match step {
         Step::Plain => format!("#[{}]", attr.name()),
-        Step::KeepNamed(name) => format!("#[inference(keep({name}))]"),
-        Step::KeepLet(offset) => {
-            format!("#[keep] on the `let` at {}:{}", file.rel, let_line(*offset))
+        Step::KeepNamed(names) => format!("#[inference(keep({}))]", names.join(", ")),
+        Step::KeepLet(offsets) => {
+            let lines: Vec<String> = offsets
+                .iter()
+                .map(|o| format!("{}:{}", file.rel, let_line(*o)))
+                .collect();
+            format!("#[keep] on the `let` at {}", lines.join(", "))
         }
         Step::NoDrops => "#[inference(drops = false)]".to_string(),
         Step::Removed => "leave the function unannotated".to_string(),
