@@ -40,6 +40,8 @@ struct FnState {
     tried: Vec<(Step, bool)>,
     /// Set by an error from a vramguard lint: by design, no hatch applies.
     lint: Option<String>,
+    /// The first hatch its errors called for.
+    suggested: Option<Step>,
 }
 
 /// Error codes of borrow errors a `keep` fixes.
@@ -82,6 +84,7 @@ pub(crate) fn run(options: &Options) -> Result<Outcome> {
                 first_error: None,
                 tried: Vec::new(),
                 lint: None,
+                suggested: None,
             })),
             Err(message) => {
                 progress(format_args!("warning: {message}"));
@@ -493,6 +496,11 @@ fn advance(state: &mut FnState, errors: &[Diagnostic], attr: Attr) {
         None => plan.first(),
     };
     state.step = next.cloned().unwrap_or(Step::Removed);
+    if state.suggested.is_none() {
+        // Every binding this round's borrow errors name goes into the first `keep` at once.
+        widen_keep(&mut state.step, &state.site, errors, attr);
+        state.suggested = Some(state.step.clone());
+    }
 }
 
 /// The annotation for a function's step, or `None` when it has none.
@@ -588,11 +596,7 @@ fn lint_advice(lint: &str) -> String {
 
 fn failure(state: &FnState, files: &[SourceFile], attr: Attr, converged: bool) -> Failure {
     let file = &files[state.site.file];
-    let suggested = state
-        .first_error
-        .as_ref()
-        .and_then(|e| hatches(&state.site, e, attr).into_iter().next())
-        .unwrap_or(Step::Removed);
+    let suggested = state.suggested.clone().unwrap_or(Step::Removed);
     let (fix, verified) = match (&state.lint, &state.step) {
         (Some(lint), _) => (lint_advice(lint), converged),
         (None, Step::Removed) => (

@@ -63,7 +63,7 @@ fn failing_functions_are_named_with_their_error_and_a_verified_escape_hatch() {
         text(&output.stderr)
     );
     let report: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON object");
-    assert_eq!(report["total"], 4, "{stdout}");
+    assert_eq!(report["total"], 5, "{stdout}");
     assert_eq!(report["compiled"], 2, "{stdout}");
     assert_eq!(report["converged"], true, "{stdout}");
     let failures = report["failures"].as_array().expect("failures");
@@ -80,6 +80,10 @@ fn failing_functions_are_named_with_their_error_and_a_verified_escape_hatch() {
     assert_eq!(keep["suggested"], "#[inference(keep(x))]");
     assert_eq!(keep["fix"], "#[inference(keep(x))]");
     assert_eq!(keep["verified"], true);
+    let two = by_name("needs_two_keeps");
+    assert_eq!(two["suggested"], "#[inference(keep(x, y))]", "{stdout}");
+    assert_eq!(two["fix"], "#[inference(keep(x, y))]", "{stdout}");
+    assert_eq!(two["verified"], true);
     let lint = by_name("trains");
     assert!(
         lint["error"]["message"]
