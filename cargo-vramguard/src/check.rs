@@ -662,6 +662,65 @@ mod tests {
         );
     }
 
+    fn state() -> FnState {
+        FnState {
+            site: FnSite {
+                file: 0,
+                name: "forward".into(),
+                line: 1,
+                start_line: 1,
+                end_line: 9,
+                offset: 0,
+                lets: Vec::new(),
+            },
+            step: Step::Plain,
+            first_error: None,
+            tried: Vec::new(),
+            lint: None,
+            suggested: None,
+        }
+    }
+
+    #[test]
+    fn a_failing_function_goes_keep_then_wider_keep_then_drops_false_then_unannotated() {
+        let mut state = state();
+        let x = error("E0597", "`x` does not live long enough");
+        let y = error("E0505", "cannot move out of `y` because it is borrowed");
+        advance(&mut state, &[x.clone(), y.clone()], Attr::Inference);
+        assert_eq!(state.step, Step::KeepNamed(vec!["x".into(), "y".into()]));
+        assert_eq!(state.suggested, Some(state.step.clone()));
+        let z = error("E0382", "use of moved value: `z`");
+        advance(&mut state, &[z], Attr::Inference);
+        assert_eq!(
+            state.step,
+            Step::KeepNamed(vec!["x".into(), "y".into(), "z".into()])
+        );
+        advance(&mut state, &[x.clone()], Attr::Inference);
+        assert_eq!(state.step, Step::NoDrops);
+        advance(&mut state, &[x], Attr::Inference);
+        assert_eq!(state.step, Step::Removed);
+        assert_eq!(state.tried.len(), 2);
+    }
+
+    #[test]
+    fn other_errors_go_straight_to_drops_false_and_lints_to_unannotated() {
+        let mut state = state();
+        advance(
+            &mut state,
+            &[error("E0308", "mismatched types")],
+            Attr::Inference,
+        );
+        assert_eq!(state.step, Step::NoDrops);
+        let mut state = super::tests::state();
+        let lint = Diagnostic {
+            code: None,
+            ..error("", "vramguard::backward_in_inference: `.backward()` in `f`")
+        };
+        advance(&mut state, &[lint], Attr::Inference);
+        assert_eq!(state.step, Step::Removed);
+        assert_eq!(state.lint.as_deref(), Some("backward_in_inference"));
+    }
+
     #[test]
     fn lint_errors_are_recognised_by_their_prefix() {
         let lint = Diagnostic {
