@@ -686,7 +686,7 @@ mod tests {
         let mut state = state();
         let x = error("E0597", "`x` does not live long enough");
         let y = error("E0505", "cannot move out of `y` because it is borrowed");
-        advance(&mut state, &[x.clone(), y.clone()], Attr::Inference);
+        advance(&mut state, &[x.clone(), y], Attr::Inference);
         assert_eq!(state.step, Step::KeepNamed(vec!["x".into(), "y".into()]));
         assert_eq!(state.suggested, Some(state.step.clone()));
         let z = error("E0382", "use of moved value: `z`");
@@ -695,7 +695,7 @@ mod tests {
             state.step,
             Step::KeepNamed(vec!["x".into(), "y".into(), "z".into()])
         );
-        advance(&mut state, &[x.clone()], Attr::Inference);
+        advance(&mut state, std::slice::from_ref(&x), Attr::Inference);
         assert_eq!(state.step, Step::NoDrops);
         advance(&mut state, &[x], Attr::Inference);
         assert_eq!(state.step, Step::Removed);
