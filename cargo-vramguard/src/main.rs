@@ -9,6 +9,25 @@
 //! - `cargo`: cargo runs and their output.
 //! - `check`: the rounds, the error → function mapping and the escape hatches.
 //! - `report`: the human and JSON output.
+//!
+//! Decisions, for whoever changes this:
+//! - The attribute goes after a function's existing attributes (so `#[cfg]` is applied before
+//!   the macro runs), on the line of `pub`/`fn`: every line number stays that of the original,
+//!   and an error maps to the innermost annotated function whose lines contain it (its primary
+//!   span, else the macro call sites it was expanded from).
+//! - Candidates: functions with a body (free, inherent and trait-impl methods, trait default
+//!   methods, nested functions); not `const fn`, not functions inside macros, not those that
+//!   already carry the attribute (or sit in an `#[inference] impl`); `#[test]` functions and
+//!   `#[cfg(test)]` modules only with `--test`.
+//! - A failing function tries, one round each: `keep(..)` naming every binding its borrow
+//!   errors name (E0382/E0505/E0597/E0716), widened while new names appear; `#[keep]` on the
+//!   `let` holding the error; `drops = false`; then no attribute. A vramguard lint error is a
+//!   rejection by design: the attribute comes off at once. A hatch counts as verified only
+//!   when the whole crate builds with it.
+//! - Errors inside no annotated function: if the crate does not build plain either, that is
+//!   the report (exit 2); otherwise the function responsible is found by bisection.
+//! - Tests: each test binary runs directly (results keyed `binary::test`), then the doc tests;
+//!   once annotated, once plain, compared per test.
 
 mod annotate;
 mod cargo;
