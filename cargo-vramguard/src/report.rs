@@ -179,7 +179,7 @@ impl Outcome {
                     .as_ref()
                     .map(|l| format!(" ({}:{})", l.file, l.line))
                     .unwrap_or_default();
-                let _ = writeln!(out, "      {}{at}", error.headline());
+                let _ = writeln!(out, "      {}{at}", shorten(&error.headline(), 160));
             }
             let _ = writeln!(out, "      escape hatch: {}", failure.suggested);
             if failure.fix != failure.suggested || !failure.verified {
@@ -212,6 +212,14 @@ impl Outcome {
         }
         let _ = writeln!(out, "annotated copy: {}", self.copy_dir.display());
         out
+    }
+}
+
+/// `text` cut to `max` characters (the JSON output keeps it whole).
+fn shorten(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_string(),
     }
 }
 
