@@ -57,6 +57,7 @@
 //! Every mistake the analysis could make surfaces as a borrow-check or move error at compile
 //! time (the rewrite only moves values; it never creates references or `unsafe` code).
 
+mod build;
 mod format;
 mod lists;
 mod scan;
@@ -64,9 +65,8 @@ mod scan;
 use std::collections::{BTreeMap, BTreeSet};
 
 use proc_macro2::{Span, TokenStream, TokenTree};
-use quote::{quote, quote_spanned};
+use quote::quote;
 use syn::ext::IdentExt;
-use syn::spanned::Spanned;
 use syn::visit_mut::{self, VisitMut};
 use syn::{Block, Expr, Ident, Item, Stmt};
 
@@ -866,7 +866,7 @@ impl Rewriter<'_> {
         }
         for (index, drops) in plan.into_iter().rev() {
             let stmt = &mut block.stmts[index];
-            let span = stmt.span();
+            let span = scan::first_span_of_stmt(stmt);
             let located = |ident: &Ident| {
                 // Cloned, not `Ident::new`: raw identifiers (`r#type`) and the identifier's
                 // hygiene (a `macro_rules!` body's own locals) stay as written.
@@ -874,45 +874,38 @@ impl Rewriter<'_> {
                 ident.set_span(ident.span().located_at(span));
                 ident
             };
-            if let (false, Some(kept)) = (drops.move_in.is_empty(), kept.remove(&index)) {
-                self.probes = true;
-                // A `mut` binding moved in would be mutated as a copy if it were `Copy`.
-                let probes = drops.move_in.iter().map(|(ident, mutable)| {
-                    let ident = located(ident);
+            // A `mut` binding moved in would be mutated as a copy if it were `Copy`.
+            let condition = drops
+                .move_in
+                .iter()
+                .map(|(ident, mutable)| {
                     let question = if *mutable {
-                        quote!(__vg_releasable)
+                        "__vg_releasable"
                     } else {
-                        quote!(__vg_movable)
+                        "__vg_movable"
                     };
-                    quote_spanned!(span=> (&&&#krate::__private::Probe::of(&#ident)).#question())
-                });
-                let condition = quote!(#(#probes)&&*);
-                let rebinds: Vec<TokenStream> = drops
+                    build::probe(krate, located(ident), question, span)
+                })
+                .reduce(|all, next| build::and(all, next, span));
+            if let (Some(condition), Some(kept)) = (condition, kept.remove(&index)) {
+                self.probes = true;
+                let rebinds: Vec<Stmt> = drops
                     .move_in
                     .iter()
-                    .map(|(ident, mutable)| {
-                        let ident = located(ident);
-                        let mutability = mutable.then(|| quote!(mut));
-                        quote!(#[allow(unused_mut, unused_variables)] let #mutability #ident = #krate::__private::last_use(#ident);)
-                    })
+                    .map(|(ident, mutable)| build::rebind(krate, located(ident), *mutable, span))
                     .collect();
-                wrap(stmt, &rebinds, &condition, kept);
+                wrap(stmt, rebinds, condition, kept);
             }
             // Released after the statement, latest declaration first (like a scope end);
             // only if the type is `Release`, otherwise the value stays to its scope's end
             // (a conditional move: the compiler's drop flag keeps its drop point and order).
-            let releases: Vec<TokenStream> = drops
+            let releases: Vec<Stmt> = drops
                 .release_after
                 .iter()
                 .rev()
                 .map(|ident| {
                     self.probes = true;
-                    let ident = located(ident);
-                    quote_spanned! {span=>
-                        if (&&&#krate::__private::Probe::of(&#ident)).__vg_releasable() {
-                            #krate::__private::release(#ident);
-                        }
-                    }
+                    build::release(krate, located(ident), span)
                 })
                 .collect();
             if releases.is_empty() {
@@ -924,12 +917,9 @@ impl Rewriter<'_> {
                         && !drops.after_value_borrows
                         && shadows_any(&local.pat, &drops.release_after) =>
                 {
-                    release_in_initializer(local, &releases);
+                    release_in_initializer(local, releases);
                 }
                 _ => {
-                    let releases = releases
-                        .into_iter()
-                        .map(|tokens| Stmt::Expr(syn::parse_quote!(#tokens), None));
                     block.stmts.splice(index + 1..index + 1, releases);
                 }
             }
@@ -942,43 +932,99 @@ impl Rewriter<'_> {
 /// bindings are moved in, so they die at the statement's end whether it borrows or moves
 /// them; the second copy, `kept`, is the statement with nothing moved, so values of other
 /// types keep their drop point and order. For a `let`, only the initializer is written twice.
-fn wrap(stmt: &mut Stmt, rebinds: &[TokenStream], condition: &TokenStream, kept: Stmt) {
-    let span = stmt.span();
-    let value = Ident::new("__vg_value", Span::mixed_site());
+fn wrap(stmt: &mut Stmt, rebinds: Vec<Stmt>, condition: Expr, kept: Stmt) {
+    // Built as syntax trees around the statement, never re-parsed: re-parsing a statement at
+    // every level it is nested in would make the macro's own time grow with nesting depth.
+    let span = scan::first_span_of_stmt(stmt);
     match (stmt, kept) {
         (Stmt::Local(local), Stmt::Local(kept)) => {
             let (Some(init), Some(kept_init)) = (&mut local.init, kept.init) else {
                 return;
             };
-            let expr = &init.expr;
-            let kept_expr = &kept_init.expr;
-            let ty = annotation(&local.pat);
-            let chosen = quote_spanned! {span=>
-                if #condition {
-                    #(#rebinds)* let #value #ty = #expr; #value
-                } else {
-                    #kept_expr
-                }
-            };
+            let placeholder = Expr::Verbatim(TokenStream::new());
+            let expr = std::mem::replace(&mut *init.expr, placeholder);
+            let mut then = rebinds;
+            then.push(value_local(&local.pat, expr, span));
+            then.push(Stmt::Expr(value_ident_expr(), None));
+            let otherwise = vec![Stmt::Expr(*kept_init.expr, None)];
+            let chosen = if_else(condition, then, otherwise, span);
             // `let … else` initializers may not end with `}`.
-            let new_init: Expr = if init.diverge.is_some() {
-                syn::parse_quote_spanned!(span=> (#chosen))
+            *init.expr = if init.diverge.is_some() {
+                Expr::Paren(syn::ExprParen {
+                    attrs: Vec::new(),
+                    paren_token: syn::token::Paren(span),
+                    expr: Box::new(chosen),
+                })
             } else {
-                syn::parse_quote!(#chosen)
+                chosen
             };
-            *init.expr = new_init;
         }
         (stmt @ (Stmt::Expr(..) | Stmt::Macro(_)), kept) => {
-            let inner = as_statement(stmt);
-            let kept = as_statement(&kept);
-            *stmt = Stmt::Expr(
-                syn::parse_quote_spanned! {span=>
-                    if #condition { #(#rebinds)* #inner } else { #kept }
-                },
-                None,
-            );
+            let placeholder = Stmt::Expr(Expr::Verbatim(TokenStream::new()), None);
+            let inner = as_statement(std::mem::replace(stmt, placeholder));
+            let mut then = rebinds;
+            then.push(inner);
+            let chosen = if_else(condition, then, vec![as_statement(kept)], span);
+            *stmt = Stmt::Expr(chosen, None);
         }
         _ => {}
+    }
+}
+
+/// `if condition { then } else { otherwise }`.
+fn if_else(condition: Expr, then: Vec<Stmt>, otherwise: Vec<Stmt>, span: Span) -> Expr {
+    let block = |stmts| syn::Block {
+        brace_token: syn::token::Brace(span),
+        stmts,
+    };
+    Expr::If(syn::ExprIf {
+        attrs: Vec::new(),
+        if_token: syn::Token![if](span),
+        cond: Box::new(condition),
+        then_branch: block(then),
+        else_branch: Some((
+            syn::Token![else](span),
+            Box::new(Expr::Block(syn::ExprBlock {
+                attrs: Vec::new(),
+                label: None,
+                block: block(otherwise),
+            })),
+        )),
+    })
+}
+
+/// The hygienic local that carries a `let`'s value through a block.
+fn value_ident() -> Ident {
+    Ident::new("__vg_value", Span::mixed_site())
+}
+
+fn value_ident_expr() -> Expr {
+    build::ident(value_ident())
+}
+
+/// `let __vg_value: T = expr;`, with the type annotation of the `let` whose value it carries,
+/// so that inference is unchanged.
+fn value_local(pat: &syn::Pat, expr: Expr, span: Span) -> Stmt {
+    let ty = match pat {
+        syn::Pat::Type(typed) => Some((*typed.ty).clone()),
+        _ => None,
+    };
+    build::local(value_ident(), ty, expr, span)
+}
+
+/// A statement that can be followed by others in a block: ends with `;` where it could
+/// otherwise be read as the block's value.
+fn as_statement(stmt: Stmt) -> Stmt {
+    match stmt {
+        Stmt::Expr(expr, None) => Stmt::Expr(expr, Some(syn::Token![;](Span::call_site()))),
+        Stmt::Macro(mut mac)
+            if mac.semi_token.is_none()
+                && !matches!(mac.mac.delimiter, syn::MacroDelimiter::Brace(_)) =>
+        {
+            mac.semi_token = Some(syn::Token![;](Span::call_site()));
+            Stmt::Macro(mac)
+        }
+        other => other,
     }
 }
 
@@ -995,48 +1041,31 @@ fn shadows_any(pat: &syn::Pat, names: &[Ident]) -> bool {
 /// `let p = { let v = INIT; RELEASES v };`: the releases name the bindings as they were before
 /// this `let`, which may shadow them. `INIT`'s temporaries are gone by then (a temporary
 /// borrowing a released binding, `x.lock().unwrap().len()`, must die first).
-fn release_in_initializer(local: &mut syn::Local, releases: &[TokenStream]) {
+fn release_in_initializer(local: &mut syn::Local, releases: Vec<Stmt>) {
     let Some(init) = &mut local.init else { return };
-    let span = init.expr.span();
-    let value = Ident::new("__vg_value", Span::mixed_site());
-    let ty = annotation(&local.pat);
-    let expr = &init.expr;
-    let block = quote_spanned! {span=> { let #value #ty = #expr; #(#releases)* #value } };
+    let span = scan::first_span(&init.expr);
+    let placeholder = Expr::Verbatim(TokenStream::new());
+    let expr = std::mem::replace(&mut *init.expr, placeholder);
+    let mut stmts = vec![value_local(&local.pat, expr, span)];
+    stmts.extend(releases);
+    stmts.push(Stmt::Expr(value_ident_expr(), None));
+    let block = Expr::Block(syn::ExprBlock {
+        attrs: Vec::new(),
+        label: None,
+        block: syn::Block {
+            brace_token: syn::token::Brace(span),
+            stmts,
+        },
+    });
     *init.expr = if init.diverge.is_some() {
-        syn::parse_quote_spanned!(span=> (#block))
+        Expr::Paren(syn::ExprParen {
+            attrs: Vec::new(),
+            paren_token: syn::token::Paren(span),
+            expr: Box::new(block),
+        })
     } else {
-        syn::parse_quote!(#block)
+        block
     };
-}
-
-/// A `let`'s type annotation (`: T`), copied onto the local that carries its value so that
-/// type inference is unchanged.
-fn annotation(pat: &syn::Pat) -> TokenStream {
-    match pat {
-        syn::Pat::Type(typed) => {
-            let ty = &typed.ty;
-            quote!(: #ty)
-        }
-        _ => quote!(),
-    }
-}
-
-/// A statement's tokens, ending with `;` where it could otherwise be read as a block's value.
-fn as_statement(stmt: &Stmt) -> TokenStream {
-    match stmt {
-        Stmt::Expr(expr, _) => quote!(#expr;),
-        Stmt::Macro(mac) => {
-            let tokens = quote!(#mac);
-            if mac.semi_token.is_none()
-                && !matches!(mac.mac.delimiter, syn::MacroDelimiter::Brace(_))
-            {
-                quote!(#tokens;)
-            } else {
-                tokens
-            }
-        }
-        other => quote!(#other),
-    }
 }
 
 impl VisitMut for Rewriter<'_> {
