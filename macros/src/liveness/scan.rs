@@ -398,6 +398,15 @@ impl Env<'_> {
                 };
             let mut sources = Vec::new();
             self.borrow_of(&call.receiver, kind, &mut sources);
+            if kind == Kind::Maybe {
+                // Through an accessor too (`let g = map.data().lock()?`): whatever the guard
+                // borrows must outlive the guard.
+                for source in &mut sources {
+                    if let Source::Storage(_, k, _) = source {
+                        *k = Kind::Maybe;
+                    }
+                }
+            }
             if !lists::REFERENCE_METHODS.contains(&name.as_str()) {
                 // An iterator, `Option<&T>` or guard *holds* a reference into the receiver.
                 sources = sources

@@ -136,6 +136,18 @@ pub mod burn_like {
 
 /// Methods named like owned tensor ops that borrow in other libraries.
 pub mod borrowing_names {
+    /// candle-nn's `VarMap`-like holder: `data()` returns the mutex inside.
+    pub struct Holder(pub std::sync::Mutex<Vec<i32>>);
+
+    impl Holder {
+        pub fn data(&self) -> &std::sync::Mutex<Vec<i32>> {
+            &self.0
+        }
+    }
+
+    /// A builder borrowing the holder (`VarBuilder::from_varmap(&varmap, ..)`).
+    pub struct Builder<'a>(pub &'a Holder);
+
     /// ndarray-like: `view`, `t` and `slice` return views into the array.
     pub struct Array(pub Vec<f32>);
 
@@ -339,6 +351,19 @@ macro_rules! cases {
             text.len() + set.len() + map.len() + copied.len() + listed.len()
         }
 
+        /// A guard taken through an accessor, as candle-nn's tests read a `VarMap`:
+        /// `let data = varmap.data().lock().unwrap();` keeps `varmap` to the guard's drop.
+        $(#[$attr])?
+        pub fn guard_through_accessor() -> usize {
+            let varmap = super::borrowing_names::Holder(std::sync::Mutex::new(vec![1, 2]));
+            let builder = super::borrowing_names::Builder(&varmap);
+            let n = builder.0.data().lock().unwrap().len();
+            let data = varmap.data().lock().unwrap();
+            assert!(data.contains(&1));
+            assert!(data.contains(&2));
+            n
+        }
+
         /// Uppercase locals.
         #[allow(non_snake_case)]
         $(#[$attr])?
@@ -382,5 +407,6 @@ pub fn main() {
     check!(borrowing_views());
     check!(borrowing_select_and_forward());
     check!(borrowing_constructors());
+    check!(guard_through_accessor());
     check!(uppercase_locals());
 }
