@@ -708,6 +708,9 @@ struct Walker<'e, 'a> {
     /// The sources of the values passed to the closure about to be visited (the receiver and
     /// other arguments of the call it is an argument of).
     closure_sources: Vec<Source>,
+    /// Inside a `move` closure or `async move` block: every outer local named there is moved
+    /// into it when it is created, however the body uses it.
+    move_captures: usize,
     facts: Facts,
 }
 
@@ -718,6 +721,7 @@ impl<'e, 'a> Walker<'e, 'a> {
             bound: Vec::new(),
             bound_sources: BTreeMap::new(),
             closure_sources: Vec::new(),
+            move_captures: 0,
             facts: Facts::default(),
         }
     }
@@ -729,6 +733,12 @@ impl<'e, 'a> Walker<'e, 'a> {
             return;
         }
         let mention = self.facts.mentions.entry(name.to_string()).or_default();
+        let ctx = if self.move_captures > 0 {
+            Ctx::Value
+        } else {
+            ctx
+        };
+        let projected = projected && self.move_captures == 0;
         match ctx {
             Ctx::Value => {
                 mention.moved = true;
@@ -1010,12 +1020,20 @@ impl<'e, 'a> Walker<'e, 'a> {
                     .inputs
                     .iter()
                     .for_each(|p| self.bind_from(p, sources.clone()));
+                let moving = closure.capture.is_some();
+                self.move_captures += usize::from(moving);
                 self.expr(&closure.body, Ctx::Value);
+                self.move_captures -= usize::from(moving);
                 self.bound.truncate(depth);
             }
             Expr::Block(b) => self.block(&b.block),
             Expr::Unsafe(b) => self.block(&b.block),
-            Expr::Async(b) => self.block(&b.block),
+            Expr::Async(b) => {
+                let moving = b.capture.is_some();
+                self.move_captures += usize::from(moving);
+                self.block(&b.block);
+                self.move_captures -= usize::from(moving);
+            }
             Expr::TryBlock(b) => self.block(&b.block),
             Expr::Const(b) => self.block(&b.block),
             Expr::Loop(l) => self.block(&l.body),
@@ -1269,9 +1287,9 @@ pub(crate) fn calls_local(expr: &Expr, is_local: &dyn Fn(&str) -> bool) -> bool 
     }
 }
 
-/// Whether a statement has paths that may skip part of it (a branch, a loop, a closure, a
-/// block, a `?`-free early exit aside): a value it passes by value may not be moved on every
-/// path.
+/// Whether a statement has paths that may skip part of it (a branch, a loop, a block, a
+/// macro, a `let … else`): a value it passes by value may not be moved on every path. A closure
+/// is no such path: it captures what it uses by value when it is created.
 pub(crate) fn has_branches(stmt: &Stmt) -> bool {
     struct Find(bool);
     impl<'ast> syn::visit::Visit<'ast> for Find {
@@ -1282,8 +1300,6 @@ pub(crate) fn has_branches(stmt: &Stmt) -> bool {
                 | Expr::Loop(_)
                 | Expr::While(_)
                 | Expr::ForLoop(_)
-                | Expr::Closure(_)
-                | Expr::Async(_)
                 | Expr::Block(_)
                 | Expr::Unsafe(_)
                 | Expr::TryBlock(_)

@@ -364,6 +364,18 @@ macro_rules! cases {
             n
         }
 
+        /// dfdx's tape: a `move` closure captures values it only borrows inside
+        /// (`tape.add_backward_op(move |grads| grads.alloc(&lhs_ghost))`).
+        $(#[$attr])?
+        pub fn move_closure_captures() -> usize {
+            let ghost = t("ghost", 1.0);
+            let out = t("out", 2.0);
+            let mut tape: Vec<Box<dyn FnOnce() -> usize>> = Vec::new();
+            tape.push(Box::new(move || ghost.dims().len() + out.data.len()));
+            step("1");
+            tape.into_iter().map(|op| op()).sum()
+        }
+
         /// Uppercase locals.
         #[allow(non_snake_case)]
         $(#[$attr])?
@@ -408,5 +420,6 @@ pub fn main() {
     check!(borrowing_select_and_forward());
     check!(borrowing_constructors());
     check!(guard_through_accessor());
+    check!(move_closure_captures());
     check!(uppercase_locals());
 }
