@@ -47,6 +47,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod library_grad;
 mod release;
 
 pub use release::Release;
@@ -70,6 +71,7 @@ pub mod __private {
     pub use vramguard_runtime::grad::{no_grad_future, NoGradGuard};
     pub use vramguard_runtime::scope::{BatchScope, BatchScopeGuard, ScopeOptions};
 
+    pub use crate::library_grad::{library_no_grad, LibraryNoGrad};
     pub use crate::release::{KeepToScopeEnd, Probe, ReleaseAtLastUse};
 
     /// Ends the life of a value. Generic so that releasing a reference or a `Copy` value does

@@ -39,6 +39,7 @@
 ///   releasable `A`;
 /// - feature `burn`: `burn_tensor::Tensor<D, K>` of burn 0.22 (every rank and kind);
 /// - feature `burn-021`: `burn_tensor::Tensor<B, D, K>` of burn 0.21 (every backend);
+/// - feature `tch`: `tch::Tensor` (tch 0.26, libtorch 2.13);
 /// - your types, with `impl vramguard::Release for MyType {}` or the derive.
 ///
 /// Kept to the end of their scope, exactly as without the attribute:
@@ -55,7 +56,7 @@
 /// - everything else.
 ///
 /// A library's tensor is releasable only for the version of that library the feature names
-/// (candle-core 0.11, ndarray 0.17, burn-tensor 0.22 or 0.21): a tensor of another version is
+/// (candle-core 0.11, ndarray 0.17, burn-tensor 0.22 or 0.21, tch 0.26): a tensor of another version is
 /// another type to the compiler, and is simply kept.
 ///
 /// # No-grad with other libraries
@@ -77,8 +78,8 @@
 /// - **burn 0.21 and before** (autodiff is a backend decorator, `Autodiff<B>`): write the model
 ///   generic over `B: Backend` and run inference on `model.valid()`, which is the same module on
 ///   `B::InnerBackend` (no autodiff); tensors go there with `tensor.inner()`.
-/// - **tch**: has a guard, `tch::no_grad_guard()` (or `tch::no_grad(|| …)`); hold it for the
-///   whole forward pass, as `#[inference]` does with vramguard's.
+/// - **tch**: has a thread-local guard, `tch::no_grad_guard()` (or `tch::no_grad(|| …)`); hold
+///   it for the whole forward pass.
 pub trait Release {}
 
 impl Release for vramguard_runtime::tensor::Tensor {}
@@ -151,6 +152,9 @@ where
     K: burn_tensor_021::TensorKind<B>,
 {
 }
+#[cfg(feature = "tch")]
+// A handle on a libtorch tensor (reference-counted storage, like the others).
+impl Release for tch::Tensor {}
 
 /// The compile-time question the generated code asks at each release point: "is this value's
 /// type [`Release`]?". Answered by method resolution (autoref specialization): the releasing
