@@ -354,7 +354,7 @@ fn run(args: &Args) -> std::result::Result<(), Box<dyn std::error::Error>> {
     let batch_size: usize = args.value("batch").unwrap_or(if quick { 2 } else { 4 });
     let seq: usize = args.value("seq").unwrap_or(if quick { 32 } else { 128 });
     let reps: usize = args.value::<usize>("reps").unwrap_or(2).max(1);
-    if layers == 0 || batch_size == 0 || seq == 0 || heads == 0 || hidden % heads != 0 {
+    if layers == 0 || batch_size == 0 || seq == 0 || heads == 0 || !hidden.is_multiple_of(heads) {
         return Err("--layers, --batch, --seq and --heads must be at least 1, and --hidden a multiple of --heads".into());
     }
     let config = Config {

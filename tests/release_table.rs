@@ -8,7 +8,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::{mpsc, Arc, Mutex};
-use vramguard::{Device, Release, Tensor};
+use vramguard::{Device, Tensor};
 
 /// The generated code's question for the value `$value`: is its type `Release`?
 macro_rules! releasable {
@@ -21,7 +21,7 @@ macro_rules! releasable {
 
 /// Fails to compile unless `T: Release`: for types of which no value is built here.
 #[cfg(any(feature = "burn", feature = "burn-021"))]
-fn assert_release<T: Release + ?Sized>() {}
+fn assert_release<T: vramguard::Release + ?Sized>() {}
 
 fn tensor() -> Tensor {
     Tensor::ones(&[2, 2], &Device::isolated_host()).expect("a 2×2 tensor")
@@ -194,5 +194,38 @@ mod burn_021 {
         assert_release::<BurnTensor<B, 4, Int>>();
         assert_release::<BurnTensor<B, 1, Bool>>();
         assert_release::<Vec<BurnTensor<B, 2>>>();
+    }
+}
+
+#[cfg(feature = "tch")]
+mod tch_tensors {
+    use super::*;
+    use tch::{Device as TchDevice, Kind, Tensor as TchTensor};
+
+    fn tch_tensor() -> TchTensor {
+        TchTensor::zeros([2, 2], (Kind::Float, TchDevice::Cpu))
+    }
+
+    #[test]
+    fn tch_tensors_and_containers_of_them_are_released() {
+        assert!(releasable!(tch_tensor()));
+        assert!(releasable!(vec![tch_tensor()]));
+        assert!(releasable!(Some(tch_tensor())));
+        assert!(releasable!((tch_tensor(), tch_tensor())));
+        assert!(!releasable!(&tch_tensor()));
+        assert!(!releasable!(Rc::new(tch_tensor())));
+        // tch's fallible ops carry `TchError`, which is not memory.
+        assert!(!releasable!(tch_tensor().f_sqrt()));
+    }
+
+    #[test]
+    fn library_no_grad_turns_tch_recording_off_and_restores_it() {
+        let x = tch_tensor().set_requires_grad(true);
+        assert!((&x * 2.0).requires_grad());
+        {
+            let _guard = vramguard::__private::library_no_grad();
+            assert!(!(&x * 2.0).requires_grad());
+        }
+        assert!((&x * 2.0).requires_grad());
     }
 }
