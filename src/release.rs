@@ -56,8 +56,8 @@
 /// - everything else.
 ///
 /// A library's tensor is releasable only for the version of that library the feature names
-/// (candle-core 0.11, ndarray 0.17, burn-tensor 0.22 or 0.21, tch 0.26): a tensor of another version is
-/// another type to the compiler, and is simply kept.
+/// (candle-core 0.11, ndarray 0.17, burn-tensor 0.22 or 0.21, tch 0.26): a tensor of another
+/// version is another type to the compiler, and is simply kept.
 ///
 /// # No-grad with other libraries
 ///
@@ -145,13 +145,15 @@ mod ndarray_arrays {
 impl<const D: usize, K: burn_tensor::kind::Basic> Release for burn_tensor::Tensor<D, K> {}
 
 #[cfg(feature = "burn-021")]
-// burn 0.21 and the lines before it: the tensor is generic over its backend.
+// burn 0.21 (0.21.x only: each burn line is a separate crate version): the tensor is generic
+// over its backend, as in every line before it.
 impl<B, const D: usize, K> Release for burn_tensor_021::Tensor<B, D, K>
 where
     B: burn_tensor_021::backend::Backend,
     K: burn_tensor_021::TensorKind<B>,
 {
 }
+
 #[cfg(feature = "tch")]
 // A handle on a libtorch tensor (reference-counted storage, like the others).
 impl Release for tch::Tensor {}
