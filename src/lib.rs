@@ -51,18 +51,49 @@ mod library_grad;
 mod release;
 
 pub use release::Release;
-pub use vramguard_macros::{allow, batch_scope, inference};
-pub use vramguard_runtime::device::DeviceError;
+pub use vramguard_macros::{allow, batch_scope, inference, Release};
+pub use vramguard_runtime::device::{Device, DeviceError};
 pub use vramguard_runtime::grad::{
     enable_grad, is_grad_enabled, no_grad, no_grad_future, EnableGradGuard, NoGradGuard,
     WithGradMode,
 };
 pub use vramguard_runtime::tensor::{DType, Rhs, Tensor, TensorError};
-pub use vramguard_runtime::{alloc, device, grad, nn, scope, tensor, Device};
+pub use vramguard_runtime::{nn, scope};
 
 /// Memory tools per device: statistics, peaks, cache release, preallocation, snapshots, traces.
 pub mod memory {
     pub use vramguard_runtime::memory::*;
+}
+
+/// The caching allocator's settings (`VRAMGUARD_ALLOC_CONF`), its backends, and the allocator
+/// itself for custom backends. Per-device tools are in [`crate::memory`].
+pub mod alloc {
+    pub use vramguard_runtime::alloc::{
+        parse_bytes, set_trace_label, trace_label, AllocatorConfig, Backend, BackendError,
+        BlockSnapshot, CachingAllocator, ConfigError, DeviceAllocator, ExpandableSegments,
+        HostBackend, MemoryLimit, PoolKind, SegmentSnapshot, SetupError, TraceEvent,
+        TraceEventKind, TraceLabelGuard, VirtualMemory, DEFAULT_EXPANDABLE_RANGE, ENV_VAR,
+    };
+
+    /// The CUDA backend (driver API through cudarc, loaded at run time).
+    pub mod cuda {
+        pub use vramguard_runtime::alloc::cuda::{driver_present, CudaBackend};
+    }
+}
+
+/// Allocations and GPU buffers ([`crate::Device`] itself is at the crate root).
+pub mod device {
+    pub use vramguard_runtime::device::{Allocation, CudaBuffer, CudaBufferError, CudaDevice};
+}
+
+/// Grad mode beyond the guards at the crate root.
+pub mod grad {
+    pub use vramguard_runtime::grad::{set_grad_enabled, GradModeGuard};
+}
+
+/// Tensor items beyond [`crate::Tensor`] and its companions at the crate root.
+pub mod tensor {
+    pub use vramguard_runtime::tensor::{rng, LivenessBound, LivenessRecorder, Result, Storage};
 }
 
 /// Items used by code the macros generate. Not public API: no stability guarantees.
@@ -72,12 +103,24 @@ pub mod __private {
     pub use vramguard_runtime::scope::{BatchScope, BatchScopeGuard, ScopeOptions};
 
     pub use crate::library_grad::{library_no_grad, LibraryNoGrad};
-    pub use crate::release::{KeepToScopeEnd, Probe, ReleaseAtLastUse};
+    pub use crate::release::{CopyAtLastUse, KeepToScopeEnd, Probe, ReleaseAtLastUse};
+
+    // The two functions below are what a compile error caused by the rewrite points into:
+    // rustc quotes their signature line ("consider changing this parameter type in function
+    // …"), so that line says which escape hatch keeps the value alive. Keep each on one line.
 
     /// Ends the life of a value. Generic so that releasing a reference or a `Copy` value does
     /// not trip rustc's `dropping_references` / `dropping_copy_types` lints in user code.
     #[inline(always)]
-    pub fn release<T>(value: T) {
+    #[rustfmt::skip]
+    pub fn release<T>(value: T) { // #[vramguard::inference]/#[batch_scope] freed this value after its last use; to keep it alive: `#[inference(keep(name))]`, or `#[keep]` on its `let`
         drop(value);
+    }
+
+    /// Moves a value into the statement of its last use (identity).
+    #[inline(always)]
+    #[rustfmt::skip]
+    pub fn last_use<T>(value: T) -> T { // #[vramguard::inference]/#[batch_scope] moved this value into its last use; to keep it alive: `#[inference(keep(name))]`, or `#[keep]` on its `let`
+        value
     }
 }

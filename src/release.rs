@@ -80,6 +80,12 @@
 ///   `B::InnerBackend` (no autodiff); tensors go there with `tensor.inner()`.
 /// - **tch**: has a thread-local guard, `tch::no_grad_guard()` (or `tch::no_grad(|| …)`); hold
 ///   it for the whole forward pass.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not `vramguard::Release`",
+    label = "not `Release`: dropping it at its last use might change what the program does",
+    note = "only types whose drop frees memory and does nothing else are `Release` (see the docs of `vramguard::Release`); a struct deriving it needs every field to be `Release`",
+    note = "if this points at a statement that `#[inference]` or `#[batch_scope]` rewrote, the local's type was not known yet where the attribute asked for it: give its `let` a type annotation, or mark the `let` with `#[keep]`"
+)]
 pub trait Release {}
 
 impl Release for vramguard_runtime::tensor::Tensor {}
@@ -158,10 +164,13 @@ where
 // A handle on a libtorch tensor (reference-counted storage, like the others).
 impl Release for tch::Tensor {}
 
-/// The compile-time question the generated code asks at each release point: "is this value's
-/// type [`Release`]?". Answered by method resolution (autoref specialization): the releasing
-/// impl applies to `Probe<T>` when `T: Release`; the keeping one, one autoref further, to
-/// every `&Probe<T>`.
+/// The compile-time questions the generated code asks at each release point, answered by
+/// method resolution from the value's type (autoref specialization): the receiver is
+/// `&&&Probe<T>`, and each autoderef step down reaches a less specific answer.
+///
+/// - `__vg_releasable()`: is `T: Release`? (may the value be freed here);
+/// - `__vg_movable()`: is `T: Release` or `T: Copy`? (may an immutable binding be moved into
+///   the statement of its last use: moving a `Copy` value copies it, which nobody can observe).
 #[doc(hidden)]
 pub struct Probe<T: ?Sized>(core::marker::PhantomData<fn(&T)>);
 
@@ -173,7 +182,7 @@ impl<T: ?Sized> Probe<T> {
     }
 }
 
-/// Answers "release" for `Probe<T>` with `T: Release`.
+/// First step: `T: Release`.
 #[doc(hidden)]
 pub trait ReleaseAtLastUse {
     /// `true`: the value may be freed at its last use.
@@ -181,17 +190,37 @@ pub trait ReleaseAtLastUse {
     fn __vg_releasable(&self) -> bool {
         true
     }
+    /// `true`: the value may be moved into the statement of its last use.
+    #[inline(always)]
+    fn __vg_movable(&self) -> bool {
+        true
+    }
 }
-impl<T: Release + ?Sized> ReleaseAtLastUse for Probe<T> {}
+impl<T: Release + ?Sized> ReleaseAtLastUse for &&Probe<T> {}
 
-/// Answers "keep" for every other type (one autoref further, so it is found only when
-/// [`ReleaseAtLastUse`] does not apply).
+/// Second step: `T: Copy` (answers only `__vg_movable`).
+#[doc(hidden)]
+pub trait CopyAtLastUse {
+    /// `true`: a copy may be moved into the statement of its last use.
+    #[inline(always)]
+    fn __vg_movable(&self) -> bool {
+        true
+    }
+}
+impl<T: Copy> CopyAtLastUse for &Probe<T> {}
+
+/// Last step: every other type keeps its drop point.
 #[doc(hidden)]
 pub trait KeepToScopeEnd {
-    /// `false`: the value keeps its drop point.
+    /// `false`: the value is not freed early.
     #[inline(always)]
     fn __vg_releasable(&self) -> bool {
         false
     }
+    /// `false`: the value is not moved.
+    #[inline(always)]
+    fn __vg_movable(&self) -> bool {
+        false
+    }
 }
-impl<T: ?Sized> KeepToScopeEnd for &Probe<T> {}
+impl<T: ?Sized> KeepToScopeEnd for Probe<T> {}

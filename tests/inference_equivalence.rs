@@ -65,3 +65,11 @@ mod adversarial;
 fn adversarial() {
     adversarial::main();
 }
+
+#[path = "ui/inference/pass/third_party.rs"]
+mod third_party;
+
+#[test]
+fn third_party() {
+    third_party::main();
+}

@@ -10,12 +10,15 @@ use std::rc::Rc;
 use std::sync::{mpsc, Arc, Mutex};
 use vramguard::{Device, Tensor};
 
-/// The generated code's question for the value `$value`: is its type `Release`?
+/// The generated code's question for the value `$value`, asked as the macros ask it: is its
+/// type `Release`?
 macro_rules! releasable {
     ($value:expr) => {{
-        #[allow(unused_imports)] // One of the two answers is unused for any given type.
-        use vramguard::__private::{KeepToScopeEnd as _, ReleaseAtLastUse as _};
-        (&vramguard::__private::Probe::of(&$value)).__vg_releasable()
+        #[allow(unused_imports)] // Only one of the answers applies to any given type.
+        use vramguard::__private::{
+            CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
+        };
+        (&&&vramguard::__private::Probe::of(&$value)).__vg_releasable()
     }};
 }
 

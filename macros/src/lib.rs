@@ -12,6 +12,7 @@ mod common;
 mod inference;
 mod lints;
 mod liveness;
+mod release;
 
 use proc_macro::TokenStream;
 
@@ -47,45 +48,70 @@ use proc_macro::TokenStream;
 ///    grad mode is set around each poll of the body instead (a guard must not live across
 ///    `.await`: the task may resume on another thread). For an `impl Trait` return, grad mode
 ///    covers the call, not the later use of the returned value.
-/// 2. **Drops at last use**: every local, and every by-value parameter, is moved into the
-///    statement of its last use, so it dies at the end of that statement whether the statement
-///    borrows it or moves it: `let y = f(&x)?;` becomes
-///    `let y = { let x = x; let __vg_value = f(&x)?; __vg_value };`. A `mut` local that the
-///    statement mutates or borrows without moving (`x += 1;`, `f(&mut x);`) is released right
-///    after it instead, so that a `Copy` value is never mutated as a copy. Nested blocks
-///    (branches, loop bodies, closures, `unsafe` and async blocks) get the same treatment for
+/// 2. **Drops at last use, for memory only**: a local (or by-value parameter) whose *type* is
+///    [`Release`](https://docs.rs/vramguard/latest/vramguard/trait.Release.html) — a tensor, a
+///    container of tensors, a numeric buffer, a type deriving `Release` — is freed right after
+///    the statement of its last use. Every other value keeps exactly the drop point and the drop
+///    order it has without the attribute. The macro finds last uses from the syntax; the
+///    compiler decides, from each value's type, whether it is released there (see below).
+///    Nested blocks (branches, loop bodies, closures, async blocks) get the same treatment for
 ///    the locals they declare. A local declared outside a loop and used inside is freed after
 ///    the loop.
-/// 3. **Lints** the body (`.backward()` here is an error: there is no graph to differentiate).
+/// 3. **Lints** the body (`.backward()` here is a warning: there is no graph to differentiate).
 ///
 /// # The contract
 ///
-/// Code that compiles without the attribute compiles with it and behaves the same, except that
-/// values are dropped earlier. The macro sees no types, so when it cannot prove an early drop
-/// is possible it keeps the value alive (as without the attribute); every mistake it could
-/// still make is a borrow-check or move error at compile time, never a dangling reference: the
-/// rewrite only moves values into blocks and never adds `unsafe` code.
+/// Code that compiles without the attribute compiles with it and computes the same; the only
+/// difference is that values of `Release` types are freed earlier. A guard (named or
+/// `_`-prefixed), an `Rc`/`Arc`/`Weak`, a file, a temporary directory, a channel end, a handle,
+/// a closure and every `Copy` value are not `Release`: their drops happen where they always
+/// did, in the same order, so a lock is held, a count reads, a directory exists and a channel
+/// stays open exactly as long as without the attribute.
 ///
-/// Never dropped early (they live to the end of their scope, as without the attribute):
-/// - guards: `_`-prefixed bindings, and bindings never used after their declaration
-///   (`let _enter = span.enter();`, `let lock = m.lock();` used by nothing later);
+/// How the type decides: at each release point the generated code asks a probe that method
+/// resolution answers from the value's type (`Probe<T>`: `T: Release`, else keep). A statement
+/// that only borrows the value is followed by `if <T: Release> { release(x) }`: a conditional
+/// move, so a kept value's drop stays where the compiler's drop flag puts it, at its scope's
+/// end. A statement that may move the value is written twice and the type chooses:
+/// `if <T: Release or Copy> { let x = last_use(x); STMT } else { STMT }` (moving a `Copy`
+/// value only copies it; a `mut` one is never moved in). A statement is written twice at most
+/// once per nesting level, so the output stays within (depth + 1) × the input.
+///
+/// The macro sees no types, so when it cannot show an early drop is possible it keeps the value
+/// alive; every mistake it could still make is a borrow-check or move error at compile time,
+/// never a dangling reference or a changed result: the rewrite only moves values and never
+/// adds `unsafe` code. Such an error points at your statement; when it is a use after the
+/// move, rustc quotes the signature of `__private::last_use` or `release`, which names the
+/// escape hatch (`keep(name)`, `#[keep]`). `cargo vramguard check` finds them all at once.
+///
+/// Never released early (they live to the end of their scope, as without the attribute):
+/// - values whose type is not `Release` (above);
+/// - guards: `_`-prefixed bindings, and bindings never used after their declaration;
 /// - names in `keep(..)`, `let`s marked with the inert `#[keep]`, `let x;` declared without
 ///   a value;
 /// - a value whose last use is the block's tail expression or its last statement (nothing to
 ///   gain);
+/// - a value whose type a later use decides (`Vec::new()`, `Default::default()`, `None`,
+///   `s.parse()`, `.collect()` without a turbofish, `x as _`) when its last use may move it:
+///   the probe would run before the type is known;
+/// - a value that may be moved where the statement cannot be written twice: a `let` whose
+///   value may hold a closure or async block (each has a type of its own), a statement that
+///   defines an item;
 /// - a value a later binding may borrow while the borrow's origin may also have moved it (an
-///   unknown method called on it, an unknown macro, a non-`move` closure capturing it);
+///   unknown method called on it, an unknown macro, a non-`move` closure capturing it), and
+///   a value a guard borrows (`cell` after `let w = cell.borrow_mut();`: the guard's drop uses
+///   the borrow);
 /// - a value borrowed by a binding that outlives a redeclaration (shadowing) of its name, a
-///   value a field of which may have been moved out before its last use, a value whose address
-///   is taken as a raw pointer (`as *const _`, `&raw`, `addr_of!`, `.as_ptr()`), a value
-///   stored into something outside the block (`self.f = …`, a static);
+///   value a field of which may have been moved out before its last use, a value passed by
+///   value before a borrower's last use, a value whose address is taken as a raw pointer
+///   (`as *const _`, `&raw`, `addr_of!`, `.as_ptr()`), a value stored into something outside
+///   the block (`self.f = …`, a static);
 /// - a value whose last use is an unknown statement macro (it might declare bindings) or the
 ///   `else` block of a `let … else`;
-/// - anything in a function that contains `unsafe` code (or is an `unsafe fn`): it gets the
-///   no-grad guard only, because unsafe code may rely on a value living to the end of its
-///   scope in ways no syntactic analysis sees (`&x` coerced to `*const T` by a call that
-///   stashes it, read later by an unsafe call that never names `x`). Move the unsafe part
-///   (a kernel launch, say) into a helper function to get the drops back.
+/// - anything inside a `const { }` block, and anything in a function that contains `unsafe`
+///   code (or is an `unsafe fn`): it gets the no-grad guard only, because unsafe code may rely
+///   on a value living to the end of its scope in ways no syntactic analysis sees. Move the
+///   unsafe part (a kernel launch, say) into a helper function to get the drops back.
 ///
 /// # Borrows: what keeps a value alive
 ///
@@ -147,8 +173,9 @@ use proc_macro::TokenStream;
 ///   (`x` does not live long enough) is fixed with `keep(x)`.
 /// - A value used in only one branch of an `if`/`match` is dropped after the whole branch
 ///   statement, not inside the branch. Values used in the tail expression gain nothing.
-/// - Lock guards and other RAII values used after their declaration are released at their last
-///   use like any value; use a `_` prefix or `keep(..)` to hold them to the end of the scope.
+/// - Only `Release` types are freed early: your own tensor-holding structs need
+///   `#[derive(vramguard::Release)]` (or a manual impl) to benefit.
+/// - A statement written twice reports a type error inside it twice.
 /// - With `#[async_trait]` on the enclosing `impl`, that macro runs first and turns the method
 ///   into one returning a boxed future: grad mode then covers creating it, not polling it.
 ///
@@ -203,4 +230,24 @@ pub fn batch_scope(args: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro_attribute]
 pub fn allow(args: TokenStream, item: TokenStream) -> TokenStream {
     lints::expand_allow(args.into(), item.into()).into()
+}
+
+/// Declares a struct or enum `vramguard::Release` when every field is: `#[inference]` and
+/// `#[batch_scope]` may then free its values at their last use.
+///
+/// ```ignore
+/// #[derive(vramguard::Release)]
+/// struct Activations {
+///     hidden: Tensor,
+///     attention: Vec<Tensor>,
+/// }
+/// ```
+///
+/// A field whose type is not `Release` (a guard, an `Rc`, a file…) is a compile error at that
+/// field; a field of a generic type makes the implementation conditional on it. Only derive it
+/// for a type whose drop frees memory and does nothing anyone can observe (see
+/// `vramguard::Release`). `#[vramguard(crate = path)]` names the facade when it is renamed.
+#[proc_macro_derive(Release, attributes(vramguard))]
+pub fn derive_release(item: TokenStream) -> TokenStream {
+    release::expand(item.into()).into()
 }

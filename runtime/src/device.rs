@@ -1,9 +1,16 @@
-//! Devices and the allocations made on them.
+//! Devices and the allocations made on them: a [`Device`] owns one caching allocator (the
+//! process-wide host and GPU devices read `VRAMGUARD_ALLOC_CONF`), an [`Allocation`] returns its
+//! block on drop and tells the innermost batch scope about it, and [`CudaBuffer`] wraps one for
+//! cudarc. The allocator itself is `crate::alloc`'s.
+
+mod cuda_buffer;
+
+pub use cuda_buffer::{CudaBuffer, CudaBufferError};
 
 use crate::alloc::cuda::CudaBackend;
 use crate::alloc::{
-    AllocatorConfig, Block, CachingAllocator, ConfigError, DeviceAllocator, HostBackend,
-    OutOfMemory,
+    AllocatorConfig, Backend, Block, CachingAllocator, DeviceAllocator, HostBackend, OutOfMemory,
+    SetupError,
 };
 use crate::scope::ScopeTracker;
 use cudarc::driver::CudaContext;
@@ -11,32 +18,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
 
-/// A device that cannot be opened.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum DeviceError {
-    /// The CUDA driver library is not installed.
-    #[error("no CUDA driver found (libcuda.so): install the NVIDIA driver or use Device::Host")]
-    NoDriver,
-    /// The driver sees no GPU with this ordinal.
-    #[error("no CUDA device {ordinal}: the driver sees {count} device(s); pick an ordinal below {count} or use Device::Host")]
-    NoDevice {
-        /// Ordinal asked for.
-        ordinal: usize,
-        /// Devices the driver reports.
-        count: usize,
-    },
-    /// A driver call failed.
-    #[error("CUDA driver call {op} failed: {message}")]
-    Driver {
-        /// The driver function.
-        op: &'static str,
-        /// The driver's error name.
-        message: String,
-    },
-    /// The allocator settings cannot be used on this device.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-}
+pub use crate::alloc::cuda::DeviceError;
 
 /// A CUDA device: its ordinal, its allocator and its cudarc context.
 #[derive(Clone)]
@@ -94,12 +76,12 @@ impl Device {
 
     /// A new host device with its own allocator built from `config` (bounded by
     /// `config.memory_limit`, if any). Use [`Device::host_pool`] for a bounded backend.
-    pub fn host_with_config(config: AllocatorConfig) -> Result<Device, ConfigError> {
+    pub fn host_with_config(config: AllocatorConfig) -> Result<Device, SetupError> {
         Self::host_pool(HostBackend::new(), config)
     }
 
     /// A new host device over `backend` (e.g. `HostBackend::with_capacity(n)`) with `config`.
-    pub fn host_pool(backend: HostBackend, config: AllocatorConfig) -> Result<Device, ConfigError> {
+    pub fn host_pool(backend: HostBackend, config: AllocatorConfig) -> Result<Device, SetupError> {
         let allocator = CachingAllocator::with_config(Box::new(backend) as Box<_>, config)?;
         Ok(Device::HostPool(Arc::new(allocator)))
     }
@@ -118,16 +100,9 @@ impl Device {
         }
         let backend = CudaBackend::new(ordinal)?;
         let context = Arc::clone(backend.context());
-        let config = env_config().unwrap_or_default();
-        let boxed: Box<dyn crate::alloc::Backend> = Box::new(backend);
-        let allocator = match CachingAllocator::with_config(boxed, config) {
-            Ok(a) => a,
-            Err(e) => {
-                tracing::warn!("{e}; cuda:{ordinal} uses the default allocator settings");
-                let backend = CudaBackend::new(ordinal)?;
-                CachingAllocator::new(Box::new(backend) as Box<_>)
-            }
-        };
+        let allocator = configured_from_env(Box::new(backend), &format!("cuda:{ordinal}"), || {
+            Ok::<_, DeviceError>(Box::new(CudaBackend::new(ordinal)?))
+        })?;
         let device = CudaDevice {
             ordinal,
             allocator: Arc::new(allocator),
@@ -146,7 +121,7 @@ impl Device {
     ) -> Result<Device, DeviceError> {
         let backend = CudaBackend::new(ordinal)?;
         let context = Arc::clone(backend.context());
-        let boxed: Box<dyn crate::alloc::Backend> = Box::new(backend);
+        let boxed: Box<dyn Backend> = Box::new(backend);
         let allocator = CachingAllocator::with_config(boxed, config)?;
         Ok(Device::Cuda(CudaDevice {
             ordinal,
@@ -187,12 +162,15 @@ impl Device {
         matches!(self, Device::Cuda(_))
     }
 
-    /// Allocates `bytes` bytes on this device, attributed to the innermost batch scope.
+    /// Allocates `bytes` bytes on this device, attributed to the innermost batch scope (whose
+    /// iterations the allocator plans: see `iteration_planning` in
+    /// [`AllocatorConfig`]).
     pub fn allocate(&self, bytes: usize) -> Result<Allocation, OutOfMemory> {
-        let block = self.allocator().allocate(bytes)?;
         let scope = crate::scope::current_tracker();
+        let iteration = scope.as_ref().map(|t| t.iteration_id());
+        let block = self.allocator().allocate_in(bytes, iteration)?;
         if let Some(tracker) = &scope {
-            tracker.on_alloc_on(self, block.id, block.size);
+            tracker.on_alloc_on(self.allocator(), block.id, block.size);
         }
         Ok(Allocation {
             block: Some(block),
@@ -202,46 +180,59 @@ impl Device {
     }
 }
 
-/// `VRAMGUARD_ALLOC_CONF`, parsed once per process. A bad value is logged once.
-fn env_config() -> Result<AllocatorConfig, ConfigError> {
-    static CONFIG: OnceLock<Result<AllocatorConfig, ConfigError>> = OnceLock::new();
-    CONFIG
-        .get_or_init(|| {
-            let parsed = AllocatorConfig::from_env().and_then(|c| c.validate().map(|()| c));
-            if let Err(e) = &parsed {
-                tracing::warn!("{e}; using the default allocator settings");
-            }
-            parsed
-        })
+/// An allocator over `backend` with the settings of `VRAMGUARD_ALLOC_CONF`. Settings that
+/// cannot be used here (a bad value, `expandable_segments:true` on a backend without page
+/// mapping, ...) give the defaults instead, over a fresh backend from `fresh`: the error is
+/// logged once and kept for [`crate::memory::config_error`].
+fn configured_from_env<E>(
+    backend: Box<dyn Backend>,
+    device: &str,
+    fresh: impl FnOnce() -> Result<Box<dyn Backend>, E>,
+) -> Result<DeviceAllocator, E> {
+    let config = crate::alloc::env_config().unwrap_or_default();
+    match CachingAllocator::with_config(backend, config) {
+        Ok(a) => Ok(a),
+        Err(e) => {
+            tracing::warn!("{e}; {device} uses the default allocator settings");
+            remember_setup_error(e);
+            Ok(CachingAllocator::new(fresh()?))
+        }
+    }
+}
+
+/// The first error that made a process-wide device fall back to the default settings.
+static SETUP_ERROR: Mutex<Option<SetupError>> = Mutex::new(None);
+
+fn remember_setup_error(e: SetupError) {
+    let mut first = SETUP_ERROR.lock().unwrap_or_else(|e| e.into_inner());
+    first.get_or_insert(e);
+}
+
+/// The error that made a process-wide device ignore `VRAMGUARD_ALLOC_CONF`, if any: a value
+/// that does not parse, or settings the host device (created here if it was not yet) or an
+/// opened GPU cannot use.
+pub(crate) fn config_error() -> Option<SetupError> {
+    if let Err(e) = crate::alloc::env_config() {
+        return Some(SetupError::Config(e));
+    }
+    global_host();
+    SETUP_ERROR
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
         .clone()
 }
-
-/// The error that made a process-wide device ignore `VRAMGUARD_ALLOC_CONF`, if any.
-pub(crate) fn config_error() -> Option<ConfigError> {
-    env_config().err().or_else(|| {
-        global_host();
-        HOST_INIT_ERROR.get().cloned().flatten()
-    })
-}
-
-static HOST_INIT_ERROR: OnceLock<Option<ConfigError>> = OnceLock::new();
 
 fn global_host() -> &'static Arc<DeviceAllocator> {
     static HOST: OnceLock<Arc<DeviceAllocator>> = OnceLock::new();
     HOST.get_or_init(|| {
-        let config = env_config().unwrap_or_default();
-        let backend: Box<dyn crate::alloc::Backend> = Box::new(HostBackend::new());
-        match CachingAllocator::with_config(backend, config) {
-            Ok(a) => {
-                let _ = HOST_INIT_ERROR.set(None);
-                Arc::new(a)
-            }
-            Err(e) => {
-                tracing::warn!("{e}; the host device uses the default allocator settings");
-                let _ = HOST_INIT_ERROR.set(Some(e));
-                Arc::new(CachingAllocator::new(Box::new(HostBackend::new())))
-            }
-        }
+        let fresh =
+            || Ok::<_, std::convert::Infallible>(Box::new(HostBackend::new()) as Box<dyn Backend>);
+        let allocator =
+            match configured_from_env(Box::new(HostBackend::new()), "the host device", fresh) {
+                Ok(a) => a,
+                Err(never) => match never {},
+            };
+        Arc::new(allocator)
     })
 }
 
@@ -302,7 +293,7 @@ impl Drop for Allocation {
     fn drop(&mut self) {
         if let Some(block) = self.block.take() {
             if let Some(tracker) = &self.scope {
-                tracker.on_free_on(&self.device, block.id);
+                tracker.on_free_on(self.device.allocator(), block.id);
             }
             self.device.allocator().free(block);
         }

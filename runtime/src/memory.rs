@@ -7,11 +7,12 @@
 //! (preallocate), [`empty_cache`] between phases, and expandable segments — on by default
 //! wherever the backend can map pages (the host backend on Unix, GPUs with virtual memory
 //! management; [`uses_expandable_segments`] tells), `expandable_segments:false`
-//! ([`AllocatorConfig::with_expandable_segments`]) for PyTorch's fixed segments.
+//! ([`AllocatorConfig::with_expandable_segments`](crate::alloc::AllocatorConfig::with_expandable_segments))
+//! for PyTorch's fixed segments.
 //! `examples/fragmentation.rs` shows each one.
 //!
 //! Configuration comes from `VRAMGUARD_ALLOC_CONF` for the process-wide devices
-//! ([`Device::Host`], [`Device::cuda`]) and from [`AllocatorConfig`] for devices made with
+//! ([`Device::Host`], [`Device::cuda`]) and from [`AllocatorConfig`](crate::alloc::AllocatorConfig) for devices made with
 //! [`Device::host_with_config`]. A bad `VRAMGUARD_ALLOC_CONF` never panics: it is logged once
 //! (a `tracing` warning), the defaults are used, and [`config_error`] returns the error.
 //!
@@ -36,16 +37,36 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod workspace;
+
+use crate::alloc::SetupError;
 pub use crate::alloc::{
-    AllocatorConfig, BucketError, ConfigError, ExpandableSegments, MemorySnapshot, MemoryStats,
-    OomCause, OutOfMemory, PressureHandlerId, SegmentMode, SequenceBuckets, Trace, Workspace,
-    WorkspaceError,
+    BucketError, DetailedStats, MemorySnapshot, MemoryStats, OomCause, OutOfMemory, PoolStats,
+    PressureHandlerId, SegmentMode, SequenceBuckets, Stat, Trace,
 };
 use crate::Device;
+pub use workspace::{Workspace, WorkspaceError, WorkspaceView};
 
 /// Current statistics of `device`'s allocator.
 pub fn stats(device: &Device) -> MemoryStats {
     device.allocator().stats()
+}
+
+/// PyTorch's statistics of `device` (`torch.cuda.memory_stats()`); `.to_map()` gives them under
+/// PyTorch's keys.
+pub fn detailed_stats(device: &Device) -> DetailedStats {
+    device.allocator().detailed_stats()
+}
+
+/// The text table of `torch.cuda.memory_summary()` for `device`.
+pub fn memory_summary(device: &Device) -> String {
+    device.allocator().memory_summary()
+}
+
+/// Resets the accumulated counts of `device` (totals allocated and freed, retries, OOMs, backend
+/// calls) to 0, as `torch.cuda.reset_accumulated_memory_stats()`.
+pub fn reset_accumulated_stats(device: &Device) {
+    device.allocator().reset_accumulated_stats()
 }
 
 /// Resets peak statistics of `device` to the current values.
@@ -106,7 +127,7 @@ pub fn add_pressure_handler(
 }
 
 /// The error that made the process-wide devices ignore `VRAMGUARD_ALLOC_CONF`, if any.
-pub fn config_error() -> Option<ConfigError> {
+pub fn config_error() -> Option<SetupError> {
     crate::device::config_error()
 }
 

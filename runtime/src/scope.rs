@@ -30,7 +30,7 @@
 //! Reports are queryable with [`last_report`]. Labels are per thread: two threads running the
 //! same loop keep separate iteration counts and live sets.
 
-use crate::Device;
+use crate::alloc::{DeviceAllocator, IterationId};
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -53,9 +53,8 @@ pub struct ScopeOptions {
     /// Growing iterations (see [`ScopeReport::growth_streak`]) before the scope warns; `0`
     /// disables the warning and the strict failure.
     pub warn_after_growing: u32,
-    /// Every `n` iterations, after the iteration's values are dropped, call
-    /// [`crate::memory::empty_cache`] on each device the scope allocated on since the last
-    /// call. `None`: never.
+    /// Every `n` iterations, after the iteration's values are dropped, release the cache
+    /// (`empty_cache`) of each device the scope allocated on since the last call. `None`: never.
     pub empty_cache_every: Option<u32>,
 }
 
@@ -246,9 +245,24 @@ impl BatchScopeGuard {
             }
         });
         let (mut report, devices) = self.tracker.end_iteration(&self.snapshot, &self.options);
+        // The allocators plan the scope's next iteration from this one.
+        let touched: Vec<Arc<DeviceAllocator>> = self
+            .tracker
+            .state()
+            .touched
+            .drain()
+            .map(|(_, a)| a)
+            .collect();
+        let id = IterationId {
+            scope: Arc::as_ptr(&self.tracker) as u64,
+            iteration: self.snapshot.iteration,
+        };
+        for allocator in touched {
+            allocator.end_iteration(id);
+        }
         if let Some(every) = self.options.empty_cache_every {
             if report.iterations % u64::from(every) == 0 {
-                let released = devices.iter().map(crate::memory::empty_cache).sum();
+                let released = devices.iter().map(|a| a.empty_cache()).sum();
                 report.cache_released_bytes = Some(released);
             }
         }
@@ -380,8 +394,10 @@ struct TrackerState {
     last_live_at_end: Option<u64>,
     high_mark: u64,
     growth_streak: u32,
-    /// Devices allocated on since the cache policy last ran, by allocator address.
-    devices: HashMap<usize, Device>,
+    /// Allocators of the devices allocated on since the cache policy last ran, by address.
+    devices: HashMap<usize, Arc<DeviceAllocator>>,
+    /// Allocators allocated on in the current iteration, told when it ends (planning).
+    touched: HashMap<usize, Arc<DeviceAllocator>>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -417,18 +433,18 @@ impl ScopeTracker {
         self.record_free((0, id));
     }
 
-    /// [`ScopeTracker::on_alloc`] for a known device: block ids of different devices may
-    /// collide, and the cache policy needs the device.
-    pub(crate) fn on_alloc_on(&self, device: &Device, id: u64, bytes: usize) {
-        self.record_alloc((allocator_key(device), id), bytes, Some(device));
+    /// [`ScopeTracker::on_alloc`] for a known device's allocator: block ids of different
+    /// allocators may collide, and the cache policy needs the allocator.
+    pub(crate) fn on_alloc_on(&self, allocator: &Arc<DeviceAllocator>, id: u64, bytes: usize) {
+        self.record_alloc((allocator_key(allocator), id), bytes, Some(allocator));
     }
 
     /// [`ScopeTracker::on_free`] for a block allocated with [`ScopeTracker::on_alloc_on`].
-    pub(crate) fn on_free_on(&self, device: &Device, id: u64) {
-        self.record_free((allocator_key(device), id));
+    pub(crate) fn on_free_on(&self, allocator: &Arc<DeviceAllocator>, id: u64) {
+        self.record_free((allocator_key(allocator), id));
     }
 
-    fn record_alloc(&self, key: AllocKey, bytes: usize, device: Option<&Device>) {
+    fn record_alloc(&self, key: AllocKey, bytes: usize, allocator: Option<&Arc<DeviceAllocator>>) {
         let tag = TAGS
             .try_with(|tags| tags.borrow().last().cloned())
             .ok()
@@ -451,8 +467,15 @@ impl ScopeTracker {
         let alive = state.alive_by_iteration.entry(iteration).or_default();
         alive.0 += 1;
         alive.1 += bytes;
-        if let Some(device) = device {
-            state.devices.entry(key.0).or_insert_with(|| device.clone());
+        if let Some(allocator) = allocator {
+            state
+                .devices
+                .entry(key.0)
+                .or_insert_with(|| Arc::clone(allocator));
+            state
+                .touched
+                .entry(key.0)
+                .or_insert_with(|| Arc::clone(allocator));
         }
     }
 
@@ -468,6 +491,14 @@ impl ScopeTracker {
             if alive.0 == 0 {
                 state.alive_by_iteration.remove(&alloc.iteration);
             }
+        }
+    }
+
+    /// The iteration allocations made now belong to, for the allocator's planning.
+    pub(crate) fn iteration_id(&self) -> IterationId {
+        IterationId {
+            scope: self as *const Self as u64,
+            iteration: self.state().current_iteration,
         }
     }
 
@@ -490,7 +521,7 @@ impl ScopeTracker {
         &self,
         start: &IterationStart,
         options: &ScopeOptions,
-    ) -> (ScopeReport, Vec<Device>) {
+    ) -> (ScopeReport, Vec<Arc<DeviceAllocator>>) {
         let mut state = self.state();
         let iteration = start.iteration;
         let (escaped_count, escaped_bytes) = state
@@ -584,8 +615,8 @@ fn group_escapes(
     groups
 }
 
-fn allocator_key(device: &Device) -> usize {
-    Arc::as_ptr(device.allocator()) as usize
+fn allocator_key(allocator: &Arc<DeviceAllocator>) -> usize {
+    Arc::as_ptr(allocator) as usize
 }
 
 thread_local! {

@@ -2,7 +2,7 @@
 //! the defaults are used, and `memory::config_error()` returns the error. (Own test binary:
 //! the variable is read once per process.)
 
-use vramguard_runtime::alloc::{ConfigError, DEFAULT_TRACE_CAPACITY};
+use vramguard_runtime::alloc::{ConfigError, SetupError, DEFAULT_TRACE_CAPACITY};
 use vramguard_runtime::{memory, Device};
 
 #[test]
@@ -13,9 +13,9 @@ fn bad_env_config_falls_back_to_defaults_and_is_reported() {
     let err = memory::config_error().expect("the bad setting is reported");
     assert_eq!(
         err,
-        ConfigError::UnknownKey {
+        SetupError::Config(ConfigError::UnknownKey {
             key: "max_split".into()
-        }
+        })
     );
     assert!(err.to_string().contains("VRAMGUARD_ALLOC_CONF"), "{err}");
     let allocator = Device::Host.allocator();

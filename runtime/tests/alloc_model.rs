@@ -11,7 +11,9 @@
 
 use proptest::prelude::*;
 use std::collections::HashMap;
-use vramguard_runtime::alloc::{round_size, AllocatorConfig, HostBackend, OomCause};
+use vramguard_runtime::alloc::{
+    round_size, AllocatorConfig, HostBackend, OomCause, OutOfMemory, PoolKind,
+};
 use vramguard_runtime::device::Allocation;
 use vramguard_runtime::{memory, Device};
 
@@ -49,7 +51,7 @@ fn config() -> impl Strategy<Value = AllocatorConfig> {
     prop_oneof![
         Just(AllocatorConfig::default()),
         Just(fixed.clone()),
-        Just(fixed.clone().with_max_split_size(16 * MIB)),
+        Just(fixed.clone().with_max_split_size(24 * MIB)),
         Just(
             fixed
                 .with_memory_limit(64 * MIB as u64)
@@ -60,7 +62,7 @@ fn config() -> impl Strategy<Value = AllocatorConfig> {
             AllocatorConfig::default()
                 .with_expandable_segments(true)
                 .with_memory_limit(48 * MIB as u64)
-                .with_max_split_size(8 * MIB)
+                .with_max_split_size(24 * MIB)
         ),
         Just(
             AllocatorConfig::default()
@@ -85,6 +87,81 @@ impl Model {
     fn requested(&self) -> u64 {
         self.live.values().map(|&(_, q)| q as u64).sum()
     }
+}
+
+/// The size of the block at `addr` in the allocator's snapshot.
+fn block_size(device: &Device, addr: u64) -> usize {
+    memory::snapshot(device)
+        .segments
+        .iter()
+        .flat_map(|g| g.blocks.iter())
+        .find(|b| b.addr == addr && b.allocated)
+        .map_or(0, |b| b.size as usize)
+}
+
+/// `Ok` when a request of `n` bytes really cannot be served by this allocator now (after its
+/// out-of-memory path ran): no free block of the request's pool may take it (PyTorch's max
+/// split rule included), and the room left under the capacity and the limit is smaller than the
+/// least the allocator must reserve for it (the request's block size in a fixed segment, or the
+/// part the free tail of the expandable segment lacks, rounded to 2 MiB pages).
+fn really_could_not_fit(device: &Device, n: usize, e: &OutOfMemory) -> Result<(), String> {
+    let allocator = device.allocator();
+    let rounded = round_size(n) as u64;
+    let pool = if rounded <= MIB as u64 {
+        PoolKind::Small
+    } else {
+        PoolKind::Large
+    };
+    let max_split = allocator.config().max_split_size.map(|m| m as u64);
+    let snap = memory::snapshot(device);
+    let mut tail_free = 0;
+    for seg in snap.segments.iter().filter(|g| g.pool == pool) {
+        for b in seg.blocks.iter().filter(|b| !b.allocated) {
+            let allowed = seg.expandable
+                || max_split.is_none_or(|ms| {
+                    if rounded < ms {
+                        b.size < ms
+                    } else {
+                        b.size < rounded + 20 * MIB as u64
+                    }
+                });
+            if b.size >= rounded && allowed {
+                return Err(format!("free block {:#x} of {} bytes fits", b.addr, b.size));
+            }
+        }
+        if seg.expandable {
+            tail_free = seg
+                .blocks
+                .last()
+                .filter(|b| !b.allocated)
+                .map_or(0, |b| b.size);
+        }
+    }
+    let bound = allocator
+        .memory_limit()
+        .unwrap_or(CAPACITY as u64)
+        .min(CAPACITY as u64);
+    let room = bound.saturating_sub(memory::stats(device).reserved_bytes);
+    let least = if pool == PoolKind::Large && allocator.uses_expandable_segments() {
+        (rounded - tail_free.min(rounded))
+            .next_multiple_of(2 * MIB as u64)
+            .min(rounded)
+    } else {
+        rounded
+    };
+    if room >= least {
+        return Err(format!(
+            "{room} bytes left under the bound, {least} needed ({:?}; the device said {} free; \
+             segments {:?})",
+            e.cause,
+            e.device_free,
+            snap.segments
+                .iter()
+                .map(|g| (g.addr, g.size, g.expandable))
+                .collect::<Vec<_>>()
+        ));
+    }
+    Ok(())
 }
 
 fn check(device: &Device, model: &Model, live: &[Allocation]) {
@@ -146,13 +223,23 @@ proptest! {
                         prop_assert_eq!(a.size(), round_size(n));
                         prop_assert_eq!(a.requested_bytes(), n);
                         prop_assert_eq!(a.addr() % 64, 0);
-                        model.live.insert(a.addr(), (round_size(n), n));
+                        // Allocated bytes count the block, as PyTorch does: the request
+                        // rounded, or a whole block that was not split.
+                        let block = block_size(&device, a.addr());
+                        prop_assert!(block >= round_size(n));
+                        model.live.insert(a.addr(), (block, n));
                         model.allocs += 1;
                         live.push(a);
                     }
                     Err(e) => {
                         model.ooms += 1;
                         prop_assert_eq!(e.allocated, model.allocated());
+                        // The model judges the refusal itself: no usable free block, and no
+                        // room under the capacity (or limit) for the smallest segment that
+                        // would hold the request.
+                        if let Err(why) = really_could_not_fit(&device, n, &e) {
+                            prop_assert!(false, "spurious out-of-memory for {} bytes: {}", n, why);
+                        }
                         if e.cause == OomCause::Fragmentation {
                             // Enough free memory in total (cached, plus what the device can
                             // still provide), but no block of the request's size.

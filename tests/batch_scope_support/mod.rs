@@ -15,6 +15,9 @@ pub struct T {
     _memory: Allocation,
 }
 
+// Its drop returns its bytes and nothing else: the attributes may free it at its last use.
+impl vramguard::Release for T {}
+
 impl T {
     pub fn from_vec(device: &Device, rows: usize, cols: usize, data: Vec<f32>) -> T {
         assert_eq!(data.len(), rows * cols);

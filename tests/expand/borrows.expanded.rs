@@ -1,36 +1,39 @@
 fn attention(q: Tensor, k: Tensor, scale: f64) -> Result<Tensor> {
     let __vg_no_grad = ::vramguard::__private::NoGradGuard::new();
+    #[allow(unused_imports)]
+    use ::vramguard::__private::{
+        CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
+    };
     let dims = q.dims();
-    let kt = {
-        #[allow(unused_variables, clippy::redundant_locals)]
-        let k = k;
+    let kt = if (&&&::vramguard::__private::Probe::of(&k)).__vg_movable() {
+        #[allow(unused_mut, unused_variables)]
+        let k = ::vramguard::__private::last_use(k);
         let __vg_value = k.t()?;
         __vg_value
+    } else {
+        k.t()?
     };
+    let scores = q.matmul(&kt)?;
+    if (&&&::vramguard::__private::Probe::of(&kt)).__vg_releasable() {
+        ::vramguard::__private::release(kt);
+    }
     let scores = {
-        #[allow(unused_variables, clippy::redundant_locals)]
-        let kt = kt;
-        let __vg_value = q.matmul(&kt)?;
-        __vg_value
-    };
-    let scores = {
-        #[allow(unused_variables, clippy::redundant_locals)]
-        let scores = scores;
         let __vg_value = (&scores * scale)?;
+        if (&&&::vramguard::__private::Probe::of(&scores)).__vg_releasable() {
+            ::vramguard::__private::release(scores);
+        }
         __vg_value
     };
-    let n = {
-        #[allow(unused_variables, clippy::redundant_locals)]
-        let dims = dims;
-        let __vg_value = dims[0];
-        __vg_value
-    };
-    ::vramguard::__private::release(q);
-    let probs = {
-        #[allow(unused_variables, clippy::redundant_locals)]
-        let scores = scores;
-        let __vg_value = softmax(&scores)?;
-        __vg_value
-    };
+    let n = dims[0];
+    if (&&&::vramguard::__private::Probe::of(&dims)).__vg_releasable() {
+        ::vramguard::__private::release(dims);
+    }
+    if (&&&::vramguard::__private::Probe::of(&q)).__vg_releasable() {
+        ::vramguard::__private::release(q);
+    }
+    let probs = softmax(&scores)?;
+    if (&&&::vramguard::__private::Probe::of(&scores)).__vg_releasable() {
+        ::vramguard::__private::release(scores);
+    }
     probs.narrow(0, 0, n)
 }

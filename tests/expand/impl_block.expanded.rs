@@ -1,12 +1,18 @@
 impl Module for Mlp {
     fn forward(&self, xs: &Tensor) -> Result<Tensor> {
         let __vg_no_grad = vg::__private::NoGradGuard::new();
+        #[allow(unused_imports)]
+        use vg::__private::{
+            CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
+        };
         let h = self.up.forward(xs)?;
-        let h = {
-            #[allow(unused_variables, clippy::redundant_locals)]
-            let h = h;
+        let h = if (&&&vg::__private::Probe::of(&h)).__vg_movable() {
+            #[allow(unused_mut, unused_variables)]
+            let h = vg::__private::last_use(h);
             let __vg_value = h.relu()?;
             __vg_value
+        } else {
+            h.relu()?
         };
         self.down.forward(&h)
     }
@@ -17,19 +23,22 @@ impl Module for Mlp {
         mut extra: Tensor,
     ) -> Result<Tensor> {
         let __vg_no_grad = vg::__private::NoGradGuard::new();
-        let h = {
-            #[allow(unused_variables, clippy::redundant_locals)]
-            let xs = xs;
-            let __vg_value = (xs + &extra)?;
-            __vg_value
+        #[allow(unused_imports)]
+        use vg::__private::{
+            CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
         };
-        {
-            #[allow(unused_variables, clippy::redundant_locals)]
-            let h = h;
+        let h = (xs + &extra)?;
+        if (&&&vg::__private::Probe::of(&h)).__vg_movable() {
+            #[allow(unused_mut, unused_variables)]
+            let h = vg::__private::last_use(h);
+            extra = h.sqr()?;
+        } else {
             extra = h.sqr()?;
         }
         let out = self.down.forward(&extra)?;
-        vg::__private::release(extra);
+        if (&&&vg::__private::Probe::of(&extra)).__vg_releasable() {
+            vg::__private::release(extra);
+        }
         Ok(out)
     }
 }

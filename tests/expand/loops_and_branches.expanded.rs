@@ -1,10 +1,19 @@
 fn decode(tokens: Vec<u32>, cache: Cache, mode: Mode) -> Option<usize> {
     let __vg_no_grad = ::vramguard::__private::NoGradGuard::new();
+    #[allow(unused_imports)]
+    use ::vramguard::__private::{
+        CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
+    };
     let table = build_table();
     let mut total = 0;
-    {
-        #[allow(unused_variables, clippy::redundant_locals)]
-        let table = table;
+    if (&&&::vramguard::__private::Probe::of(&table)).__vg_movable() {
+        #[allow(unused_mut, unused_variables)]
+        let table = ::vramguard::__private::last_use(table);
+        for t in &tokens {
+            let row = table.row(*t);
+            total += row.len();
+        }
+    } else {
         for t in &tokens {
             let row = table.row(*t);
             total += row.len();
@@ -13,20 +22,19 @@ fn decode(tokens: Vec<u32>, cache: Cache, mode: Mode) -> Option<usize> {
     let Some(first) = tokens.first() else {
         return None;
     };
-    let label = {
-        #[allow(unused_variables, clippy::redundant_locals)]
-        let first = first;
-        let __vg_value = match mode {
-            Mode::Fast => format!("fast {first}"),
-            Mode::Exact => format!("exact {first:>8}"),
-        };
-        __vg_value
+    let label = match mode {
+        Mode::Fast => format!("fast {first}"),
+        Mode::Exact => format!("exact {first:>8}"),
     };
-    ::vramguard::__private::release(tokens);
-    {
-        #[allow(unused_variables, clippy::redundant_locals)]
-        let label = label;
-        println!("{label} {total}");
+    if (&&&::vramguard::__private::Probe::of(&first)).__vg_releasable() {
+        ::vramguard::__private::release(first);
+    }
+    if (&&&::vramguard::__private::Probe::of(&tokens)).__vg_releasable() {
+        ::vramguard::__private::release(tokens);
+    }
+    println!("{label} {total}");
+    if (&&&::vramguard::__private::Probe::of(&label)).__vg_releasable() {
+        ::vramguard::__private::release(label);
     }
     cache.store(total);
     Some(total)

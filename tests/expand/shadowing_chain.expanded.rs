@@ -1,23 +1,31 @@
 fn forward(&self, xs: &Tensor) -> Result<Tensor> {
     let __vg_no_grad = ::vramguard::__private::NoGradGuard::new();
+    #[allow(unused_imports)]
+    use ::vramguard::__private::{
+        CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
+    };
     let _enter = self.span.enter();
     let xs = self.fc1.forward(xs)?;
-    let xs = {
-        #[allow(unused_variables, clippy::redundant_locals)]
-        let xs = xs;
+    let xs = if (&&&::vramguard::__private::Probe::of(&xs)).__vg_movable() {
+        #[allow(unused_mut, unused_variables)]
+        let xs = ::vramguard::__private::last_use(xs);
         let __vg_value = xs.gelu()?;
         __vg_value
+    } else {
+        xs.gelu()?
     };
     let xs = {
-        #[allow(unused_variables, clippy::redundant_locals)]
-        let xs = xs;
         let __vg_value = self.fc2.forward(&xs)?;
+        if (&&&::vramguard::__private::Probe::of(&xs)).__vg_releasable() {
+            ::vramguard::__private::release(xs);
+        }
         __vg_value
     };
     let xs = {
-        #[allow(unused_variables, clippy::redundant_locals)]
-        let xs = xs;
         let __vg_value = (&xs + &self.residual)?;
+        if (&&&::vramguard::__private::Probe::of(&xs)).__vg_releasable() {
+            ::vramguard::__private::release(xs);
+        }
         __vg_value
     };
     Ok(xs)

@@ -109,38 +109,78 @@ fn body(
     } else {
         liveness::strip_keep_markers(&mut block);
     }
-    let stmts = &block.stmts;
-    let new: TokenStream = if sig.asyncness.is_some() {
+    // The new body keeps the user's braces: the edition of a block's span decides when its
+    // tail expression's temporaries are dropped (before its locals in edition 2024), and
+    // braces made here would carry this crate's edition. The user's statements are moved into
+    // it, never re-parsed.
+    let braces = block.brace_token;
+    let stmts = std::mem::take(&mut block.stmts);
+    let mut new_stmts: Vec<syn::Stmt> = match syn::parse2::<syn::Block>(quote!({ #warnings })) {
+        Ok(parsed) => parsed.stmts,
+        Err(error) => {
+            errors.push(error);
+            Vec::new()
+        }
+    };
+    if sig.asyncness.is_some() {
         // A guard must not be held across `.await` (the task may move threads): the runtime
         // sets grad mode around each poll of the body instead.
         let annotated = match &sig.output {
-            syn::ReturnType::Type(_, ty) if !mentions_impl(ty) => Some(ty),
+            // `-> !` cannot annotate a `let` on stable.
+            syn::ReturnType::Type(_, ty)
+                if !mentions_impl(ty) && !matches!(**ty, syn::Type::Never(_)) =>
+            {
+                Some(ty)
+            }
             _ => None,
         };
-        let value = syn::Ident::new("__vg_return", Span::mixed_site());
-        let inner = match annotated {
-            // The annotation lets `?` inside the body find the error type.
-            Some(ty) => quote! { let #value: #ty = { #(#stmts)* }; #value },
-            None => quote! { #(#stmts)* },
+        let body = syn::Block {
+            brace_token: braces,
+            stmts,
         };
-        quote! {{
-            #warnings
-            #krate::__private::no_grad_future(async move { #inner }).await
-        }}
+        let future_stmts = match annotated {
+            // The annotation lets `?` inside the body find the error type.
+            Some(ty) => {
+                let value = syn::Ident::new("__vg_return", Span::mixed_site());
+                let mut local: syn::Stmt = syn::parse_quote!(let #value: #ty = {};);
+                if let syn::Stmt::Local(syn::Local {
+                    init: Some(init), ..
+                }) = &mut local
+                {
+                    *init.expr = syn::Expr::Block(syn::ExprBlock {
+                        attrs: Vec::new(),
+                        label: None,
+                        block: body,
+                    });
+                }
+                vec![local, syn::Stmt::Expr(syn::parse_quote!(#value), None)]
+            }
+            None => body.stmts,
+        };
+        let mut call: syn::Expr =
+            syn::parse_quote!(#krate::__private::no_grad_future(async move {}).await);
+        if let syn::Expr::Await(awaited) = &mut call {
+            if let syn::Expr::Call(inner) = &mut *awaited.base {
+                if let Some(syn::Expr::Async(future)) = inner.args.first_mut() {
+                    future.block = syn::Block {
+                        brace_token: braces,
+                        stmts: future_stmts,
+                    };
+                }
+            }
+        }
+        new_stmts.push(syn::Stmt::Expr(call, None));
     } else {
         let guard = syn::Ident::new("__vg_no_grad", Span::mixed_site());
-        quote! {{
-            let #guard = #krate::__private::NoGradGuard::new();
-            #warnings
-            #(#stmts)*
-        }}
-    };
-    match syn::parse2(new) {
-        Ok(block) => block,
-        Err(error) => {
-            errors.push(error);
-            block
-        }
+        new_stmts.insert(
+            0,
+            syn::parse_quote!(let #guard = #krate::__private::NoGradGuard::new();),
+        );
+        new_stmts.extend(stmts);
+    }
+    syn::Block {
+        brace_token: braces,
+        stmts: new_stmts,
     }
 }
 

@@ -84,9 +84,7 @@ impl<'c, 'a> Walker<'c, 'a> {
             why = lint.explanation(),
             fix = lint.fix(),
         );
-        if lint == Lint::BackwardInInference {
-            self.errors.push(syn::Error::new(span, message));
-        } else if !self
+        if !self
             .findings
             .iter()
             .any(|f| f.lint == lint && f.message == message)

@@ -16,9 +16,11 @@
 //!
 //! No lint level is set in generated code, so rustc's `deprecated` lint level of the user's
 //! code applies: `#[allow(deprecated)]` on the function (or module, or crate) silences it,
-//! `#[deny(deprecated)]` and `-D warnings` make it an error. Errors (`backward_in_inference`)
-//! are `compile_error!`s. Either kind is suppressed by `#[vramguard::allow(name)]` on the
-//! function or on a statement inside it.
+//! `#[deny(deprecated)]` and `-D warnings` make it an error. Every lint is a warning, even
+//! `backward_in_inference` (there is no graph under `#[inference]`): a lint reads names, not
+//! types, so it may fire on an unrelated type's `.backward()`, and a lint must never turn code
+//! that compiles into code that does not. Each is suppressed by `#[vramguard::allow(name)]`
+//! on the function or on a statement inside it.
 
 mod analysis;
 mod names;
@@ -35,7 +37,7 @@ use syn::Attribute;
 
 /// Which attribute is linting, and what it may assume.
 pub(crate) struct LintContext<'a> {
-    /// Inside `#[inference]`: grad is off, `.backward()` is an error.
+    /// Inside `#[inference]`: grad is off, `.backward()` is reported.
     pub inference: bool,
     /// Path of the facade crate in generated code.
     #[allow(dead_code)] // The generated warnings need no runtime item today.

@@ -136,23 +136,17 @@ pub(crate) const OWNED_METHODS: &[&str] = &[
     "masked_fill",
     "where_cond",
     "where_",
-    "select",
     // shape manipulation (views share storage through an `Arc`: still owned values)
     "reshape",
-    "view",
     "transpose",
-    "t",
     "permute",
     "contiguous",
-    "narrow",
-    "slice",
     "squeeze",
     "unsqueeze",
     "flatten",
     "flatten_all",
     "flatten_from",
     "flatten_to",
-    "chunk",
     "expand",
     "broadcast_as",
     "broadcast_left",
@@ -165,7 +159,6 @@ pub(crate) const OWNED_METHODS: &[&str] = &[
     "pad_with_zeros",
     "pad_with_same",
     "swap_dims",
-    "i",
     "get_on_dim",
     "tril",
     "triu",
@@ -207,17 +200,13 @@ pub(crate) const OWNED_METHODS: &[&str] = &[
     "gelu_tanh",
     "exp2",
     // modules
-    "forward",
     "forward_t",
     "forward_train",
     "apply",
     "apply_t",
     "call",
     // values out of tensors and std owned results
-    "clone",
-    "to_owned",
     "to_string",
-    "to_vec",
     "to_vec0",
     "to_vec1",
     "to_vec2",
@@ -351,6 +340,28 @@ pub(crate) const ITEM_METHODS: &[&str] = &["max", "min", "flatten"];
 /// it, so a binding of their result keeps the local to the end of its scope.
 pub(crate) const MAYBE_CONSUMING_METHODS: &[&str] = &["last", "lines", "split", "bytes"];
 
+/// Of the borrowing methods, those returning a guard or another value whose drop still uses
+/// the borrow (`Ref`, `MutexGuard`, `Drain`): the receiver must outlive the guard's drop.
+pub(crate) const GUARD_METHODS: &[&str] = &[
+    // `get` is `Option<&T>` in std but a guard in connection pools and concurrent maps.
+    "get",
+    "get_mut",
+    "entry",
+    "lock",
+    "try_lock",
+    "read",
+    "write",
+    "try_read",
+    "try_write",
+    "borrow",
+    "borrow_mut",
+    "try_borrow",
+    "try_borrow_mut",
+    "drain",
+    "enter",
+    "splice",
+];
+
 /// Of the borrowing methods, those returning a plain reference into the receiver (not an
 /// iterator, an `Option<&T>` or a guard): reading through the result yields what the receiver
 /// holds, never the receiver's storage.
@@ -428,6 +439,121 @@ pub(crate) const PASSTHROUGH_METHODS: &[&str] = &[
     "by_ref",
     "then",
     "then_some",
+];
+
+/// Methods that own their result in one library and borrow the receiver in another: candle's
+/// `t`, `narrow`, `i`, `chunk`, `forward` (owned `Result<Tensor>`), ndarray's `view`, `t`,
+/// `slice` and scraper's `select` (views), a model's `forward` returning `Prediction<'_>`.
+/// Read safely: the result may borrow the receiver, unless the code shows it owns its data
+/// (the call is followed by `?`, which only fallible tensor ops are).
+pub(crate) const AMBIGUOUS_METHODS: &[&str] = &[
+    "t", "view", "slice", "narrow", "i", "chunk", "select", "forward",
+];
+
+/// Methods that copy what the receiver holds (`held.clone()` of a `Vec<&T>` holds the same
+/// borrows): the result holds whatever the receiver's value holds, never the receiver itself.
+pub(crate) const VALUE_COPYING_METHODS: &[&str] = &["clone", "to_vec", "to_owned"];
+
+/// Associated functions of owned types whose result may borrow their arguments
+/// (`String::from_utf8_lossy(&buf)` is a `Cow`, `HashMap::from([("w", &w)])`).
+pub(crate) const BORROWING_CONSTRUCTORS: &[&str] = &["from_utf8_lossy", "from", "from_iter"];
+
+/// Methods with owned results whose receiver is only borrowed (`&self` in std and in the
+/// tensor libraries): the statement that calls them on a local does not move it.
+pub(crate) const BORROWING_RECEIVER_METHODS: &[&str] = &[
+    "len",
+    "is_empty",
+    "clone",
+    "to_vec",
+    "to_string",
+    "to_owned",
+    "contains",
+    "starts_with",
+    "ends_with",
+    "dims0",
+    "dims1",
+    "dims2",
+    "dims3",
+    "dims4",
+    "dims5",
+    "rank",
+    "elem_count",
+    "dtype",
+    "is_contiguous",
+    "to_vec0",
+    "to_vec1",
+    "to_vec2",
+    "to_vec3",
+    "to_scalar",
+];
+
+/// Methods that consume an iterator (or read a value) into a result that holds none of the
+/// closures passed along the way (`v.iter().map(|a| a + 1).collect()`).
+pub(crate) const CLOSURE_FREE_RESULTS: &[&str] = &[
+    "collect",
+    "sum",
+    "product",
+    "count",
+    "fold",
+    "try_fold",
+    "for_each",
+    "try_for_each",
+    "any",
+    "all",
+    "position",
+    "len",
+    "is_empty",
+    "to_vec",
+    "to_string",
+    "to_owned",
+    "join",
+    "unzip",
+    "partition",
+    "max_by",
+    "min_by",
+    "max_by_key",
+    "min_by_key",
+    "reduce",
+    "is_some",
+    "is_none",
+    "is_ok",
+    "is_err",
+    "contains",
+];
+
+/// Methods whose result type is usually decided by a later use (`let n = s.parse()?;`).
+pub(crate) const TYPE_DEFERRING_METHODS: &[&str] = &[
+    "collect",
+    "parse",
+    "into",
+    "try_into",
+    "sum",
+    "product",
+    "unwrap_or_default",
+];
+
+/// Generic std containers: `Vec::new()` and the like get their element type from later uses.
+pub(crate) const GENERIC_CONTAINERS: &[&str] = &[
+    "Vec",
+    "VecDeque",
+    "HashMap",
+    "HashSet",
+    "BTreeMap",
+    "BTreeSet",
+    "BinaryHeap",
+    "LinkedList",
+    "Option",
+];
+
+/// Traits whose constructors get `Self` from the use of their result (`Default::default()`).
+pub(crate) const CONVERSION_TRAITS: &[&str] = &[
+    "Default",
+    "From",
+    "TryFrom",
+    "Into",
+    "TryInto",
+    "FromIterator",
+    "FromStr",
 ];
 
 /// Methods returning a raw pointer into the receiver: the local is then never dropped early.

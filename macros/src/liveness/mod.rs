@@ -1,31 +1,40 @@
 //! Drop-at-last-use: the transform shared by `#[inference]` and `#[batch_scope]`.
 //!
 //! Entry point: [`insert_drops`]. It rewrites a block (a function body, or a loop body for
-//! `#[batch_scope]`) so that each local declared in it, and each by-value parameter, dies right
-//! after the statement of its last use instead of at the end of its scope. Nested blocks
+//! `#[batch_scope]`) so that each local declared in it, and each by-value parameter, whose type
+//! is `Release` dies right after the statement of its last use instead of at the end of its
+//! scope; every other value keeps its drop point. Nested blocks
 //! (branches, loop bodies, closure bodies, `unsafe` and async blocks) are handled the same way
 //! for the locals they declare; nested `fn` items are left alone.
 //!
 //! # Technique
 //!
-//! The macro has no types, so it cannot know whether a statement moves or borrows a local. It
-//! moves the local *into* the statement of its last use, which is right either way:
+//! The macro has no types. It finds each binding's last use from the syntax and emits, there,
+//! code in which the *compiler* decides from the binding's type whether it is released: a
+//! probe (`__private::Probe`, autoref specialization) answers `true` for `Release` types. Two
+//! forms, chosen by how the statement uses the binding:
 //!
 //! ```text
-//! let y = f(&x)?;        →   let y = { let x = x; let __vg_value = f(&x)?; __vg_value };
-//! g(&x);                 →   { let x = x; g(&x); }
+//! // the statement only borrows `x` (`&x`, `x.len()`, `x += 1`, a format argument):
+//! f(&x);            →   f(&x); if <x: Release> { release(x); }
+//! let x = g(&x)?;   →   let x = { let v = g(&x)?; if <x: Release> { release(x); } v };
+//! // the statement may move `x` (`x.relu()`, `h(x)`): written twice, the type chooses
+//! let y = x.relu()?; →  let y = if <x: Release or Copy> { let x = last_use(x); let v = x.relu()?; v }
+//!                                else { x.relu()? };
 //! ```
 //!
-//! A `mut` local that the statement mutates or borrows without moving it is released after
-//! the statement instead (`x += 1; release(x);`): moved in, a `Copy` value would be mutated as a
-//! copy, and a later use the scan missed would read the stale original.
+//! The conditional release is a conditional move: when the probe says no, the compiler's drop
+//! flag keeps the value to the end of its scope, in its original drop order. The statement
+//! written twice moves the binding in only when its type allows; a `mut` binding is moved in
+//! only if `Release` (a moved-in `Copy` value would be mutated as a copy). Inside the second
+//! copy no statement is written twice again (`no_dup`), so the output grows at most by one copy
+//! per nesting level. Several bindings moved into one statement share one choice (all of them
+//! or none), so a statement is never written more than twice.
 //!
-//! The initializer is bound to a local before the block ends so that temporaries never sit in
-//! a block's tail expression (edition 2021 drops those after the block's locals), and a `let`'s
-//! type annotation is copied onto that local so that inference is unchanged. A local whose
-//! drop point is pushed past its own last mention by a borrower (see below) is released after
-//! the borrower's last statement with the generic `__private::release`, which avoids rustc's
-//! `dropping_references`/`dropping_copy_types` lints.
+//! Temporaries never sit in a block's tail expression (edition 2021 drops those after the
+//! block's locals): the initializer is bound to a local first, with the `let`'s type
+//! annotation copied onto it so that inference is unchanged. A release lands inside a `let`'s
+//! initializer only when the `let` shadows the released name.
 //!
 //! # When a local is *not* dropped early (it then lives to the end of its scope, as without
 //! the attribute)
@@ -48,6 +57,7 @@
 //! Every mistake the analysis could make surfaces as a borrow-check or move error at compile
 //! time (the rewrite only moves values; it never creates references or `unsafe` code).
 
+mod build;
 mod format;
 mod lists;
 mod scan;
@@ -55,9 +65,8 @@ mod scan;
 use std::collections::{BTreeMap, BTreeSet};
 
 use proc_macro2::{Span, TokenStream, TokenTree};
-use quote::{quote, quote_spanned};
+use quote::quote;
 use syn::ext::IdentExt;
-use syn::spanned::Spanned;
 use syn::visit_mut::{self, VisitMut};
 use syn::{Block, Expr, Ident, Item, Stmt};
 
@@ -115,6 +124,9 @@ pub(crate) struct DropReport {
     pub dropped: Vec<String>,
     /// The block contains `unsafe` code and was left without early drops.
     pub contains_unsafe: bool,
+    /// Of the candidates, those whose last use passes them by value on every path (moved
+    /// there with or without the attribute, so nothing is left to release).
+    pub moved_at_last_use: usize,
     /// `mut` parameters moved into a later statement: the caller should put
     /// `#[allow(unused_mut)]` on them (the mutation may now happen on the rebinding).
     pub moved_mut_params: Vec<String>,
@@ -193,11 +205,26 @@ pub(crate) fn insert_drops(
     let mut rewriter = Rewriter {
         opts,
         local_macros,
+        mixed_hygiene: mixed_hygiene_names(block),
         report: DropReport::default(),
         depth: 0,
         mut_decls: BTreeSet::new(),
+        no_dup: false,
+        probes: false,
     };
     rewriter.block(block, params);
+    if rewriter.probes {
+        // Method resolution of the probes needs both answering traits in scope; items of a
+        // block are visible in all of it, nested blocks and closures included.
+        let krate = &opts.krate;
+        block.stmts.insert(
+            0,
+            syn::parse_quote! {
+                #[allow(unused_imports)]
+                use #krate::__private::{CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _};
+            },
+        );
+    }
     rewriter.report
 }
 
@@ -250,6 +277,37 @@ pub(crate) fn contains_unsafe(block: &Block) -> bool {
     let mut find = Find(false);
     syn::visit::Visit::visit_block(&mut find, block);
     find.0
+}
+
+/// The names that occur with more than one hygiene context in `block`.
+///
+/// Stable proc macros cannot compare hygiene, but the compiler's `Debug` of a span starts with
+/// its syntax context (`#3 bytes(10..11)`); outside the compiler (unit tests) there is none and
+/// every name counts as one context.
+fn mixed_hygiene_names(block: &Block) -> BTreeSet<String> {
+    fn walk(tokens: TokenStream, seen: &mut BTreeMap<String, BTreeSet<String>>) {
+        for token in tokens {
+            match token {
+                TokenTree::Ident(ident) => {
+                    let debug = format!("{:?}", ident.span());
+                    if let Some(context) = debug.strip_prefix('#').and_then(|d| d.split(' ').next())
+                    {
+                        seen.entry(ident.unraw().to_string())
+                            .or_default()
+                            .insert(context.to_string());
+                    }
+                }
+                TokenTree::Group(group) => walk(group.stream(), seen),
+                _ => {}
+            }
+        }
+    }
+    let mut seen = BTreeMap::new();
+    walk(quote!(#block), &mut seen);
+    seen.into_iter()
+        .filter(|(_, contexts)| contexts.len() > 1)
+        .map(|(name, _)| name)
+        .collect()
 }
 
 fn is_cfg_attr(attr: &syn::Attribute) -> bool {
@@ -326,9 +384,17 @@ struct Binding {
     pinned: bool,
     mentions: Vec<usize>,
     partial_moves: Vec<usize>,
+    /// Statements passing it by value (see [`scan::Mention::consumed`]).
+    consumed_at: Vec<usize>,
     /// Statements that use this binding without moving it (`x += 1`, `f(&mut x)`, `x = …`):
     /// see [`Rewriter::plan`] on `mut` bindings.
     kept_in_place: Vec<usize>,
+    /// A closure or async block: never `Release`, so never released; its last use still
+    /// ends the borrows it holds (it has no drop glue of its own that uses them).
+    never_released: bool,
+    /// Its type may be decided by a later use (`Vec::new()`, `parse()`, `collect()`,
+    /// `x as _`, `None`): a probe placed before that use could not tell its type yet.
+    type_deferred: bool,
     shadowed_at: Option<usize>,
     /// Statements where this binding may not be moved in (`else` of a let-else).
     no_move_in: Vec<usize>,
@@ -347,18 +413,33 @@ struct Edge {
 /// For each statement index: the bindings to move into it, and those to release after it.
 #[derive(Default)]
 struct StmtDrops {
+    /// Bindings the statement may move: it is written twice (see [`wrap`]).
     move_in: Vec<(Ident, bool)>,
+    /// Bindings released once the statement is done with them: right after it, or, for a
+    /// `let` that shadows one of them (and whose value does not borrow them), inside its
+    /// initializer, before the new binding takes the name.
     release_after: Vec<Ident>,
+    /// The `let`'s value may borrow a released binding: release after the whole statement.
+    after_value_borrows: bool,
 }
 
 struct Rewriter<'o> {
     opts: &'o DropOptions,
     local_macros: BTreeMap<String, BTreeSet<String>>,
+    /// Names written in more than one hygiene context (`$m` and a `macro_rules!` body's own
+    /// `m`): the scan compares names as text, so it cannot tell their uses apart, and locals
+    /// of these names keep their drop points.
+    mixed_hygiene: BTreeSet<String>,
     report: DropReport,
     depth: usize,
     /// Statement indices of the current block's `let mut` declarations moved into a later
     /// statement.
     mut_decls: BTreeSet<usize>,
+    /// Rewriting the kept copy of a statement that is written twice: no statement inside it
+    /// is written twice again, so the output stays within (nesting depth + 1) × the input.
+    no_dup: bool,
+    /// A release probe was emitted: the block needs the probe traits in scope.
+    probes: bool,
 }
 
 impl Rewriter<'_> {
@@ -374,18 +455,31 @@ impl Rewriter<'_> {
     fn block(&mut self, block: &mut Block, params: &[ParamBinding]) {
         let plan = self.plan(block, params);
         let mut_decls = std::mem::take(&mut self.mut_decls);
+        // A statement that may move a binding it releases is written twice (see `apply`);
+        // its second copy, used when the binding's type is not `Release`, starts from the
+        // statement as written.
+        let mut kept: BTreeMap<usize, Stmt> = plan
+            .iter()
+            .filter(|(_, drops)| !drops.move_in.is_empty())
+            .map(|(&index, _)| (index, block.stmts[index].clone()))
+            .collect();
         self.depth += 1;
         for stmt in &mut block.stmts {
             self.visit_stmt_mut(stmt);
         }
+        let no_dup = std::mem::replace(&mut self.no_dup, true);
+        for stmt in kept.values_mut() {
+            self.visit_stmt_mut(stmt);
+        }
+        self.no_dup = no_dup;
         self.depth -= 1;
         self.mut_decls = mut_decls;
-        for stmt in &mut block.stmts {
+        for stmt in block.stmts.iter_mut().chain(kept.values_mut()) {
             if let Stmt::Local(local) = stmt {
                 local.attrs.retain(|a| !is_keep_attr(a));
             }
         }
-        self.apply(block, plan);
+        self.apply(block, plan, kept);
     }
 
     fn plan(&mut self, block: &Block, params: &[ParamBinding]) -> BTreeMap<usize, StmtDrops> {
@@ -395,9 +489,12 @@ impl Rewriter<'_> {
         let mut edges: Vec<Edge> = Vec::new();
         let mut current: BTreeMap<String, usize> = BTreeMap::new();
         let mut wrappable = vec![true; count];
+        let duplicable: Vec<bool> = block.stmts.iter().map(scan::duplicable).collect();
+        let branching: Vec<bool> = block.stmts.iter().map(scan::has_branches).collect();
         // Locals the value of a `let` initializer may borrow: moving them into that statement
         // would leave the value dangling (`let _ = &x;` binds nothing to carry the borrow).
         let mut borrowed_by_value: Vec<Vec<(usize, Kind)>> = vec![Vec::new(); count];
+        let mixed_hygiene = &self.mixed_hygiene;
         let keep: BTreeSet<String> = self
             .opts
             .keep
@@ -417,7 +514,8 @@ impl Rewriter<'_> {
                     bindings[old].shadowed_at.get_or_insert(at);
                 }
             }
-            let guard = name.starts_with('_') || keep.contains(&name);
+            let guard =
+                name.starts_with('_') || keep.contains(&name) || mixed_hygiene.contains(&name);
             bindings.push(Binding {
                 ident: ident.clone(),
                 mutable,
@@ -425,7 +523,10 @@ impl Rewriter<'_> {
                 pinned: pinned || guard,
                 mentions: Vec::new(),
                 partial_moves: Vec::new(),
+                consumed_at: Vec::new(),
                 kept_in_place: Vec::new(),
+                type_deferred: false,
+                never_released: false,
                 shadowed_at: None,
                 no_move_in: Vec::new(),
             });
@@ -497,6 +598,9 @@ impl Rewriter<'_> {
                     if mention.partial {
                         bindings[b].partial_moves.push(index);
                     }
+                    if mention.consumed {
+                        bindings[b].consumed_at.push(index);
+                    }
                     // Not after a statement that may move it (`loop { let n = f(cur);
                     // if .. { break } cur = n; }` can exit with `cur` moved).
                     if !mention.moved {
@@ -510,13 +614,22 @@ impl Rewriter<'_> {
             for (target, sources) in &facts.stores {
                 let resolved = resolve(&current, &edges, sources);
                 match current.get(target) {
-                    Some(&t) => edges.extend(resolved.into_iter().map(|(to, kind, into)| Edge {
-                        from: t,
-                        to,
-                        kind,
-                        into,
-                        at: index,
-                    })),
+                    Some(&t) => {
+                        // Stored through a reference (`let sink = &mut names; sink.push(&s)`):
+                        // what the reference points into holds the borrow too.
+                        let mut holders = vec![t];
+                        holders
+                            .extend(edges.iter().filter(|e| e.from == t && e.into).map(|e| e.to));
+                        for holder in holders {
+                            edges.extend(resolved.iter().map(|&(to, kind, into)| Edge {
+                                from: holder,
+                                to,
+                                kind,
+                                into,
+                                at: index,
+                            }));
+                        }
+                    }
                     // Stored into something declared outside this block: keep it whole.
                     None => resolved
                         .into_iter()
@@ -532,7 +645,10 @@ impl Rewriter<'_> {
                 }
                 Stmt::Local(local) => {
                     let mut names = Vec::new();
-                    let has_ref = scan::pattern_bindings(&local.pat, &mut names);
+                    let has_ref = match local.init.as_ref().map(|i| i.diverge.is_some()) {
+                        Some(true) => scan::pattern_bindings(&local.pat, &mut names),
+                        _ => scan::let_bindings(&local.pat, &mut names),
+                    };
                     let marked_keep = local.attrs.iter().any(is_keep_attr);
                     let mut resolved = Vec::new();
                     if let Some(init) = &local.init {
@@ -554,6 +670,18 @@ impl Rewriter<'_> {
                         }
                     }
                     let uninit = local.init.is_none();
+                    let type_deferred = match (&local.pat, &local.init) {
+                        (syn::Pat::Type(typed), _) if !scan::has_placeholder(&typed.ty) => false,
+                        (_, Some(init)) => scan::type_deferred(&init.expr),
+                        (_, None) => true,
+                    };
+                    // A closure, an async block, or what a local closure returns: never
+                    // `Release`, and whether it is `Copy` is known only once its captures are,
+                    // too late for a probe. It keeps its drop point.
+                    let closure_typed = local.init.as_ref().is_some_and(|init| {
+                        scan::may_hold_closure(&init.expr)
+                            || scan::calls_local(&init.expr, &|name| current.contains_key(name))
+                    });
                     // `#[cfg(..)] let x = …;` may be compiled out: whether it shadows `x` is
                     // unknown, so neither the old nor the new `x` is dropped early.
                     let conditional = local.attrs.iter().any(is_cfg_attr);
@@ -571,6 +699,8 @@ impl Rewriter<'_> {
                             Some(index),
                             marked_keep || uninit || conditional,
                         );
+                        bindings[new].never_released = closure_typed;
+                        bindings[new].type_deferred = type_deferred;
                         edges.extend(resolved.iter().map(|&(to, kind, into)| Edge {
                             from: new,
                             to,
@@ -623,7 +753,10 @@ impl Rewriter<'_> {
                     continue;
                 }
                 let pushed_past_shadow = binding.shadowed_at.is_some_and(|s| at > s);
-                let partially_moved_before = binding.partial_moves.iter().any(|&p| p < at);
+                // A borrower pushed the drop point past a statement that passes the value by
+                // value (the borrow was a conservative guess): nothing may be left to release.
+                let partially_moved_before = binding.partial_moves.iter().any(|&p| p < at)
+                    || binding.consumed_at.iter().any(|&m| m < at);
                 let nothing_to_gain = at >= last_stmt;
                 let mentioned = binding.mentions.contains(&at);
                 let cannot_move_in =
@@ -650,25 +783,54 @@ impl Rewriter<'_> {
         for (b, binding) in bindings.iter().enumerate() {
             let used_after_decl = !binding.mentions.is_empty();
             let guard = binding.ident.to_string().starts_with('_');
-            if used_after_decl && !guard {
+            if used_after_decl && !guard && !self.no_dup {
                 self.report.candidates += 1;
             }
             let at = end[b];
-            if at == END {
+            if at == END || binding.never_released {
                 continue;
             }
-            self.report.dropped_early += 1;
-            self.report
-                .dropped
-                .push(format!("{}@{}", binding.ident, self.depth));
+            // Borrowed by the statement's own value, or by a borrower the statement still
+            // uses (`let residual = &x; let x = (f(&x)? + residual)?;`): moved into the
+            // statement, the value would be moved while borrowed.
+            let borrowed_by_value_here = borrowed_by_value[at].iter().any(|&(to, _)| to == b);
+            let borrowed_here = borrowed_by_value_here
+                || edges
+                    .iter()
+                    .any(|e| e.to == b && e.at < at && bindings[e.from].mentions.contains(&at));
+            // Whether the statement may move the binding decides the form: a statement that
+            // only borrows it is followed by a release; one that may move it is written twice,
+            // with and without the binding moved in (see `wrap`). A statement that mutates a
+            // `mut` binding without moving it is one that only borrows it: moved in, a value
+            // would be mutated as a copy (the probe keeps `Copy` values, but a `Release` type
+            // may be mutated too).
+            let may_move_here = binding.mentions.contains(&at)
+                && !borrowed_here
+                && !binding.kept_in_place.contains(&at);
+            // Passed by value on every path of a straight-line statement (`f(x)`, `a + x`,
+            // `x?`): the statement itself moves it, so its drop point is the same either way.
+            if may_move_here && binding.consumed_at.contains(&at) && !branching[at] {
+                if !self.no_dup {
+                    self.report.moved_at_last_use += 1;
+                }
+                continue;
+            }
+            // The binding keeps its drop point where the statement cannot be written twice:
+            // inside the kept copy of a statement already written twice (one copy per nesting
+            // level at most, so the output stays linear in the input per level), where the
+            // copies would have different types (a closure in a `let`'s value), or where the
+            // probe, placed before the statement, could not know the binding's type yet.
+            if may_move_here && (self.no_dup || !duplicable[at] || binding.type_deferred) {
+                continue;
+            }
+            if !self.no_dup {
+                self.report.dropped_early += 1;
+                self.report
+                    .dropped
+                    .push(format!("{}@{}", binding.ident, self.depth));
+            }
             let drops = plan.entry(at).or_default();
-            let borrowed_here = borrowed_by_value[at].iter().any(|&(to, _)| to == b);
-            // A `mut` binding the statement mutates without moving it is released after the
-            // statement, not moved into it: if it is `Copy`, moving in would mutate a copy, and
-            // a later use the scan missed (a `macro_rules!`-generated function mixing hygiene
-            // contexts, say) would read the stale original. Released, it stays one value.
-            let mutated_in_place = binding.mutable && binding.kept_in_place.contains(&at);
-            if binding.mentions.contains(&at) && !borrowed_here && !mutated_in_place {
+            if may_move_here {
                 drops.move_in.push((binding.ident.clone(), binding.mutable));
                 // The last mutation may now happen on the rebinding: the declaration's `mut`
                 // can become unneeded, which rustc would report on the user's line.
@@ -682,12 +844,20 @@ impl Rewriter<'_> {
                 }
             } else {
                 drops.release_after.push(binding.ident.clone());
+                if borrowed_by_value_here {
+                    drops.after_value_borrows = true;
+                }
             }
         }
         plan
     }
 
-    fn apply(&mut self, block: &mut Block, plan: BTreeMap<usize, StmtDrops>) {
+    fn apply(
+        &mut self,
+        block: &mut Block,
+        plan: BTreeMap<usize, StmtDrops>,
+        mut kept: BTreeMap<usize, Stmt>,
+    ) {
         let krate = &self.opts.krate;
         for decl in std::mem::take(&mut self.mut_decls) {
             if let Some(Stmt::Local(local)) = block.stmts.get_mut(decl) {
@@ -696,89 +866,206 @@ impl Rewriter<'_> {
         }
         for (index, drops) in plan.into_iter().rev() {
             let stmt = &mut block.stmts[index];
-            let span = stmt.span();
-            if !drops.move_in.is_empty() {
-                let rebinds: Vec<TokenStream> = drops
+            let span = scan::first_span_of_stmt(stmt);
+            let located = |ident: &Ident| {
+                // Cloned, not `Ident::new`: raw identifiers (`r#type`) and the identifier's
+                // hygiene (a `macro_rules!` body's own locals) stay as written.
+                let mut ident = ident.clone();
+                ident.set_span(ident.span().located_at(span));
+                ident
+            };
+            // A `mut` binding moved in would be mutated as a copy if it were `Copy`.
+            let condition = drops
+                .move_in
+                .iter()
+                .map(|(ident, mutable)| {
+                    let question = if *mutable {
+                        "__vg_releasable"
+                    } else {
+                        "__vg_movable"
+                    };
+                    build::probe(krate, located(ident), question, span)
+                })
+                .reduce(|all, next| build::and(all, next, span));
+            if let (Some(condition), Some(kept)) = (condition, kept.remove(&index)) {
+                self.probes = true;
+                let rebinds: Vec<Stmt> = drops
                     .move_in
                     .iter()
-                    .map(|(ident, mutable)| {
-                        // Cloned, not `Ident::new`: raw identifiers (`r#type`) stay valid.
-                        let mut ident = ident.clone();
-                        ident.set_span(ident.span().located_at(span));
-                        if *mutable {
-                            quote!(#[allow(unused_mut, unused_variables, clippy::redundant_locals)] let mut #ident = #ident;)
-                        } else {
-                            quote!(#[allow(unused_variables, clippy::redundant_locals)] let #ident = #ident;)
-                        }
-                    })
+                    .map(|(ident, mutable)| build::rebind(krate, located(ident), *mutable, span))
                     .collect();
-                wrap(stmt, &rebinds);
+                wrap(stmt, rebinds, condition, kept);
             }
-            // Released after the statement, latest declaration first (like a scope end).
+            // Released after the statement, latest declaration first (like a scope end);
+            // only if the type is `Release`, otherwise the value stays to its scope's end
+            // (a conditional move: the compiler's drop flag keeps its drop point and order).
             let releases: Vec<Stmt> = drops
                 .release_after
                 .iter()
                 .rev()
                 .map(|ident| {
-                    let mut ident = ident.clone();
-                    ident.set_span(ident.span().located_at(span));
-                    syn::parse_quote_spanned!(span=> #krate::__private::release(#ident);)
+                    self.probes = true;
+                    build::release(krate, located(ident), span)
                 })
                 .collect();
-            block.stmts.splice(index + 1..index + 1, releases);
+            if releases.is_empty() {
+                continue;
+            }
+            match stmt {
+                Stmt::Local(local)
+                    if local.init.is_some()
+                        && !drops.after_value_borrows
+                        && shadows_any(&local.pat, &drops.release_after) =>
+                {
+                    release_in_initializer(local, releases);
+                }
+                _ => {
+                    block.stmts.splice(index + 1..index + 1, releases);
+                }
+            }
         }
     }
 }
 
-/// Moves `rebinds` (`let x = x;`…) into the statement so that they die at its end.
-fn wrap(stmt: &mut Stmt, rebinds: &[TokenStream]) {
-    let span = stmt.span();
-    let value = Ident::new("__vg_value", Span::mixed_site());
-    match stmt {
-        Stmt::Local(local) => {
-            let Some(init) = &mut local.init else { return };
-            let expr = &init.expr;
-            let ty = match &local.pat {
-                syn::Pat::Type(typed) => {
-                    let ty = &typed.ty;
-                    quote!(: #ty)
-                }
-                _ => quote!(),
+/// Writes a statement that may move the bindings it releases twice, and lets their types
+/// choose: `if <all Release> { let x = x; STMT } else { STMT }`. In the first copy the
+/// bindings are moved in, so they die at the statement's end whether it borrows or moves
+/// them; the second copy, `kept`, is the statement with nothing moved, so values of other
+/// types keep their drop point and order. For a `let`, only the initializer is written twice.
+fn wrap(stmt: &mut Stmt, rebinds: Vec<Stmt>, condition: Expr, kept: Stmt) {
+    // Built as syntax trees around the statement, never re-parsed: re-parsing a statement at
+    // every level it is nested in would make the macro's own time grow with nesting depth.
+    let span = scan::first_span_of_stmt(stmt);
+    match (stmt, kept) {
+        (Stmt::Local(local), Stmt::Local(kept)) => {
+            let (Some(init), Some(kept_init)) = (&mut local.init, kept.init) else {
+                return;
             };
-            let block = quote_spanned! {span=>
-                { #(#rebinds)* let #value #ty = #expr; #value }
-            };
+            let placeholder = Expr::Verbatim(TokenStream::new());
+            let expr = std::mem::replace(&mut *init.expr, placeholder);
+            let mut then = rebinds;
+            then.push(value_local(&local.pat, expr, span));
+            then.push(Stmt::Expr(value_ident_expr(), None));
+            let otherwise = vec![Stmt::Expr(*kept_init.expr, None)];
+            let chosen = if_else(condition, then, otherwise, span);
             // `let … else` initializers may not end with `}`.
-            let new_init: Expr = if init.diverge.is_some() {
-                syn::parse_quote_spanned!(span=> (#block))
+            *init.expr = if init.diverge.is_some() {
+                Expr::Paren(syn::ExprParen {
+                    attrs: Vec::new(),
+                    paren_token: syn::token::Paren(span),
+                    expr: Box::new(chosen),
+                })
             } else {
-                syn::parse_quote!(#block)
+                chosen
             };
-            *init.expr = new_init;
         }
-        Stmt::Expr(expr, _) => {
-            let inner = quote!(#expr;);
-            *stmt = Stmt::Expr(
-                syn::parse_quote_spanned!(span=> { #(#rebinds)* #inner }),
-                None,
-            );
+        (stmt @ (Stmt::Expr(..) | Stmt::Macro(_)), kept) => {
+            let placeholder = Stmt::Expr(Expr::Verbatim(TokenStream::new()), None);
+            let inner = as_statement(std::mem::replace(stmt, placeholder));
+            let mut then = rebinds;
+            then.push(inner);
+            let chosen = if_else(condition, then, vec![as_statement(kept)], span);
+            *stmt = Stmt::Expr(chosen, None);
         }
-        Stmt::Macro(mac) => {
-            let inner = quote!(#mac);
-            let inner = if mac.semi_token.is_none()
-                && !matches!(mac.mac.delimiter, syn::MacroDelimiter::Brace(_))
-            {
-                quote!(#inner;)
-            } else {
-                inner
-            };
-            *stmt = Stmt::Expr(
-                syn::parse_quote_spanned!(span=> { #(#rebinds)* #inner }),
-                None,
-            );
-        }
-        Stmt::Item(_) => {}
+        _ => {}
     }
+}
+
+/// `if condition { then } else { otherwise }`.
+fn if_else(condition: Expr, then: Vec<Stmt>, otherwise: Vec<Stmt>, span: Span) -> Expr {
+    let block = |stmts| syn::Block {
+        brace_token: syn::token::Brace(span),
+        stmts,
+    };
+    Expr::If(syn::ExprIf {
+        attrs: Vec::new(),
+        if_token: syn::Token![if](span),
+        cond: Box::new(condition),
+        then_branch: block(then),
+        else_branch: Some((
+            syn::Token![else](span),
+            Box::new(Expr::Block(syn::ExprBlock {
+                attrs: Vec::new(),
+                label: None,
+                block: block(otherwise),
+            })),
+        )),
+    })
+}
+
+/// The hygienic local that carries a `let`'s value through a block.
+fn value_ident() -> Ident {
+    Ident::new("__vg_value", Span::mixed_site())
+}
+
+fn value_ident_expr() -> Expr {
+    build::ident(value_ident())
+}
+
+/// `let __vg_value: T = expr;`, with the type annotation of the `let` whose value it carries,
+/// so that inference is unchanged.
+fn value_local(pat: &syn::Pat, expr: Expr, span: Span) -> Stmt {
+    let ty = match pat {
+        syn::Pat::Type(typed) => Some((*typed.ty).clone()),
+        _ => None,
+    };
+    build::local(value_ident(), ty, expr, span)
+}
+
+/// A statement that can be followed by others in a block: ends with `;` where it could
+/// otherwise be read as the block's value.
+fn as_statement(stmt: Stmt) -> Stmt {
+    match stmt {
+        Stmt::Expr(expr, None) => Stmt::Expr(expr, Some(syn::Token![;](Span::call_site()))),
+        Stmt::Macro(mut mac)
+            if mac.semi_token.is_none()
+                && !matches!(mac.mac.delimiter, syn::MacroDelimiter::Brace(_)) =>
+        {
+            mac.semi_token = Some(syn::Token![;](Span::call_site()));
+            Stmt::Macro(mac)
+        }
+        other => other,
+    }
+}
+
+/// Whether a `let` pattern binds one of `names` (which the statement's releases must still
+/// name as they were before it).
+fn shadows_any(pat: &syn::Pat, names: &[Ident]) -> bool {
+    let mut bound = Vec::new();
+    scan::let_bindings(pat, &mut bound);
+    bound
+        .iter()
+        .any(|(ident, _)| names.iter().any(|n| n.unraw() == ident.unraw()))
+}
+
+/// `let p = { let v = INIT; RELEASES v };`: the releases name the bindings as they were before
+/// this `let`, which may shadow them. `INIT`'s temporaries are gone by then (a temporary
+/// borrowing a released binding, `x.lock().unwrap().len()`, must die first).
+fn release_in_initializer(local: &mut syn::Local, releases: Vec<Stmt>) {
+    let Some(init) = &mut local.init else { return };
+    let span = scan::first_span(&init.expr);
+    let placeholder = Expr::Verbatim(TokenStream::new());
+    let expr = std::mem::replace(&mut *init.expr, placeholder);
+    let mut stmts = vec![value_local(&local.pat, expr, span)];
+    stmts.extend(releases);
+    stmts.push(Stmt::Expr(value_ident_expr(), None));
+    let block = Expr::Block(syn::ExprBlock {
+        attrs: Vec::new(),
+        label: None,
+        block: syn::Block {
+            brace_token: syn::token::Brace(span),
+            stmts,
+        },
+    });
+    *init.expr = if init.diverge.is_some() {
+        Expr::Paren(syn::ExprParen {
+            attrs: Vec::new(),
+            paren_token: syn::token::Paren(span),
+            expr: Box::new(block),
+        })
+    } else {
+        block
+    };
 }
 
 impl VisitMut for Rewriter<'_> {
@@ -788,6 +1075,12 @@ impl VisitMut for Rewriter<'_> {
 
     // Nested items are other functions: not ours to rewrite.
     fn visit_item_mut(&mut self, _: &mut Item) {}
+
+    // A `const { }` block runs at compile time: nothing there to free, and a release probe
+    // is not a `const` call.
+    fn visit_expr_const_mut(&mut self, konst: &mut syn::ExprConst) {
+        strip_keep_markers(&mut konst.block);
+    }
 }
 
 #[cfg(test)]

@@ -42,6 +42,9 @@ pub(crate) enum Source {
 pub(crate) struct Mention {
     /// Used by value somewhere (maybe moved).
     pub moved: bool,
+    /// Passed by value somewhere other than as a method receiver (`f(x)`, `let y = x;`,
+    /// `a + x`): moved unless `Copy` (a receiver may be auto-referenced instead).
+    pub consumed: bool,
     /// A field (or the pointee) may be moved out: the local is partially moved afterwards.
     pub partial: bool,
     /// Its address is taken as a raw pointer (`&raw`, `as *const _`, `addr_of!`, `as_ptr()`):
@@ -89,6 +92,11 @@ impl Env<'_> {
     fn is_owned_method(&self, name: &str) -> bool {
         self.owned.iter().any(|n| n == name)
             || (lists::OWNED_METHODS.contains(&name) && !self.is_user_borrow(name))
+    }
+
+    /// Owned in one library, a view of the receiver in another (and not listed by the user).
+    fn is_ambiguous(&self, name: &str) -> bool {
+        lists::AMBIGUOUS_METHODS.contains(&name) && !self.owned.iter().any(|n| n == name)
     }
 
     fn is_user_borrow(&self, name: &str) -> bool {
@@ -176,15 +184,24 @@ impl Env<'_> {
                     .chain(&range.end)
                     .for_each(|e| self.value(e, out));
             }
-            Expr::Try(try_) => self.value(&try_.expr, out),
+            // `x.t()?`: only a fallible tensor op is followed by `?`, so the result is owned.
+            Expr::Try(try_) => match &*try_.expr {
+                Expr::MethodCall(call) if self.is_ambiguous(&call.method.to_string()) => {}
+                inner => self.value(inner, out),
+            },
             Expr::Await(await_) => self.value(&await_.base, out),
             Expr::Closure(closure) if closure.capture.is_some() => {
                 self.captured_by_move(expr, out);
             }
             Expr::Async(block) if block.capture.is_some() => self.captured_by_move(expr, out),
+            // A labeled block's value may come from any `break 'label value` inside it.
+            Expr::Block(block) if block.label.is_some() => out.extend(self.conservative(expr)),
             Expr::Block(block) => self.block_value(&block.block, expr, out),
             Expr::Unsafe(block) => self.block_value(&block.block, expr, out),
             Expr::If(if_) => {
+                // `if let Some(v) = map.get(&k) { v.as_str() }`: the value may hold what the
+                // `let`s bind.
+                self.cond_sources(&if_.cond, out);
                 self.block_value(&if_.then_branch, expr, out);
                 if let Some((_, otherwise)) = &if_.else_branch {
                     self.value(otherwise, out);
@@ -198,6 +215,24 @@ impl Env<'_> {
             }
             // Non-`move` closures and async blocks, loops with `break value`, anything else.
             _ => out.extend(self.conservative(expr)),
+        }
+    }
+
+    /// What the bindings of a condition's `let`s may hold.
+    fn cond_sources(&self, cond: &Expr, out: &mut Vec<Source>) {
+        match cond {
+            Expr::Let(let_) => {
+                out.extend(self.value_sources(&let_.expr));
+                if pattern_bindings(&let_.pat, &mut Vec::new()) {
+                    out.extend(self.conservative(&let_.expr));
+                }
+            }
+            Expr::Binary(binary) if matches!(binary.op, BinOp::And(_)) => {
+                self.cond_sources(&binary.left, out);
+                self.cond_sources(&binary.right, out);
+            }
+            Expr::Paren(paren) => self.cond_sources(&paren.expr, out),
+            _ => {}
         }
     }
 
@@ -324,17 +359,54 @@ impl Env<'_> {
             call.args.iter().for_each(|a| self.held(a, out));
             return;
         }
+        if !user_owned && lists::VALUE_COPYING_METHODS.contains(&name.as_str()) {
+            let mut inner = Vec::new();
+            self.value(&call.receiver, &mut inner);
+            out.extend(inner.into_iter().map(|s| match s {
+                Source::Storage(name, _, true) => Source::ValueOf(name),
+                other => other,
+            }));
+            return;
+        }
+        if self.is_ambiguous(&name) {
+            // May be a view of the receiver (ndarray's `view`): held like a borrowed iterator.
+            let mut sources = Vec::new();
+            self.borrow_of(&call.receiver, Kind::Borrow, &mut sources);
+            out.extend(sources.into_iter().map(|s| match s {
+                Source::Storage(n, k, _) => Source::Storage(n, k, false),
+                other => other,
+            }));
+            for arg in &call.args {
+                if !matches!(arg, Expr::Reference(_)) {
+                    self.held(arg, out);
+                }
+            }
+            return;
+        }
         if self.is_owned_method(&name) {
             return;
         }
         if self.is_borrow_method(&name) {
-            let kind = if self.maybe_consumes(&name) {
-                Kind::Maybe
-            } else {
-                Kind::Borrow
-            };
+            // A guard (`RefCell::borrow_mut`, `Mutex::lock`) is never `Release`: it keeps its
+            // drop point, and its borrow lasts until then, so the local it borrows from must
+            // too (releasing that local earlier would not compile).
+            let kind =
+                if self.maybe_consumes(&name) || lists::GUARD_METHODS.contains(&name.as_str()) {
+                    Kind::Maybe
+                } else {
+                    Kind::Borrow
+                };
             let mut sources = Vec::new();
             self.borrow_of(&call.receiver, kind, &mut sources);
+            if kind == Kind::Maybe {
+                // Through an accessor too (`let g = map.data().lock()?`): whatever the guard
+                // borrows must outlive the guard.
+                for source in &mut sources {
+                    if let Source::Storage(_, k, _) = source {
+                        *k = Kind::Maybe;
+                    }
+                }
+            }
             if !lists::REFERENCE_METHODS.contains(&name.as_str()) {
                 // An iterator, `Option<&T>` or guard *holds* a reference into the receiver.
                 sources = sources
@@ -378,8 +450,9 @@ impl Env<'_> {
             let owner =
                 (segments.len() >= 2).then(|| segments[segments.len() - 2].ident.to_string());
             let owned = self.owned.contains(&last)
-                || lists::OWNED_FUNCTIONS.contains(&last.as_str())
-                || owner.is_some_and(|o| lists::OWNED_TYPES.contains(&o.as_str()));
+                || (!lists::BORROWING_CONSTRUCTORS.contains(&last.as_str())
+                    && (lists::OWNED_FUNCTIONS.contains(&last.as_str())
+                        || owner.is_some_and(|o| lists::OWNED_TYPES.contains(&o.as_str()))));
             if owned {
                 return;
             }
@@ -496,8 +569,10 @@ pub(crate) fn local_name(path: &syn::ExprPath) -> Option<String> {
     if !segment.arguments.is_none() {
         return None;
     }
+    // Uppercase names are constants and unit structs, or uppercase locals (`let X = &data;`):
+    // only names bound in the block count as locals, so both readings are safe.
     let name = segment.ident.unraw().to_string();
-    (name != "self" && !name.starts_with(char::is_uppercase)).then_some(name)
+    (name != "self").then_some(name)
 }
 
 /// The local at the root of a place expression (`x`, `x.a.b`, `x[i]`, `*x`, `(x)`).
@@ -542,6 +617,26 @@ pub(crate) fn pattern_bindings(pat: &Pat, out: &mut Vec<(syn::Ident, bool)>) -> 
     let mut has_ref = false;
     collect_bindings(pat, out, &mut has_ref);
     has_ref
+}
+
+/// The bindings of an irrefutable `let` pattern: as [`pattern_bindings`], plus a whole
+/// pattern that is one uppercase identifier (`let X = &data;`), which there can only be a
+/// binding (a constant pattern would be refutable, or a unit struct nobody binds this way).
+pub(crate) fn let_bindings(pat: &Pat, out: &mut Vec<(syn::Ident, bool)>) -> bool {
+    let whole = match pat {
+        Pat::Type(typed) => &*typed.pat,
+        other => other,
+    };
+    match whole {
+        Pat::Ident(ident)
+            if ident.subpat.is_none()
+                && ident.ident.to_string().starts_with(char::is_uppercase) =>
+        {
+            out.push((ident.ident.clone(), ident.mutability.is_some()));
+            ident.by_ref.is_some()
+        }
+        _ => pattern_bindings(pat, out),
+    }
 }
 
 fn collect_bindings(pat: &Pat, out: &mut Vec<(syn::Ident, bool)>, has_ref: &mut bool) {
@@ -606,6 +701,13 @@ struct Walker<'e, 'a> {
     env: &'e Env<'a>,
     /// Names bound inside the statement so far (inner `let`s, closure parameters, arms).
     bound: Vec<String>,
+    /// What the name at each index of `bound` may hold (an `if let` binding, a loop or
+    /// closure parameter borrowing from the value it came from); entries past `bound.len()`
+    /// are stale.
+    bound_sources: BTreeMap<usize, Vec<Source>>,
+    /// The sources of the values passed to the closure about to be visited (the receiver and
+    /// other arguments of the call it is an argument of).
+    closure_sources: Vec<Source>,
     facts: Facts,
 }
 
@@ -614,6 +716,8 @@ impl<'e, 'a> Walker<'e, 'a> {
         Self {
             env,
             bound: Vec::new(),
+            bound_sources: BTreeMap::new(),
+            closure_sources: Vec::new(),
             facts: Facts::default(),
         }
     }
@@ -628,6 +732,7 @@ impl<'e, 'a> Walker<'e, 'a> {
         match ctx {
             Ctx::Value => {
                 mention.moved = true;
+                mention.consumed |= !projected;
                 mention.partial |= projected;
             }
             Ctx::Receiver => mention.moved = true,
@@ -635,18 +740,54 @@ impl<'e, 'a> Walker<'e, 'a> {
         }
     }
 
-    fn bind(&mut self, pat: &Pat) {
+    /// Binds the names of `pat`, each of which may hold what `sources` hold.
+    fn bind_from(&mut self, pat: &Pat, sources: Vec<Source>) {
         let mut names = Vec::new();
         pattern_bindings(pat, &mut names);
-        self.bound
-            .extend(names.into_iter().map(|(n, _)| n.unraw().to_string()));
+        for (name, _) in names {
+            self.bound_sources.insert(self.bound.len(), sources.clone());
+            self.bound.push(name.unraw().to_string());
+        }
         if let Pat::Guard(guard) = pat {
             self.expr(&guard.guard, Ctx::Value);
         }
     }
 
+    /// The sources of what a bound pattern takes apart: its value's sources, and the place
+    /// itself where the pattern binds by reference (`Some(ref v)`).
+    fn scrutinee_sources(&self, pat: &Pat, scrutinee: &Expr) -> Vec<Source> {
+        let mut sources = self.env.value_sources(scrutinee);
+        if pattern_bindings(pat, &mut Vec::new()) {
+            sources.extend(self.env.conservative(scrutinee));
+        }
+        sources
+    }
+
+    /// Sources naming names bound inside the statement, replaced by what those hold.
+    fn substitute_bound(&self, sources: Vec<Source>) -> Vec<Source> {
+        let mut out = Vec::new();
+        let mut stack = sources;
+        let mut steps = 0;
+        while let Some(source) = stack.pop() {
+            let name = match &source {
+                Source::Storage(name, ..) | Source::ValueOf(name) | Source::Contents(name) => name,
+            };
+            match self.bound.iter().rposition(|b| b == name) {
+                Some(index) => {
+                    steps += 1;
+                    if steps <= 256 {
+                        stack.extend(self.bound_sources.get(&index).cloned().unwrap_or_default());
+                    }
+                }
+                None => out.push(source),
+            }
+        }
+        out
+    }
+
     fn store(&mut self, target: &Expr, sources: Vec<Source>) {
         self.facts.stores_anything = true;
+        let sources = self.substitute_bound(sources);
         if sources.is_empty() {
             return;
         }
@@ -696,7 +837,12 @@ impl<'e, 'a> Walker<'e, 'a> {
                     .iter()
                     .any(|a| a.path().is_ident("cfg") || a.path().is_ident("cfg_attr"));
                 if !conditional {
-                    self.bind(&local.pat);
+                    let sources = match &local.init {
+                        Some(init) => self.scrutinee_sources(&local.pat, &init.expr),
+                        None => Vec::new(),
+                    };
+                    let sources = self.substitute_bound(sources);
+                    self.bind_from(&local.pat, sources);
                 }
             }
             // Items cannot capture locals; a local `macro_rules!` counts where it is invoked.
@@ -734,7 +880,8 @@ impl<'e, 'a> Walker<'e, 'a> {
         match cond {
             Expr::Let(let_) => {
                 self.matched(&let_.expr, destructures(&let_.pat));
-                self.bind(&let_.pat);
+                let sources = self.substitute_bound(self.scrutinee_sources(&let_.pat, &let_.expr));
+                self.bind_from(&let_.pat, sources);
             }
             Expr::Binary(binary) if matches!(binary.op, BinOp::And(_)) => {
                 self.cond(&binary.left);
@@ -772,7 +919,9 @@ impl<'e, 'a> Walker<'e, 'a> {
                 let name = call.method.to_string();
                 let receiver_ctx = if self.env.maybe_consumes(&name) {
                     Ctx::Receiver
-                } else if self.env.is_borrow_method(&name) {
+                } else if self.env.is_borrow_method(&name)
+                    || lists::BORROWING_RECEIVER_METHODS.contains(&name.as_str())
+                {
                     Ctx::Borrow
                 } else if name.starts_with("into_")
                     || lists::PASSTHROUGH_METHODS.contains(&name.as_str())
@@ -782,7 +931,20 @@ impl<'e, 'a> Walker<'e, 'a> {
                     Ctx::Receiver
                 };
                 self.expr(&call.receiver, receiver_ctx);
-                call.args.iter().for_each(|a| self.expr(a, Ctx::Value));
+                // A closure argument's parameters may borrow from the receiver and the other
+                // arguments (`names.iter().for_each(|n| refs.push(n))`).
+                let mut passed = self.env.value_sources(&call.receiver);
+                call.args
+                    .iter()
+                    .filter(|a| !matches!(a, Expr::Closure(_)))
+                    .for_each(|a| self.env.held(a, &mut passed));
+                let passed = self.substitute_bound(passed);
+                for arg in &call.args {
+                    if matches!(arg, Expr::Closure(_)) {
+                        self.closure_sources = passed.clone();
+                    }
+                    self.expr(arg, Ctx::Value);
+                }
                 if lists::RAW_POINTER_METHODS.contains(&name.as_str()) {
                     self.raw_address_of(call.receiver.to_token_stream());
                 }
@@ -843,7 +1005,11 @@ impl<'e, 'a> Walker<'e, 'a> {
             }
             Expr::Closure(closure) => {
                 let depth = self.bound.len();
-                closure.inputs.iter().for_each(|p| self.bind(p));
+                let sources = std::mem::take(&mut self.closure_sources);
+                closure
+                    .inputs
+                    .iter()
+                    .for_each(|p| self.bind_from(p, sources.clone()));
                 self.expr(&closure.body, Ctx::Value);
                 self.bound.truncate(depth);
             }
@@ -871,7 +1037,8 @@ impl<'e, 'a> Walker<'e, 'a> {
             Expr::ForLoop(for_) => {
                 self.expr(&for_.expr, Ctx::Value);
                 let depth = self.bound.len();
-                self.bind(&for_.pat);
+                let items = self.substitute_bound(self.env.value_sources(&for_.expr));
+                self.bind_from(&for_.pat, items);
                 self.block(&for_.body);
                 self.bound.truncate(depth);
             }
@@ -880,7 +1047,9 @@ impl<'e, 'a> Walker<'e, 'a> {
                 self.matched(&match_.expr, destructuring);
                 for arm in &match_.arms {
                     let depth = self.bound.len();
-                    self.bind(&arm.pat);
+                    let sources =
+                        self.substitute_bound(self.scrutinee_sources(&arm.pat, &match_.expr));
+                    self.bind_from(&arm.pat, sources);
                     self.expr(&arm.body, Ctx::Value);
                     self.bound.truncate(depth);
                 }
@@ -888,7 +1057,8 @@ impl<'e, 'a> Walker<'e, 'a> {
             Expr::Let(let_) => {
                 // Outside an `if`/`while` condition (e.g. in a `matches!`-like position).
                 self.matched(&let_.expr, destructures(&let_.pat));
-                self.bind(&let_.pat);
+                let sources = self.substitute_bound(self.scrutinee_sources(&let_.pat, &let_.expr));
+                self.bind_from(&let_.pat, sources);
             }
             Expr::Macro(mac) => self.mac(&mac.mac),
             Expr::Return(r) => r.expr.iter().for_each(|e| self.expr(e, Ctx::Value)),
@@ -1002,5 +1172,318 @@ impl<'e, 'a> Walker<'e, 'a> {
                 TokenTree::Punct(_) => {}
             }
         }
+    }
+}
+
+/// Whether a statement may be written twice (`if <Release> { let x = x; S } else { S }`).
+///
+/// Not when the copies could differ in type or meaning: every closure and async block has a
+/// type of its own, so a `let` whose value may hold one (`let f = move || x.v;`, an unfinished
+/// iterator chain `v.iter().map(|a| a + 1)`) cannot choose between two copies, and an item
+/// (`impl`, `fn`, `macro_rules!`) would be defined twice.
+pub(crate) fn duplicable(stmt: &Stmt) -> bool {
+    struct Items(bool);
+    impl<'ast> syn::visit::Visit<'ast> for Items {
+        fn visit_item(&mut self, _: &'ast syn::Item) {
+            self.0 = true;
+        }
+    }
+    let mut items = Items(false);
+    syn::visit::Visit::visit_stmt(&mut items, stmt);
+    let value_may_hold_closure = match stmt {
+        Stmt::Local(local) => local
+            .init
+            .as_ref()
+            .is_some_and(|init| may_hold_closure(&init.expr)),
+        _ => false,
+    };
+    !items.0 && !value_may_hold_closure
+}
+
+/// Whether the value of `expr` may have a closure or async block in its type.
+pub(crate) fn may_hold_closure(expr: &Expr) -> bool {
+    match expr {
+        Expr::Closure(_) | Expr::Async(_) => true,
+        // A consuming end of an iterator chain (`collect`, `sum`, …) leaves no closure type.
+        Expr::MethodCall(call)
+            if lists::CLOSURE_FREE_RESULTS.contains(&call.method.to_string().as_str()) =>
+        {
+            false
+        }
+        Expr::MethodCall(call) => {
+            may_hold_closure(&call.receiver) || call.args.iter().any(may_hold_closure)
+        }
+        Expr::Call(call) => may_hold_closure(&call.func) || call.args.iter().any(may_hold_closure),
+        Expr::Try(t) => may_hold_closure(&t.expr),
+        Expr::Await(a) => may_hold_closure(&a.base),
+        Expr::Paren(p) => may_hold_closure(&p.expr),
+        Expr::Group(g) => may_hold_closure(&g.expr),
+        Expr::Reference(r) => may_hold_closure(&r.expr),
+        Expr::Unary(u) => may_hold_closure(&u.expr),
+        Expr::Cast(c) => may_hold_closure(&c.expr),
+        Expr::Binary(b) => may_hold_closure(&b.left) || may_hold_closure(&b.right),
+        Expr::Tuple(t) => t.elems.iter().any(may_hold_closure),
+        Expr::Array(a) => a.elems.iter().any(may_hold_closure),
+        Expr::Struct(s) => s.fields.iter().any(|f| may_hold_closure(&f.expr)),
+        Expr::Field(f) => may_hold_closure(&f.base),
+        Expr::Index(i) => may_hold_closure(&i.expr),
+        Expr::Lit(_) | Expr::Path(_) | Expr::Range(_) => false,
+        Expr::Macro(mac) => {
+            !lists::is_known_macro(&macro_name(&mac.mac)) || closure_tokens(mac.mac.tokens.clone())
+        }
+        // Blocks, branches, loops: whatever they contain.
+        other => {
+            struct Find(bool);
+            impl<'ast> syn::visit::Visit<'ast> for Find {
+                fn visit_expr_closure(&mut self, _: &'ast syn::ExprClosure) {
+                    self.0 = true;
+                }
+                fn visit_expr_async(&mut self, _: &'ast syn::ExprAsync) {
+                    self.0 = true;
+                }
+                fn visit_macro(&mut self, mac: &'ast Macro) {
+                    self.0 |= !lists::is_known_macro(&macro_name(mac))
+                        || closure_tokens(mac.tokens.clone());
+                }
+            }
+            let mut find = Find(false);
+            syn::visit::Visit::visit_expr(&mut find, other);
+            find.0
+        }
+    }
+}
+
+/// Whether `expr` (through `?`, `.await` and parentheses) calls a local binding, such as a
+/// closure: `g(1)` after `let g = |a| async move { a };`.
+pub(crate) fn calls_local(expr: &Expr, is_local: &dyn Fn(&str) -> bool) -> bool {
+    match expr {
+        Expr::Call(call) => match &*call.func {
+            Expr::Path(path) => local_name(path).is_some_and(|name| is_local(&name)),
+            other => calls_local(other, is_local),
+        },
+        Expr::Try(t) => calls_local(&t.expr, is_local),
+        Expr::Await(a) => calls_local(&a.base, is_local),
+        Expr::Paren(p) => calls_local(&p.expr, is_local),
+        Expr::Group(g) => calls_local(&g.expr, is_local),
+        _ => false,
+    }
+}
+
+/// Whether a statement has paths that may skip part of it (a branch, a loop, a closure, a
+/// block, a `?`-free early exit aside): a value it passes by value may not be moved on every
+/// path.
+pub(crate) fn has_branches(stmt: &Stmt) -> bool {
+    struct Find(bool);
+    impl<'ast> syn::visit::Visit<'ast> for Find {
+        fn visit_expr(&mut self, expr: &'ast Expr) {
+            match expr {
+                Expr::If(_)
+                | Expr::Match(_)
+                | Expr::Loop(_)
+                | Expr::While(_)
+                | Expr::ForLoop(_)
+                | Expr::Closure(_)
+                | Expr::Async(_)
+                | Expr::Block(_)
+                | Expr::Unsafe(_)
+                | Expr::TryBlock(_)
+                | Expr::Macro(_) => self.0 = true,
+                // `a && f(x)`: the right side may not run.
+                Expr::Binary(b) if matches!(b.op, BinOp::And(_) | BinOp::Or(_)) => self.0 = true,
+                other => syn::visit::visit_expr(self, other),
+            }
+        }
+        fn visit_local(&mut self, local: &'ast syn::Local) {
+            self.0 |= local.init.as_ref().is_some_and(|i| i.diverge.is_some());
+            syn::visit::visit_local(self, local);
+        }
+        fn visit_stmt_macro(&mut self, _: &'ast syn::StmtMacro) {
+            self.0 = true;
+        }
+    }
+    let mut find = Find(false);
+    syn::visit::Visit::visit_stmt(&mut find, stmt);
+    find.0
+}
+
+/// Tokens that may form a closure or an async block (`|`, `move`, `async`).
+fn closure_tokens(tokens: TokenStream) -> bool {
+    tokens.into_iter().any(|token| match token {
+        TokenTree::Punct(p) => p.as_char() == '|',
+        TokenTree::Ident(i) => i == "move" || i == "async",
+        TokenTree::Group(g) => closure_tokens(g.stream()),
+        TokenTree::Literal(_) => false,
+    })
+}
+
+/// Whether the type of a `let`'s value may be decided only by a later use of the binding:
+/// `Vec::new()`, `HashMap::new()`, `Default::default()`, `None`, `Ok(..)`, `vec![]`,
+/// `x.parse()`, `x.collect()`, `x.into()`, `x.sum()`, `x as _`, or a turbofish with `_`.
+/// A release probe must not be placed before that use: method resolution would have to
+/// answer for a type not known yet (and would take it for a `Release` one).
+pub(crate) fn type_deferred(expr: &Expr) -> bool {
+    match expr {
+        Expr::Try(t) => type_deferred(&t.expr),
+        Expr::Await(a) => type_deferred(&a.base),
+        Expr::Paren(p) => type_deferred(&p.expr),
+        Expr::Group(g) => type_deferred(&g.expr),
+        Expr::Cast(c) => has_placeholder(&c.ty),
+        Expr::Tuple(t) => t.elems.iter().any(type_deferred),
+        Expr::Array(a) => a.elems.iter().any(type_deferred),
+        Expr::Reference(r) => type_deferred(&r.expr),
+        Expr::MethodCall(call) => {
+            let name = call.method.to_string();
+            // `collect::<Vec<_>>()`: the turbofish fixes the type; its `_`s come from the
+            // receiver, which is known by then.
+            if call.turbofish.is_some() {
+                return false;
+            }
+            lists::TYPE_DEFERRING_METHODS.contains(&name.as_str())
+                || (lists::PASSTHROUGH_METHODS.contains(&name.as_str())
+                    && type_deferred(&call.receiver))
+        }
+        // `Some(Vec::new())`, `Box::new(Vec::new())`: a constructor of a deferred value.
+        Expr::Call(call) if call.args.iter().any(type_deferred) => true,
+        Expr::Call(call) => match &*call.func {
+            Expr::Path(path) => {
+                let segments = &path.path.segments;
+                // `Vec::<_>::new()`, `make::<_>()`.
+                if segments
+                    .iter()
+                    .any(|s| has_placeholder_tokens(s.arguments.to_token_stream()))
+                {
+                    return true;
+                }
+                let Some(last) = segments.last() else {
+                    return false;
+                };
+                let name = last.ident.to_string();
+                if !last.arguments.is_none() {
+                    return false;
+                }
+                let owner = (segments.len() >= 2)
+                    .then(|| &segments[segments.len() - 2])
+                    .filter(|owner| owner.arguments.is_none())
+                    .map(|owner| owner.ident.to_string());
+                match owner.as_deref() {
+                    // `Vec::new()`, `HashMap::with_capacity(n)`: the element types come later.
+                    Some(owner) if lists::GENERIC_CONTAINERS.contains(&owner) => {
+                        !call
+                            .args
+                            .iter()
+                            .any(|a| !matches!(a, Expr::Lit(_) | Expr::Path(_)))
+                            && name != "from"
+                    }
+                    // `Default::default()`, `From::from(x)`: `Self` comes later.
+                    Some(owner) => lists::CONVERSION_TRAITS.contains(&owner),
+                    None => matches!(name.as_str(), "Ok" | "Err" | "default"),
+                }
+            }
+            _ => false,
+        },
+        Expr::Path(path) => path.path.is_ident("None"),
+        Expr::Macro(mac) => macro_name(&mac.mac) == "vec" && mac.mac.tokens.is_empty(),
+        Expr::Block(b) => match b.block.stmts.last() {
+            Some(Stmt::Expr(tail, None)) => type_deferred(tail),
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// Whether a type has an inferred part (`_`).
+pub(crate) fn has_placeholder(ty: &syn::Type) -> bool {
+    has_placeholder_tokens(ty.to_token_stream())
+}
+
+fn has_placeholder_tokens(tokens: TokenStream) -> bool {
+    tokens.into_iter().any(|token| match token {
+        TokenTree::Ident(i) => i == "_",
+        TokenTree::Punct(p) => p.as_char() == '_',
+        TokenTree::Group(g) => has_placeholder_tokens(g.stream()),
+        TokenTree::Literal(_) => false,
+    })
+}
+
+/// The span of a statement's first token: what syn's `Spanned::span` returns on stable (where
+/// spans cannot be joined), without printing the whole statement to tokens to find it.
+pub(crate) fn first_span_of_stmt(stmt: &Stmt) -> proc_macro2::Span {
+    match stmt {
+        Stmt::Local(local) => match local.attrs.first() {
+            Some(attr) => attr.pound_token.span,
+            None => local.let_token.span,
+        },
+        Stmt::Expr(expr, _) => first_span(expr),
+        Stmt::Macro(mac) => match mac.attrs.first() {
+            Some(attr) => attr.pound_token.span,
+            None => first_span_of_path(&mac.mac.path),
+        },
+        Stmt::Item(item) => syn::spanned::Spanned::span(item),
+    }
+}
+
+/// The span of an expression's first token (see [`first_span_of_stmt`]).
+pub(crate) fn first_span(expr: &Expr) -> proc_macro2::Span {
+    if let Some(attr) = expr_attrs(expr).first() {
+        return attr.pound_token.span;
+    }
+    match expr {
+        Expr::Path(path) => match &path.qself {
+            Some(qself) => qself.lt_token.span,
+            None => first_span_of_path(&path.path),
+        },
+        Expr::MethodCall(call) => first_span(&call.receiver),
+        Expr::Call(call) => first_span(&call.func),
+        Expr::Field(field) => first_span(&field.base),
+        Expr::Index(index) => first_span(&index.expr),
+        Expr::Try(t) => first_span(&t.expr),
+        Expr::Await(a) => first_span(&a.base),
+        Expr::Binary(b) => first_span(&b.left),
+        Expr::Cast(c) => first_span(&c.expr),
+        Expr::Assign(a) => first_span(&a.left),
+        Expr::Range(r) => match &r.start {
+            Some(start) => first_span(start),
+            None => syn::spanned::Spanned::span(&r.limits),
+        },
+        Expr::Reference(r) => r.and_token.span,
+        Expr::Paren(p) => p.paren_token.span.open(),
+        Expr::Tuple(t) => t.paren_token.span.open(),
+        Expr::Array(a) => a.bracket_token.span.open(),
+        Expr::Block(b) => match &b.label {
+            Some(label) => label.name.apostrophe,
+            None => b.block.brace_token.span.open(),
+        },
+        Expr::If(i) => i.if_token.span,
+        Expr::Match(m) => m.match_token.span,
+        Expr::Return(r) => r.return_token.span,
+        Expr::Macro(m) => first_span_of_path(&m.mac.path),
+        Expr::Lit(l) => l.lit.span(),
+        other => syn::spanned::Spanned::span(other),
+    }
+}
+
+fn first_span_of_path(path: &syn::Path) -> proc_macro2::Span {
+    match (&path.leading_colon, path.segments.first()) {
+        (Some(colon), _) => colon.spans[0],
+        (None, Some(segment)) => segment.ident.span(),
+        (None, None) => proc_macro2::Span::call_site(),
+    }
+}
+
+/// The attributes written on an expression.
+fn expr_attrs(expr: &Expr) -> &[syn::Attribute] {
+    match expr {
+        Expr::Path(e) => &e.attrs,
+        Expr::MethodCall(e) => &e.attrs,
+        Expr::Call(e) => &e.attrs,
+        Expr::Block(e) => &e.attrs,
+        Expr::If(e) => &e.attrs,
+        Expr::Match(e) => &e.attrs,
+        Expr::Macro(e) => &e.attrs,
+        Expr::Loop(e) => &e.attrs,
+        Expr::ForLoop(e) => &e.attrs,
+        Expr::While(e) => &e.attrs,
+        Expr::Closure(e) => &e.attrs,
+        _ => &[],
     }
 }

@@ -54,6 +54,7 @@ fn totals(functions: &[syn::ItemFn], optimistic: bool) -> DropReport {
         let report = insert_drops(&mut block, &params_of(&function.sig), &options);
         total.candidates += report.candidates;
         total.dropped_early += report.dropped_early;
+        total.moved_at_last_use += report.moved_at_last_use;
     }
     total
 }
@@ -94,12 +95,14 @@ fn conservative_default_cost() {
         let default = totals(functions, false);
         let optimistic = totals(functions, true);
         println!(
-            "{label}: {} functions, {} non-guard bindings used after declaration; dropped early: {} \
-             with the conservative default, {} if every unknown call returned an owned value",
+            "{label}: {} functions, {} non-guard bindings used after declaration; released \
+             early: {} with the conservative default, {} if every unknown call returned an owned \
+             value; moved by their last use (nothing to release): {}",
             functions.len(),
             default.candidates,
             default.dropped_early,
-            optimistic.dropped_early
+            optimistic.dropped_early,
+            default.moved_at_last_use
         );
         assert!(optimistic.dropped_early >= default.dropped_early);
     }
@@ -127,18 +130,22 @@ fn drops_follow_the_rules() {
     // `a` moves into its last statement; `b` is released after `d`'s last use; guards,
     // the primitive parameter, and `x` (an unknown method on it may have borrowed it
     // while `y` lives) are left alone; `out` is the tail.
-    assert!(text.contains("let a = a;"), "{text}");
+    assert!(
+        text.contains("let a = ::vramguard::__private::last_use(a);"),
+        "{text}"
+    );
     assert!(
         text.contains("::vramguard::__private::release(b);"),
         "{text}"
     );
-    for kept in [
-        "let _guard = _guard",
-        "let unused_guard = unused_guard",
-        "let x = x",
-        "let n = n",
-    ] {
-        assert!(!text.contains(kept), "{kept} in {text}");
+    for kept in ["_guard", "unused_guard", "x", "n"] {
+        for form in [
+            format!("last_use({kept})"),
+            format!("release({kept})"),
+            format!("Probe::of(&{kept})"),
+        ] {
+            assert!(!text.contains(&form), "{form} in {text}");
+        }
     }
     assert_eq!(
         report.dropped,

@@ -11,14 +11,16 @@
 //! | --- | --- | --- |
 //! | `memory_limit` | bytes, or a number with `B`/`KiB`/`MiB`/`GiB`/`KB`/`MB`/`GB` | the allocator never reserves more |
 //! | `memory_fraction` | a number in (0, 1] | limit = fraction × device capacity |
-//! | `max_split_size_mb` | MiB (≥ 1) | cached blocks this large or larger are never split |
+//! | `max_split_size_mb` | MiB (more than 20, PyTorch's rule) | cached blocks this large or larger are never split |
 //! | `garbage_collection_threshold` | a number in (0, 1) | release cached segments before reserved exceeds this fraction of the limit (or capacity) |
-//! | `roundup_power2_divisions` (alias `round_up`) | 0 or a power of two ≤ 64 | round sizes up to one of N steps between powers of two |
+//! | `roundup_power2_divisions` (alias `round_up`) | 0 or 1 (off) or a power of two ≤ 64; or per size interval, `[256:1,512:2,>:8]` (MiB: up to 256 MiB 1, up to 512 MiB 2, above 8) | round sizes up to one of N steps between powers of two |
 //! | `expandable_segments` | `auto` (the default), `true` or `false` | the large pool grows one mapped address range instead of adding segments. `auto`: on when the backend can map pages (host backend on Unix; CUDA on GPUs with virtual memory management that pass a self-test), fixed segments otherwise; `true`: on, an error where unsupported; `false`: fixed segments (PyTorch's default) |
 //! | `preallocate` | bytes (same forms as `memory_limit`) | reserve this much once, at start |
+//! | `iteration_planning` | `true` (the default) or `false` | lay out each `#[batch_scope]` iteration from the previous one's allocations (expandable segments only) |
 //! | `trace_capacity` | events (0, the default, disables the trace) | length of the bounded event trace |
 
 use serde::Serialize;
+use std::sync::OnceLock;
 
 /// Name of the environment variable read by the process-wide devices.
 pub const ENV_VAR: &str = "VRAMGUARD_ALLOC_CONF";
@@ -38,6 +40,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "expandable_segments",
     "preallocate",
     "trace_capacity",
+    "iteration_planning",
 ];
 
 /// Whether the large pool uses an expandable segment (one reserved address range whose pages
@@ -75,6 +78,17 @@ impl From<bool> for ExpandableSegments {
     }
 }
 
+/// One interval of the list form of `roundup_power2_divisions`: sizes up to `up_to` bytes
+/// (above the previous interval's) are rounded with `divisions` steps between powers of two.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RoundupInterval {
+    /// Largest size of the interval in bytes (a power of two; written in MiB); `None` (`>`):
+    /// every size above the previous interval.
+    pub up_to: Option<usize>,
+    /// Steps between consecutive powers of two (0 or 1: off).
+    pub divisions: usize,
+}
+
 /// An upper bound on the bytes an allocator reserves.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub enum MemoryLimit {
@@ -96,9 +110,13 @@ pub struct AllocatorConfig {
     /// Fraction of the limit (of the device capacity when no limit is set) above which cached
     /// segments are released before new ones are reserved (`None`: only on out-of-memory).
     pub garbage_collection_threshold: Option<f64>,
-    /// Round sizes up to one of this many steps between consecutive powers of two (0: off,
-    /// plain 512-byte rounding).
+    /// Round sizes up to one of this many steps between consecutive powers of two (0 or 1:
+    /// off, plain 512-byte rounding, as in PyTorch). Ignored when
+    /// [`AllocatorConfig::roundup_power2_intervals`] is set.
     pub roundup_power2_divisions: usize,
+    /// Divisions per size interval (`roundup_power2_divisions:[256:1,512:2,>:8]`), in
+    /// increasing order; empty: [`AllocatorConfig::roundup_power2_divisions`] for every size.
+    pub roundup_power2_intervals: Vec<RoundupInterval>,
     /// Expandable segments: the large pool is one reserved address range whose pages are mapped
     /// as it grows and unmapped (free tail) by `empty_cache`, so a large request needs no
     /// contiguous free hole among segments. Needs a backend with
@@ -110,6 +128,9 @@ pub struct AllocatorConfig {
     pub preallocate: usize,
     /// Events kept by the trace ring (0 disables tracing).
     pub trace_capacity: usize,
+    /// Lay out each batch-scope iteration from the recording of the scope's previous one
+    /// (offline planning made online; expandable segments only). On by default.
+    pub iteration_planning: bool,
 }
 
 impl Default for AllocatorConfig {
@@ -119,9 +140,11 @@ impl Default for AllocatorConfig {
             max_split_size: None,
             garbage_collection_threshold: None,
             roundup_power2_divisions: 0,
+            roundup_power2_intervals: Vec::new(),
             expandable_segments: ExpandableSegments::Auto,
             preallocate: 0,
             trace_capacity: DEFAULT_TRACE_CAPACITY,
+            iteration_planning: true,
         }
     }
 }
@@ -162,13 +185,20 @@ pub enum ConfigError {
         /// The accepted form.
         expected: &'static str,
     },
-    /// A setting this build or backend does not support.
-    #[error("allocator setting `{key}` is not supported: {reason}")]
-    Unsupported {
-        /// The key.
-        key: String,
-        /// Why, and what to use instead.
-        reason: &'static str,
+}
+
+/// An allocator that cannot be created with its settings on this backend: a bad setting, or
+/// one the device cannot honour. The message says what to change.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SetupError {
+    /// A setting that does not parse or is out of range.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// `expandable_segments:true` on a backend that cannot map pages.
+    #[error("`expandable_segments:true` is not supported: {device} cannot map pages into reserved address space (the host backend on Unix and CUDA on GPUs with virtual memory management can); set `expandable_segments:false`, or `auto` to use them only where available")]
+    ExpandableUnsupported {
+        /// Device name.
+        device: String,
     },
     /// The `preallocate` reservation failed.
     #[error("could not preallocate {bytes} bytes: {message}; lower `preallocate`")]
@@ -207,10 +237,16 @@ const BYTES_FORM: &str =
     "a byte count, optionally with a suffix B, KiB, MiB, GiB (or KB, MB, GB), e.g. `512MiB`";
 const FRACTION_FORM: &str = "a number in (0, 1], e.g. `0.8`";
 const THRESHOLD_FORM: &str = "a number strictly between 0 and 1, e.g. `0.8`";
-const SPLIT_FORM: &str = "a whole number of MiB, at least 1, e.g. `256`";
-const DIVISIONS_FORM: &str = "0 (off) or a power of two up to 64, e.g. `4`";
+const SPLIT_FORM: &str = "a whole number of MiB greater than 20, e.g. `256` (as in PyTorch: \
+     blocks of at least the max split size serve only requests less than 20 MiB smaller, and \
+     large segments are 20 MiB, so a smaller max split size would leave them unsplittable)";
+const DIVISIONS_FORM: &str = "0 or 1 (off) or a power of two up to 64, e.g. `4`, or per interval \
+     `[256:1,512:2,>:8]` (interval ends in MiB, powers of two, increasing; `>` for the rest)";
+/// Smallest accepted max split size: more than PyTorch's 20 MiB (`kLargeBuffer`).
+pub(crate) const MIN_MAX_SPLIT: usize = 20 * MIB + 1;
 const EXPANDABLE_FORM: &str =
     "`auto` (on where the backend can map pages; the default), `true` or `false`";
+const PLANNING_FORM: &str = "`true` (the default) or `false`";
 const COUNT_FORM: &str = "a whole number of events, e.g. `4096` (0 disables the trace)";
 
 impl AllocatorConfig {
@@ -234,10 +270,35 @@ impl AllocatorConfig {
         self.garbage_collection_threshold = Some(fraction);
         self
     }
-    /// Sets power-of-two round-up divisions (0: off).
+    /// Sets power-of-two round-up divisions for every size (0 or 1: off).
     pub fn with_roundup_power2_divisions(mut self, divisions: usize) -> Self {
         self.roundup_power2_divisions = divisions;
+        self.roundup_power2_intervals.clear();
         self
+    }
+    /// Sets round-up divisions per size interval: `(Some(up_to_bytes), divisions)` in
+    /// increasing order, optionally ending with `(None, divisions)` for every larger size.
+    pub fn with_roundup_power2_intervals(
+        mut self,
+        intervals: impl IntoIterator<Item = (Option<usize>, usize)>,
+    ) -> Self {
+        self.roundup_power2_intervals = intervals
+            .into_iter()
+            .map(|(up_to, divisions)| RoundupInterval { up_to, divisions })
+            .collect();
+        self
+    }
+
+    /// The round-up divisions for a request of `bytes` (0 or 1: plain 512-byte rounding).
+    #[inline]
+    pub fn divisions_for(&self, bytes: usize) -> usize {
+        if self.roundup_power2_intervals.is_empty() {
+            return self.roundup_power2_divisions;
+        }
+        self.roundup_power2_intervals
+            .iter()
+            .find(|i| i.up_to.is_none_or(|u| bytes <= u))
+            .map_or(0, |i| i.divisions)
     }
     /// Sets expandable segments: `true` ([`ExpandableSegments::On`]: an error where the backend
     /// cannot map pages), `false` ([`ExpandableSegments::Off`]: fixed segments), or an
@@ -251,13 +312,19 @@ impl AllocatorConfig {
         self.preallocate = bytes;
         self
     }
+    /// Turns iteration planning on (the default) or off.
+    pub fn with_iteration_planning(mut self, on: bool) -> Self {
+        self.iteration_planning = on;
+        self
+    }
     /// Length of the event trace (0 disables it).
     pub fn with_trace_capacity(mut self, events: usize) -> Self {
         self.trace_capacity = events;
         self
     }
 
-    /// Checks ranges; the same rules as the parser.
+    /// Checks the ranges of every setting; [`AllocatorConfig::parse`] runs it once after
+    /// setting the fields, and allocator creation runs it for configurations built in code.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |key: &str, value: String, expected| ConfigError::BadValue {
             key: key.to_string(),
@@ -270,7 +337,7 @@ impl AllocatorConfig {
             }
         }
         if let Some(s) = self.max_split_size {
-            if s < MIB {
+            if s < MIN_MAX_SPLIT {
                 return Err(bad("max_split_size_mb", format!("{s} bytes"), SPLIT_FORM));
             }
         }
@@ -283,24 +350,46 @@ impl AllocatorConfig {
                 ));
             }
         }
+        let divisions_ok = |d: usize| d == 0 || (d.is_power_of_two() && d <= 64);
         let d = self.roundup_power2_divisions;
-        if d != 0 && (!d.is_power_of_two() || d > 64) {
+        if !divisions_ok(d) {
             return Err(bad(
                 "roundup_power2_divisions",
                 d.to_string(),
                 DIVISIONS_FORM,
             ));
         }
+        let mut previous = 0;
+        for (i, interval) in self.roundup_power2_intervals.iter().enumerate() {
+            let last = i + 1 == self.roundup_power2_intervals.len();
+            let end_ok = match interval.up_to {
+                Some(u) => u.is_power_of_two() && u >= MIB && u > previous,
+                None => last,
+            };
+            if !end_ok || !divisions_ok(interval.divisions) {
+                return Err(bad(
+                    "roundup_power2_divisions",
+                    format!("{:?}", self.roundup_power2_intervals),
+                    DIVISIONS_FORM,
+                ));
+            }
+            previous = interval.up_to.unwrap_or(usize::MAX);
+        }
         Ok(())
     }
 
     /// Parses `key:value,key:value` (whitespace around items is ignored; empty input gives
-    /// the defaults).
+    /// the defaults): each value is read into its field, then [`AllocatorConfig::validate`]
+    /// checks the ranges once; its errors name the key and the value as written.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
         let mut cfg = AllocatorConfig::default();
-        // The setting each key given so far controls, and how it was spelled.
-        let mut seen: Vec<(&str, &str)> = Vec::new();
-        for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        // (setting, key as written, value as written) for each entry so far.
+        let mut seen: Vec<(&str, &str, &str)> = Vec::new();
+        for entry in split_entries(text)
+            .into_iter()
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+        {
             let Some((key, value)) = entry.split_once(':') else {
                 return Err(ConfigError::Malformed {
                     entry: entry.to_string(),
@@ -312,77 +401,124 @@ impl AllocatorConfig {
                 "round_up" => "roundup_power2_divisions",
                 k => k,
             };
-            if let Some(&(_, earlier)) = seen.iter().find(|(s, _)| *s == setting) {
+            if let Some(&(_, earlier, _)) = seen.iter().find(|(s, _, _)| *s == setting) {
                 return Err(ConfigError::Duplicate {
                     key: key.to_string(),
                     earlier: earlier.to_string(),
                 });
             }
             if KNOWN_KEYS.contains(&key) {
-                seen.push((setting, key));
+                seen.push((setting, key, value));
             }
-            let bad = |expected| ConfigError::BadValue {
-                key: key.to_string(),
-                value: value.to_string(),
-                expected,
-            };
-            match key {
-                "memory_limit" => {
-                    let bytes = parse_bytes(value).ok_or_else(|| bad(BYTES_FORM))?;
-                    cfg.memory_limit = Some(MemoryLimit::Bytes(bytes));
-                }
-                "memory_fraction" => {
-                    let f: f64 = value.parse().map_err(|_| bad(FRACTION_FORM))?;
-                    if !(f > 0.0 && f <= 1.0) {
-                        return Err(bad(FRACTION_FORM));
-                    }
-                    cfg.memory_limit = Some(MemoryLimit::Fraction(f));
-                }
-                "max_split_size_mb" => {
-                    let mb: usize = value.parse().map_err(|_| bad(SPLIT_FORM))?;
-                    let bytes = mb.checked_mul(MIB).filter(|_| mb >= 1);
-                    cfg.max_split_size = Some(bytes.ok_or_else(|| bad(SPLIT_FORM))?);
-                }
-                "garbage_collection_threshold" => {
-                    let t: f64 = value.parse().map_err(|_| bad(THRESHOLD_FORM))?;
-                    if !(t > 0.0 && t < 1.0) {
-                        return Err(bad(THRESHOLD_FORM));
-                    }
-                    cfg.garbage_collection_threshold = Some(t);
-                }
-                "roundup_power2_divisions" | "round_up" => {
-                    let d: usize = value.parse().map_err(|_| bad(DIVISIONS_FORM))?;
-                    if d != 0 && (!d.is_power_of_two() || d > 64) {
-                        return Err(bad(DIVISIONS_FORM));
-                    }
-                    cfg.roundup_power2_divisions = d;
-                }
-                "expandable_segments" => {
-                    cfg.expandable_segments = match value {
-                        "auto" | "Auto" => ExpandableSegments::Auto,
-                        "true" | "True" | "1" => ExpandableSegments::On,
-                        "false" | "False" | "0" => ExpandableSegments::Off,
-                        _ => return Err(bad(EXPANDABLE_FORM)),
-                    }
-                }
-                "preallocate" => {
-                    let bytes = parse_bytes(value).ok_or_else(|| bad(BYTES_FORM))?;
-                    cfg.preallocate = usize::try_from(bytes).map_err(|_| bad(BYTES_FORM))?;
-                }
-                "trace_capacity" => {
-                    cfg.trace_capacity = value.parse().map_err(|_| bad(COUNT_FORM))?;
-                }
-                _ => {
-                    return Err(ConfigError::UnknownKey {
-                        key: key.to_string(),
-                    })
-                }
-            }
+            cfg.set(key, value)?;
         }
-        Ok(cfg)
+        cfg.validate().map(|()| cfg).map_err(|e| match e {
+            // Name the setting as it was written (`round_up`, `max_split_size_mb:0`).
+            ConfigError::BadValue { key, expected, .. } => {
+                let setting = if key == "memory_fraction" {
+                    "memory_limit"
+                } else {
+                    &key
+                };
+                match seen.iter().find(|(s, _, _)| *s == setting) {
+                    Some(&(_, written, value)) => ConfigError::BadValue {
+                        key: written.to_string(),
+                        value: value.to_string(),
+                        expected,
+                    },
+                    None => ConfigError::BadValue {
+                        key,
+                        value: String::new(),
+                        expected,
+                    },
+                }
+            }
+            other => other,
+        })
     }
 
-    /// Reads [`ENV_VAR`]; unset gives the defaults.
+    /// Reads one `key:value` entry into its field (syntax only; ranges are `validate`'s).
+    fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
+        let bad = |expected| ConfigError::BadValue {
+            key: key.to_string(),
+            value: value.to_string(),
+            expected,
+        };
+        match key {
+            "memory_limit" => {
+                let bytes = parse_bytes(value).ok_or_else(|| bad(BYTES_FORM))?;
+                self.memory_limit = Some(MemoryLimit::Bytes(bytes));
+            }
+            "memory_fraction" => {
+                let f: f64 = value.parse().map_err(|_| bad(FRACTION_FORM))?;
+                self.memory_limit = Some(MemoryLimit::Fraction(f));
+            }
+            "max_split_size_mb" => {
+                let mb: usize = value.parse().map_err(|_| bad(SPLIT_FORM))?;
+                self.max_split_size = Some(mb.checked_mul(MIB).ok_or_else(|| bad(SPLIT_FORM))?);
+            }
+            "garbage_collection_threshold" => {
+                let t: f64 = value.parse().map_err(|_| bad(THRESHOLD_FORM))?;
+                self.garbage_collection_threshold = Some(t);
+            }
+            "roundup_power2_divisions" | "round_up" => match value.strip_prefix('[') {
+                Some(list) => {
+                    let list = list.strip_suffix(']').ok_or_else(|| bad(DIVISIONS_FORM))?;
+                    let mut intervals = Vec::new();
+                    for item in list.split(',').map(str::trim) {
+                        let (end, d) = item.split_once(':').ok_or_else(|| bad(DIVISIONS_FORM))?;
+                        let up_to = match end.trim() {
+                            ">" => None,
+                            mb => Some(
+                                mb.parse::<usize>()
+                                    .ok()
+                                    .and_then(|mb| mb.checked_mul(MIB))
+                                    .ok_or_else(|| bad(DIVISIONS_FORM))?,
+                            ),
+                        };
+                        let divisions = d.trim().parse().map_err(|_| bad(DIVISIONS_FORM))?;
+                        intervals.push(RoundupInterval { up_to, divisions });
+                    }
+                    self.roundup_power2_intervals = intervals;
+                }
+                None => {
+                    self.roundup_power2_divisions =
+                        value.parse().map_err(|_| bad(DIVISIONS_FORM))?;
+                }
+            },
+            "expandable_segments" => {
+                self.expandable_segments = match value {
+                    "auto" | "Auto" => ExpandableSegments::Auto,
+                    "true" | "True" | "1" => ExpandableSegments::On,
+                    "false" | "False" | "0" => ExpandableSegments::Off,
+                    _ => return Err(bad(EXPANDABLE_FORM)),
+                }
+            }
+            "preallocate" => {
+                let bytes = parse_bytes(value).ok_or_else(|| bad(BYTES_FORM))?;
+                self.preallocate = usize::try_from(bytes).map_err(|_| bad(BYTES_FORM))?;
+            }
+            "iteration_planning" => {
+                self.iteration_planning = match value {
+                    "true" | "True" | "1" => true,
+                    "false" | "False" | "0" => false,
+                    _ => return Err(bad(PLANNING_FORM)),
+                }
+            }
+            "trace_capacity" => {
+                self.trace_capacity = value.parse().map_err(|_| bad(COUNT_FORM))?;
+            }
+            _ => {
+                return Err(ConfigError::UnknownKey {
+                    key: key.to_string(),
+                })
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads [`ENV_VAR`] now; unset gives the defaults. (The process-wide devices read it once,
+    /// when the first of them is created.)
     pub fn from_env() -> Result<Self, ConfigError> {
         match std::env::var(ENV_VAR) {
             Ok(text) => Self::parse(&text),
@@ -395,13 +531,13 @@ impl AllocatorConfig {
         &self,
         capacity: Option<usize>,
         device: &str,
-    ) -> Result<Option<u64>, ConfigError> {
+    ) -> Result<Option<u64>, SetupError> {
         match self.memory_limit {
             None => Ok(None),
             Some(MemoryLimit::Bytes(b)) => Ok(Some(b)),
             Some(MemoryLimit::Fraction(f)) => match capacity {
                 Some(c) => Ok(Some((c as f64 * f) as u64)),
-                None => Err(ConfigError::FractionWithoutCapacity {
+                None => Err(SetupError::FractionWithoutCapacity {
                     device: device.to_string(),
                 }),
             },
@@ -410,6 +546,39 @@ impl AllocatorConfig {
 }
 
 const MIB: usize = 1 << 20;
+
+/// [`ENV_VAR`], parsed once per process for the process-wide devices. A bad value is logged
+/// once (the devices then use the defaults).
+pub(crate) fn env_config() -> Result<AllocatorConfig, ConfigError> {
+    static CONFIG: OnceLock<Result<AllocatorConfig, ConfigError>> = OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            let parsed = AllocatorConfig::from_env();
+            if let Err(e) = &parsed {
+                tracing::warn!("{e}; using the default allocator settings");
+            }
+            parsed
+        })
+        .clone()
+}
+
+/// Splits `key:value,key:[a:b,c:d]` at the commas outside brackets.
+fn split_entries(text: &str) -> Vec<&str> {
+    let (mut entries, mut depth, mut start) = (Vec::new(), 0i32, 0);
+    for (i, c) in text.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth -= 1,
+            ',' if depth <= 0 => {
+                entries.push(&text[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    entries.push(&text[start..]);
+    entries
+}
 
 /// Parses `123`, `123B`, `4KiB`, `1.5GiB`, `512MB` ... into bytes.
 pub fn parse_bytes(text: &str) -> Option<u64> {

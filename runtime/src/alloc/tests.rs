@@ -8,6 +8,9 @@
 
 use super::*;
 use crate::device::Device;
+use crate::memory::Workspace;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::sync::Mutex as StdMutex;
 
 const KIB: usize = 1 << 10;
@@ -93,10 +96,10 @@ fn small_and_large_pools_use_their_segment_sizes() {
     );
     let s = a.stats();
     assert_eq!(s.reserved_bytes, 34 * MIB as u64);
-    assert_eq!(
-        s.allocated_bytes,
-        (MIB + (MIB + 512) + (11 * MIB + 512)) as u64
-    );
+    // Block sizes, as PyTorch counts them: the 11 MiB + 512 request holds its whole 12 MiB
+    // segment (a remainder of 1 MiB or less is not split off).
+    assert_eq!(s.allocated_bytes, (MIB + (MIB + 512) + 12 * MIB) as u64);
+    assert_eq!(s.requested_bytes, (MIB + (MIB + 1) + (11 * MIB + 1)) as u64);
     assert_eq!(s.backend_allocs, 3);
     // A second small request is carved from the same small segment.
     let small2 = a.allocate(4 * KIB).unwrap();
@@ -161,8 +164,13 @@ fn splits_only_when_the_remainder_is_worth_keeping() {
     // Large pool: a remainder of 1 MiB or less is not split off.
     let x = a.allocate(19 * MIB + 512 * KIB).unwrap();
     let st = a.stats();
-    assert_eq!(st.allocated_bytes, (19 * MIB + 512 * KIB) as u64);
-    assert_eq!(st.active_bytes, 20 * MIB as u64, "the whole 20 MiB block");
+    assert_eq!(st.requested_bytes, (19 * MIB + 512 * KIB) as u64);
+    assert_eq!(
+        st.allocated_bytes,
+        20 * MIB as u64,
+        "the whole 20 MiB block"
+    );
+    assert_eq!(st.active_bytes, 20 * MIB as u64);
     a.free(x);
     // A remainder over 1 MiB is split off and reused.
     let y = a.allocate(18 * MIB).unwrap();
@@ -214,7 +222,12 @@ fn max_split_size_keeps_large_blocks_whole() {
     let big = a.allocate(45 * MIB).unwrap();
     let s = a.stats();
     assert_eq!(s.backend_allocs, 2);
-    assert_eq!(s.allocated_bytes, 50 * MIB as u64);
+    assert_eq!(s.requested_bytes, 50 * MIB as u64);
+    assert_eq!(
+        s.allocated_bytes,
+        65 * MIB as u64,
+        "the 60 MiB block counts whole"
+    );
     assert_eq!(s.active_bytes, 65 * MIB as u64);
     a.free(big);
     // A request more than 20 MiB smaller than the oversize block does not take it.
@@ -227,33 +240,64 @@ fn max_split_size_keeps_large_blocks_whole() {
     }
     check(&a);
 
-    // Below the max split size, segments stay splittable even when 20 MiB would be oversize.
-    let a = alloc(None, fixed_config().with_max_split_size(8 * MIB));
-    let b = a.allocate(3 * MIB).unwrap();
-    assert_eq!(a.stats().reserved_bytes, 3 * MIB as u64);
+    // Below the max split size, segments stay splittable: a 20.5 MiB request would get a
+    // 22 MiB segment, at least the 21 MiB max split size, so it gets exactly its size.
+    let a = alloc(None, fixed_config().with_max_split_size(21 * MIB));
+    let b = a.allocate(20 * MIB + 512 * KIB).unwrap();
+    assert_eq!(a.stats().reserved_bytes, (20 * MIB + 512 * KIB) as u64);
     a.free(b);
 }
 
 #[test]
-fn garbage_collection_threshold_releases_least_recently_used_segments() {
+fn garbage_collection_frees_blocks_older_than_the_average_once_the_threshold_is_crossed() {
     let cfg = fixed_config()
         .with_memory_limit(100 * MIB as u64)
         .with_garbage_collection_threshold(0.5);
     let a = alloc(None, cfg);
-    let blocks: Vec<Block> = (0..3).map(|_| a.allocate(12 * MIB).unwrap()).collect();
-    let first = blocks[0].addr;
-    for b in blocks {
+    let hot = a.allocate(30 * MIB).unwrap();
+    let hot_addr = hot.addr;
+    let old: Vec<Block> = (0..2).map(|_| a.allocate(12 * MIB).unwrap()).collect();
+    let old_addrs: Vec<u64> = old.iter().map(|b| b.addr).collect();
+    let young = a.allocate(12 * MIB).unwrap();
+    // 66 MiB reserved, above the 50 MiB threshold, but nothing is free: nothing collected.
+    assert_eq!(a.stats().reserved_bytes, 66 * MIB as u64);
+    assert_eq!(a.stats().backend_frees, 0);
+    a.free(hot);
+    for b in old {
         a.free(b);
     }
-    assert_eq!(a.stats().reserved_bytes, 36 * MIB as u64);
-    // A 16 MiB segment would take reserved to 52 MiB > 50 MiB: the oldest idle segment goes.
-    let b = a.allocate(16 * MIB).unwrap();
+    // Four large lookups served by the hot segment age the two old ones.
+    for _ in 0..4 {
+        let b = a.allocate(20 * MIB).unwrap();
+        assert_eq!(b.addr, hot_addr);
+        a.free(b);
+    }
+    a.free(young);
+    // A 40 MiB request misses the cache. Ages in large-pool lookups: old 5 and 5, hot 1,
+    // young 1; average 3: the two old segments go (24 MiB, the excess was 16 MiB), the hot
+    // and the young one stay although the young one was freed last.
+    let big = a.allocate(40 * MIB).unwrap();
     let s = a.stats();
-    assert_eq!(s.reserved_bytes, 40 * MIB as u64);
-    assert_eq!(s.backend_frees, 1);
-    assert!(a.snapshot().segments.iter().all(|seg| seg.addr != first));
-    a.free(b);
+    assert_eq!(s.backend_frees, 2);
+    assert_eq!(s.reserved_bytes, (30 + 12 + 40) * MIB as u64);
+    let segments: Vec<u64> = a.snapshot().segments.iter().map(|g| g.addr).collect();
+    assert!(segments.contains(&hot_addr));
+    assert!(old_addrs.iter().all(|o| !segments.contains(o)));
+    a.free(big);
     check(&a);
+
+    // Below the threshold nothing is collected, however old.
+    let a = alloc(
+        None,
+        fixed_config()
+            .with_memory_limit(100 * MIB as u64)
+            .with_garbage_collection_threshold(0.5),
+    );
+    let b = a.allocate(12 * MIB).unwrap();
+    a.free(b);
+    let c = a.allocate(30 * MIB).unwrap();
+    assert_eq!(a.stats().backend_frees, 0);
+    a.free(c);
 }
 
 #[test]
@@ -290,7 +334,7 @@ fn memory_limit_bounds_reserved_bytes_and_the_allocator_survives() {
         CachingAllocator::with_config(HostBackend::new(), fixed_config().with_memory_fraction(0.5));
     assert!(matches!(
         unbounded,
-        Err(ConfigError::FractionWithoutCapacity { .. })
+        Err(SetupError::FractionWithoutCapacity { .. })
     ));
 }
 
@@ -496,7 +540,7 @@ fn reserve_preallocates_a_segment_large_requests_are_carved_from() {
         fixed_config().with_preallocate(2 * MIB),
     )
     .unwrap_err();
-    assert!(matches!(e, ConfigError::PreallocateFailed { bytes, .. } if bytes == 2 * MIB));
+    assert!(matches!(e, SetupError::PreallocateFailed { bytes, .. } if bytes == 2 * MIB));
 }
 
 #[test]
@@ -667,13 +711,14 @@ fn expandable_segment_grows_at_its_tail_and_shrinks_on_empty_cache() {
     // A plain free unmaps nothing: the 16 MiB tail stays mapped (cached) until empty_cache.
     assert_eq!(a.stats().reserved_bytes, 24 * MIB as u64);
     assert_eq!(a.stats().backend_frees, 0);
-    // empty_cache unmaps the free tail in whole granules; the live block stays mapped.
-    assert_eq!(a.empty_cache(), 16 * MIB as u64);
-    assert_eq!(a.stats().reserved_bytes, 8 * MIB as u64);
-    assert_eq!(a.backend().in_use(), 8 * MIB);
+    // empty_cache unmaps every whole free granule, as PyTorch: the 16 MiB tail and the first
+    // two granules of the free 5 MiB head (its last 1 MiB shares a granule with y and stays).
+    assert_eq!(a.empty_cache(), 20 * MIB as u64);
+    assert_eq!(a.stats().reserved_bytes, 4 * MIB as u64);
+    assert_eq!(a.backend().in_use(), 4 * MIB);
     check(&a);
     a.free(y);
-    assert_eq!(a.empty_cache(), 8 * MIB as u64);
+    assert_eq!(a.empty_cache(), 4 * MIB as u64);
     let s = a.stats();
     assert_eq!((s.reserved_bytes, s.segments), (0, 0));
     assert_eq!(a.backend().in_use(), 0);
@@ -738,7 +783,8 @@ fn expandable_segments_need_a_backend_that_maps_pages() {
     )
     .unwrap_err();
     assert!(
-        matches!(&e, ConfigError::Unsupported { key, .. } if key == "expandable_segments"),
+        matches!(&e, SetupError::ExpandableUnsupported { .. })
+            && e.to_string().contains("`expandable_segments:true`"),
         "{e}"
     );
     // The message says how to get a working allocator.
@@ -962,7 +1008,7 @@ fn the_self_test_runs_once_at_creation_and_its_failure_means_fixed_segments_unde
     .unwrap_err();
     assert_eq!(
         e,
-        ConfigError::ExpandableSelfTestFailed {
+        SetupError::ExpandableSelfTestFailed {
             device: "gpu-like".into(),
             reason: format!("backend failure: {FAILURE}"),
         }
@@ -979,11 +1025,16 @@ fn the_self_test_runs_once_at_creation_and_its_failure_means_fixed_segments_unde
 fn fragmentation_under_expandable_segments_does_not_suggest_turning_them_on() {
     let a = alloc(Some(40 * MIB), AllocatorConfig::default());
     assert!(a.uses_expandable_segments());
-    // 32 MiB mapped in 4 MiB blocks; every other block of the first six freed: 12 MiB in three
-    // holes between live blocks, and only 8 MiB left on the device for the tail to grow by.
-    let mut blocks: Vec<Option<Block>> =
-        (0..8).map(|_| Some(a.allocate(4 * MIB).unwrap())).collect();
-    for i in [1, 3, 5] {
+    // 32 MiB mapped in pairs of a 1.5 MiB and a 2.5 MiB block; the 1.5 MiB ones freed: 12 MiB
+    // in eight holes between live blocks, none holding a whole 2 MiB granule (so the
+    // out-of-memory path can unmap none of it), and only 8 MiB left on the device.
+    let mut blocks: Vec<Option<Block>> = (0..16)
+        .map(|i| {
+            let size = if i % 2 == 0 { 3 * MIB / 2 } else { 5 * MIB / 2 };
+            Some(a.allocate(size).unwrap())
+        })
+        .collect();
+    for i in (0..16).step_by(2) {
         a.free(blocks[i].take().unwrap());
     }
     assert_eq!(a.stats().reserved_bytes, 32 * MIB as u64);
@@ -992,11 +1043,11 @@ fn fragmentation_under_expandable_segments_does_not_suggest_turning_them_on() {
     assert_eq!(err.segments, SegmentMode::Expandable);
     assert_eq!(
         (err.cached_free, err.largest_free_block, err.device_free),
-        (12 * MIB as u64, 4 * MIB as u64, 8 * MIB as u64)
+        (12 * MIB as u64, 3 * MIB as u64 / 2, 8 * MIB as u64)
     );
     let msg = err.to_string();
     assert!(
-        msg.contains("fragmentation: 12.0 MiB cached free (plus 8.0 MiB the device can still provide), but the largest free block is 4.0 MiB"),
+        msg.contains("fragmentation: 12.0 MiB cached free (plus 8.0 MiB the device can still provide), but the largest free block is 1.5 MiB"),
         "{msg}"
     );
     assert!(!msg.contains("expandable_segments:true"), "{msg}");
@@ -1083,18 +1134,18 @@ fn html_report_shows_the_timeline_by_label_and_the_segment_map() {
 fn expandable_segment_blocks_are_exempt_from_max_split_size() {
     let cfg = AllocatorConfig::default()
         .with_expandable_segments(true)
-        .with_max_split_size(8 * MIB);
+        .with_max_split_size(22 * MIB);
     let a = alloc(Some(64 * MIB), cfg);
-    // 7 MiB maps an 8 MiB tail, at the max split size: still served, and split (x's block is
-    // 7 MiB, the 1 MiB remainder stays the free tail).
-    let x = a.allocate(7 * MIB).unwrap();
-    // The 1 MiB free tail grows by 20 MiB: y takes 20 MiB of it, 1 MiB stays free.
-    let y = a.allocate(20 * MIB).unwrap();
-    assert_eq!(a.stats().reserved_bytes, 28 * MIB as u64);
+    // 21 MiB maps a 22 MiB tail, at the max split size: still served, and split (x's block is
+    // 21 MiB, the 1 MiB remainder stays the free tail).
+    let x = a.allocate(21 * MIB).unwrap();
+    // The 1 MiB free tail grows by 40 MiB: y takes 40 MiB of it, 1 MiB stays free.
+    let y = a.allocate(40 * MIB).unwrap();
+    assert_eq!(a.stats().reserved_bytes, 62 * MIB as u64);
     a.free(y);
-    // The free 21 MiB tail is larger than the max split size, yet serves a small request.
+    // The free 41 MiB tail is larger than the max split size, yet serves a small request.
     let z = a.allocate(2 * MIB).unwrap();
-    assert_eq!(a.stats().active_bytes, 7 * MIB as u64 + 2 * MIB as u64);
+    assert_eq!(a.stats().active_bytes, 21 * MIB as u64 + 2 * MIB as u64);
     assert_eq!(a.stats().num_ooms, 0);
     a.free(x);
     a.free(z);
@@ -1116,15 +1167,18 @@ fn garbage_collection_threshold_uses_the_capacity_without_a_limit() {
     let cfg = fixed_config().with_garbage_collection_threshold(0.5);
     let a = alloc(Some(64 * MIB), cfg);
     let x = a.allocate(12 * MIB).unwrap();
+    let w = a.allocate(24 * MIB).unwrap();
     a.free(x);
-    // 12 MiB cached + a 24 MiB segment > 32 MiB: the idle segment goes first.
-    let y = a.allocate(24 * MIB).unwrap();
+    // 36 MiB reserved is above half the 64 MiB capacity: the next miss collects the idle
+    // 12 MiB segment before reserving another.
+    let y = a.allocate(14 * MIB).unwrap();
     let s = a.stats();
     assert_eq!(
         (s.reserved_bytes, s.backend_frees, s.alloc_retries),
-        (24 * MIB as u64, 1, 0)
+        ((24 + 14) * MIB as u64, 1, 0)
     );
     a.free(y);
+    a.free(w);
 }
 
 #[test]
@@ -1211,7 +1265,7 @@ fn expandable_segments_with_a_limit_near_u64_max_is_a_typed_error() {
             .with_memory_limit(limit)
             .with_expandable_segments(true);
         match CachingAllocator::with_config(HostBackend::new(), config.clone()) {
-            Err(ConfigError::ReserveFailed { message, .. }) => assert!(!message.is_empty()),
+            Err(SetupError::ReserveFailed { message, .. }) => assert!(!message.is_empty()),
             Err(e) => panic!("limit {limit}: unexpected error {e}"),
             Ok(_) => panic!("limit {limit}: reserved more than the address space"),
         }
@@ -1283,7 +1337,270 @@ fn a_host_pool_over_device_memory_gives_no_host_pointers() {
     let a = device.allocate(1000).unwrap();
     assert!(a.host_ptr().is_none());
     drop(a);
-    let mut ws = crate::alloc::Workspace::new(&device, 4096).unwrap();
+    let mut ws = Workspace::new(&device, 4096).unwrap();
     assert!(ws.view(4096).unwrap().as_bytes_mut().is_none());
     assert!(Device::host().is_host() && Device::isolated_host().is_host());
+}
+
+#[test]
+fn max_split_size_must_exceed_20_mib_as_in_pytorch() {
+    for text in [
+        "max_split_size_mb:1",
+        "max_split_size_mb:19",
+        "max_split_size_mb:20",
+    ] {
+        let e = AllocatorConfig::parse(text).unwrap_err();
+        assert!(
+            matches!(&e, ConfigError::BadValue { key, .. } if key == "max_split_size_mb"),
+            "{text}: {e:?}"
+        );
+        let msg = e.to_string();
+        assert!(
+            msg.contains("greater than 20") && msg.contains("20 MiB"),
+            "{msg}"
+        );
+    }
+    let ok = AllocatorConfig::parse("max_split_size_mb:21").unwrap();
+    assert_eq!(ok.max_split_size, Some(21 * MIB));
+    // The builder follows the same rule, checked when the allocator is created.
+    let e = CachingAllocator::with_config(
+        HostBackend::new(),
+        AllocatorConfig::default().with_max_split_size(20 * MIB),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(e, SetupError::Config(ConfigError::BadValue { .. })),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn roundup_power2_divisions_1_is_off_and_intervals_are_accepted() {
+    let plain = alloc(None, AllocatorConfig::default());
+    let one = alloc(
+        None,
+        AllocatorConfig::parse("roundup_power2_divisions:1").unwrap(),
+    );
+    for bytes in [1000, 3 * MIB + 1, 5 * MIB + 3, 300 * MIB + 7] {
+        assert_eq!(
+            one.rounded_size(bytes),
+            plain.rounded_size(bytes),
+            "{bytes}"
+        );
+    }
+    // Up to 256 MiB: off (1); up to 512 MiB: 2 steps; above: 8 steps.
+    let cfg = AllocatorConfig::parse("roundup_power2_divisions:[256:1,512:2,>:8],round_up_x:1");
+    assert!(
+        matches!(cfg, Err(ConfigError::UnknownKey { .. })),
+        "the list is one value"
+    );
+    let cfg = AllocatorConfig::parse("roundup_power2_divisions:[256:1,512:2,>:8]").unwrap();
+    assert_eq!(cfg.roundup_power2_intervals.len(), 3);
+    let a = alloc(None, cfg);
+    assert_eq!(a.rounded_size(200 * MIB + 1), Some(200 * MIB + 512));
+    // 300 MiB + 1 lies in (256, 512] MiB: two steps of 128 MiB above 256 MiB.
+    assert_eq!(a.rounded_size(300 * MIB + 1), Some(384 * MIB));
+    // 600 MiB lies above 512 MiB: eight steps of 64 MiB above 512 MiB.
+    assert_eq!(a.rounded_size(600 * MIB), Some(640 * MIB));
+    for bad in [
+        "roundup_power2_divisions:[256:3]",
+        "roundup_power2_divisions:[300:2]",
+        "roundup_power2_divisions:[512:2,256:1]",
+        "roundup_power2_divisions:[>:2,256:1]",
+        "roundup_power2_divisions:[256:1",
+    ] {
+        let e = AllocatorConfig::parse(bad).unwrap_err();
+        assert!(
+            matches!(&e, ConfigError::BadValue { key, .. } if key == "roundup_power2_divisions"),
+            "{bad}: {e:?}"
+        );
+    }
+}
+
+#[test]
+fn out_of_memory_cause_is_judged_from_the_requests_pool() {
+    // 22 MiB device, fixed segments: a small segment with one live 1 KiB block (2 MiB minus
+    // 1 KiB free in it), and a 20 MiB segment in use. A 1.5 MiB request cannot fit anywhere.
+    let a = alloc(Some(22 * MIB), fixed_config());
+    let small = a.allocate(1000).unwrap();
+    let big = a.allocate(20 * MIB).unwrap();
+    let e = a.allocate(3 * MIB / 2).unwrap_err();
+    // The small pool's free bytes (more than the request) cannot hold a large request: the
+    // device is full, not fragmented.
+    assert_eq!(e.cause, OomCause::DeviceFull, "{e}");
+    assert_eq!(e.cached_free, 0);
+    assert_eq!(a.stats().cached_free_bytes, 2 * MIB as u64 - 1024);
+    a.free(small);
+    a.free(big);
+}
+
+#[test]
+fn detailed_statistics_follow_pytorch_per_pool_and_in_total() {
+    let a = alloc(None, fixed_config().with_max_split_size(32 * MIB));
+    let s1 = a.allocate(1000).unwrap();
+    let l1 = a.allocate(5 * MIB).unwrap();
+    let l2 = a.allocate(40 * MIB).unwrap();
+    let d = a.detailed_stats();
+    // Small: one 2 MiB segment, a 1 KiB block, the rest an inactive split block.
+    assert_eq!(d.small_pool.reserved_bytes.current, 2 * MIB as u64);
+    assert_eq!(d.small_pool.allocated_bytes.current, 1024);
+    assert_eq!(d.small_pool.requested_bytes.current, 1000);
+    assert_eq!(
+        d.small_pool.inactive_split_bytes.current,
+        2 * MIB as u64 - 1024
+    );
+    assert_eq!(d.small_pool.inactive_split.current, 1);
+    // Large: a 20 MiB segment split for 5 MiB, and a 40 MiB oversize segment taken whole.
+    assert_eq!(d.large_pool.reserved_bytes.current, 60 * MIB as u64);
+    assert_eq!(d.large_pool.allocated_bytes.current, 45 * MIB as u64);
+    assert_eq!(d.large_pool.inactive_split_bytes.current, 15 * MIB as u64);
+    assert_eq!(d.large_pool.segment.current, 2);
+    assert_eq!(d.oversize_allocations.current, 1);
+    assert_eq!(d.oversize_segments.current, 1);
+    assert_eq!(d.all.allocation.current, 3);
+    assert_eq!(d.all.reserved_bytes.current, 62 * MIB as u64);
+    a.free(l2);
+    a.free(l1);
+    let d = a.detailed_stats();
+    assert_eq!(d.large_pool.allocated_bytes.current, 0);
+    assert_eq!(d.large_pool.allocated_bytes.peak, 45 * MIB as u64);
+    assert_eq!(d.large_pool.allocated_bytes.allocated, 45 * MIB as u64);
+    assert_eq!(d.large_pool.allocated_bytes.freed, 45 * MIB as u64);
+    // The 5 MiB block merged back: its segment is whole again, not split.
+    assert_eq!(d.large_pool.inactive_split_bytes.current, 0);
+    assert_eq!(d.oversize_allocations.current, 0);
+    let map = d.to_map();
+    assert_eq!(map["allocated_bytes.all.peak"], 45 * MIB as u64 + 1024);
+    assert_eq!(map["reserved_bytes.small_pool.current"], 2 * MIB as u64);
+    assert_eq!(
+        map["inactive_split_bytes.small_pool.current"],
+        2 * MIB as u64 - 1024
+    );
+    assert_eq!(map["allocation.large_pool.allocated"], 2);
+    assert_eq!(map["num_alloc_retries"], 0);
+    assert_eq!(map["num_ooms"], 0);
+    assert_eq!(map["oversize_segments.peak"], 1);
+    // Accumulated counts go back to 0; current values and peaks stay.
+    a.reset_accumulated_stats();
+    let d = a.detailed_stats();
+    assert_eq!(d.all.allocated_bytes.allocated, 0);
+    assert_eq!(d.all.allocated_bytes.freed, 0);
+    assert_eq!(d.all.allocated_bytes.current, 1024);
+    assert_eq!(d.all.allocated_bytes.peak, 45 * MIB as u64 + 1024);
+    a.reset_peak_stats();
+    assert_eq!(a.detailed_stats().all.allocated_bytes.peak, 1024);
+    a.free(s1);
+    check(&a);
+}
+
+#[cfg(unix)]
+#[test]
+fn expandable_release_unmaps_every_whole_free_granule_and_holes_are_mapped_again() {
+    assert_eq!(HOST_MAP_GRANULARITY, 2 * MIB);
+    let a = alloc(
+        Some(64 * MIB),
+        AllocatorConfig::default().with_expandable_segments(true),
+    );
+    let x = a.allocate(6 * MIB).unwrap();
+    let y = a.allocate(2 * MIB).unwrap();
+    let z = a.allocate(6 * MIB).unwrap();
+    let w = a.allocate(2 * MIB).unwrap();
+    let base = x.addr;
+    a.free(x);
+    a.free(z);
+    assert_eq!(a.stats().reserved_bytes, 16 * MIB as u64);
+    // Not only the tail: both free 6 MiB blocks between live ones go back.
+    assert_eq!(a.empty_cache(), 12 * MIB as u64);
+    let s = a.stats();
+    assert_eq!(s.reserved_bytes, 4 * MIB as u64);
+    assert_eq!(s.backend_frees, 2);
+    assert_eq!(a.backend().in_use(), 4 * MIB);
+    // The snapshot shows the mapped runs: y's and w's granules.
+    let runs: Vec<(u64, u64)> = a
+        .snapshot()
+        .segments
+        .iter()
+        .map(|g| (g.addr - base, g.size))
+        .collect();
+    assert_eq!(
+        runs,
+        vec![
+            (6 * MIB as u64, 2 * MIB as u64),
+            (14 * MIB as u64, 2 * MIB as u64)
+        ]
+    );
+    check(&a);
+    // A request that fits a hole maps only the granules it needs there, not at the end.
+    let v = a.allocate(3 * MIB).unwrap();
+    assert_eq!(v.addr, base);
+    let s = a.stats();
+    assert_eq!(s.reserved_bytes, 8 * MIB as u64);
+    // Four mappings as x, y, z and w were allocated, one for v.
+    assert_eq!(s.backend_allocs, 5);
+    // The free MiB after v is cached and shares the segment: an inactive split block.
+    assert_eq!(
+        a.detailed_stats().large_pool.inactive_split_bytes.current,
+        MIB as u64
+    );
+    check(&a);
+    for b in [v, y, w] {
+        a.free(b);
+    }
+    assert_eq!(a.empty_cache(), 8 * MIB as u64);
+    let s = a.stats();
+    assert_eq!((s.reserved_bytes, s.segments), (0, 0));
+    assert_eq!(a.backend().in_use(), 0);
+    check(&a);
+}
+
+#[test]
+fn memory_summary_is_pytorchs_table() {
+    let a = alloc(None, fixed_config());
+    let s = a.allocate(1000).unwrap();
+    let l = a.allocate(5 * MIB).unwrap();
+    a.free(l);
+    let text = a.memory_summary();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines.iter().all(|l| l.chars().count() == 77), "{text}");
+    assert!(
+        lines[1].contains("vramguard memory summary, device host"),
+        "{text}"
+    );
+    assert!(lines[3].contains("OOMs: 0") && lines[3].contains("allocation retries: 0"));
+    assert_eq!(
+        lines[5],
+        "|        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  |"
+    );
+    // Each column takes its unit from the "all" row's value (PyTorch's `_format_size`: the
+    // next unit once that value reaches 768 of the current one), so the pool rows line up.
+    assert_eq!(
+        lines[7],
+        "| Allocated memory      |   1024 B   |   5121 KiB |   5121 KiB |   5120 KiB |"
+    );
+    assert_eq!(
+        lines[8],
+        "|       from large pool |      0 B   |   5120 KiB |   5120 KiB |   5120 KiB |"
+    );
+    assert_eq!(
+        lines[9],
+        "|       from small pool |   1024 B   |      1 KiB |      1 KiB |      0 KiB |"
+    );
+    assert!(
+        text.contains(
+            "| Reserved memory       |  22528 KiB |  22528 KiB |  22528 KiB |      0 B   |"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "| Allocations           |       1    |       2    |       2    |       1    |"
+        ),
+        "{text}"
+    );
+    assert_eq!(memory_summary_keys(&a), 4 * 9 * 3 + 4 * 2 + 4);
+    a.free(s);
+}
+
+fn memory_summary_keys(a: &CachingAllocator<HostBackend>) -> usize {
+    a.detailed_stats().to_map().len()
 }

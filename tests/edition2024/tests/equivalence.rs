@@ -16,6 +16,8 @@ mod macros;
 mod model;
 #[path = "../../ui/inference/pass/placement.rs"]
 mod placement;
+#[path = "../../ui/inference/pass/third_party.rs"]
+mod third_party;
 #[path = "../../ui/inference/pass/tricky.rs"]
 mod tricky;
 
@@ -43,6 +45,7 @@ fn pass_cases_edition_2024() {
     macros::main();
     model::main();
     placement::main();
+    third_party::main();
     tricky::main();
 }
 

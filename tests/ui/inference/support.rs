@@ -19,6 +19,11 @@ pub struct T {
     pub v: i64,
 }
 
+// Stands for a tensor: the attributes may free it at its last use. Its drop logs, which is
+// how the tests see where that happens; the guards and kept values among the `T`s are told
+// apart by name (see `is_anchor`), and values of other types by their own logs.
+impl vramguard::Release for T {}
+
 impl Drop for T {
     fn drop(&mut self) {
         LOG.with(|l| l.borrow_mut().push(format!("drop {}", self.name)));
@@ -32,9 +37,15 @@ impl fmt::Display for T {
 }
 
 impl T {
-    /// An owned result (by name, known to the built-in lists: `forward`).
+    /// An owned result, but by a name that is a view of the receiver in some libraries
+    /// (`forward` returning `Prediction<'_>`): the transform keeps the receiver alive while
+    /// the result lives.
     pub fn forward(&self, other: &T) -> T {
         mk("fwd", self.v + other.v)
+    }
+    /// An owned result, by a name the built-in lists know as owned (a tensor op).
+    pub fn matmul(&self, other: &T) -> T {
+        mk("mm", self.v * other.v)
     }
     /// Borrows `self` (like `dims()`).
     pub fn dims(&self) -> &i64 {

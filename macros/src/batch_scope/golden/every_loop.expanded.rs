@@ -8,15 +8,16 @@ fn train(model: &mut Model, data: &[Batch]) -> Result<f32, Error> {
                 .empty_cache_every(10u32),
         );
         {
-            let loss = {
-                #[allow(unused_variables, clippy::redundant_locals)]
-                let batch = batch;
-                let __vg_value = model.step(batch)?;
-                __vg_value
+            #[allow(unused_imports)]
+            use ::vramguard::__private::{
+                CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
             };
-            {
-                #[allow(unused_variables, clippy::redundant_locals)]
-                let loss = loss;
+            let loss = model.step(batch)?;
+            if (&&&::vramguard::__private::Probe::of(&loss)).__vg_movable() {
+                #[allow(unused_mut, unused_variables)]
+                let loss = ::vramguard::__private::last_use(loss);
+                total += loss.item();
+            } else {
                 total += loss.item();
             }
             if total > 10.0 {

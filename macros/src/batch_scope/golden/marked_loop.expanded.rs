@@ -9,12 +9,7 @@ fn evaluate(model: &Model, data: &[Batch]) -> Vec<f32> {
             ::vg::__private::ScopeOptions::new().warn_after_growing(3u32),
         );
         {
-            let out = {
-                #[allow(unused_variables, clippy::redundant_locals)]
-                let batch = batch;
-                let __vg_value = model.forward(batch);
-                __vg_value
-            };
+            let out = model.forward(batch);
             scores.push(out.item() + i as f32);
         };
     }

@@ -1,4 +1,8 @@
-// `.backward()` cannot work under #[inference] (grad is off): a compile error at the call.
+// `.backward()` cannot work under #[inference] (grad is off): a warning at the call, made an
+// error here by `deny(deprecated)` (as `-D warnings` does). By default it never fails a build:
+// the lint reads the method's name, and another type's `.backward()` may be unrelated.
+#![deny(deprecated)]
+
 struct Loss;
 
 impl Loss {

@@ -25,9 +25,9 @@ macro_rules! cases {
         $(#[$attr])?
         pub fn shadowing() -> i64 {
             let x = mk("x1", 1);
-            let x = x.forward(&x);
+            let x = x.matmul(&x);
             step("1");
-            let x = x.forward(&x);
+            let x = x.matmul(&x);
             step("2");
             x.v
         }

@@ -285,7 +285,8 @@ pub fn main() {
     check!(closure_capture());
     check!(stored_borrows() => earlier);
     check!(temporary_lifetime_extension());
-    check!(tail_temporaries() => earlier);
+    // A `Mutex` is not `Release`: the rewrite compiles, and nothing moves.
+    check!(tail_temporaries());
     check!(borrow_across_shadowing() => earlier);
     check!(conservative_default());
     check!(raw_pointer());

@@ -2,10 +2,9 @@
 //! of any size up to it (the article's `cache[:b, :t, :]`), so variable shapes never fragment
 //! the pool.
 
+use crate::alloc::OutOfMemory;
 use crate::device::{Allocation, Device};
 use std::marker::PhantomData;
-
-use super::OutOfMemory;
 
 /// Alignment of every view's start.
 pub const VIEW_ALIGN: usize = 256;

@@ -1,0 +1,71 @@
+//! `cargo vramguard check`: where would `#[vramguard::inference]` (or `#[batch_scope]`) break
+//! a crate? The entry point: parses the command line, runs the check, prints the report, and
+//! exits 0 (everything compiles), 1 (some functions do not) or 2 (usage or I/O error).
+//!
+//! - `cli`: the command line.
+//! - `source`: where the crate's source comes from (a directory or crates.io).
+//! - `workspace`: the work copy and its manifest.
+//! - `annotate`: the functions, and the attribute written in by text insertion.
+//! - `cargo`: cargo runs and their output.
+//! - `check`: the rounds, the error → function mapping and the escape hatches.
+//! - `report`: the human and JSON output.
+//!
+//! Decisions, for whoever changes this:
+//! - The attribute goes after a function's existing attributes (so `#[cfg]` is applied before
+//!   the macro runs), on the line of `pub`/`fn`: every line number stays that of the original,
+//!   and an error maps to the innermost annotated function whose lines contain it (its primary
+//!   span, else the macro call sites it was expanded from).
+//! - Candidates: functions with a body (free, inherent and trait-impl methods, trait default
+//!   methods, nested functions); not `const fn`, not functions inside macros, not those that
+//!   already carry the attribute (or sit in an `#[inference] impl`); `#[test]` functions and
+//!   `#[cfg(test)]` modules only with `--test`.
+//! - A failing function tries, one round each: `keep(..)` naming every binding its borrow
+//!   errors name (E0382/E0505/E0597/E0716), widened while new names appear; `#[keep]` on the
+//!   `let` holding the error; `drops = false`; then no attribute. A vramguard lint error is a
+//!   rejection by design: the attribute comes off at once. A hatch counts as verified only
+//!   when the whole crate builds with it.
+//! - Errors inside no annotated function: if the crate does not build plain either, that is
+//!   the report (exit 2); otherwise the function responsible is found by bisection.
+//! - Tests: each test binary runs directly (results keyed `binary::test`), then the doc tests;
+//!   once annotated, once plain, compared per test.
+
+mod annotate;
+mod cargo;
+mod check;
+mod cli;
+mod error;
+mod report;
+mod source;
+mod workspace;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let command = match cli::parse(std::env::args().skip(1)) {
+        Ok(command) => command,
+        Err(error) => return fail(&error),
+    };
+    let options = match command {
+        cli::Command::Help => {
+            print!("{}", cli::USAGE);
+            return ExitCode::SUCCESS;
+        }
+        cli::Command::Check(options) => options,
+    };
+    match check::run(&options) {
+        Ok(outcome) => {
+            if options.json {
+                println!("{}", outcome.json());
+            } else {
+                print!("{}", outcome.human());
+            }
+            ExitCode::from(u8::try_from(outcome.exit_code()).unwrap_or(1))
+        }
+        Err(error) => fail(&error),
+    }
+}
+
+fn fail(error: &error::Error) -> ExitCode {
+    eprintln!("error: {error}");
+    ExitCode::from(2)
+}

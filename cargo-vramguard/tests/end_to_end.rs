@@ -1,0 +1,122 @@
+//! `cargo vramguard check` end to end on the fixture crates under `tests/fixtures/`: the real
+//! binary, real cargo runs. The runs share one target directory under the workspace's
+//! `target/`, so vramguard and its dependencies build once.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+/// Runs the tool on a fixture with a shared work and target directory.
+fn check(name: &str, extra: &[&str]) -> Output {
+    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("vramguard-check");
+    Command::new(env!("CARGO_BIN_EXE_cargo-vramguard"))
+        .args(["vramguard", "check"])
+        .arg(fixture(name))
+        .arg("--work-dir")
+        .arg(base.join("work"))
+        .arg("--target-dir")
+        .arg(base.join("target"))
+        .args(extra)
+        .env_remove("CARGO_TARGET_DIR")
+        .output()
+        .expect("the cargo-vramguard binary runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn a_crate_that_compiles_annotated_reports_all_functions_and_same_test_results() {
+    let output = check("compiles", &["--test"]);
+    let stdout = text(&output.stdout);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
+    // forward, Model::new, Model::run, Model::default, Describe::name, layers::twice and the
+    // integration test; not the `const fn`.
+    assert!(
+        stdout.contains("(#[inference]): 7/7 functions compile"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(
+            "tests: 1 passed, 0 failed, 0 ignored (plain: 1 passed, 0 failed); same results"
+        ),
+        "{stdout}"
+    );
+    assert!(stderr.contains("[round 1] cargo check"), "{stderr}");
+}
+
+#[test]
+fn failing_functions_are_named_with_their_error_and_a_verified_escape_hatch() {
+    let output = check("needs_hatches", &["--json"]);
+    let stdout = text(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "{stdout}\n{}",
+        text(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON object");
+    assert_eq!(report["total"], 5, "{stdout}");
+    assert_eq!(report["compiled"], 2, "{stdout}");
+    assert_eq!(report["converged"], true, "{stdout}");
+    let failures = report["failures"].as_array().expect("failures");
+    let by_name = |name: &str| {
+        failures
+            .iter()
+            .find(|f| f["function"] == name)
+            .unwrap_or_else(|| panic!("no failure for {name}: {stdout}"))
+    };
+    let keep = by_name("needs_keep");
+    assert_eq!(keep["file"], "src/lib.rs");
+    assert_eq!(keep["line"], 14);
+    assert_eq!(keep["error"]["code"], "E0597", "{stdout}");
+    assert_eq!(keep["suggested"], "#[inference(keep(x))]");
+    assert_eq!(keep["fix"], "#[inference(keep(x))]");
+    assert_eq!(keep["verified"], true);
+    let two = by_name("needs_two_keeps");
+    assert_eq!(two["suggested"], "#[inference(keep(x, y))]", "{stdout}");
+    assert_eq!(two["fix"], "#[inference(keep(x, y))]", "{stdout}");
+    assert_eq!(two["verified"], true);
+    let lint = by_name("trains");
+    assert!(
+        lint["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("vramguard::backward_in_inference")),
+        "{stdout}"
+    );
+    assert!(
+        lint["fix"]
+            .as_str()
+            .is_some_and(|f| f.contains("leave it unannotated")),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_crate_broken_without_the_attribute_is_an_error_saying_so() {
+    let output = check("broken", &["--fns", "broken"]);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("does not build even without the attribute"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("src/lib.rs:3: error[E0308]"), "{stderr}");
+}
+
+#[test]
+fn usage_errors_exit_with_2_and_say_what_to_do() {
+    let output = Command::new(env!("CARGO_BIN_EXE_cargo-vramguard"))
+        .args(["vramguard", "check", "--attr", "everything", "x@1.0.0"])
+        .output()
+        .expect("the cargo-vramguard binary runs");
+    assert_eq!(output.status.code(), Some(2));
+    assert!(text(&output.stderr).contains("`inference` or `batch_scope`"));
+}

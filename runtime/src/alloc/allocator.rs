@@ -1,0 +1,663 @@
+//! The caching allocator: its public API and the order in which it tries things. `allocate` is
+//! one chain of fallbacks — a cached free block, a new segment, the cache released and the
+//! segment asked for again, the pressure handlers, then the out-of-memory error — each step a
+//! small function. The bookkeeping it drives is in `blocks.rs` and `expandable.rs`, the
+//! decisions in `policy.rs`.
+
+use super::blocks::State;
+use super::expandable::{self, Resolved};
+use super::plan::{IterationId, Obstacle};
+use super::policy::{self, OomFacts, ADDR_LIMIT};
+use super::pressure::PressureHandlers;
+use super::trace::TraceRing;
+use super::{
+    AllocatorConfig, Backend, DetailedStats, ExpandableSegments, MemorySnapshot, MemoryStats,
+    OutOfMemory, PoolKind, PressureHandlerId, SegmentMode, SetupError, Trace, TraceEventKind,
+};
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
+
+/// Caching allocator over a backend: see the [module documentation](super) for its rules.
+pub struct CachingAllocator<B: Backend + ?Sized> {
+    /// Identity stamped on every block handed out (see [`Block`]).
+    id: u64,
+    config: AllocatorConfig,
+    limit: Option<u64>,
+    state: Mutex<State>,
+    handlers: PressureHandlers,
+    name: String,
+    /// The large pool's segments.
+    segment_mode: SegmentMode,
+    /// Why the large pool uses fixed segments (`None`: it has an expandable segment).
+    fixed_segments_reason: Option<String>,
+    backend: B,
+}
+
+/// The allocator type a [`crate::Device`] holds.
+pub type DeviceAllocator = CachingAllocator<Box<dyn Backend>>;
+
+/// A block handed out by the allocator (no RAII; see [`crate::device::Allocation`]).
+#[derive(Debug)]
+pub struct Block {
+    /// Device address.
+    pub addr: u64,
+    /// Block size: the request rounded to the allocator's granularity.
+    pub size: usize,
+    /// Size requested.
+    pub requested: usize,
+    /// Unique id, never reused within one allocator.
+    pub id: u64,
+    slot: u32,
+    /// The allocator that handed the block out ([`CachingAllocator::free`] refuses others).
+    owner: u64,
+}
+
+/// Source of [`CachingAllocator`] identities, so a block is only ever freed to its own.
+static NEXT_ALLOCATOR_ID: AtomicU64 = AtomicU64::new(1);
+
+/// One request, as the policy sees it.
+#[derive(Debug, Clone, Copy)]
+struct Request {
+    /// Bytes asked for.
+    requested: usize,
+    /// The block size it gets.
+    size: usize,
+    pool: PoolKind,
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // The state is kept consistent at every unlock point, so a panic elsewhere does not
+    // invalidate it.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl<B: Backend> CachingAllocator<B> {
+    /// Creates an allocator with the default settings drawing from `backend` (expandable
+    /// segments where the backend can map pages, fixed segments otherwise).
+    pub fn new(backend: B) -> Self {
+        let name = backend.name();
+        // `Auto` never fails: every reason it cannot use expandable segments is a fallback.
+        let resolved = expandable::resolve(ExpandableSegments::Auto, &backend, None, &name)
+            .unwrap_or_else(|e| Resolved {
+                expandable: None,
+                mode: SegmentMode::FixedUnavailable,
+                reason: Some(e.to_string()),
+            });
+        Self::build(backend, AllocatorConfig::default(), None, name, resolved)
+    }
+
+    /// Creates an allocator with `config`; reserves `config.preallocate` bytes at once.
+    ///
+    /// Fails on a setting that cannot be used: an invalid value, `memory_fraction` on a device
+    /// of unknown capacity, `expandable_segments:true` on a backend that cannot map pages or
+    /// whose self-test fails ([`SetupError::ExpandableSelfTestFailed`]), or a failed
+    /// preallocation. Under the default `expandable_segments:auto` those expandable-segment
+    /// failures fall back to fixed segments instead ([`Self::fixed_segments_reason`]).
+    pub fn with_config(backend: B, config: AllocatorConfig) -> Result<Self, SetupError> {
+        config.validate()?;
+        let name = backend.name();
+        let limit = config.limit_bytes(backend.capacity(), &name)?;
+        let preallocate = config.preallocate;
+        let resolved = expandable::resolve(config.expandable_segments, &backend, limit, &name)?;
+        let this = Self::build(backend, config, limit, name, resolved);
+        if preallocate > 0 {
+            this.reserve(preallocate)
+                .map_err(|e| SetupError::PreallocateFailed {
+                    bytes: preallocate,
+                    message: e.to_string(),
+                })?;
+        }
+        Ok(this)
+    }
+
+    fn build(
+        backend: B,
+        config: AllocatorConfig,
+        limit: Option<u64>,
+        name: String,
+        resolved: Resolved,
+    ) -> Self {
+        let mut state = State::new(config.trace_capacity, Instant::now());
+        state.expandable = resolved.expandable;
+        state.max_split = config.max_split_size;
+        Self {
+            id: NEXT_ALLOCATOR_ID.fetch_add(1, Ordering::Relaxed),
+            state: Mutex::new(state),
+            config,
+            limit,
+            handlers: PressureHandlers::default(),
+            name,
+            segment_mode: resolved.mode,
+            fixed_segments_reason: resolved.reason,
+            backend,
+        }
+    }
+}
+
+impl<B: Backend + ?Sized> CachingAllocator<B> {
+    /// Whether the large pool has an expandable segment (what [`ExpandableSegments::Auto`]
+    /// chose, or `On`); `false`: fixed segments only.
+    pub fn uses_expandable_segments(&self) -> bool {
+        self.segment_mode == SegmentMode::Expandable
+    }
+
+    /// Which segments the large pool uses, and for fixed ones whether by configuration or
+    /// because expandable segments are unavailable.
+    pub fn segment_mode(&self) -> SegmentMode {
+        self.segment_mode
+    }
+
+    /// Why this allocator uses fixed segments (`None` when it uses expandable segments):
+    /// `expandable_segments:false`, a backend that cannot map pages, or — under `auto` — a
+    /// failed self-test or address-space reservation (those also log a warning).
+    pub fn fixed_segments_reason(&self) -> Option<&str> {
+        self.fixed_segments_reason.as_deref()
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// The settings this allocator runs with.
+    pub fn config(&self) -> &AllocatorConfig {
+        &self.config
+    }
+
+    /// The memory limit in bytes, if one is configured.
+    pub fn memory_limit(&self) -> Option<u64> {
+        self.limit
+    }
+
+    /// The block size a request of `bytes` bytes gets (`None` if it overflows).
+    pub fn rounded_size(&self, bytes: usize) -> Option<usize> {
+        policy::rounded_size(bytes, self.config.divisions_for(bytes))
+    }
+
+    /// Allocates a block of at least `bytes` bytes: a cached free block, else a new segment,
+    /// else the same after releasing the cache, else the same after the pressure handlers
+    /// freed memory, else [`OutOfMemory`].
+    pub fn allocate(&self, bytes: usize) -> Result<Block, OutOfMemory> {
+        let Some(req) = self.request(bytes) else {
+            let mut st = lock(&self.state);
+            return Err(self.fail(&mut st, bytes, usize::MAX));
+        };
+        let mut st = lock(&self.state);
+        if let Some(block) = self.serve(&mut st, &req) {
+            return Ok(block);
+        }
+        if !PressureHandlers::in_handler() {
+            drop(st);
+            let freed = self.handlers.run(req.size);
+            st = lock(&self.state);
+            if freed > 0 {
+                if let Some(block) = self.serve(&mut st, &req) {
+                    return Ok(block);
+                }
+            }
+        }
+        Err(self.fail(&mut st, req.requested, req.size))
+    }
+
+    /// Allocates like [`CachingAllocator::allocate`], for a request made in `iteration` of a
+    /// batch scope: with `iteration_planning` (the default) and an expandable segment, a
+    /// large-pool request of an iteration that follows the recording of the scope's previous one
+    /// is placed where the plan puts it (see the `plan` module); any other is served as usual.
+    pub fn allocate_in(
+        &self,
+        bytes: usize,
+        iteration: Option<IterationId>,
+    ) -> Result<Block, OutOfMemory> {
+        let Some(id) = iteration.filter(|_| self.config.iteration_planning) else {
+            return self.allocate(bytes);
+        };
+        let Some(req) = self.request(bytes) else {
+            return self.allocate(bytes);
+        };
+        if req.pool != PoolKind::Large || !self.uses_expandable_segments() {
+            return self.allocate(bytes);
+        }
+        let mut st = lock(&self.state);
+        let ordinal = st.planner.on_request(id);
+        if let Some(slot) = self.take_planned(&mut st, &req, ordinal) {
+            st.planner.planned += 1;
+            let block = self.hand_out(&mut st, slot, &req);
+            st.planner.on_allocated(ordinal, block.id, req.size);
+            return Ok(block);
+        }
+        if st.planner.following() {
+            st.planner.unplanned += 1;
+            st.planner.deviate();
+        }
+        drop(st);
+        let block = self.allocate(bytes)?;
+        lock(&self.state)
+            .planner
+            .on_allocated(ordinal, block.id, req.size);
+        Ok(block)
+    }
+
+    /// The block the plan puts request `ordinal` in, mapping pages at the end of the expandable
+    /// segment when the plan reaches past it.
+    fn take_planned(&self, st: &mut State, req: &Request, ordinal: u32) -> Option<u32> {
+        let e = st.expandable?;
+        let (mut live, mut holes) = (Vec::new(), Vec::new());
+        if let Some(si) = e.seg {
+            let mut at = st.segs[si as usize].head;
+            while at != super::blocks::NIL {
+                let n = &st.nodes[at as usize];
+                if !n.mapped {
+                    holes.push((n.addr, n.size));
+                } else if n.allocated {
+                    live.push(Obstacle {
+                        addr: n.addr,
+                        size: n.size,
+                        ordinal: st.planner.ordinal(n.id),
+                    });
+                }
+                at = n.next;
+            }
+        }
+        let addr = st.planner.place(ordinal, req.size, e.addr, &live, &holes)?;
+        let end = addr + req.size as u64;
+        if end > e.addr + e.virt as u64
+            || !st.map_through(&self.backend, self.limit, &self.name, end)
+        {
+            return None;
+        }
+        st.take_range(addr, req.size)
+    }
+
+    /// Ends `iteration` of a batch scope: what it allocated becomes the recording the scope's
+    /// next iteration is planned from.
+    pub fn end_iteration(&self, iteration: IterationId) {
+        lock(&self.state).planner.end_iteration(iteration);
+    }
+
+    /// Large-pool requests of batch-scope iterations placed by a plan, and those of planned
+    /// iterations that left it and were served by best fit.
+    pub fn planning_counts(&self) -> (u64, u64) {
+        let st = lock(&self.state);
+        (st.planner.planned, st.planner.unplanned)
+    }
+
+    /// The request's block size and pool (`None` when the size overflows).
+    fn request(&self, bytes: usize) -> Option<Request> {
+        let size = self
+            .rounded_size(bytes)
+            .filter(|&s| (s as u64) < ADDR_LIMIT)?;
+        Some(Request {
+            requested: bytes,
+            size,
+            pool: policy::pool_for(size),
+        })
+    }
+
+    /// A cached free block, else one carved from a new segment, else one from a new segment
+    /// after the cache was released, else (when the expandable segment could not grow) one from
+    /// a fixed segment.
+    fn serve(&self, st: &mut State, req: &Request) -> Option<Block> {
+        let slot = self
+            .take_cached(st, req)
+            .or_else(|| self.take_from_new_segment(st, req))
+            .or_else(|| self.take_after_release(st, req))
+            .or_else(|| self.take_from_fixed_segment(st, req))?;
+        Some(self.hand_out(st, slot, req))
+    }
+
+    fn take_cached(&self, st: &mut State, req: &Request) -> Option<u32> {
+        st.take_free(req.pool, req.size, self.config.max_split_size)
+    }
+
+    /// Garbage collection, then room for the request at the end of the expandable segment
+    /// (large pool) or in a new fixed segment.
+    fn take_from_new_segment(&self, st: &mut State, req: &Request) -> Option<u32> {
+        self.collect_garbage(st);
+        let grown = if self.grows_expandable(st, req) {
+            st.expand(&self.backend, self.limit, &self.name, req.size)
+        } else {
+            self.fixed_segments(st, req)
+        };
+        grown.then(|| self.take_cached(st, req)).flatten()
+    }
+
+    /// Releases the cache (nothing to do when it held nothing) and asks for room again.
+    fn take_after_release(&self, st: &mut State, req: &Request) -> Option<u32> {
+        if st.release_cached(&self.backend) == 0 {
+            return None;
+        }
+        st.stats.num_alloc_retries += 1;
+        let grown = (self.grows_expandable(st, req)
+            && st.expand(&self.backend, self.limit, &self.name, req.size))
+            || self.fixed_segments(st, req);
+        grown.then(|| self.take_cached(st, req)).flatten()
+    }
+
+    /// When the expandable segment cannot grow (its range is used up, or the device refuses
+    /// pages), plain segments serve the large pool.
+    fn take_from_fixed_segment(&self, st: &mut State, req: &Request) -> Option<u32> {
+        (self.grows_expandable(st, req) && self.fixed_segments(st, req))
+            .then(|| self.take_cached(st, req))
+            .flatten()
+    }
+
+    /// Whether the request's pool grows by mapping pages into the expandable segment.
+    fn grows_expandable(&self, st: &State, req: &Request) -> bool {
+        req.pool == PoolKind::Large && st.expandable.is_some()
+    }
+
+    /// A fixed segment of the preferred size for the request, else one of exactly its size.
+    fn fixed_segments(&self, st: &mut State, req: &Request) -> bool {
+        let preferred = policy::segment_size(req.pool, req.size, self.config.max_split_size);
+        self.fixed_segment(st, req.pool, preferred)
+            || (preferred != req.size && self.fixed_segment(st, req.pool, req.size))
+    }
+
+    fn fixed_segment(&self, st: &mut State, pool: PoolKind, bytes: usize) -> bool {
+        st.new_segment(&self.backend, self.limit, &self.name, pool, bytes)
+    }
+
+    /// Garbage collection as PyTorch's `garbage_collect_cached_blocks`: once reserved memory
+    /// exceeds `garbage_collection_threshold × limit` (the capacity when no limit is set), the
+    /// large pool's fully free fixed segments whose age (free-block lookups in the pool since
+    /// they became free) is at least the average age are released, pass after pass, until the
+    /// excess is reclaimed or nothing more can go. A pass does not stop at the target, so the
+    /// collection is not triggered again at once.
+    fn collect_garbage(&self, st: &mut State) {
+        let bound = self
+            .limit
+            .or_else(|| self.backend.capacity().map(|c| c as u64));
+        let (Some(t), Some(bound)) = (self.config.garbage_collection_threshold, bound) else {
+            return;
+        };
+        let threshold = (bound as f64 * t) as u64;
+        if st.reserved() <= threshold {
+            return;
+        }
+        let target = st.reserved() - threshold;
+        let now = st.lookups[PoolKind::Large as usize];
+        let mut freeable: Vec<(u64, u32)> = (0..st.segs.len())
+            .filter(|&i| st.is_idle_segment(i) && st.segs[i].pool == PoolKind::Large)
+            .map(|i| (now - st.nodes[st.segs[i].head as usize].freed_at, i as u32))
+            .collect();
+        let mut total_age: u64 = freeable.iter().map(|&(age, _)| age).sum();
+        let mut reclaimed = 0;
+        while reclaimed < target && !freeable.is_empty() {
+            let average = total_age as f64 / freeable.len() as f64;
+            let before = freeable.len();
+            freeable.retain(|&(age, i)| {
+                if age as f64 >= average {
+                    reclaimed += st.release_segment(&self.backend, i);
+                    total_age -= age;
+                    false
+                } else {
+                    true
+                }
+            });
+            if freeable.len() == before {
+                break;
+            }
+        }
+    }
+
+    fn hand_out(&self, st: &mut State, slot: u32, req: &Request) -> Block {
+        let id = st.next_id;
+        st.next_id += 1;
+        let n = &mut st.nodes[slot as usize];
+        n.allocated = true;
+        n.rounded = req.size;
+        n.requested = req.requested;
+        n.id = id;
+        let (addr, block_size, pool) = (n.addr, n.size, n.pool);
+        st.stats.on_alloc(pool, block_size, req.requested);
+        if self
+            .config
+            .max_split_size
+            .is_some_and(|ms| block_size >= ms)
+        {
+            st.stats.on_oversize_allocation(true);
+        }
+        st.record(TraceEventKind::Alloc, addr, req.size as u64);
+        Block {
+            addr,
+            size: req.size,
+            requested: req.requested,
+            id,
+            slot,
+            owner: self.id,
+        }
+    }
+
+    /// Counts the failure and describes it.
+    fn fail(&self, st: &mut State, requested: usize, rounded: usize) -> OutOfMemory {
+        st.stats.num_ooms += 1;
+        st.record(TraceEventKind::Oom, 0, rounded as u64);
+        let s = st.snapshot_stats();
+        // What could still be reserved: the device's free memory, capped by the limit.
+        let under_limit = self.limit.map(|l| l.saturating_sub(s.reserved_bytes));
+        let device_free = match (self.backend.free_memory().map(|b| b as u64), under_limit) {
+            (Some(d), Some(l)) => d.min(l),
+            (d, l) => d.or(l).unwrap_or(0),
+        };
+        // Judged from the request's own pool: free slivers of small-pool segments cannot hold
+        // a large request (nor the other way round), so they do not make a full device read
+        // as fragmentation.
+        let pool = st.stats.pools_of(policy::pool_for(rounded));
+        let pool_cached_free = pool.reserved_bytes.current - pool.active_bytes.current;
+        let cause = policy::oom_cause(OomFacts {
+            rounded: rounded as u64,
+            cached_free: pool_cached_free,
+            device_free,
+            reserved: s.reserved_bytes,
+            limit: self.limit,
+        });
+        OutOfMemory {
+            device: self.name.clone(),
+            requested,
+            rounded,
+            capacity: self.backend.capacity().map(|c| c as u64),
+            limit: self.limit,
+            allocated: s.allocated_bytes,
+            reserved: s.reserved_bytes,
+            cached_free: pool_cached_free,
+            largest_free_block: self.largest_usable(st, rounded),
+            device_free,
+            cause,
+            segments: self.segment_mode,
+        }
+    }
+
+    /// The largest free block a request of `size` bytes may use: same pool, allowed by the
+    /// max-split rules.
+    fn largest_usable(&self, st: &State, size: usize) -> u64 {
+        st.pool_free(policy::pool_for(size))
+            .descending()
+            .find(|&(b, _, slot)| {
+                policy::may_take(self.config.max_split_size, size, b, st.in_expandable(slot))
+            })
+            .map_or(0, |(b, _, _)| b as u64)
+    }
+
+    /// Returns a block to the cache, merging it with free neighbours.
+    ///
+    /// A block handed out by another allocator (another device, or one already dropped) is
+    /// refused with a logged error and left alone: freeing it here would mark a live block of
+    /// this allocator free and hand its memory out twice.
+    pub fn free(&self, block: Block) {
+        let mut st = lock(&self.state);
+        let slot = block.slot;
+        let owned = block.owner == self.id
+            && st.nodes.get(slot as usize).is_some_and(|n| {
+                n.allocated && n.addr == block.addr && n.id == block.id && n.rounded == block.size
+            });
+        if !owned {
+            tracing::error!(
+                device = %self.name,
+                "refused to free block {:#x} ({} bytes): another allocator handed it out",
+                block.addr,
+                block.size
+            );
+            return;
+        }
+        let (node_size, pool) = (st.nodes[slot as usize].size, st.nodes[slot as usize].pool);
+        st.stats.on_free(pool, node_size, block.requested);
+        if self.config.max_split_size.is_some_and(|ms| node_size >= ms) {
+            st.stats.on_oversize_allocation(false);
+        }
+        st.record(TraceEventKind::Free, block.addr, block.size as u64);
+        st.planner.on_free(block.id);
+        st.free_block(slot);
+    }
+
+    /// Current statistics.
+    pub fn stats(&self) -> MemoryStats {
+        lock(&self.state).snapshot_stats()
+    }
+
+    /// Resets peaks to the current values.
+    pub fn reset_peak_stats(&self) {
+        lock(&self.state).stats.reset_peaks();
+    }
+
+    /// PyTorch's statistics (`torch.cuda.memory_stats()`): per pool and in total, current,
+    /// peak, allocated and freed; [`DetailedStats::to_map`] gives them under PyTorch's keys.
+    pub fn detailed_stats(&self) -> DetailedStats {
+        lock(&self.state).stats
+    }
+
+    /// The statistics as the text table PyTorch users know from `torch.cuda.memory_summary()`.
+    pub fn memory_summary(&self) -> String {
+        self.detailed_stats().summary(&self.name)
+    }
+
+    /// Resets the accumulated counts (`allocated`/`freed` of every statistic, retries, OOMs,
+    /// backend calls) to 0, as PyTorch's `reset_accumulated_memory_stats`.
+    pub fn reset_accumulated_stats(&self) {
+        lock(&self.state).stats.reset_accumulated();
+    }
+
+    /// Returns every cached, fully free segment to the backend; returns the bytes released.
+    /// Frees nothing that is still allocated.
+    pub fn empty_cache(&self) -> u64 {
+        lock(&self.state).release_cached(&self.backend)
+    }
+
+    /// Preallocates one large-pool segment of `bytes` (rounded to 512) and keeps it cached, so
+    /// later requests above 1 MiB are carved from it without backend calls. Returns the bytes
+    /// reserved. It is a fixed segment even when the allocator has an expandable one (whose
+    /// pages are mapped only as the pool grows), so it stays reserved until released. With
+    /// `max_split_size` set, a segment at least that large serves only requests close to its
+    /// size (it is not split). The segment is cache like any other: `empty_cache` releases it
+    /// while it is unused, and so does the out-of-memory path when a request needs a segment
+    /// of another shape.
+    pub fn reserve(&self, bytes: usize) -> Result<u64, OutOfMemory> {
+        let size = policy::round_size(bytes);
+        let mut st = lock(&self.state);
+        if size as u64 >= ADDR_LIMIT {
+            return Err(self.fail(&mut st, bytes, size));
+        }
+        let reserved = self.fixed_segment(&mut st, PoolKind::Large, size)
+            || (st.release_cached(&self.backend) > 0 && {
+                st.stats.num_alloc_retries += 1;
+                self.fixed_segment(&mut st, PoolKind::Large, size)
+            });
+        if reserved {
+            Ok(size as u64)
+        } else {
+            Err(self.fail(&mut st, bytes, size))
+        }
+    }
+
+    /// Registers a callback run when a request cannot be served even after the cache was
+    /// released. It gets the rounded request size and returns the bytes it freed (e.g. a KV
+    /// cache that evicts entries); the request is retried once if any handler freed something.
+    /// Handlers run without the allocator's lock, so they may free (and allocate) memory; a
+    /// handler's own allocations do not run the handlers again. A handler that holds
+    /// allocations or a clone of the device keeps this allocator alive: remove it with
+    /// [`CachingAllocator::remove_pressure_handler`] when it is no longer needed.
+    pub fn add_pressure_handler(
+        &self,
+        handler: impl Fn(usize) -> usize + Send + Sync + 'static,
+    ) -> PressureHandlerId {
+        self.handlers.add(handler)
+    }
+
+    /// Unregisters a pressure handler; returns whether it was registered.
+    pub fn remove_pressure_handler(&self, id: PressureHandlerId) -> bool {
+        self.handlers.remove(id)
+    }
+
+    /// The segments and blocks, by address, with the statistics.
+    pub fn snapshot(&self) -> MemorySnapshot {
+        let st = lock(&self.state);
+        MemorySnapshot {
+            device: self.name.clone(),
+            expandable_segments: self.uses_expandable_segments(),
+            stats: st.snapshot_stats(),
+            segments: st.segment_snapshots(),
+        }
+    }
+
+    /// A copy of the event trace ring.
+    pub fn trace(&self) -> Trace {
+        lock(&self.state).trace.to_trace()
+    }
+
+    /// Starts recording the last `events` allocator events (0 stops recording); replaces the
+    /// ring, so earlier events are dropped.
+    pub fn set_trace_capacity(&self, events: usize) {
+        lock(&self.state).trace = TraceRing::new(events);
+    }
+
+    /// Empties the event trace ring.
+    pub fn clear_trace(&self) {
+        lock(&self.state).trace.clear();
+    }
+
+    /// Verifies the allocator's internal consistency: blocks tile their segments exactly, no
+    /// two free blocks are adjacent (coalescing is complete), the free sets hold exactly the
+    /// free blocks, and the statistics equal sums over the blocks. For tests and debugging.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        lock(&self.state).check_invariants()
+    }
+}
+
+impl<B: Backend + ?Sized> Drop for CachingAllocator<B> {
+    fn drop(&mut self) {
+        // An `Allocation` keeps its device (and so this allocator) alive, so no block handed out
+        // through a device can be live here; raw `Block`s are plain data, and dereferencing
+        // their addresses was the caller's unsafe business.
+        let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let (Some(e), Some(vm)) = (st.expandable, self.backend.virtual_memory()) {
+            if let Some(si) = e.seg {
+                let mut at = st.segs[si as usize].head;
+                while at != super::blocks::NIL {
+                    let n = &st.nodes[at as usize];
+                    if n.mapped {
+                        // SAFETY: mapped pages of the range, unused from now on (see above).
+                        unsafe { vm.unmap(n.addr, n.size) };
+                    }
+                    at = n.next;
+                }
+            }
+            // SAFETY: reserved by this allocator, nothing mapped anymore.
+            unsafe { vm.release_range(e.addr, e.virt) };
+        }
+        for seg in st.segs.iter().filter(|s| s.live && !s.expandable) {
+            // SAFETY: the segment came from this backend with this size and the allocator is
+            // going away, so it will never hand out a block of it again (see above).
+            unsafe { self.backend.free_segment(seg.addr, seg.size) };
+        }
+    }
+}
+
+impl<B: Backend + ?Sized> fmt::Debug for CachingAllocator<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CachingAllocator")
+            .field("device", &self.name)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,696 @@
+//! Blocks and segments: the allocator's bookkeeping under its lock ([`State`]). It owns the
+//! block list of every segment, the free sets of both pools, the statistics counters and the
+//! event trace, and the operations on them: take a free block (best fit, split), free one
+//! (coalesce), add a fixed segment, release fully free segments.
+//!
+//! Decisions (which block may serve a request, whether to split, segment sizes) come from
+//! `policy.rs`; growing and shrinking the expandable segment is in `expandable.rs`.
+
+use super::expandable::Expandable;
+use super::plan::Planner;
+use super::policy::{self, ADDR_LIMIT};
+use super::stats::DetailedStats;
+use super::trace::{trace_label, TraceRing};
+use super::{
+    Backend, BackendError, BlockSnapshot, MemoryStats, PoolKind, SegmentSnapshot, TraceEvent,
+    TraceEventKind,
+};
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+/// No block (end of a segment's list).
+pub(crate) const NIL: u32 = u32::MAX;
+
+/// One block: a piece of a segment, free or handed out.
+#[derive(Debug, Clone)]
+pub(crate) struct Node {
+    pub addr: u64,
+    pub size: usize,
+    /// Rounded request while allocated.
+    pub rounded: usize,
+    pub requested: usize,
+    pub id: u64,
+    pub seg: u32,
+    pub prev: u32,
+    pub next: u32,
+    pub pool: PoolKind,
+    pub allocated: bool,
+    /// `false` for a hole of the expandable segment whose pages were unmapped: neither free
+    /// (not in a free set, not reserved) nor allocated, until pages are mapped there again.
+    pub mapped: bool,
+    /// The pool's lookup count ([`State::lookups`]) when the block last became free: its age
+    /// for garbage collection is the lookups since.
+    pub freed_at: u64,
+}
+
+impl Node {
+    /// A free block of `size` bytes at `addr` in segment `seg`, between `prev` and `next`.
+    fn free(
+        addr: u64,
+        size: usize,
+        seg: u32,
+        prev: u32,
+        next: u32,
+        pool: PoolKind,
+        tick: u64,
+    ) -> Node {
+        Node {
+            addr,
+            size,
+            rounded: 0,
+            requested: 0,
+            id: 0,
+            seg,
+            prev,
+            next,
+            pool,
+            allocated: false,
+            mapped: true,
+            freed_at: tick,
+        }
+    }
+}
+
+/// One segment: a fixed backend allocation, or the mapped prefix of the expandable range.
+#[derive(Debug, Clone)]
+pub(crate) struct Segment {
+    pub addr: u64,
+    pub size: usize,
+    pub pool: PoolKind,
+    pub head: u32,
+    /// Last block (the one that grows or shrinks in an expandable segment).
+    pub tail: u32,
+    pub live: bool,
+    pub expandable: bool,
+}
+
+/// Free blocks of one pool ordered by (size, address), each key packed into one `u128`
+/// (48-bit size, 48-bit address, 32-bit slot) so the B-tree compares single integers.
+#[derive(Default)]
+pub(crate) struct FreeSet(BTreeSet<u128>);
+
+impl FreeSet {
+    #[inline]
+    fn key(size: usize, addr: u64, slot: u32) -> u128 {
+        ((size as u128) << 80) | ((addr as u128) << 32) | slot as u128
+    }
+    #[inline]
+    fn unpack(k: u128) -> (usize, u64, u32) {
+        (
+            (k >> 80) as usize,
+            ((k >> 32) as u64) & (ADDR_LIMIT - 1),
+            k as u32,
+        )
+    }
+    #[inline]
+    pub fn insert(&mut self, size: usize, addr: u64, slot: u32) {
+        self.0.insert(Self::key(size, addr, slot));
+    }
+    #[inline]
+    pub fn remove(&mut self, size: usize, addr: u64, slot: u32) -> bool {
+        self.0.remove(&Self::key(size, addr, slot))
+    }
+    pub fn contains(&self, size: usize, addr: u64, slot: u32) -> bool {
+        self.0.contains(&Self::key(size, addr, slot))
+    }
+    /// The smallest block of at least `size` bytes (lowest address among equals).
+    #[inline]
+    pub fn best_fit(&self, size: usize) -> Option<(usize, u64, u32)> {
+        self.0
+            .range(Self::key(size, 0, 0)..)
+            .next()
+            .map(|&k| Self::unpack(k))
+    }
+    pub fn largest(&self) -> usize {
+        self.0.last().map_or(0, |&k| Self::unpack(k).0)
+    }
+    /// Blocks from the largest down.
+    pub fn descending(&self) -> impl Iterator<Item = (usize, u64, u32)> + '_ {
+        self.0.iter().rev().map(|&k| Self::unpack(k))
+    }
+    /// Blocks of at least `size` bytes, smallest first.
+    pub fn fitting(&self, size: usize) -> impl Iterator<Item = (usize, u64, u32)> + '_ {
+        self.0
+            .range(Self::key(size, 0, 0)..)
+            .map(|&k| Self::unpack(k))
+    }
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// Everything the allocator's mutex guards.
+pub(crate) struct State {
+    pub nodes: Vec<Node>,
+    pub spare_nodes: Vec<u32>,
+    pub segs: Vec<Segment>,
+    pub spare_segs: Vec<u32>,
+    pub small_free: FreeSet,
+    pub large_free: FreeSet,
+    pub stats: DetailedStats,
+    /// `max_split_size`, for the oversize statistics.
+    pub max_split: Option<usize>,
+    pub next_id: u64,
+    /// Free-block lookups per pool (small, large): PyTorch's `gc_count` clock.
+    pub lookups: [u64; 2],
+    pub trace: TraceRing,
+    pub expandable: Option<Expandable>,
+    /// The allocator's creation, the origin of trace times.
+    pub start: Instant,
+    /// Recordings and plans of batch-scope iterations.
+    pub planner: Planner,
+}
+
+impl State {
+    pub fn new(trace_capacity: usize, start: Instant) -> Self {
+        State {
+            nodes: Vec::new(),
+            spare_nodes: Vec::new(),
+            segs: Vec::new(),
+            spare_segs: Vec::new(),
+            small_free: FreeSet::default(),
+            large_free: FreeSet::default(),
+            stats: DetailedStats::default(),
+            max_split: None,
+            next_id: 1,
+            lookups: [0; 2],
+            trace: TraceRing::new(trace_capacity),
+            expandable: None,
+            start,
+            planner: Planner::default(),
+        }
+    }
+
+    pub fn free_set(&mut self, pool: PoolKind) -> &mut FreeSet {
+        match pool {
+            PoolKind::Small => &mut self.small_free,
+            PoolKind::Large => &mut self.large_free,
+        }
+    }
+
+    pub fn pool_free(&self, pool: PoolKind) -> &FreeSet {
+        match pool {
+            PoolKind::Small => &self.small_free,
+            PoolKind::Large => &self.large_free,
+        }
+    }
+
+    /// Whether block `slot` is a free, mapped block (one a free set holds).
+    #[inline]
+    pub fn is_free(&self, slot: u32) -> bool {
+        let n = &self.nodes[slot as usize];
+        !n.allocated && n.mapped
+    }
+
+    /// Whether block `slot` lies in the expandable segment.
+    #[inline]
+    pub fn in_expandable(&self, slot: u32) -> bool {
+        self.segs[self.nodes[slot as usize].seg as usize].expandable
+    }
+
+    pub fn new_node(&mut self, node: Node) -> u32 {
+        match self.spare_nodes.pop() {
+            Some(slot) => {
+                self.nodes[slot as usize] = node;
+                slot
+            }
+            None => {
+                self.nodes.push(node);
+                (self.nodes.len() - 1) as u32
+            }
+        }
+    }
+
+    /// A new free block of `size` bytes at `addr` in segment `seg`, linked between `prev` and
+    /// `next` and entered into its pool's free set.
+    pub fn insert_free_node(
+        &mut self,
+        addr: u64,
+        size: usize,
+        seg: u32,
+        prev: u32,
+        next: u32,
+    ) -> u32 {
+        let pool = self.segs[seg as usize].pool;
+        let now = self.lookups[pool as usize];
+        let slot = self.new_node(Node::free(addr, size, seg, prev, next, pool, now));
+        self.free_set(pool).insert(size, addr, slot);
+        slot
+    }
+
+    /// A segment slot for a new segment (reused when one was released).
+    pub fn segment_slot(&mut self) -> u32 {
+        match self.spare_segs.pop() {
+            Some(i) => i,
+            None => {
+                self.segs.push(Segment {
+                    addr: 0,
+                    size: 0,
+                    pool: PoolKind::Large,
+                    head: NIL,
+                    tail: NIL,
+                    live: false,
+                    expandable: false,
+                });
+                (self.segs.len() - 1) as u32
+            }
+        }
+    }
+
+    /// Registers `[addr, addr + bytes)` as a live segment of `pool` holding one free block.
+    pub fn add_segment(
+        &mut self,
+        pool: PoolKind,
+        addr: u64,
+        bytes: usize,
+        expandable: bool,
+    ) -> u32 {
+        let si = self.segment_slot();
+        self.segs[si as usize] = Segment {
+            addr,
+            size: bytes,
+            pool,
+            head: NIL,
+            tail: NIL,
+            live: true,
+            expandable,
+        };
+        let head = self.insert_free_node(addr, bytes, si, NIL, NIL);
+        let seg = &mut self.segs[si as usize];
+        seg.head = head;
+        seg.tail = head;
+        si
+    }
+
+    pub fn largest_free(&self) -> u64 {
+        self.small_free.largest().max(self.large_free.largest()) as u64
+    }
+
+    /// Bytes reserved now.
+    #[inline]
+    pub fn reserved(&self) -> u64 {
+        self.stats.all.reserved_bytes.current
+    }
+
+    /// Whether block `slot` shares its segment with other blocks (PyTorch's `is_split`).
+    #[inline]
+    pub fn is_split(&self, slot: u32) -> bool {
+        let n = &self.nodes[slot as usize];
+        n.prev != NIL || n.next != NIL
+    }
+
+    /// Records free block `slot` of `bytes` as an inactive split block appearing or going,
+    /// when it shares its segment.
+    #[inline]
+    pub fn note_inactive(&mut self, slot: u32, bytes: usize, appeared: bool) {
+        if self.is_split(slot) {
+            let pool = self.nodes[slot as usize].pool;
+            self.stats.on_inactive_split(pool, bytes, appeared);
+        }
+    }
+
+    pub fn snapshot_stats(&self) -> MemoryStats {
+        let d = &self.stats;
+        let all = &d.all;
+        let reserved = all.reserved_bytes.current;
+        let allocated = all.allocated_bytes.current;
+        MemoryStats {
+            allocated_bytes: allocated,
+            peak_allocated_bytes: all.allocated_bytes.peak,
+            reserved_bytes: reserved,
+            peak_reserved_bytes: all.reserved_bytes.peak,
+            active_bytes: all.active_bytes.current,
+            peak_active_bytes: all.active_bytes.peak,
+            active_blocks: all.active.current,
+            peak_active_blocks: all.active.peak,
+            requested_bytes: all.requested_bytes.current,
+            cached_free_bytes: reserved - all.active_bytes.current,
+            largest_free_block: self.largest_free(),
+            fragmentation: if reserved == 0 {
+                0.0
+            } else {
+                1.0 - allocated as f64 / reserved as f64
+            },
+            segments: all.segment.current,
+            backend_allocs: d.num_device_alloc,
+            backend_frees: d.num_device_free,
+            alloc_retries: d.num_alloc_retries,
+            num_ooms: d.num_ooms,
+            num_allocs: all.allocation.allocated,
+            num_frees: all.allocation.freed,
+        }
+    }
+
+    /// Best-fit free block for `size` in `pool` allowed by the max-split rules, split when
+    /// [`policy::should_split`] says so. Returns the node slot, now sized for the request (not
+    /// yet marked allocated).
+    pub fn take_free(
+        &mut self,
+        pool: PoolKind,
+        size: usize,
+        max_split: Option<usize>,
+    ) -> Option<u32> {
+        self.lookups[pool as usize] += 1;
+        let (bsize, baddr, slot) = match max_split {
+            None => self.free_set(pool).best_fit(size)?,
+            Some(_) => self.pool_free(pool).fitting(size).find(|&(b, _, slot)| {
+                policy::may_take(max_split, size, b, self.in_expandable(slot))
+            })?,
+        };
+        self.free_set(pool).remove(bsize, baddr, slot);
+        self.note_inactive(slot, bsize, false);
+        if policy::should_split(pool, self.in_expandable(slot), bsize, size, max_split) {
+            self.split(slot, size);
+        }
+        Some(slot)
+    }
+
+    /// Takes exactly `[addr, addr + size)` for a planned request, when a free block of the
+    /// expandable segment holds it: the block is cut before and after the range, the pieces
+    /// staying free. Returns the slot of the range (not yet marked allocated).
+    pub fn take_range(&mut self, addr: u64, size: usize) -> Option<u32> {
+        let si = self.expandable?.seg?;
+        let mut at = self.segs[si as usize].head;
+        while at != NIL {
+            let n = &self.nodes[at as usize];
+            if n.addr + n.size as u64 > addr {
+                break;
+            }
+            at = n.next;
+        }
+        if at == NIL || !self.is_free(at) {
+            return None;
+        }
+        let (baddr, bsize, pool) = {
+            let n = &self.nodes[at as usize];
+            (n.addr, n.size, n.pool)
+        };
+        if baddr > addr || addr + size as u64 > baddr + bsize as u64 {
+            return None;
+        }
+        self.lookups[pool as usize] += 1;
+        self.free_set(pool).remove(bsize, baddr, at);
+        self.note_inactive(at, bsize, false);
+        let slot = if addr > baddr {
+            let front = (addr - baddr) as usize;
+            self.nodes[at as usize].size = front;
+            let slot = self.insert_node_after(at, addr, bsize - front);
+            self.free_set(pool).insert(front, baddr, at);
+            self.note_inactive(at, front, true);
+            slot
+        } else {
+            at
+        };
+        let rest = self.nodes[slot as usize].size - size;
+        if rest > 0 {
+            self.split(slot, size);
+        }
+        Some(slot)
+    }
+
+    /// Cuts free block `slot` (out of its free set) to `size` bytes; the rest becomes a free
+    /// block after it.
+    fn split(&mut self, slot: u32, size: usize) {
+        let (addr, block, seg, next) = {
+            let n = &self.nodes[slot as usize];
+            (n.addr, n.size, n.seg, n.next)
+        };
+        let rest = self.insert_free_node(addr + size as u64, block - size, seg, slot, next);
+        if next != NIL {
+            self.nodes[next as usize].prev = rest;
+        } else {
+            self.segs[seg as usize].tail = rest;
+        }
+        let n = &mut self.nodes[slot as usize];
+        n.next = rest;
+        n.size = size;
+        self.note_inactive(rest, block - size, true);
+    }
+
+    /// Marks block `slot` free and merges it with free neighbours of its segment; the merged
+    /// block enters its pool's free set.
+    pub fn free_block(&mut self, mut slot: u32) {
+        let pool = self.nodes[slot as usize].pool;
+        let tick = self.lookups[pool as usize];
+        self.nodes[slot as usize].allocated = false;
+        let prev = self.nodes[slot as usize].prev;
+        if prev != NIL && self.is_free(prev) {
+            let (psize, paddr) = (
+                self.nodes[prev as usize].size,
+                self.nodes[prev as usize].addr,
+            );
+            self.free_set(pool).remove(psize, paddr, prev);
+            self.note_inactive(prev, psize, false);
+            self.absorb_next(prev);
+            slot = prev;
+        }
+        let next = self.nodes[slot as usize].next;
+        if next != NIL && self.is_free(next) {
+            let (nsize, naddr) = (
+                self.nodes[next as usize].size,
+                self.nodes[next as usize].addr,
+            );
+            self.free_set(pool).remove(nsize, naddr, next);
+            self.note_inactive(next, nsize, false);
+            self.absorb_next(slot);
+        }
+        let n = &mut self.nodes[slot as usize];
+        n.freed_at = tick;
+        let (size, addr) = (n.size, n.addr);
+        self.free_set(pool).insert(size, addr, slot);
+        self.note_inactive(slot, size, true);
+    }
+
+    /// Merges the block after `slot` into `slot` (both in the same segment).
+    pub fn absorb_next(&mut self, slot: u32) {
+        let next = self.nodes[slot as usize].next;
+        let (nsize, nnext) = (
+            self.nodes[next as usize].size,
+            self.nodes[next as usize].next,
+        );
+        let n = &mut self.nodes[slot as usize];
+        n.size += nsize;
+        n.next = nnext;
+        let seg = n.seg;
+        if nnext != NIL {
+            self.nodes[nnext as usize].prev = slot;
+        } else {
+            self.segs[seg as usize].tail = slot;
+        }
+        self.spare_nodes.push(next);
+    }
+
+    /// Asks `backend` for a fixed segment of `bytes` for `pool` (within `limit`) and adds it;
+    /// `false` when the limit or the backend refuses.
+    pub fn new_segment<B: Backend + ?Sized>(
+        &mut self,
+        backend: &B,
+        limit: Option<u64>,
+        name: &str,
+        pool: PoolKind,
+        bytes: usize,
+    ) -> bool {
+        if limit.is_some_and(|l| self.reserved() + bytes as u64 > l) {
+            return false;
+        }
+        let addr = match backend.alloc_segment(bytes) {
+            Ok(addr) if addr.saturating_add(bytes as u64) < ADDR_LIMIT => addr,
+            Ok(addr) => {
+                tracing::warn!(device = %name, "segment at {addr:#x} lies above 2^48; not usable");
+                // SAFETY: just obtained from the backend with this size and never handed out.
+                unsafe { backend.free_segment(addr, bytes) };
+                return false;
+            }
+            Err(BackendError::OutOfMemory { .. }) => return false,
+            Err(e) => {
+                tracing::warn!(device = %name, "segment allocation failed: {e}");
+                return false;
+            }
+        };
+        self.add_segment(pool, addr, bytes, false);
+        self.stats.on_reserve(pool, bytes, true);
+        if self.max_split.is_some_and(|ms| bytes >= ms) {
+            self.stats.oversize_segments.increase(1);
+        }
+        self.record(TraceEventKind::SegmentAlloc, addr, bytes as u64);
+        true
+    }
+
+    /// Whether fixed segment `i` is live and holds one free block.
+    pub fn is_idle_segment(&self, i: usize) -> bool {
+        let seg = &self.segs[i];
+        seg.live && !seg.expandable && {
+            let head = &self.nodes[seg.head as usize];
+            !head.allocated && head.next == NIL
+        }
+    }
+
+    /// Returns the cache to the backend: every whole free granule of the expandable segment
+    /// and every fully free fixed segment. Returns the bytes released.
+    pub fn release_cached<B: Backend + ?Sized>(&mut self, backend: &B) -> u64 {
+        let mut released = self.unmap_free_granules(backend);
+        for i in 0..self.segs.len() {
+            if self.is_idle_segment(i) {
+                released += self.release_segment(backend, i as u32);
+            }
+        }
+        released
+    }
+
+    /// Returns fully free fixed segment `i` to the backend; returns its bytes.
+    pub fn release_segment<B: Backend + ?Sized>(&mut self, backend: &B, i: u32) -> u64 {
+        let seg = self.segs[i as usize].clone();
+        self.free_set(seg.pool).remove(seg.size, seg.addr, seg.head);
+        self.spare_nodes.push(seg.head);
+        self.segs[i as usize].live = false;
+        self.spare_segs.push(i);
+        // SAFETY: the segment came from `alloc_segment(seg.size)` and its only block is free,
+        // so nothing handed out by this allocator points into it.
+        unsafe { backend.free_segment(seg.addr, seg.size) };
+        self.stats.on_release(seg.pool, seg.size, true);
+        if self.max_split.is_some_and(|ms| seg.size >= ms) {
+            self.stats.oversize_segments.decrease(1);
+        }
+        self.record(TraceEventKind::SegmentFree, seg.addr, seg.size as u64);
+        seg.size as u64
+    }
+
+    #[inline]
+    pub fn record(&mut self, kind: TraceEventKind, addr: u64, size: u64) {
+        if self.trace.enabled() {
+            let event = TraceEvent {
+                kind,
+                addr,
+                size,
+                time_ns: self.start.elapsed().as_nanos() as u64,
+                label: trace_label(),
+                allocated_bytes: self.stats.all.allocated_bytes.current,
+                reserved_bytes: self.reserved(),
+            };
+            self.trace.push(event);
+        }
+    }
+
+    /// The live segments and their blocks, by address. The expandable segment appears as one
+    /// segment per mapped run when holes of it were unmapped.
+    pub fn segment_snapshots(&self) -> Vec<SegmentSnapshot> {
+        let mut segments = Vec::new();
+        for s in self.segs.iter().filter(|s| s.live) {
+            let mut run: Option<SegmentSnapshot> = None;
+            let mut at = s.head;
+            while at != NIL {
+                let n = &self.nodes[at as usize];
+                if !n.mapped {
+                    segments.extend(run.take());
+                } else {
+                    let r = run.get_or_insert_with(|| SegmentSnapshot {
+                        addr: n.addr,
+                        size: 0,
+                        pool: s.pool,
+                        expandable: s.expandable,
+                        blocks: Vec::new(),
+                    });
+                    r.size += n.size as u64;
+                    r.blocks.push(BlockSnapshot {
+                        addr: n.addr,
+                        size: n.size as u64,
+                        allocated: n.allocated,
+                        requested: if n.allocated { n.requested as u64 } else { 0 },
+                        id: if n.allocated { n.id } else { 0 },
+                    });
+                }
+                at = n.next;
+            }
+            segments.extend(run);
+        }
+        segments.sort_by_key(|s| s.addr);
+        segments
+    }
+
+    /// See [`super::CachingAllocator::check_invariants`].
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let (mut reserved, mut active, mut allocated, mut blocks, mut free_count) =
+            (0u64, 0u64, 0u64, 0u64, 0usize);
+        let mut inactive_split = 0u64;
+        let mut segments = 0u64;
+        for (i, s) in self.segs.iter().enumerate().filter(|(_, s)| s.live) {
+            segments += 1;
+            reserved += s.size as u64;
+            let mut prev_unmapped = false;
+            let mut at = s.head;
+            let mut addr = s.addr;
+            let mut prev = NIL;
+            let mut prev_free = false;
+            while at != NIL {
+                let n = &self.nodes[at as usize];
+                if n.addr != addr || n.seg != i as u32 || n.prev != prev || n.pool != s.pool {
+                    return Err(format!(
+                        "segment {:#x}: block {:#x} out of place",
+                        s.addr, n.addr
+                    ));
+                }
+                if !n.mapped {
+                    if prev_unmapped || !s.expandable || n.next == NIL {
+                        return Err(format!("unmapped block {:#x} misplaced", n.addr));
+                    }
+                    reserved -= n.size as u64;
+                } else if n.allocated {
+                    active += n.size as u64;
+                    allocated += n.size as u64;
+                    blocks += 1;
+                    if n.rounded > n.size {
+                        return Err(format!("block {:#x} smaller than its request", n.addr));
+                    }
+                } else {
+                    if prev_free {
+                        return Err(format!("free block {:#x} not coalesced", n.addr));
+                    }
+                    free_count += 1;
+                    if self.is_split(at) {
+                        inactive_split += n.size as u64;
+                    }
+                    if !self.pool_free(s.pool).contains(n.size, n.addr, at) {
+                        return Err(format!("free block {:#x} missing from its pool", n.addr));
+                    }
+                }
+                prev_free = !n.allocated && n.mapped;
+                prev_unmapped = !n.mapped;
+                addr += n.size as u64;
+                prev = at;
+                at = n.next;
+            }
+            if addr != s.addr + s.size as u64 {
+                return Err(format!("blocks of segment {:#x} do not tile it", s.addr));
+            }
+            if prev != s.tail {
+                return Err(format!("segment {:#x}: wrong tail block", s.addr));
+            }
+        }
+        let s = self.snapshot_stats();
+        if inactive_split != self.stats.all.inactive_split_bytes.current {
+            return Err(format!(
+                "inactive split bytes {inactive_split} counted as {}",
+                self.stats.all.inactive_split_bytes.current
+            ));
+        }
+        if free_count != self.small_free.len() + self.large_free.len() {
+            return Err("free sets hold blocks that are not free".into());
+        }
+        if (reserved, active, allocated, blocks, segments)
+            != (
+                s.reserved_bytes,
+                s.active_bytes,
+                s.allocated_bytes,
+                s.active_blocks,
+                s.segments,
+            )
+        {
+            return Err(format!(
+                "statistics disagree with the blocks: reserved {reserved}/{}, active {active}/{}, \
+                 allocated {allocated}/{}, blocks {blocks}/{}, segments {segments}/{}",
+                s.reserved_bytes, s.active_bytes, s.allocated_bytes, s.active_blocks, s.segments
+            ));
+        }
+        Ok(())
+    }
+}

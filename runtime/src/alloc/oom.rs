@@ -1,0 +1,174 @@
+//! The out-of-memory error: what the allocator knew when it gave up ([`OutOfMemory`]), why
+//! ([`OomCause`], judged by [`super::policy::oom_cause`]), and the text that says which setting
+//! helps. It owns no allocator state; the allocator fills it in.
+
+use std::fmt;
+
+/// Why an allocation failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum OomCause {
+    /// Enough bytes are cached free, but no free block is large enough.
+    Fragmentation,
+    /// The configured memory limit would be exceeded.
+    LimitReached,
+    /// The device itself has no room left.
+    DeviceFull,
+}
+
+/// The allocation failed after every remedy was tried (releasing cached segments, pressure
+/// handlers). Its message says why and which setting helps.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct OutOfMemory {
+    /// Device name.
+    pub device: String,
+    /// Bytes requested.
+    pub requested: usize,
+    /// The request rounded to a block size.
+    pub rounded: usize,
+    /// Device capacity, if known.
+    pub capacity: Option<u64>,
+    /// Configured memory limit, if any.
+    pub limit: Option<u64>,
+    /// Bytes allocated (live blocks) at the failure.
+    pub allocated: u64,
+    /// Bytes reserved from the backend at the failure.
+    pub reserved: u64,
+    /// Reserved bytes in free cached blocks of the request's pool (requests up to 1 MiB and
+    /// larger ones are served from separate pools, so the other pool's free bytes cannot help).
+    pub cached_free: u64,
+    /// The largest cached free block this request could use (same pool — requests up to 1 MiB
+    /// and larger ones are served from separate pools — and allowed by `max_split_size`).
+    pub largest_free_block: u64,
+    /// Bytes that could still be reserved beyond `reserved`: what the device has free, capped
+    /// by the memory limit (0 when neither is known: an unbounded backend without a limit).
+    pub device_free: u64,
+    /// Why it failed.
+    pub cause: OomCause,
+    /// The allocator's kind of large-pool segments (so the advice for fragmentation suggests
+    /// expandable segments only where they are off by choice).
+    pub segments: SegmentMode,
+}
+
+/// Which segments an allocator's large pool uses, and, for fixed ones, why
+/// ([`CachingAllocator::segment_mode`](super::CachingAllocator::segment_mode)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SegmentMode {
+    /// One expandable segment (the default wherever the backend can map pages).
+    Expandable,
+    /// Fixed segments because `expandable_segments:false` is set.
+    FixedByConfig,
+    /// Fixed segments because the backend cannot provide expandable ones: no page mapping,
+    /// or (under `auto`) a failed self-test or address-space reservation
+    /// ([`CachingAllocator::fixed_segments_reason`](super::CachingAllocator::fixed_segments_reason) says which).
+    FixedUnavailable,
+}
+
+impl fmt::Display for OutOfMemory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "out of memory on {}: cannot allocate {} ({} bytes); ",
+            self.device,
+            human_bytes(self.rounded as u64),
+            self.requested
+        )?;
+        match self.cause {
+            OomCause::Fragmentation => {
+                write!(
+                    f,
+                    "fragmentation: {} cached free",
+                    human_bytes(self.cached_free)
+                )?;
+                if self.device_free > 0 {
+                    write!(
+                        f,
+                        " (plus {} the device can still provide)",
+                        human_bytes(self.device_free)
+                    )?;
+                }
+                write!(
+                    f,
+                    ", but the largest free block is {}",
+                    human_bytes(self.largest_free_block)
+                )?
+            }
+            OomCause::LimitReached => write!(
+                f,
+                "memory limit reached: {} reserved of a {} limit",
+                human_bytes(self.reserved),
+                human_bytes(self.limit.unwrap_or(0))
+            )?,
+            OomCause::DeviceFull => write!(f, "the device is full")?,
+        }
+        write!(
+            f,
+            " (allocated {}, reserved {}, cached free {}, largest free block {}",
+            human_bytes(self.allocated),
+            human_bytes(self.reserved),
+            human_bytes(self.cached_free),
+            human_bytes(self.largest_free_block)
+        )?;
+        if let Some(c) = self.capacity {
+            write!(f, ", capacity {}", human_bytes(c))?;
+        }
+        if let Some(l) = self.limit {
+            write!(f, ", limit {}", human_bytes(l))?;
+        }
+        if self.device_free > 0 {
+            write!(f, ", device free {}", human_bytes(self.device_free))?;
+        }
+        f.write_str("). ")?;
+        match self.cause {
+            OomCause::Fragmentation if self.segments == SegmentMode::Expandable => f.write_str(
+                "Free memory is split into holes between live blocks (expandable segments are \
+                 already on: they grow and return only the free end of the mapped range, and \
+                 cannot move live blocks): preallocate the largest buffer once (a Workspace, \
+                 memory::reserve, `preallocate`), allocate long-lived buffers before \
+                 short-lived ones, bucket variable shapes, or call memory::empty_cache between \
+                 phases.",
+            ),
+            OomCause::Fragmentation if self.segments == SegmentMode::FixedByConfig => f.write_str(
+                "Free memory is split into pieces: set `expandable_segments:true` in \
+                 VRAMGUARD_ALLOC_CONF (or `auto`, the default; this allocator has fixed \
+                 segments because `expandable_segments:false` is set), preallocate the largest \
+                 buffer once (a Workspace, memory::reserve, `preallocate`), bucket variable \
+                 shapes, set `max_split_size_mb` so large blocks stay whole, or call \
+                 memory::empty_cache between phases.",
+            ),
+            OomCause::Fragmentation => f.write_str(
+                "Free memory is split into pieces (and this device cannot use expandable \
+                 segments: see the allocator's fixed_segments_reason): preallocate the largest \
+                 buffer once (a Workspace, memory::reserve, `preallocate`), bucket variable \
+                 shapes, set `max_split_size_mb` so large blocks stay whole, or call \
+                 memory::empty_cache between phases.",
+            ),
+            OomCause::LimitReached => f.write_str(
+                "Drop tensors that are no longer needed, lower the batch size, or raise \
+                 `memory_limit`/`memory_fraction` in VRAMGUARD_ALLOC_CONF.",
+            ),
+            OomCause::DeviceFull => f.write_str(
+                "Drop tensors that are no longer needed (the cache was already released), \
+                 lower the batch size, or free memory held by other processes.",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for OutOfMemory {}
+
+/// `1.5 GiB`, `12.0 MiB`, `512 B`.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [(&str, u64); 4] = [
+        ("TiB", 1 << 40),
+        ("GiB", 1 << 30),
+        ("MiB", 1 << 20),
+        ("KiB", 1 << 10),
+    ];
+    for (name, unit) in UNITS {
+        if bytes >= unit {
+            return format!("{:.1} {name}", bytes as f64 / unit as f64);
+        }
+    }
+    format!("{bytes} B")
+}

@@ -1,0 +1,382 @@
+//! Writes random functions (fixed seed) that mix releasable values (`Mem`, `Vec<Mem>`, a
+//! by-value `Mem` parameter) with kept values: `Rc` clones whose count is read later, `RefCell`
+//! borrows used once before `try_borrow`, named and `_` span guards, pooled connections whose
+//! pool is read later, handles whose `Copy` id is queried later, `Copy` locals. Statements that
+//! observe the kept values (`Rc::strong_count`, `try_borrow`, the pool's free count, the
+//! registry) are logged, so a kept value dropped at its last use changes the log.
+//!
+//! Every function is emitted three times: `without::kN` (plain), `with::kN`
+//! (`#[vramguard::inference]`) and `scoped::kN` (`#[vramguard::batch_scope]`, which frees inside
+//! loop bodies), with a table of all three. The files are checked in (`tests/gen/kept_*.rs`);
+//! `kept_corpus_is_current` in `tests/release_generated.rs` regenerates them in memory and fails
+//! if they differ (`VG_BLESS=1` rewrites them).
+
+/// Functions in the corpus.
+pub const FUNCTIONS: usize = 150;
+/// Files the corpus is split into.
+pub const FILES: usize = 2;
+/// The fixed seed.
+pub const SEED: u64 = 0x5eed_2026_0009;
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        // xorshift64*
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+}
+
+/// What the corpus contains (also written into each file's header).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub functions: usize,
+    /// Kept values created (each `let` of a non-`Release` value that has an observable drop
+    /// or an observable count).
+    pub kept: usize,
+    /// Statements that observe kept values.
+    pub observations: usize,
+    /// `Mem` / `Vec<Mem>` locals created.
+    pub releasable: usize,
+}
+
+struct Function {
+    lines: Vec<String>,
+    /// `Mem` locals usable here (not moved).
+    live: Vec<String>,
+    /// `Copy` handle ids usable here.
+    ids: Vec<String>,
+    counter: usize,
+    indent: usize,
+    counts: Counts,
+}
+
+impl Function {
+    fn fresh(&mut self, prefix: &str) -> String {
+        self.counter += 1;
+        format!("{prefix}{}", self.counter)
+    }
+    fn line(&mut self, text: impl Into<String>) {
+        let pad = "    ".repeat(self.indent);
+        self.lines.push(format!("{pad}{}", text.into()));
+    }
+    fn pick(&self, rng: &mut Rng) -> Option<String> {
+        (!self.live.is_empty()).then(|| self.live[rng.below(self.live.len())].clone())
+    }
+    /// A small `usize` expression reading some live values.
+    fn size(&self, rng: &mut Rng) -> String {
+        let mut parts = vec![format!("{}", 1 + rng.below(4))];
+        for _ in 0..rng.below(3) {
+            if let Some(v) = self.pick(rng) {
+                parts.push(format!("{v}.len()"));
+            }
+        }
+        parts.join(" + ")
+    }
+    fn observe(&mut self, rng: &mut Rng) {
+        self.counts.observations += 1;
+        let s = self.fresh("o");
+        let mut parts = vec![
+            "Rc::strong_count(&shared)".to_string(),
+            "cell.try_borrow().is_ok()".to_string(),
+            "pool.free_count()".to_string(),
+        ];
+        if let Some(id) =
+            (!self.ids.is_empty()).then(|| self.ids[rng.below(self.ids.len())].clone())
+        {
+            parts.push(format!("registry.is_open({id})"));
+        }
+        let holes = vec!["{:?}"; parts.len()].join(" ");
+        self.line(format!(
+            "ev(format!(\"{s} {holes}\", {}));",
+            parts.join(", ")
+        ));
+    }
+}
+
+fn statement(f: &mut Function, rng: &mut Rng, depth: usize) {
+    match rng.below(20) {
+        // a new releasable value
+        0..=2 => {
+            let name = f.fresh("v");
+            let e = f.size(rng);
+            f.line(format!("let {name} = Mem::new(\"{name}\", {e});"));
+            f.live.push(name);
+            f.counts.releasable += 1;
+        }
+        // shadowing
+        3 => {
+            if let Some(v) = f.pick(rng) {
+                let e = f.size(rng);
+                f.line(format!("let {v} = Mem::new(\"{v}\", {v}.len() + {e});"));
+                f.counts.releasable += 1;
+            }
+        }
+        // moved into a function
+        4 => {
+            if let Some(v) = f.pick(rng) {
+                let name = f.fresh("m");
+                f.line(format!("let {name} = eat({v}, \"{name}\");"));
+                f.live.retain(|x| *x != v);
+                f.live.push(name);
+                f.counts.releasable += 1;
+            }
+        }
+        // borrows, vectors and kept values (none moves a live value)
+        choice @ 5..=12 => simple(f, rng, choice),
+        // an observation of the kept values
+        13 | 14 => f.observe(rng),
+        // branches
+        15 if depth < 2 => {
+            f.line(if rng.chance(50) {
+                "if flag {".to_string()
+            } else {
+                "if acc % 2 == 0 {".to_string()
+            });
+            f.indent += 1;
+            let (live, ids) = (f.live.clone(), f.ids.clone());
+            for _ in 0..1 + rng.below(3) {
+                statement(f, rng, depth + 1);
+            }
+            f.observe(rng);
+            let moved: Vec<String> = live
+                .iter()
+                .filter(|x| !f.live.contains(x))
+                .cloned()
+                .collect();
+            f.live = live;
+            f.ids = ids;
+            f.indent -= 1;
+            f.line("} else {");
+            f.indent += 1;
+            let e = f.size(rng);
+            f.line(format!("acc -= ({e}) as i64;"));
+            f.indent -= 1;
+            f.line("}");
+            f.live.retain(|x| !moved.contains(x));
+        }
+        // loops with per-iteration values (freed per iteration under `#[batch_scope]`)
+        16 | 17 if depth < 2 => emit_loop(f, rng),
+        // an early return
+        18 => {
+            let limit = 20 + rng.below(60);
+            f.line(format!("if flag && acc > {limit} {{ return acc; }}"));
+        }
+        // a `Copy` local read later
+        _ => {
+            if let Some(v) = f.pick(rng) {
+                let n = f.fresh("n");
+                f.line(format!("let {n} = {v}.len() as i64;"));
+                f.line(format!("ev(format!(\"{n} {{}}\", {n}));"));
+                f.line(format!("acc += {n};"));
+            }
+        }
+    }
+}
+
+/// A loop with per-iteration values (freed per iteration under `#[batch_scope]`).
+fn emit_loop(f: &mut Function, rng: &mut Rng) {
+    let i = f.fresh("i");
+    f.line(format!("for {i} in 0..2usize {{"));
+    f.indent += 1;
+    let (live, ids) = (f.live.clone(), f.ids.clone());
+    let l = f.fresh("l");
+    let e = f.size(rng);
+    f.line(format!("let {l} = Mem::new(\"{l}\", {i} + {e});"));
+    f.counts.releasable += 1;
+    f.live.push(l.clone());
+    // Nothing moves an outer value inside the loop body (that would not compile).
+    for _ in 0..1 + rng.below(3) {
+        match rng.below(5) {
+            0 => f.observe(rng),
+            _ => {
+                let which = 5 + rng.below(8);
+                simple(f, rng, which);
+            }
+        }
+    }
+    f.line(format!(
+        "ev(format!(\"iteration {{}} {{}}\", {i}, {l}.len()));"
+    ));
+    f.observe(rng);
+    f.live = live;
+    f.ids = ids;
+    f.indent -= 1;
+    f.line("}");
+}
+
+/// The statements that move no live value: a borrow, a vector of `Mem`, and the kept values.
+fn simple(f: &mut Function, rng: &mut Rng, which: usize) {
+    match which {
+        5 => {
+            if let Some(v) = f.pick(rng) {
+                let r = f.fresh("r");
+                let s = f.fresh("s");
+                f.line(format!("let {r} = &{v};"));
+                f.line(format!("ev(\"{s}\");"));
+                f.line(format!("acc += {r}.len() as i64;"));
+            }
+        }
+        6 => {
+            let name = f.fresh("vs");
+            f.line(format!(
+                "let {name} = vec![Mem::new(\"{name}a\", 1), Mem::new(\"{name}b\", 2)];"
+            ));
+            f.line(format!("acc += {name}.len() as i64;"));
+            f.counts.releasable += 1;
+        }
+        7 => {
+            let name = f.fresh("rc");
+            f.line(format!("let {name} = Rc::clone(&shared);"));
+            f.line(format!("acc += {name}.len() as i64;"));
+            f.counts.kept += 1;
+        }
+        8 => {
+            let name = f.fresh("b");
+            f.line(format!("let {name} = cell.try_borrow_mut();"));
+            f.line(format!("acc += i64::from({name}.is_ok());"));
+            f.counts.kept += 1;
+        }
+        9 => {
+            let name = f.fresh("g");
+            let e = f.size(rng);
+            f.line(format!("let {name} = span.enter();"));
+            f.line(format!("{name}.record({e});"));
+            f.counts.kept += 1;
+        }
+        10 => {
+            let name = f.fresh("_g");
+            f.line(format!("let {name} = span.enter();"));
+            f.counts.kept += 1;
+        }
+        11 => {
+            let name = f.fresh("c");
+            let e = f.size(rng);
+            f.line(format!("let {name} = pool.checkout();"));
+            f.line(format!("acc += {name}.query({e}) as i64;"));
+            f.counts.kept += 1;
+        }
+        _ => {
+            let name = f.fresh("h");
+            let id = f.fresh("id");
+            f.line(format!("let {name} = registry.open();"));
+            f.line(format!("let {id} = {name}.id;"));
+            f.ids.push(id);
+            f.counts.kept += 1;
+        }
+    }
+}
+
+fn function(index: usize, rng: &mut Rng) -> (Vec<String>, Counts) {
+    let mut f = Function {
+        lines: Vec::new(),
+        live: vec!["p".to_string()],
+        ids: Vec::new(),
+        counter: 0,
+        indent: 1,
+        counts: Counts::default(),
+    };
+    f.line("let mut acc: i64 = 0;");
+    f.line("let shared = Rc::new(Mem::new(\"shared\", 1));");
+    f.line("let cell = RefCell::new(0i64);");
+    f.line("let pool = Pool::new(64);");
+    f.line("let registry = Registry::default();");
+    f.line("let span = Span::new(\"span\");");
+    for _ in 0..5 + rng.below(12) {
+        statement(&mut f, rng, 0);
+    }
+    // `#[batch_scope]` needs a loop.
+    if !f.lines.iter().any(|l| l.trim_start().starts_with("for ")) {
+        emit_loop(&mut f, rng);
+    }
+    f.observe(rng);
+    let mut tail = vec!["acc".to_string()];
+    for v in f.live.clone() {
+        if rng.chance(30) {
+            tail.push(format!("{v}.len() as i64"));
+        }
+    }
+    f.line(tail.join(" + "));
+    let mut out = vec![format!("pub fn k{index}(p: Mem, flag: bool) -> i64 {{")];
+    out.extend(f.lines);
+    out.push("}".to_string());
+    f.counts.functions = 1;
+    (out, f.counts)
+}
+
+/// The corpus files `(file name, contents)` and what they contain.
+pub fn generate() -> (Vec<(String, String)>, Counts) {
+    let mut rng = Rng(SEED);
+    let per_file = FUNCTIONS.div_ceil(FILES);
+    let mut files = Vec::new();
+    let mut total = Counts::default();
+    for file in 0..FILES {
+        let range = file * per_file..((file + 1) * per_file).min(FUNCTIONS);
+        let mut counts = Counts::default();
+        let functions: Vec<(usize, Vec<String>)> = range
+            .clone()
+            .map(|i| {
+                let (lines, c) = function(i, &mut rng);
+                counts.functions += c.functions;
+                counts.kept += c.kept;
+                counts.observations += c.observations;
+                counts.releasable += c.releasable;
+                (i, lines)
+            })
+            .collect();
+        total.functions += counts.functions;
+        total.kept += counts.kept;
+        total.observations += counts.observations;
+        total.releasable += counts.releasable;
+        let mut text = String::new();
+        text.push_str(
+            "// @generated by tests/gen/kept_generator.rs: do not edit (VG_BLESS=1 rewrites it).\n",
+        );
+        text.push_str(&format!(
+            "// {} functions, {} kept values, {} observations of them, {} releasable locals.\n",
+            counts.functions, counts.kept, counts.observations, counts.releasable
+        ));
+        text.push_str("#![allow(unused_variables, unused_mut, unused_assignments, unused_imports, dead_code, deprecated)]\n");
+        text.push_str("#![allow(clippy::all)]\n\n");
+        for (module, attr) in [
+            ("without", ""),
+            ("with", "#[vramguard::inference]\n"),
+            ("scoped", "#[vramguard::batch_scope]\n"),
+        ] {
+            text.push_str(&format!(
+                "pub mod {module} {{\n    use super::super::release_support::{{eat, ev, Mem, Pool, Registry, Span}};\n    use std::cell::RefCell;\n    use std::rc::Rc;\n\n"
+            ));
+            for (_, lines) in &functions {
+                if !attr.is_empty() {
+                    text.push_str(&format!("    {attr}"));
+                }
+                for line in lines {
+                    text.push_str(&format!("    {line}\n"));
+                }
+                text.push('\n');
+            }
+            text.push_str("}\n\n");
+        }
+        text.push_str(
+            "/// `(name, without, with #[inference], with #[batch_scope])` for every function.\n",
+        );
+        text.push_str("pub const CASES: &[super::Case] = &[\n");
+        for (i, _) in &functions {
+            text.push_str(&format!(
+                "    (\"k{i}\", without::k{i}, with::k{i}, scoped::k{i}),\n"
+            ));
+        }
+        text.push_str("];\n");
+        files.push((format!("kept_corpus_{file}.rs"), text));
+    }
+    (files, total)
+}

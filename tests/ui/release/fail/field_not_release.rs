@@ -1,0 +1,23 @@
+//! A field whose type is not `Release` (an `Rc` another handle can hold, a lock guard's
+//! owner, a `Copy` scalar): each is an error at that field, saying why.
+use std::rc::Rc;
+use std::sync::Mutex;
+
+use vramguard::{Release, Tensor};
+
+#[derive(Release)]
+struct Shared {
+    weights: Tensor,
+    owners: Rc<Tensor>,
+}
+
+#[derive(Release)]
+struct Locked(Tensor, Mutex<Vec<f32>>);
+
+#[derive(Release)]
+enum Step {
+    Done,
+    Running { activations: Vec<Tensor>, count: usize },
+}
+
+fn main() {}
