@@ -25,6 +25,61 @@
 /// with a hand-written `Drop` that has effects outside the value does not. Declaring a type
 /// `Release` wrongly does not break memory safety, but the attribute may then change what your
 /// program computes, which is exactly what it promises never to do.
+///
+/// # What is releasable
+///
+/// Released at their last use:
+///
+/// - vramguard's [`Tensor`](crate::Tensor);
+/// - `Vec<T>`, `VecDeque<T>`, `Box<T>`, `Option<T>`, `[T; N]`, `[T]`, tuples of up to 8 and
+///   `Result<T, E>`, when every `T` (and `E`) is releasable;
+/// - `Vec<x>` and `[x]` (so `Box<[x]>`) of the primitive numbers `x` (`f32`, `u8`, …);
+/// - feature `candle`: `candle_core::Tensor`;
+/// - feature `ndarray`: owned arrays, `ndarray::Array<A, D>`, of a primitive number or of a
+///   releasable `A`;
+/// - feature `burn`: `burn_tensor::Tensor<D, K>` of burn 0.22 (every rank and kind);
+/// - feature `burn-021`: `burn_tensor::Tensor<B, D, K>` of burn 0.21 (every backend);
+/// - feature `tch`: `tch::Tensor` (tch 0.26, libtorch 2.13);
+/// - your types, with `impl vramguard::Release for MyType {}` or the derive.
+///
+/// Kept to the end of their scope, exactly as without the attribute:
+///
+/// - references, `&T` and `&mut T` (dropping a borrow frees nothing);
+/// - `Rc<T>`, `Arc<T>` and `Weak<T>` (another handle can observe the count), even of tensors;
+/// - lock guards, `RefCell` borrows, files, temporary directories, channels, sockets, handles;
+/// - the primitive numbers themselves and every other `Copy` type;
+/// - ndarray's views (`ArrayView`, `ArrayViewMut`), `ArcArray` (data shared with other handles)
+///   and `CowArray` (maybe a view);
+/// - `String` (text, not tensor memory: nothing to gain by moving its drop);
+/// - a `Result<T, E>` whose error is not releasable (`io::Error`, `Box<dyn Error>`,
+///   `candle_core::Error`, …), so a `candle_core::Result<Tensor>` kept unwrapped is kept whole;
+/// - everything else.
+///
+/// A library's tensor is releasable only for the version of that library the feature names
+/// (candle-core 0.11, ndarray 0.17, burn-tensor 0.22 or 0.21, tch 0.26): a tensor of another
+/// version is another type to the compiler, and is simply kept.
+///
+/// # No-grad with other libraries
+///
+/// `#[inference]` enters vramguard's own no-grad guard; candle and burn have no such thread-wide
+/// switch, so with their tensors the attribute gives the drops at last use only. Inference
+/// records no graph in them if it is set up this way:
+///
+/// - **candle**: a graph is recorded only through tensors that track gradients, which are the
+///   ones created as `candle_core::Var` (a `VarMap` behind a `VarBuilder::from_varmap`). Load
+///   inference weights as plain tensors (`VarBuilder::from_mmaped_safetensors`,
+///   `VarBuilder::from_tensors`, `Tensor::new`/`from_vec`), or call `.detach()` on a trained
+///   `Var`'s tensor; then no op records anything. A model trained with a `VarMap` and evaluated
+///   in the same process still records: evaluate on `var.as_tensor().detach()`, or on weights
+///   reloaded from the saved file.
+/// - **burn 0.22** (autodiff is a property of the device): run inference on a device without
+///   `.autodiff()`, or on `model.valid()` (a copy of the module whose parameters have left the
+///   autodiff graph); a single tensor leaves it with `tensor.inner()` / `without_autodiff()`.
+/// - **burn 0.21 and before** (autodiff is a backend decorator, `Autodiff<B>`): write the model
+///   generic over `B: Backend` and run inference on `model.valid()`, which is the same module on
+///   `B::InnerBackend` (no autodiff); tensors go there with `tensor.inner()`.
+/// - **tch**: has a thread-local guard, `tch::no_grad_guard()` (or `tch::no_grad(|| …)`); hold
+///   it for the whole forward pass.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not `vramguard::Release`",
     label = "not `Release`: dropping it at its last use might change what the program does",
@@ -70,11 +125,44 @@ tuples!(
 );
 
 #[cfg(feature = "candle")]
+// A handle on shared, reference-counted storage, like vramguard's own tensor: dropping one frees
+// the storage when no other handle (a view, a clone, a saved activation) still holds it.
 impl Release for candle_core::Tensor {}
 
 #[cfg(feature = "ndarray")]
-// Owned arrays only: a view's drop frees nothing, and an `ArcArray` shares its data.
-impl<A, D: ndarray::Dimension> Release for ndarray::Array<A, D> {}
+mod ndarray_arrays {
+    use super::Release;
+    use ndarray::{Array, Dimension};
+
+    // Owned arrays only: a view's drop frees nothing, an `ArcArray` shares its data with other
+    // handles, and a `CowArray` may be a view. Elements are held to the rule of `Vec`'s.
+    impl<A: Release, D: Dimension> Release for Array<A, D> {}
+
+    macro_rules! numeric_arrays {
+        ($($element:ty),*) => {$(
+            impl<D: Dimension> Release for Array<$element, D> {}
+        )*};
+    }
+    numeric_arrays!(f32, f64, i8, i16, i32, i64, i128, isize, u8, u16, u32, u64, u128, usize);
+}
+
+#[cfg(feature = "burn")]
+// burn 0.22: the backend is chosen at run time from the device; every kind (float, int, bool).
+impl<const D: usize, K: burn_tensor::kind::Basic> Release for burn_tensor::Tensor<D, K> {}
+
+#[cfg(feature = "burn-021")]
+// burn 0.21 (0.21.x only: each burn line is a separate crate version): the tensor is generic
+// over its backend, as in every line before it.
+impl<B, const D: usize, K> Release for burn_tensor_021::Tensor<B, D, K>
+where
+    B: burn_tensor_021::backend::Backend,
+    K: burn_tensor_021::TensorKind<B>,
+{
+}
+
+#[cfg(feature = "tch")]
+// A handle on a libtorch tensor (reference-counted storage, like the others).
+impl Release for tch::Tensor {}
 
 /// The compile-time questions the generated code asks at each release point, answered by
 /// method resolution from the value's type (autoref specialization): the receiver is

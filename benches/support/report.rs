@@ -87,6 +87,9 @@ impl Args {
 /// Collects metrics and prints them in the format asked for.
 pub struct Report {
     bench: String,
+    /// What follows `cargo run --release` in the command `--write` records
+    /// (`--example <bench>_bench` unless set).
+    cargo_args: Option<String>,
     metrics: Vec<Metric>,
     notes: Vec<String>,
 }
@@ -95,9 +98,16 @@ impl Report {
     pub fn new(bench: &str) -> Report {
         Report {
             bench: bench.to_string(),
+            cargo_args: None,
             metrics: Vec::new(),
             notes: Vec::new(),
         }
+    }
+
+    /// Sets what follows `cargo run --release` in the recorded command, for a program that is
+    /// not `--example <bench>_bench` (`"--features candle --example candle_inference"`).
+    pub fn cargo_args(&mut self, args: &str) {
+        self.cargo_args = Some(args.to_string());
     }
 
     /// Records a metric without a target.
@@ -191,7 +201,11 @@ impl Report {
     fn write_section(&self, path: &Path, args: &Args) -> std::io::Result<()> {
         let start = format!("<!-- bench:{} -->", self.bench);
         let end = format!("<!-- /bench:{} -->", self.bench);
-        let mut command = format!("cargo run --release --example {}_bench --", self.bench);
+        let cargo_args = match &self.cargo_args {
+            Some(args) => args.clone(),
+            None => format!("--example {}_bench", self.bench),
+        };
+        let mut command = format!("cargo run --release {cargo_args} --");
         if args.quick {
             command.push_str(" --quick");
         }

@@ -1,0 +1,24 @@
+//! Other tensor libraries' no-grad modes, entered together for the code `#[inference]`
+//! generates. Only libraries with a thread-wide switch appear here (tch); candle and burn have
+//! none (see the docs of [`Release`](crate::Release) for what to do instead).
+
+/// The no-grad guards of the other libraries this build of vramguard supports, entered together
+/// (today tch's, with the `tch` feature; nothing without it). Restores each library's previous
+/// mode when dropped. Thread-local like vramguard's own guard.
+#[doc(hidden)]
+#[must_use = "the libraries record gradients again as soon as the guard is dropped"]
+pub struct LibraryNoGrad {
+    #[cfg(feature = "tch")]
+    _tch: tch::NoGradGuard,
+}
+
+/// Enters [`LibraryNoGrad`]: for the code `#[inference]` generates, next to vramguard's own
+/// guard. The same call whatever features are on, so generated code never needs a `cfg`.
+#[doc(hidden)]
+#[inline]
+pub fn library_no_grad() -> LibraryNoGrad {
+    LibraryNoGrad {
+        #[cfg(feature = "tch")]
+        _tch: tch::no_grad_guard(),
+    }
+}
