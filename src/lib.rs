@@ -102,7 +102,7 @@ pub mod __private {
     pub use vramguard_runtime::grad::{no_grad_future, NoGradGuard};
     pub use vramguard_runtime::scope::{BatchScope, BatchScopeGuard, ScopeOptions};
 
-    pub use crate::library_grad::{library_no_grad, LibraryNoGrad};
+    pub use crate::library_grad::{library_no_grad, with_library_no_grad, LibraryNoGrad};
     pub use crate::release::{CopyAtLastUse, KeepToScopeEnd, Probe, ReleaseAtLastUse};
 
     // The two functions below are what a compile error caused by the rewrite points into:

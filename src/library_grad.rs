@@ -22,3 +22,16 @@ pub fn library_no_grad() -> LibraryNoGrad {
         _tch: tch::no_grad_guard(),
     }
 }
+
+/// Runs `future` with [`LibraryNoGrad`] entered around each poll (a guard must not be held
+/// across `.await`: the task may resume on another thread). For `async fn`s under
+/// `#[inference]`.
+#[doc(hidden)]
+pub async fn with_library_no_grad<F: core::future::Future>(future: F) -> F::Output {
+    let mut future = core::pin::pin!(future);
+    core::future::poll_fn(|context| {
+        let _guard = library_no_grad();
+        future.as_mut().poll(context)
+    })
+    .await
+}

@@ -1,5 +1,6 @@
 fn attention(q: Tensor, k: Tensor, scale: f64) -> Result<Tensor> {
     let __vg_no_grad = ::vramguard::__private::NoGradGuard::new();
+    let __vg_library_no_grad = ::vramguard::__private::library_no_grad();
     #[allow(unused_imports)]
     use ::vramguard::__private::{
         CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,

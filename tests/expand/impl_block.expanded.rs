@@ -1,6 +1,7 @@
 impl Module for Mlp {
     fn forward(&self, xs: &Tensor) -> Result<Tensor> {
         let __vg_no_grad = vg::__private::NoGradGuard::new();
+        let __vg_library_no_grad = vg::__private::library_no_grad();
         #[allow(unused_imports)]
         use vg::__private::{
             CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
@@ -23,6 +24,7 @@ impl Module for Mlp {
         mut extra: Tensor,
     ) -> Result<Tensor> {
         let __vg_no_grad = vg::__private::NoGradGuard::new();
+        let __vg_library_no_grad = vg::__private::library_no_grad();
         #[allow(unused_imports)]
         use vg::__private::{
             CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,

@@ -1,5 +1,6 @@
 fn decode(tokens: Vec<u32>, cache: Cache, mode: Mode) -> Option<usize> {
     let __vg_no_grad = ::vramguard::__private::NoGradGuard::new();
+    let __vg_library_no_grad = ::vramguard::__private::library_no_grad();
     #[allow(unused_imports)]
     use ::vramguard::__private::{
         CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,

@@ -157,10 +157,19 @@ fn body(
             }
             None => body.stmts,
         };
-        let mut call: syn::Expr =
-            syn::parse_quote!(#krate::__private::no_grad_future(async move {}).await);
+        // Grad mode (vramguard's and the other libraries' that have one, `tch` with its
+        // feature) set around each poll.
+        let mut call: syn::Expr = syn::parse_quote!(
+            #krate::__private::no_grad_future(
+                #krate::__private::with_library_no_grad(async move {})
+            ).await
+        );
         if let syn::Expr::Await(awaited) = &mut call {
-            if let syn::Expr::Call(inner) = &mut *awaited.base {
+            let library = match &mut *awaited.base {
+                syn::Expr::Call(outer) => outer.args.first_mut(),
+                _ => None,
+            };
+            if let Some(syn::Expr::Call(inner)) = library {
                 if let Some(syn::Expr::Async(future)) = inner.args.first_mut() {
                     future.block = syn::Block {
                         brace_token: braces,
@@ -172,9 +181,15 @@ fn body(
         new_stmts.push(syn::Stmt::Expr(call, None));
     } else {
         let guard = syn::Ident::new("__vg_no_grad", Span::mixed_site());
+        let library_guard = syn::Ident::new("__vg_library_no_grad", Span::mixed_site());
         new_stmts.insert(
             0,
             syn::parse_quote!(let #guard = #krate::__private::NoGradGuard::new();),
+        );
+        // The no-grad modes of the other libraries that have one (`tch`, with its feature).
+        new_stmts.insert(
+            1,
+            syn::parse_quote!(let #library_guard = #krate::__private::library_no_grad();),
         );
         new_stmts.extend(stmts);
     }

@@ -371,6 +371,7 @@ macro_rules! cases {
             let ghost = t("ghost", 1.0);
             let out = t("out", 2.0);
             let mut tape: Vec<Box<dyn FnOnce() -> usize>> = Vec::new();
+            step("0");
             tape.push(Box::new(move || ghost.dims().len() + out.data.len()));
             step("1");
             tape.into_iter().map(|op| op()).sum()
