@@ -61,8 +61,9 @@
 ///
 /// # No-grad with other libraries
 ///
-/// `#[inference]` enters vramguard's own no-grad guard; candle and burn have no such thread-wide
-/// switch, so with their tensors the attribute gives the drops at last use only. Inference
+/// `#[inference]` enters vramguard's own no-grad guard, and, with the `tch` feature, tch's
+/// (`tch::no_grad_guard()`, around each poll in an `async fn`). candle and burn have no such
+/// thread-wide switch, so with their tensors the attribute gives the drops at last use only. Inference
 /// records no graph in them if it is set up this way:
 ///
 /// - **candle**: a graph is recorded only through tensors that track gradients, which are the
@@ -78,8 +79,9 @@
 /// - **burn 0.21 and before** (autodiff is a backend decorator, `Autodiff<B>`): write the model
 ///   generic over `B: Backend` and run inference on `model.valid()`, which is the same module on
 ///   `B::InnerBackend` (no autodiff); tensors go there with `tensor.inner()`.
-/// - **tch**: has a thread-local guard, `tch::no_grad_guard()` (or `tch::no_grad(|| …)`); hold
-///   it for the whole forward pass.
+/// - **tch**: has a thread-local guard, `tch::no_grad_guard()`, which `#[inference]` holds for
+///   the whole body when the `tch` feature is on; without the attribute, hold it yourself for
+///   the whole forward pass (or use `tch::no_grad(|| …)`).
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not `vramguard::Release`",
     label = "not `Release`: dropping it at its last use might change what the program does",

@@ -44,7 +44,9 @@ use proc_macro::TokenStream;
 ///
 /// # What it does
 ///
-/// 1. **No grad**: the whole body runs under a no-grad guard (`NoGradGuard`). In an `async fn`
+/// 1. **No grad**: the whole body runs under a no-grad guard (`NoGradGuard`), and under the
+///    no-grad modes of the other libraries that have one (tch's, with the facade's `tch`
+///    feature; candle and burn have none: see `vramguard::Release`). In an `async fn`
 ///    grad mode is set around each poll of the body instead (a guard must not live across
 ///    `.await`: the task may resume on another thread). For an `impl Trait` return, grad mode
 ///    covers the call, not the later use of the returned value.

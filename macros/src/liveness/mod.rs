@@ -621,13 +621,17 @@ impl Rewriter<'_> {
                         holders
                             .extend(edges.iter().filter(|e| e.from == t && e.into).map(|e| e.to));
                         for holder in holders {
-                            edges.extend(resolved.iter().map(|&(to, kind, into)| Edge {
-                                from: holder,
-                                to,
-                                kind,
-                                into,
-                                at: index,
-                            }));
+                            // A value cannot borrow itself (`f(&mut a, &mut b)` stores each
+                            // into the other, and so back into itself).
+                            edges.extend(resolved.iter().filter(|r| r.0 != holder).map(
+                                |&(to, kind, into)| Edge {
+                                    from: holder,
+                                    to,
+                                    kind,
+                                    into,
+                                    at: index,
+                                },
+                            ));
                         }
                     }
                     // Stored into something declared outside this block: keep it whole.

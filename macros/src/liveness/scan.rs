@@ -452,13 +452,35 @@ impl Env<'_> {
             let owned = self.owned.contains(&last)
                 || (!lists::BORROWING_CONSTRUCTORS.contains(&last.as_str())
                     && (lists::OWNED_FUNCTIONS.contains(&last.as_str())
-                        || owner.is_some_and(|o| lists::OWNED_TYPES.contains(&o.as_str()))));
+                        || owner
+                            .as_deref()
+                            .is_some_and(|o| lists::OWNED_TYPES.contains(&o))));
             if owned {
                 return;
             }
             let constructor = last.starts_with(char::is_uppercase);
             if self.optimistic && !constructor {
                 return;
+            }
+            // `Box::new(|| use(&x))`: a boxed closure is usually a trait object, whose drop may
+            // use what it borrows: `x` must outlive it.
+            let boxing = owner
+                .as_deref()
+                .is_some_and(|o| matches!(o, "Box" | "Rc" | "Arc"))
+                && matches!(last.as_str(), "new" | "pin");
+            if boxing {
+                for arg in &call.args {
+                    if let Expr::Closure(closure) = arg {
+                        if closure.capture.is_none() {
+                            let mentions = self.scan_expr(arg).mentions;
+                            out.extend(
+                                mentions
+                                    .into_keys()
+                                    .map(|name| Source::Storage(name, Kind::Maybe, false)),
+                            );
+                        }
+                    }
+                }
             }
             // Calling a local closure: its result may hold what the closure captured.
             if let Some(name) = local_name(path) {

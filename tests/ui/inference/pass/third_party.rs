@@ -145,6 +145,11 @@ pub mod borrowing_names {
         }
     }
 
+    /// Trains one step, logging into `history` (both arguments `&mut`).
+    pub fn train(gan: &mut Vec<usize>, history: &mut Vec<usize>) {
+        history.push(gan.len());
+    }
+
     /// A builder borrowing the holder (`VarBuilder::from_varmap(&varmap, ..)`).
     pub struct Builder<'a>(pub &'a Holder);
 
@@ -377,6 +382,25 @@ macro_rules! cases {
             tape.into_iter().map(|op| op()).sum()
         }
 
+        /// Boxed closures borrowing a local (the `inplace` example's table of cases), and a
+        /// call that stores two `&mut` arguments into each other (the GAN bench's history).
+        $(#[$attr])?
+        pub fn boxed_closures_and_mutual_stores() -> usize {
+            let device = vec![1usize, 2, 3];
+            let rows: [Box<dyn Fn() -> usize + '_>; 2] =
+                [Box::new(|| device.len()), Box::new(|| device[0])];
+            let total: usize = rows.iter().map(|row| row()).sum();
+            let n = device.len();
+            step("1");
+            let mut history: Vec<usize> = Vec::new();
+            let mut gan = vec![total];
+            super::borrowing_names::train(&mut gan, &mut history);
+            step("2");
+            drop(history);
+            step("3");
+            total + n
+        }
+
         /// Uppercase locals.
         #[allow(non_snake_case)]
         $(#[$attr])?
@@ -422,5 +446,6 @@ pub fn main() {
     check!(borrowing_constructors());
     check!(guard_through_accessor());
     check!(move_closure_captures());
+    check!(boxed_closures_and_mutual_stores());
     check!(uppercase_locals());
 }
