@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# `cargo vramguard check` on this workspace's own examples: every example (but the ones that
+# need a feature or measure the macro itself) becomes a module of one throwaway library crate
+# under target/examples-check, and every function in it gets #[vramguard::inference].
+# Prints `M/N functions compile`; exits non-zero unless N/N.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+dir="$root/target/examples-check/crate"
+rm -rf "$dir"
+mkdir -p "$dir/src" "$dir/benches"
+cp -r examples/. "$dir/src/"
+cp -r benches/support "$dir/benches/"
+# candle_inference needs the `candle` feature; compile_bench builds other crates.
+rm -f "$dir/src/candle_inference.rs" "$dir/src/compile_bench.rs"
+cat > "$dir/Cargo.toml" <<TOML
+[package]
+name = "vramguard-examples-check"
+version = "0.0.0"
+edition = "2021"
+publish = false
+
+[dependencies]
+vramguard = { path = "$root" }
+matrixmultiply = "0.3.11"
+serde_json = "1"
+
+[workspace]
+TOML
+{
+    echo '//! The workspace examples as modules of one library, for `cargo vramguard check`.'
+    echo '#![allow(dead_code, unused_imports)]'
+    for f in "$dir"/src/*.rs; do
+        name=$(basename "$f" .rs)
+        [[ "$name" == lib ]] || echo "mod $name;"
+    done
+} > "$dir/src/lib.rs"
+cargo build --release -q -p cargo-vramguard
+target/release/cargo-vramguard vramguard check "$dir" \
+    --target-dir "$root/target/examples-check/target" \
+    --work-dir "$root/target/examples-check/work"
