@@ -146,7 +146,8 @@ pub mod borrowing_names {
     }
 
     /// Trains one step, logging into `history` (both arguments `&mut`).
-    pub fn train(gan: &mut Vec<usize>, history: &mut Vec<usize>) {
+    pub fn train(gan: &mut [usize], history: &mut Vec<usize>) {
+        gan[0] += 1;
         history.push(gan.len());
     }
 
