@@ -10,6 +10,9 @@ mod support;
 #[path = "gen/generator.rs"]
 mod generator;
 
+#[path = "gen/golden.rs"]
+mod golden;
+
 #[rustfmt::skip]
 #[path = "gen/corpus_0.rs"]
 mod corpus_0;
@@ -41,20 +44,7 @@ fn all_cases() -> Vec<Case> {
 
 #[test]
 fn generated_corpus_is_current() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gen");
-    let bless = std::env::var_os("VG_BLESS").is_some();
-    for (name, text) in generator::generate() {
-        let path = dir.join(&name);
-        if bless {
-            std::fs::write(&path, &text).unwrap();
-        } else {
-            let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
-            assert!(
-                on_disk == text,
-                "{name} is stale: run with VG_BLESS=1 and commit it"
-            );
-        }
-    }
+    golden::check_or_bless(generator::generate());
 }
 
 #[test]

@@ -11,6 +11,9 @@ mod release_support;
 #[path = "gen/kept_generator.rs"]
 mod kept_generator;
 
+#[path = "gen/golden.rs"]
+mod golden;
+
 use release_support::Mem;
 
 /// `(name, plain, #[inference], #[batch_scope])`.
@@ -30,22 +33,9 @@ mod kept_corpus_1;
 
 #[test]
 fn kept_corpus_is_current() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gen");
-    let bless = std::env::var_os("VG_BLESS").is_some();
     let (files, counts) = kept_generator::generate();
     println!("{counts:?}");
-    for (name, text) in files {
-        let path = dir.join(&name);
-        if bless {
-            std::fs::write(&path, &text).unwrap();
-        } else {
-            let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
-            assert!(
-                on_disk == text,
-                "{name} is stale: run with VG_BLESS=1 and commit it"
-            );
-        }
-    }
+    golden::check_or_bless(files);
 }
 
 #[test]
