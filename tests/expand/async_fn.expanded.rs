@@ -5,22 +5,20 @@ async fn generate(model: &Model, prompt: Tensor) -> Result<Tensor> {
                     #[allow(unused_imports)]
                     use ::vramguard::__private::{
                         CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
+                        Probe as __VgProbe, release as __vg_release,
+                        last_use as __vg_last_use,
                     };
                     let hidden = model.encode(&prompt).await?;
-                    if (&&&::vramguard::__private::Probe::of(&prompt)).__vg_releasable()
-                    {
-                        ::vramguard::__private::release(prompt);
+                    if (&&&__VgProbe::of(&prompt)).__vg_releasable() {
+                        __vg_release(prompt);
                     }
                     let logits = model.head.forward(&hidden)?;
-                    if (&&&::vramguard::__private::Probe::of(&hidden)).__vg_releasable()
-                    {
-                        ::vramguard::__private::release(hidden);
+                    if (&&&__VgProbe::of(&hidden)).__vg_releasable() {
+                        __vg_release(hidden);
                     }
-                    let next = if (&&&::vramguard::__private::Probe::of(&logits))
-                        .__vg_movable()
-                    {
+                    let next = if (&&&__VgProbe::of(&logits)).__vg_movable() {
                         #[allow(unused_mut, unused_variables)]
-                        let logits = ::vramguard::__private::last_use(logits);
+                        let logits = __vg_last_use(logits);
                         let __vg_value = logits.argmax(1)?;
                         __vg_value
                     } else {

@@ -4,37 +4,38 @@ fn attention(q: Tensor, k: Tensor, scale: f64) -> Result<Tensor> {
     #[allow(unused_imports)]
     use ::vramguard::__private::{
         CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
+        Probe as __VgProbe, release as __vg_release, last_use as __vg_last_use,
     };
     let dims = q.dims();
-    let kt = if (&&&::vramguard::__private::Probe::of(&k)).__vg_movable() {
+    let kt = if (&&&__VgProbe::of(&k)).__vg_movable() {
         #[allow(unused_mut, unused_variables)]
-        let k = ::vramguard::__private::last_use(k);
+        let k = __vg_last_use(k);
         let __vg_value = k.t()?;
         __vg_value
     } else {
         k.t()?
     };
     let scores = q.matmul(&kt)?;
-    if (&&&::vramguard::__private::Probe::of(&kt)).__vg_releasable() {
-        ::vramguard::__private::release(kt);
+    if (&&&__VgProbe::of(&kt)).__vg_releasable() {
+        __vg_release(kt);
     }
     let scores = {
         let __vg_value = (&scores * scale)?;
-        if (&&&::vramguard::__private::Probe::of(&scores)).__vg_releasable() {
-            ::vramguard::__private::release(scores);
+        if (&&&__VgProbe::of(&scores)).__vg_releasable() {
+            __vg_release(scores);
         }
         __vg_value
     };
     let n = dims[0];
-    if (&&&::vramguard::__private::Probe::of(&dims)).__vg_releasable() {
-        ::vramguard::__private::release(dims);
+    if (&&&__VgProbe::of(&dims)).__vg_releasable() {
+        __vg_release(dims);
     }
-    if (&&&::vramguard::__private::Probe::of(&q)).__vg_releasable() {
-        ::vramguard::__private::release(q);
+    if (&&&__VgProbe::of(&q)).__vg_releasable() {
+        __vg_release(q);
     }
     let probs = softmax(&scores)?;
-    if (&&&::vramguard::__private::Probe::of(&scores)).__vg_releasable() {
-        ::vramguard::__private::release(scores);
+    if (&&&__VgProbe::of(&scores)).__vg_releasable() {
+        __vg_release(scores);
     }
     probs.narrow(0, 0, n)
 }

@@ -5,11 +5,12 @@ impl Module for Mlp {
         #[allow(unused_imports)]
         use vg::__private::{
             CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
+            Probe as __VgProbe, release as __vg_release, last_use as __vg_last_use,
         };
         let h = self.up.forward(xs)?;
-        let h = if (&&&vg::__private::Probe::of(&h)).__vg_movable() {
+        let h = if (&&&__VgProbe::of(&h)).__vg_movable() {
             #[allow(unused_mut, unused_variables)]
-            let h = vg::__private::last_use(h);
+            let h = __vg_last_use(h);
             let __vg_value = h.relu()?;
             __vg_value
         } else {
@@ -28,18 +29,19 @@ impl Module for Mlp {
         #[allow(unused_imports)]
         use vg::__private::{
             CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
+            Probe as __VgProbe, release as __vg_release, last_use as __vg_last_use,
         };
         let h = (xs + &extra)?;
-        if (&&&vg::__private::Probe::of(&h)).__vg_movable() {
+        if (&&&__VgProbe::of(&h)).__vg_movable() {
             #[allow(unused_mut, unused_variables)]
-            let h = vg::__private::last_use(h);
+            let h = __vg_last_use(h);
             extra = h.sqr()?;
         } else {
             extra = h.sqr()?;
         }
         let out = self.down.forward(&extra)?;
-        if (&&&vg::__private::Probe::of(&extra)).__vg_releasable() {
-            vg::__private::release(extra);
+        if (&&&__VgProbe::of(&extra)).__vg_releasable() {
+            __vg_release(extra);
         }
         Ok(out)
     }

@@ -4,21 +4,16 @@ fn decode(tokens: Vec<u32>, cache: Cache, mode: Mode) -> Option<usize> {
     #[allow(unused_imports)]
     use ::vramguard::__private::{
         CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
+        Probe as __VgProbe, release as __vg_release, last_use as __vg_last_use,
     };
     let table = build_table();
     let mut total = 0;
-    if (&&&::vramguard::__private::Probe::of(&table)).__vg_movable() {
-        #[allow(unused_mut, unused_variables)]
-        let table = ::vramguard::__private::last_use(table);
-        for t in &tokens {
-            let row = table.row(*t);
-            total += row.len();
-        }
-    } else {
-        for t in &tokens {
-            let row = table.row(*t);
-            total += row.len();
-        }
+    for t in &tokens {
+        let row = table.row(*t);
+        total += row.len();
+    }
+    if (&&&__VgProbe::of(&table)).__vg_releasable() {
+        __vg_release(table);
     }
     let Some(first) = tokens.first() else {
         return None;
@@ -27,15 +22,15 @@ fn decode(tokens: Vec<u32>, cache: Cache, mode: Mode) -> Option<usize> {
         Mode::Fast => format!("fast {first}"),
         Mode::Exact => format!("exact {first:>8}"),
     };
-    if (&&&::vramguard::__private::Probe::of(&first)).__vg_releasable() {
-        ::vramguard::__private::release(first);
+    if (&&&__VgProbe::of(&first)).__vg_releasable() {
+        __vg_release(first);
     }
-    if (&&&::vramguard::__private::Probe::of(&tokens)).__vg_releasable() {
-        ::vramguard::__private::release(tokens);
+    if (&&&__VgProbe::of(&tokens)).__vg_releasable() {
+        __vg_release(tokens);
     }
     println!("{label} {total}");
-    if (&&&::vramguard::__private::Probe::of(&label)).__vg_releasable() {
-        ::vramguard::__private::release(label);
+    if (&&&__VgProbe::of(&label)).__vg_releasable() {
+        __vg_release(label);
     }
     cache.store(total);
     Some(total)

@@ -4,12 +4,13 @@ fn forward(&self, xs: &Tensor) -> Result<Tensor> {
     #[allow(unused_imports)]
     use ::vramguard::__private::{
         CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
+        Probe as __VgProbe, release as __vg_release, last_use as __vg_last_use,
     };
     let _enter = self.span.enter();
     let xs = self.fc1.forward(xs)?;
-    let xs = if (&&&::vramguard::__private::Probe::of(&xs)).__vg_movable() {
+    let xs = if (&&&__VgProbe::of(&xs)).__vg_movable() {
         #[allow(unused_mut, unused_variables)]
-        let xs = ::vramguard::__private::last_use(xs);
+        let xs = __vg_last_use(xs);
         let __vg_value = xs.gelu()?;
         __vg_value
     } else {
@@ -17,15 +18,15 @@ fn forward(&self, xs: &Tensor) -> Result<Tensor> {
     };
     let xs = {
         let __vg_value = self.fc2.forward(&xs)?;
-        if (&&&::vramguard::__private::Probe::of(&xs)).__vg_releasable() {
-            ::vramguard::__private::release(xs);
+        if (&&&__VgProbe::of(&xs)).__vg_releasable() {
+            __vg_release(xs);
         }
         __vg_value
     };
     let xs = {
         let __vg_value = (&xs + &self.residual)?;
-        if (&&&::vramguard::__private::Probe::of(&xs)).__vg_releasable() {
-            ::vramguard::__private::release(xs);
+        if (&&&__VgProbe::of(&xs)).__vg_releasable() {
+            __vg_release(xs);
         }
         __vg_value
     };

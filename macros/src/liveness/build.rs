@@ -8,14 +8,42 @@ use proc_macro2::{Ident, Span};
 use syn::punctuated::Punctuated;
 use syn::{Expr, Stmt};
 
-/// `if (&&&krate::__private::Probe::of(&x)).__vg_releasable() { krate::__private::release(x); }`
-pub(super) fn release(krate: &syn::Path, target: Ident, span: Span) -> Stmt {
-    let condition = probe(krate, target.clone(), "__vg_releasable", span);
-    let call = call(
-        private(krate, &["release"], span),
-        vec![ident(target)],
-        span,
-    );
+/// The names under which a transformed block imports the helpers it calls (see [`imports`]):
+/// one identifier per use instead of a four-segment path keeps the generated code small, and
+/// the macro's output crosses the compiler's proc-macro bridge token by token.
+const PROBE: &str = "__VgProbe";
+const RELEASE: &str = "__vg_release";
+const LAST_USE: &str = "__vg_last_use";
+
+/// `use krate::__private::{…};` at the top of a transformed block: the probe's answering traits
+/// (method resolution needs them in scope) and the helpers under their short names. Items of a
+/// block are visible in all of it, nested blocks and closures included.
+pub(super) fn imports(krate: &syn::Path) -> Stmt {
+    let [probe, release, last_use] = [PROBE, RELEASE, LAST_USE].map(short_name);
+    syn::parse_quote! {
+        #[allow(unused_imports)]
+        use #krate::__private::{
+            CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
+            Probe as #probe, release as #release, last_use as #last_use,
+        };
+    }
+}
+
+/// A helper's short name, resolved where the macro was invoked (so that it finds the block's
+/// `use` from inside a `macro_rules!` expansion too).
+fn short_name(name: &str) -> Ident {
+    Ident::new(name, Span::call_site())
+}
+
+/// A helper's short name as a path expression, pointing at the user's statement.
+fn helper(name: &str, span: Span) -> Expr {
+    ident(Ident::new(name, Span::call_site().located_at(span)))
+}
+
+/// `if (&&&__VgProbe::of(&x)).__vg_releasable() { __vg_release(x); }`
+pub(super) fn release(target: Ident, span: Span) -> Stmt {
+    let condition = probe(target.clone(), "__vg_releasable", span);
+    let call = call(helper(RELEASE, span), vec![ident(target)], span);
     let body = syn::Block {
         brace_token: syn::token::Brace(span),
         stmts: vec![Stmt::Expr(call, Some(syn::Token![;](span)))],
@@ -32,13 +60,16 @@ pub(super) fn release(krate: &syn::Path, target: Ident, span: Span) -> Stmt {
     )
 }
 
-/// `(&&&krate::__private::Probe::of(&x)).question()`: answered from `x`'s type.
-pub(super) fn probe(krate: &syn::Path, target: Ident, question: &str, span: Span) -> Expr {
-    let of = call(
-        private(krate, &["Probe", "of"], span),
-        vec![reference(ident(target), span)],
-        span,
-    );
+/// `(&&&__VgProbe::of(&x)).question()`: answered from `x`'s type.
+pub(super) fn probe(target: Ident, question: &str, span: Span) -> Expr {
+    let mut of_path: syn::Path = Ident::new(PROBE, Span::call_site().located_at(span)).into();
+    of_path.segments.push(Ident::new("of", span).into());
+    let of_path = Expr::Path(syn::ExprPath {
+        attrs: Vec::new(),
+        qself: None,
+        path: of_path,
+    });
+    let of = call(of_path, vec![reference(ident(target), span)], span);
     let mut receiver = of;
     for _ in 0..3 {
         receiver = reference(receiver, span);
@@ -68,13 +99,9 @@ pub(super) fn and(left: Expr, right: Expr, span: Span) -> Expr {
     })
 }
 
-/// `#[allow(unused_mut, unused_variables)] let [mut] x = krate::__private::last_use(x);`
-pub(super) fn rebind(krate: &syn::Path, target: Ident, mutable: bool, span: Span) -> Stmt {
-    let value = call(
-        private(krate, &["last_use"], span),
-        vec![ident(target.clone())],
-        span,
-    );
+/// `#[allow(unused_mut, unused_variables)] let [mut] x = __vg_last_use(x);`
+pub(super) fn rebind(target: Ident, mutable: bool, span: Span) -> Stmt {
+    let value = call(helper(LAST_USE, span), vec![ident(target.clone())], span);
     let allow: syn::Attribute =
         syn::parse_quote_spanned!(span=> #[allow(unused_mut, unused_variables)]);
     Stmt::Local(syn::Local {
@@ -94,20 +121,6 @@ pub(super) fn rebind(krate: &syn::Path, target: Ident, mutable: bool, span: Span
             diverge: None,
         }),
         semi_token: syn::Token![;](span),
-    })
-}
-
-/// `krate::__private::a::b`, every segment spanned at `span` (the facade path keeps its own).
-fn private(krate: &syn::Path, names: &[&str], span: Span) -> Expr {
-    let mut path = krate.clone();
-    path.segments.push(Ident::new("__private", span).into());
-    for name in names {
-        path.segments.push(Ident::new(name, span).into());
-    }
-    Expr::Path(syn::ExprPath {
-        attrs: Vec::new(),
-        qself: None,
-        path,
     })
 }
 

@@ -139,7 +139,7 @@ pub(crate) fn params_of(sig: &syn::Signature) -> Vec<ParamBinding> {
     for input in &sig.inputs {
         if let syn::FnArg::Typed(typed) = input {
             // Dropping a reference or a primitive number early frees nothing.
-            if matches!(*typed.ty, syn::Type::Reference(_)) || is_primitive(&typed.ty) {
+            if scan::plain_type(&typed.ty) {
                 continue;
             }
             let mut names = Vec::new();
@@ -171,15 +171,6 @@ pub(crate) fn pattern_names(pat: &syn::Pat, out: &mut Vec<String>) {
     let mut names = Vec::new();
     scan::pattern_bindings(pat, &mut names);
     out.extend(names.into_iter().map(|(ident, _)| ident.to_string()));
-}
-
-fn is_primitive(ty: &syn::Type) -> bool {
-    const PRIMITIVES: &[&str] = &[
-        "bool", "char", "f32", "f64", "i8", "i16", "i32", "i64", "i128", "isize", "u8", "u16",
-        "u32", "u64", "u128", "usize",
-    ];
-    matches!(ty, syn::Type::Path(p) if p.qself.is_none()
-        && p.path.get_ident().is_some_and(|i| PRIMITIVES.contains(&i.to_string().as_str())))
 }
 
 /// Inserts drops at last use into `block` and every block nested in it. `params` are the
@@ -214,16 +205,7 @@ pub(crate) fn insert_drops(
     };
     rewriter.block(block, params);
     if rewriter.probes {
-        // Method resolution of the probes needs both answering traits in scope; items of a
-        // block are visible in all of it, nested blocks and closures included.
-        let krate = &opts.krate;
-        block.stmts.insert(
-            0,
-            syn::parse_quote! {
-                #[allow(unused_imports)]
-                use #krate::__private::{CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _};
-            },
-        );
+        block.stmts.insert(0, build::imports(&opts.krate));
     }
     rewriter.report
 }
@@ -686,6 +668,12 @@ impl Rewriter<'_> {
                         scan::may_hold_closure(&init.expr)
                             || scan::calls_local(&init.expr, &|name| current.contains_key(name))
                     });
+                    // Not `Release` by its syntax: a probe would only ever answer "keep".
+                    let plain = match (&local.pat, &local.init) {
+                        (syn::Pat::Type(typed), _) if scan::plain_type(&typed.ty) => true,
+                        (_, Some(init)) => scan::never_release(&init.expr),
+                        (_, None) => false,
+                    };
                     // `#[cfg(..)] let x = …;` may be compiled out: whether it shadows `x` is
                     // unknown, so neither the old nor the new `x` is dropped early.
                     let conditional = local.attrs.iter().any(is_cfg_attr);
@@ -703,7 +691,7 @@ impl Rewriter<'_> {
                             Some(index),
                             marked_keep || uninit || conditional,
                         );
-                        bindings[new].never_released = closure_typed;
+                        bindings[new].never_released = closure_typed || plain;
                         bindings[new].type_deferred = type_deferred;
                         edges.extend(resolved.iter().map(|&(to, kind, into)| Edge {
                             from: new,
@@ -862,7 +850,6 @@ impl Rewriter<'_> {
         plan: BTreeMap<usize, StmtDrops>,
         mut kept: BTreeMap<usize, Stmt>,
     ) {
-        let krate = &self.opts.krate;
         for decl in std::mem::take(&mut self.mut_decls) {
             if let Some(Stmt::Local(local)) = block.stmts.get_mut(decl) {
                 local.attrs.push(syn::parse_quote!(#[allow(unused_mut)]));
@@ -888,7 +875,7 @@ impl Rewriter<'_> {
                     } else {
                         "__vg_movable"
                     };
-                    build::probe(krate, located(ident), question, span)
+                    build::probe(located(ident), question, span)
                 })
                 .reduce(|all, next| build::and(all, next, span));
             if let (Some(condition), Some(kept)) = (condition, kept.remove(&index)) {
@@ -896,7 +883,7 @@ impl Rewriter<'_> {
                 let rebinds: Vec<Stmt> = drops
                     .move_in
                     .iter()
-                    .map(|(ident, mutable)| build::rebind(krate, located(ident), *mutable, span))
+                    .map(|(ident, mutable)| build::rebind(located(ident), *mutable, span))
                     .collect();
                 wrap(stmt, rebinds, condition, kept);
             }
@@ -909,7 +896,7 @@ impl Rewriter<'_> {
                 .rev()
                 .map(|ident| {
                     self.probes = true;
-                    build::release(krate, located(ident), span)
+                    build::release(located(ident), span)
                 })
                 .collect();
             if releases.is_empty() {

@@ -8,6 +8,7 @@ use quote::ToTokens;
 use syn::ext::IdentExt;
 use syn::parse::Parser;
 use syn::punctuated::Punctuated;
+use syn::visit::Visit;
 use syn::{BinOp, Block, Expr, Macro, Pat, Stmt, Token, UnOp};
 
 use super::{format, lists};
@@ -611,6 +612,40 @@ pub(crate) fn place_root(expr: &Expr) -> Option<String> {
 }
 
 /// The last segment of a macro's path (`println` for `std::println!`).
+/// Whether a `break` may leave the loop whose body this is: any `break` inside it (also one
+/// leaving only an inner loop, or inside a known macro's tokens), or a macro that could expand
+/// to one.
+fn can_break(body: &Block) -> bool {
+    let mut finder = BreakFinder(false);
+    finder.visit_block(body);
+    finder.0
+}
+
+fn can_break_expr(expr: &Expr) -> bool {
+    let mut finder = BreakFinder(false);
+    finder.visit_expr(expr);
+    finder.0
+}
+
+struct BreakFinder(bool);
+
+impl<'ast> Visit<'ast> for BreakFinder {
+    fn visit_expr_break(&mut self, _: &'ast syn::ExprBreak) {
+        self.0 = true;
+    }
+    fn visit_macro(&mut self, mac: &'ast Macro) {
+        fn has_break(tokens: TokenStream) -> bool {
+            tokens.into_iter().any(|t| match t {
+                TokenTree::Ident(ident) => ident == "break",
+                TokenTree::Group(group) => has_break(group.stream()),
+                _ => false,
+            })
+        }
+        self.0 |= !lists::is_known_macro(&macro_name(mac)) || has_break(mac.tokens.clone());
+    }
+    fn visit_item(&mut self, _: &'ast syn::Item) {}
+}
+
 pub(crate) fn macro_name(mac: &Macro) -> String {
     mac.path
         .segments
@@ -733,6 +768,11 @@ struct Walker<'e, 'a> {
     /// Inside a `move` closure or `async move` block: every outer local named there is moved
     /// into it when it is created, however the body uses it.
     move_captures: usize,
+    /// Inside a loop that no `break` can leave (see [`can_break`]): a local declared outside
+    /// it is never moved here, since moving it would be a "value moved in a previous iteration"
+    /// error unless the path diverges (`return`, `?`, a panic) and so never reaches the code
+    /// after the loop. Such a use is released after the statement, never written twice.
+    breakless_loops: usize,
     facts: Facts,
 }
 
@@ -744,8 +784,20 @@ impl<'e, 'a> Walker<'e, 'a> {
             bound_sources: BTreeMap::new(),
             closure_sources: Vec::new(),
             move_captures: 0,
+            breakless_loops: 0,
             facts: Facts::default(),
         }
+    }
+
+    /// Visits a loop's repeated part (its body, and a `while` condition).
+    fn loop_body(&mut self, body: &Block, condition: Option<&Expr>) {
+        let breakless = !can_break(body) && !condition.is_some_and(|c| can_break_expr(c));
+        self.breakless_loops += usize::from(breakless);
+        if let Some(condition) = condition {
+            self.cond(condition);
+        }
+        self.block(body);
+        self.breakless_loops -= usize::from(breakless);
     }
 
     fn mention(&mut self, name: &str, ctx: Ctx, projected: bool) {
@@ -761,6 +813,9 @@ impl<'e, 'a> Walker<'e, 'a> {
             ctx
         };
         let projected = projected && self.move_captures == 0;
+        if self.breakless_loops > 0 {
+            return;
+        }
         match ctx {
             Ctx::Value => {
                 mention.moved = true;
@@ -1058,7 +1113,7 @@ impl<'e, 'a> Walker<'e, 'a> {
             }
             Expr::TryBlock(b) => self.block(&b.block),
             Expr::Const(b) => self.block(&b.block),
-            Expr::Loop(l) => self.block(&l.body),
+            Expr::Loop(l) => self.loop_body(&l.body, None),
             Expr::If(if_) => {
                 let depth = self.bound.len();
                 self.cond(&if_.cond);
@@ -1070,8 +1125,7 @@ impl<'e, 'a> Walker<'e, 'a> {
             }
             Expr::While(while_) => {
                 let depth = self.bound.len();
-                self.cond(&while_.cond);
-                self.block(&while_.body);
+                self.loop_body(&while_.body, Some(&while_.cond));
                 self.bound.truncate(depth);
             }
             Expr::ForLoop(for_) => {
@@ -1079,7 +1133,7 @@ impl<'e, 'a> Walker<'e, 'a> {
                 let depth = self.bound.len();
                 let items = self.substitute_bound(self.env.value_sources(&for_.expr));
                 self.bind_from(&for_.pat, items);
-                self.block(&for_.body);
+                self.loop_body(&for_.body, None);
                 self.bound.truncate(depth);
             }
             Expr::Match(match_) => {
@@ -1359,6 +1413,50 @@ fn closure_tokens(tokens: TokenStream) -> bool {
 /// `x.parse()`, `x.collect()`, `x.into()`, `x.sum()`, `x as _`, or a turbofish with `_`.
 /// A release probe must not be placed before that use: method resolution would have to
 /// answer for a type not known yet (and would take it for a `Release` one).
+/// A value whose type the syntax alone shows is not `Release`: a literal, a comparison or a
+/// boolean operator (`bool`), a reference, a range, a cast to a primitive. Such a local needs
+/// no probe; it keeps its drop point either way.
+pub(crate) fn never_release(expr: &Expr) -> bool {
+    match expr {
+        Expr::Lit(_) | Expr::Reference(_) | Expr::Range(_) => true,
+        Expr::Cast(cast) => plain_type(&cast.ty),
+        Expr::Binary(binary) => matches!(
+            binary.op,
+            BinOp::Eq(_)
+                | BinOp::Ne(_)
+                | BinOp::Lt(_)
+                | BinOp::Le(_)
+                | BinOp::Gt(_)
+                | BinOp::Ge(_)
+                | BinOp::And(_)
+                | BinOp::Or(_)
+        ),
+        Expr::Paren(paren) => never_release(&paren.expr),
+        Expr::Group(group) => never_release(&group.expr),
+        _ => false,
+    }
+}
+
+/// A primitive scalar, a reference or a raw pointer: never `Release`.
+pub(crate) fn plain_type(ty: &syn::Type) -> bool {
+    const PRIMITIVES: &[&str] = &[
+        "bool", "char", "f32", "f64", "i8", "i16", "i32", "i64", "i128", "isize", "u8", "u16",
+        "u32", "u64", "u128", "usize",
+    ];
+    match ty {
+        syn::Type::Reference(_) | syn::Type::Ptr(_) => true,
+        syn::Type::Paren(paren) => plain_type(&paren.elem),
+        syn::Type::Path(path) => {
+            path.qself.is_none()
+                && path
+                    .path
+                    .get_ident()
+                    .is_some_and(|i| PRIMITIVES.contains(&i.to_string().as_str()))
+        }
+        _ => false,
+    }
+}
+
 pub(crate) fn type_deferred(expr: &Expr) -> bool {
     match expr {
         Expr::Try(t) => type_deferred(&t.expr),

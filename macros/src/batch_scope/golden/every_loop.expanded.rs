@@ -11,11 +11,12 @@ fn train(model: &mut Model, data: &[Batch]) -> Result<f32, Error> {
             #[allow(unused_imports)]
             use ::vramguard::__private::{
                 CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
+                Probe as __VgProbe, release as __vg_release, last_use as __vg_last_use,
             };
             let loss = model.step(batch)?;
-            if (&&&::vramguard::__private::Probe::of(&loss)).__vg_movable() {
+            if (&&&__VgProbe::of(&loss)).__vg_movable() {
                 #[allow(unused_mut, unused_variables)]
-                let loss = ::vramguard::__private::last_use(loss);
+                let loss = __vg_last_use(loss);
                 total += loss.item();
             } else {
                 total += loss.item();

@@ -9,7 +9,7 @@ mod support;
 macro_rules! cases {
     ($($attr:meta)?) => {
         #[allow(unused_imports)]
-        use super::support::{guard, mk, step, Net, T};
+        use super::support::{consume, guard, mk, step, Net, T};
 
         /// `?` chains and an early return.
         $(#[$attr])?
@@ -144,6 +144,50 @@ macro_rules! cases {
             picked
         }
 
+        /// A local used inside a loop that no `break` leaves is never moved there unless the
+        /// path diverges (`return`, a `-> !` call): it is released after the loop.
+        $(#[$attr])?
+        pub fn used_in_breakless_loop(stop_at: i64) -> i64 {
+            fn never_returns() -> ! {
+                panic!("not reached in these cases")
+            }
+            let w = mk("w", 3);
+            let mut acc = 0;
+            for i in 0..4 {
+                if i == stop_at {
+                    return consume(w, "returned").v;
+                }
+                if i == 100 {
+                    let _moved = consume(w, "diverged");
+                    never_returns();
+                }
+                acc += w.scaled(i).v;
+            }
+            let mut n = 0;
+            while n < w.v + acc {
+                n += 5;
+            }
+            step("after loops");
+            acc + n
+        }
+
+        /// A loop a `break` leaves after moving the local: it may be moved there, so the loop
+        /// statement is written twice and the type chooses.
+        $(#[$attr])?
+        pub fn moved_then_break(flag: bool) -> i64 {
+            let w = mk("w", 5);
+            let mut out = 0;
+            for i in 0..3 {
+                out += i;
+                if flag {
+                    out += consume(w, "consumed").v;
+                    break;
+                }
+            }
+            step("after loop");
+            out
+        }
+
         /// A value moved conditionally in one branch and not used afterwards.
         $(#[$attr])?
         pub fn conditional_move(flag: bool) -> i64 {
@@ -181,4 +225,8 @@ pub fn main() {
     check!(let_else_mentions(None));
     check!(conditional_move(true));
     check!(conditional_move(false) => earlier);
+    check!(used_in_breakless_loop(2));
+    check!(used_in_breakless_loop(10) => earlier);
+    check!(moved_then_break(true));
+    check!(moved_then_break(false) => earlier);
 }
