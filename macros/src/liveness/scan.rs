@@ -791,7 +791,7 @@ impl<'e, 'a> Walker<'e, 'a> {
 
     /// Visits a loop's repeated part (its body, and a `while` condition).
     fn loop_body(&mut self, body: &Block, condition: Option<&Expr>) {
-        let breakless = !can_break(body) && !condition.is_some_and(|c| can_break_expr(c));
+        let breakless = !can_break(body) && !condition.is_some_and(can_break_expr);
         self.breakless_loops += usize::from(breakless);
         if let Some(condition) = condition {
             self.cond(condition);
