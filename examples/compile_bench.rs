@@ -6,8 +6,13 @@
 //! once; then each crate's own compilation (`cargo build`, dev profile, incremental off) is
 //! timed `--reps` times, the two interleaved, and the medians compared:
 //! `compile_time_ratio` = annotated / plain (target ≤ 1.3). The annotated time includes running
-//! the macro itself. `generated_tokens_ratio` is the size of the expanded bodies over the
-//! input's, from the same corpus.
+//! the macro itself.
+//!
+//! `compile_time_ratio_no_drops` times a third crate with `#[vramguard::inference(drops =
+//! false)]`: the attribute parses each function and writes it back with only the no-grad
+//! guard. That is the cost of any attribute that rewrites a function body, before anything
+//! is released; the rest of `compile_time_ratio` is the release code and the analysis behind
+//! it. (`macros/src/liveness/tests.rs` prints the size of the generated code.)
 //!
 //! The macro runs as built by the user's profile: in a debug build Cargo compiles proc macros
 //! unoptimized. `compile_time_ratio_optimized_macro` repeats the comparison with
@@ -56,15 +61,19 @@ fn run(args: &Args) -> Result<(), Error> {
         });
         let target_dir = bench_dir.join("target");
         let mut functions = 0;
-        for (name, annotated) in [("plain", false), ("annotated", true)] {
+        for (name, attribute) in [
+            ("plain", None),
+            ("annotated", Some("#[vramguard::inference]")),
+            ("no-drops", Some("#[vramguard::inference(drops = false)]")),
+        ] {
             let dir = bench_dir.join(name);
-            functions = write_crate(&root, &dir, files, annotated, optimized_macro)?;
+            functions = write_crate(&root, &dir, files, attribute, optimized_macro)?;
         }
         eprintln!("{functions} functions per crate{suffix}; building dependencies once ...");
-        for name in ["plain", "annotated"] {
+        for name in CRATES {
             build(&bench_dir.join(name), &target_dir)?;
         }
-        let (plain, annotated) = time_pair(&bench_dir, &target_dir, reps)?;
+        let [plain, annotated, no_drops] = time_crates(&bench_dir, &target_dir, reps)?;
         if !optimized_macro {
             report.metric("corpus_functions", functions as f64, Unit::Count);
         }
@@ -85,11 +94,18 @@ fn run(args: &Args) -> Result<(), Error> {
             "≤ 1.3",
             annotated / plain <= 1.3,
         );
+        report.metric(
+            &format!("compile_time_ratio_no_drops{suffix}"),
+            no_drops / plain,
+            Unit::Ratio,
+        );
     }
     report.note(&format!(
         "The generated corpus (every function of both modules of {files} corpus file(s), over \
          the logging type `T`), compiled as a crate of its own with no attribute and with \
-         `#[vramguard::inference]` on every function; `cargo build`, dev profile, \
+         `#[vramguard::inference]` on every function (and, for `_no_drops`, with \
+         `#[vramguard::inference(drops = false)]`: parsed and written back, nothing released); \
+         `cargo build`, dev profile, \
          CARGO_INCREMENTAL=0, dependencies prebuilt; median of {reps} interleaved builds each \
          (seconds, reported with unit `ratio` for want of a time unit). The annotated time \
          includes the macro's own run: unoptimized as a debug build compiles proc macros, and \
@@ -99,12 +115,14 @@ fn run(args: &Args) -> Result<(), Error> {
     Ok(())
 }
 
-/// Median build seconds of the two crates, `reps` builds each, interleaved.
-fn time_pair(bench_dir: &Path, target_dir: &Path, reps: usize) -> Result<(f64, f64), Error> {
-    let mut plain = Vec::new();
-    let mut annotated = Vec::new();
+/// The crates compared: no attribute, `#[inference]`, `#[inference(drops = false)]`.
+const CRATES: [&str; 3] = ["plain", "annotated", "no-drops"];
+
+/// Median build seconds of each of [`CRATES`], `reps` builds each, interleaved.
+fn time_crates(bench_dir: &Path, target_dir: &Path, reps: usize) -> Result<[f64; 3], Error> {
+    let mut times: [Vec<f64>; 3] = Default::default();
     for rep in 0..reps {
-        for (name, times) in [("plain", &mut plain), ("annotated", &mut annotated)] {
+        for (name, times) in CRATES.iter().zip(times.iter_mut()) {
             let dir = bench_dir.join(name);
             // A new modification time: the crate itself is rebuilt, its dependencies are not.
             let lib = dir.join("src/lib.rs");
@@ -116,7 +134,7 @@ fn time_pair(bench_dir: &Path, target_dir: &Path, reps: usize) -> Result<(f64, f
             times.push(seconds);
         }
     }
-    Ok((median(&mut plain), median(&mut annotated)))
+    Ok(times.map(|mut t| median(&mut t)))
 }
 
 fn median(times: &mut [f64]) -> f64 {
@@ -142,7 +160,7 @@ fn write_crate(
     root: &Path,
     dir: &Path,
     files: usize,
-    annotated: bool,
+    attribute: Option<&str>,
     optimized_macro: bool,
 ) -> Result<usize, Error> {
     std::fs::create_dir_all(dir.join("src"))?;
@@ -180,8 +198,8 @@ fn write_crate(
             }
             if line.trim_start().starts_with("pub fn f") {
                 functions += 1;
-                if annotated {
-                    out.push_str("    #[vramguard::inference]\n");
+                if let Some(attribute) = attribute {
+                    out.push_str(&format!("    {attribute}\n"));
                 }
             }
             out.push_str(line);
