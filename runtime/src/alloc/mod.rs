@@ -76,7 +76,8 @@
 //! | `stats.rs` | [`MemoryStats`] |
 //! | `config.rs` | [`AllocatorConfig`] and `VRAMGUARD_ALLOC_CONF` |
 //! | `host.rs`, `cuda.rs` | the backends |
-//! | `trace.rs`, `html.rs` | the event trace, snapshots and the HTML page |
+//! | `trace.rs` | the event trace and snapshots |
+//! | `timeline.rs`, `html.rs` (`timeline.js`, `timeline.css`) | lifetimes rebuilt from the trace, and the HTML page that draws them |
 //! | `bucket.rs` | [`SequenceBuckets`] |
 
 mod allocator;
@@ -93,6 +94,7 @@ mod plan;
 mod policy;
 mod pressure;
 mod stats;
+mod timeline;
 mod trace;
 
 pub use allocator::{Block, CachingAllocator, DeviceAllocator};

@@ -1082,53 +1082,6 @@ fn fragmentation_under_expandable_segments_does_not_suggest_turning_them_on() {
     check(&a);
 }
 
-#[test]
-fn html_report_shows_the_timeline_by_label_and_the_segment_map() {
-    let device =
-        Device::host_with_config(AllocatorConfig::default().with_trace_capacity(64)).unwrap();
-    let keep = {
-        let _l = TraceLabelGuard::new("batch <1> & \"co\"");
-        let a = device.allocate(3 * MIB).unwrap();
-        let b = device.allocate(1000).unwrap();
-        drop(a);
-        b
-    };
-    let _later = {
-        let _l = TraceLabelGuard::new("batch 2");
-        device.allocate(5 * MIB).unwrap()
-    };
-    let html = crate::memory::html_report(&device, "run <x>");
-    assert!(html.starts_with("<!DOCTYPE html>"));
-    assert!(html.contains("<title>run &lt;x&gt;</title>"));
-    assert!(html.contains("batch &lt;1&gt; &amp; &quot;co&quot;"));
-    assert!(!html.contains("<x>") && !html.contains("<1>"));
-    assert!(!html.contains("<script"));
-    assert_eq!(html.matches("class=\"band\"").count(), 2);
-    assert!(html.contains("class=\"reserved\"") && html.contains("class=\"allocated\""));
-    let snap = device.allocator().snapshot();
-    let live = snap
-        .segments
-        .iter()
-        .flat_map(|s| &s.blocks)
-        .filter(|b| b.allocated)
-        .count();
-    let free = snap
-        .segments
-        .iter()
-        .flat_map(|s| &s.blocks)
-        .filter(|b| !b.allocated)
-        .count();
-    assert_eq!(live, 2);
-    assert_eq!(html.matches("class=\"blk alloc\"").count(), live);
-    assert_eq!(html.matches("class=\"blk free\"").count(), free);
-    assert_eq!(html.matches("class=\"seg\"").count(), snap.segments.len());
-    drop(keep);
-
-    let quiet = Device::isolated_host();
-    let html = crate::memory::html_report(&quiet, "quiet");
-    assert!(html.contains("No events recorded") && html.contains("No segments reserved"));
-}
-
 #[cfg(unix)]
 #[test]
 fn expandable_segment_blocks_are_exempt_from_max_split_size() {
