@@ -127,6 +127,8 @@ fn the_page_embeds_every_event_label_band_and_allocation_exactly() {
         data["segments"].as_array().unwrap().len(),
         snap.segments.len()
     );
+    assert_eq!(data["end"]["segments"], snap.segments.len());
+    assert_eq!(data["end"]["live_blocks"], 2);
     drop((keep, later));
 }
 

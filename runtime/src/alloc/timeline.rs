@@ -147,6 +147,10 @@ pub(crate) struct EndFigures {
     /// The last event index after which the allocated bytes exceeded the statistics' peak: the
     /// peak was reset after it (`None` when the trace never exceeds it).
     pub reset_after_event: Option<usize>,
+    /// Segments in the snapshot (mapped runs of the expandable segment count one each).
+    pub segments: usize,
+    /// Allocated blocks in the snapshot.
+    pub live_blocks: usize,
 }
 
 /// Event kind names, in the order of [`kind_index`].
@@ -301,6 +305,13 @@ impl TimelineData {
                 peak_allocated_bytes: peak,
                 peak_reserved_bytes: snapshot.stats.peak_reserved_bytes,
                 reset_after_event: events.iter().rposition(|e| e.allocated_bytes > peak),
+                segments: snapshot.segments.len(),
+                live_blocks: snapshot
+                    .segments
+                    .iter()
+                    .flat_map(|s| &s.blocks)
+                    .filter(|b| b.allocated)
+                    .count(),
             },
         }
     }
