@@ -107,15 +107,20 @@ fn timeline(h: &mut String, trace: &Trace) {
          role=\"img\" aria-label=\"allocated and reserved bytes over time\">"
     );
     // Label bands: runs of consecutive events with the same label.
+    let labels: Vec<Option<String>> = trace
+        .events
+        .iter()
+        .map(|e| e.label.as_ref().map(|l| l.to_string()))
+        .collect();
     let mut colors: Vec<&str> = Vec::new();
     let mut run_start = 0usize;
     for i in 1..=trace.events.len() {
-        let same = i < trace.events.len() && trace.events[i].label == trace.events[run_start].label;
+        let same = i < labels.len() && labels[i] == labels[run_start];
         if same {
             continue;
         }
-        if let Some(label) = &trace.events[run_start].label {
-            let idx = match colors.iter().position(|c| *c == &**label) {
+        if let Some(label) = &labels[run_start] {
+            let idx = match colors.iter().position(|c| *c == label) {
                 Some(p) => p,
                 None => {
                     colors.push(label);

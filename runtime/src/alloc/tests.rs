@@ -573,10 +573,10 @@ fn statistics_track_peaks_and_reset() {
 fn trace_records_events_with_labels_in_a_bounded_ring() {
     let a = alloc(None, fixed_config().with_trace_capacity(4));
     let x = {
-        let _label = TraceLabelGuard::new("batch 7");
+        let _label = crate::scope::tag("batch 7");
         a.allocate(4 * KIB).unwrap()
     };
-    assert_eq!(trace_label(), None);
+    assert_eq!(crate::scope::trace_label(), None);
     a.free(x);
     let t = a.trace();
     let kinds: Vec<TraceEventKind> = t.events.iter().map(|e| e.kind).collect();
@@ -588,7 +588,8 @@ fn trace_records_events_with_labels_in_a_bounded_ring() {
             TraceEventKind::Free
         ]
     );
-    assert_eq!(t.events[1].label.as_deref(), Some("batch 7"));
+    let label = t.events[1].label.as_ref().map(|l| l.to_string());
+    assert_eq!(label.as_deref(), Some("batch 7"));
     assert_eq!(t.events[1].size, 4 * KIB as u64);
     assert_eq!(t.events[1].allocated_bytes, 4 * KIB as u64);
     assert_eq!(t.events[2].label, None);
@@ -1087,14 +1088,14 @@ fn html_report_shows_the_timeline_by_label_and_the_segment_map() {
     let device =
         Device::host_with_config(AllocatorConfig::default().with_trace_capacity(64)).unwrap();
     let keep = {
-        let _l = TraceLabelGuard::new("batch <1> & \"co\"");
+        let _l = crate::scope::tag("batch <1> & \"co\"");
         let a = device.allocate(3 * MIB).unwrap();
         let b = device.allocate(1000).unwrap();
         drop(a);
         b
     };
     let _later = {
-        let _l = TraceLabelGuard::new("batch 2");
+        let _l = crate::scope::tag("batch 2");
         device.allocate(5 * MIB).unwrap()
     };
     let html = crate::memory::html_report(&device, "run <x>");
