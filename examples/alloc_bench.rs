@@ -576,7 +576,7 @@ fn write_html(path: &str, cuda: bool, steps: &[(usize, usize)]) {
     memory::empty_cache(&device);
     memory::record_trace(&device, 1 << 16);
     for (i, &(b, t)) in steps.iter().take(40).enumerate() {
-        let _label = vramguard::alloc::TraceLabelGuard::new(&format!("step {i}: batch {b} × {t}"));
+        let _label = vramguard::scope::tag(format!("step {i}: batch {b} × {t}"));
         forward_unbounded(&device, b, t);
     }
     let page = memory::html_report(&device, "alloc_bench: synthetic transformer trace");

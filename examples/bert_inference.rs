@@ -23,7 +23,6 @@ mod report;
 use bert::{Batch, BertConfig};
 use measure::{activation_peak, liveness_bound, load, max_batch, mib, Variant};
 use report::Args;
-use vramguard::alloc::TraceLabelGuard;
 use vramguard::{memory, Device};
 
 fn main() {
@@ -66,7 +65,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     println!("activation peak (exact allocator bytes above weights and inputs)");
     let mut peaks = Vec::new();
     for variant in [Variant::Grad, Variant::GuardOnly, Variant::Inference] {
-        let _label = TraceLabelGuard::new(variant.name());
+        let _label = vramguard::scope::tag(variant.name());
         peaks.push((
             variant,
             activation_peak(variant, &weights, &batch, &device)?,

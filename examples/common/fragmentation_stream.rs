@@ -110,10 +110,7 @@ pub fn run(
     let mut error = None;
     let mut batches_done = 0;
     for (i, &len) in LENGTHS.iter().enumerate() {
-        let _label = vramguard::alloc::TraceLabelGuard::new(&format!(
-            "{}: batch {i} (len {len})",
-            remedy.name()
-        ));
+        let _label = vramguard::scope::tag(format!("{}: batch {i} (len {len})", remedy.name()));
         let tokens = match remedy {
             Remedy::Bucketing => buckets.bucket_for(len)?,
             _ => len,

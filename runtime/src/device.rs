@@ -9,13 +9,14 @@ pub use cuda_buffer::{CudaBuffer, CudaBufferError};
 
 use crate::alloc::cuda::CudaBackend;
 use crate::alloc::{
-    AllocatorConfig, Backend, Block, CachingAllocator, DeviceAllocator, HostBackend, OutOfMemory,
-    SetupError,
+    AllocOrigin, AllocatorConfig, Backend, Block, CachingAllocator, DeviceAllocator, HostBackend,
+    OutOfMemory, SetupError,
 };
 use crate::scope::ScopeTracker;
 use cudarc::driver::CudaContext;
 use std::collections::HashMap;
 use std::fmt;
+use std::panic::Location;
 use std::sync::{Arc, Mutex, OnceLock};
 
 pub use crate::alloc::cuda::DeviceError;
@@ -164,11 +165,31 @@ impl Device {
 
     /// Allocates `bytes` bytes on this device, attributed to the innermost batch scope (whose
     /// iterations the allocator plans: see `iteration_planning` in
-    /// [`AllocatorConfig`]).
+    /// [`AllocatorConfig`]). The caller's line (or the tensor op running on this thread) is
+    /// recorded as the block's [`AllocOrigin`].
+    #[track_caller]
     pub fn allocate(&self, bytes: usize) -> Result<Allocation, OutOfMemory> {
+        self.allocate_at(bytes, AllocOrigin::current(Location::caller(), "allocate"))
+    }
+
+    /// Allocates the memory of a tensor of `shape` for tensor op `op` (the origin is the
+    /// running op frame's, else the caller's line).
+    #[track_caller]
+    pub(crate) fn allocate_tensor(
+        &self,
+        bytes: usize,
+        shape: &[usize],
+        op: &'static str,
+    ) -> Result<Allocation, OutOfMemory> {
+        let mut origin = AllocOrigin::current(Location::caller(), op);
+        origin.shape = Some(Arc::from(shape));
+        self.allocate_at(bytes, origin)
+    }
+
+    fn allocate_at(&self, bytes: usize, origin: AllocOrigin) -> Result<Allocation, OutOfMemory> {
         let scope = crate::scope::current_tracker();
         let iteration = scope.as_ref().map(|t| t.iteration_id());
-        let block = self.allocator().allocate_in(bytes, iteration)?;
+        let block = self.allocator().allocate_at(bytes, iteration, origin)?;
         if let Some(tracker) = &scope {
             tracker.on_alloc_on(self.allocator(), block.id, block.size);
         }

@@ -4,7 +4,9 @@
 //! returned [`BatchScopeGuard`] ends the iteration when dropped (end of body, `continue`,
 //! `break`, `?`, `return` or a panic). While the guard is the innermost scope of its thread,
 //! every allocation made on that thread is attributed to the scope's label, and its free is
-//! seen whenever and wherever it happens.
+//! seen whenever and wherever it happens. The iteration is also the innermost frame of the
+//! thread's label (`train #3`), with [`tag`]s inside it (`train #3 / generator`): the one label
+//! that the allocator's trace records and the timeline draws.
 //!
 //! On exit, the scope builds a [`ScopeReport`]:
 //! - what the iteration allocated (bytes and count, and the peak of its own live bytes);
@@ -30,7 +32,7 @@
 //! Reports are queryable with [`last_report`]. Labels are per thread: two threads running the
 //! same loop keep separate iteration counts and live sets.
 
-use crate::alloc::{DeviceAllocator, IterationId};
+use crate::alloc::{DeviceAllocator, IterationId, TraceLabel};
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -190,9 +192,11 @@ impl BatchScope {
         let tracker = tracker_for(&label);
         let snapshot = tracker.begin_iteration();
         STACK.with(|stack| stack.borrow_mut().push(Arc::clone(&tracker)));
+        let previous_label = push_label(Arc::clone(&tracker.label), Some(snapshot.iteration));
         BatchScopeGuard {
             tracker,
             snapshot,
+            previous_label,
             options,
             finished: false,
             _not_send: PhantomData,
@@ -207,6 +211,8 @@ impl BatchScope {
 pub struct BatchScopeGuard {
     tracker: Arc<ScopeTracker>,
     snapshot: IterationStart,
+    /// This thread's label before the iteration (restored when it ends).
+    previous_label: Option<TraceLabel>,
     options: ScopeOptions,
     finished: bool,
     _not_send: PhantomData<*const ()>,
@@ -244,6 +250,7 @@ impl BatchScopeGuard {
                 stack.remove(pos);
             }
         });
+        restore_label(self.previous_label.take());
         let (mut report, devices) = self.tracker.end_iteration(&self.snapshot, &self.options);
         // The allocators plan the scope's next iteration from this one.
         let touched: Vec<Arc<DeviceAllocator>> = self
@@ -328,27 +335,62 @@ pub fn current_label() -> Option<String> {
     STACK.with(|stack| stack.borrow().last().map(|t| t.label.to_string()))
 }
 
-/// Tags the allocations made on this thread until the guard is dropped; escape reports
-/// group escaped allocations by their innermost tag (e.g. `"generator"`, `"history"`).
+/// Labels the allocations made on this thread until the guard is dropped: the one labelling
+/// system of vramguard. A tag is a frame of the thread's label, as each iteration of a batch
+/// scope is (`train #3 / generator`); the label is recorded with every allocator event of the
+/// trace ([`crate::memory::record_trace`], [`crate::alloc::TraceLabel`]) and drawn in the
+/// timeline, and escape reports group escaped allocations by their innermost tag (e.g.
+/// `"generator"`, `"history"`).
 pub fn tag(name: impl Into<Cow<'static, str>>) -> TagGuard {
     let name: Arc<str> = Arc::from(name.into().as_ref());
-    TAGS.with(|tags| tags.borrow_mut().push(name));
     TagGuard {
+        previous: push_label(name, None),
         _not_send: PhantomData,
     }
 }
 
-/// Active [`tag`]; the previous one is restored when it is dropped.
+/// Active [`tag`]; the previous label is restored when it is dropped.
 #[must_use = "the tag is removed as soon as the guard is dropped"]
-#[derive(Debug)]
 pub struct TagGuard {
+    previous: Option<TraceLabel>,
     _not_send: PhantomData<*const ()>,
+}
+
+impl fmt::Debug for TagGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TagGuard").finish_non_exhaustive()
+    }
 }
 
 impl Drop for TagGuard {
     fn drop(&mut self) {
-        TAGS.with(|tags| tags.borrow_mut().pop());
+        restore_label(self.previous.take());
     }
+}
+
+/// Makes `name` (with `iteration` for a batch scope) the innermost frame of this thread's
+/// label; returns the label it replaced.
+fn push_label(name: Arc<str>, iteration: Option<u64>) -> Option<TraceLabel> {
+    LABEL
+        .try_with(|label| {
+            let mut label = label.borrow_mut();
+            let nested = TraceLabel::nested(label.clone(), name, iteration);
+            label.replace(nested)
+        })
+        .ok()
+        .flatten()
+}
+
+fn restore_label(previous: Option<TraceLabel>) {
+    let _ = LABEL.try_with(|label| *label.borrow_mut() = previous);
+}
+
+/// This thread's label (tags and batch-scope iterations), recorded with allocator events.
+pub(crate) fn trace_label() -> Option<TraceLabel> {
+    LABEL
+        .try_with(|label| label.borrow().clone())
+        .ok()
+        .flatten()
 }
 
 /// Accounting of one scope label on one thread; the allocator reports allocations made while
@@ -445,10 +487,7 @@ impl ScopeTracker {
     }
 
     fn record_alloc(&self, key: AllocKey, bytes: usize, allocator: Option<&Arc<DeviceAllocator>>) {
-        let tag = TAGS
-            .try_with(|tags| tags.borrow().last().cloned())
-            .ok()
-            .flatten();
+        let tag = trace_label().and_then(|label| label.tag_name());
         let bytes = bytes as u64;
         let mut state = self.state();
         let iteration = state.current_iteration;
@@ -624,8 +663,8 @@ thread_local! {
     static STACK: RefCell<Vec<Arc<ScopeTracker>>> = const { RefCell::new(Vec::new()) };
     /// Trackers of this thread by label; they outlive iterations to see later frees.
     static TRACKERS: RefCell<HashMap<Arc<str>, Arc<ScopeTracker>>> = RefCell::new(HashMap::new());
-    /// Active tags of this thread, innermost last.
-    static TAGS: RefCell<Vec<Arc<str>>> = const { RefCell::new(Vec::new()) };
+    /// This thread's label: its tags and batch-scope iterations.
+    static LABEL: RefCell<Option<TraceLabel>> = const { RefCell::new(None) };
 }
 
 fn tracker_for(label: &str) -> Arc<ScopeTracker> {

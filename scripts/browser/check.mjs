@@ -126,8 +126,8 @@ try {
     const a = data.allocations[index];
     const lines = [];
     if (a.origin) {
-      if (a.origin.file) lines.push(`${a.origin.file}:${a.origin.line}`);
-      if (a.origin.op) lines.push(a.origin.op);
+      lines.push(`${a.origin.file}:${a.origin.line}`);
+      lines.push(a.origin.op + (a.origin.shape ? ` [${a.origin.shape.join(", ")}]` : ""));
     } else {
       lines.push("source: not recorded");
     }

@@ -10,10 +10,10 @@ use super::expandable::Expandable;
 use super::plan::Planner;
 use super::policy::{self, ADDR_LIMIT};
 use super::stats::DetailedStats;
-use super::trace::{trace_label, TraceRing};
+use super::trace::TraceRing;
 use super::{
-    Backend, BackendError, BlockSnapshot, MemoryStats, PoolKind, SegmentSnapshot, TraceEvent,
-    TraceEventKind,
+    AllocOrigin, Backend, BackendError, BlockSnapshot, MemoryStats, PoolKind, SegmentSnapshot,
+    TraceEvent, TraceEventKind,
 };
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -41,6 +41,8 @@ pub(crate) struct Node {
     /// The pool's lookup count ([`State::lookups`]) when the block last became free: its age
     /// for garbage collection is the lookups since.
     pub freed_at: u64,
+    /// Where the block was made, while allocated.
+    pub origin: Option<AllocOrigin>,
 }
 
 impl Node {
@@ -67,6 +69,7 @@ impl Node {
             allocated: false,
             mapped: true,
             freed_at: tick,
+            origin: None,
         }
     }
 }
@@ -512,7 +515,7 @@ impl State {
         if self.max_split.is_some_and(|ms| bytes >= ms) {
             self.stats.oversize_segments.increase(1);
         }
-        self.record(TraceEventKind::SegmentAlloc, addr, bytes as u64);
+        self.record(TraceEventKind::SegmentAlloc, addr, bytes as u64, None);
         true
     }
 
@@ -551,19 +554,28 @@ impl State {
         if self.max_split.is_some_and(|ms| seg.size >= ms) {
             self.stats.oversize_segments.decrease(1);
         }
-        self.record(TraceEventKind::SegmentFree, seg.addr, seg.size as u64);
+        self.record(TraceEventKind::SegmentFree, seg.addr, seg.size as u64, None);
         seg.size as u64
     }
 
+    /// Records an event in the trace, if it is recording; `origin`: where the block of an
+    /// alloc or free event was made.
     #[inline]
-    pub fn record(&mut self, kind: TraceEventKind, addr: u64, size: u64) {
+    pub fn record(
+        &mut self,
+        kind: TraceEventKind,
+        addr: u64,
+        size: u64,
+        origin: Option<&AllocOrigin>,
+    ) {
         if self.trace.enabled() {
             let event = TraceEvent {
                 kind,
                 addr,
                 size,
                 time_ns: self.start.elapsed().as_nanos() as u64,
-                label: trace_label(),
+                label: crate::scope::trace_label(),
+                origin: origin.cloned(),
                 allocated_bytes: self.stats.all.allocated_bytes.current,
                 reserved_bytes: self.reserved(),
             };
@@ -597,6 +609,7 @@ impl State {
                         allocated: n.allocated,
                         requested: if n.allocated { n.requested as u64 } else { 0 },
                         id: if n.allocated { n.id } else { 0 },
+                        origin: if n.allocated { n.origin.clone() } else { None },
                     });
                 }
                 at = n.next;

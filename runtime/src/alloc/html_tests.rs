@@ -3,7 +3,7 @@
 //! moments, the fragmentation figures, the peak window, escaping.
 
 use super::super::timeline::{TimelineData, MAX_DRAWN_ALLOCATIONS};
-use super::super::{AllocatorConfig, MemorySnapshot, TraceLabelGuard};
+use super::super::{AllocatorConfig, MemorySnapshot};
 use crate::device::{Allocation, Device};
 use crate::memory;
 
@@ -42,14 +42,14 @@ fn the_page_embeds_every_event_label_band_and_allocation_exactly() {
     let device = traced(AllocatorConfig::default().with_expandable_segments(false));
     let nasty = "batch <1> & \"co\" </script><img src=x>";
     let keep = {
-        let _l = TraceLabelGuard::new(nasty);
+        let _l = crate::scope::tag(nasty);
         let a = device.allocate(3 * MIB).unwrap();
         let b = device.allocate(1000).unwrap();
         drop(a);
         b
     };
     let later = {
-        let _l = TraceLabelGuard::new("batch 2");
+        let _l = crate::scope::tag("batch 2");
         device.allocate(5 * MIB).unwrap()
     };
     let unlabelled = device.allocate(4096).unwrap();
@@ -123,6 +123,12 @@ fn the_page_embeds_every_event_label_band_and_allocation_exactly() {
         2
     );
     assert!(allocations.iter().all(|a| a["drawn"] == true));
+    // Each knows where it was made: this file, the raw `allocate` op, no shape.
+    for a in allocations {
+        assert_eq!(a["origin"]["file"], file!(), "{a}");
+        assert_eq!(a["origin"]["op"], "allocate");
+        assert_eq!(a["origin"]["shape"], serde_json::Value::Null);
+    }
     assert_eq!(
         data["segments"].as_array().unwrap().len(),
         snap.segments.len()

@@ -76,7 +76,8 @@
 //! | `stats.rs` | [`MemoryStats`] |
 //! | `config.rs` | [`AllocatorConfig`] and `VRAMGUARD_ALLOC_CONF` |
 //! | `host.rs`, `cuda.rs` | the backends |
-//! | `trace.rs` | the event trace and snapshots |
+//! | `origin.rs` | where each allocation was made: [`AllocOrigin`] and the tensor ops' frames |
+//! | `trace.rs` | the event trace, its labels and snapshots |
 //! | `timeline.rs`, `html.rs` (`timeline.js`, `timeline.css`) | lifetimes rebuilt from the trace, and the HTML page that draws them |
 //! | `bucket.rs` | [`SequenceBuckets`] |
 
@@ -90,6 +91,7 @@ mod expandable;
 mod host;
 mod html;
 mod oom;
+mod origin;
 mod plan;
 mod policy;
 mod pressure;
@@ -109,6 +111,8 @@ pub use expandable::DEFAULT_EXPANDABLE_RANGE;
 pub use host::{HostBackend, HOST_ALIGN, HOST_MAP_GRANULARITY};
 pub use html::html_report;
 pub use oom::{human_bytes, OomCause, OutOfMemory, SegmentMode};
+pub(crate) use origin::enter_op;
+pub use origin::AllocOrigin;
 pub use plan::IterationId;
 pub use policy::{
     round_size, LARGE_SEGMENT, MIN_LARGE_ALLOC, ROUND, ROUND_LARGE, SMALL_SEGMENT, SMALL_SIZE,
@@ -116,8 +120,8 @@ pub use policy::{
 pub use pressure::PressureHandlerId;
 pub use stats::{DetailedStats, MemoryStats, PoolStats, Stat};
 pub use trace::{
-    set_trace_label, trace_label, BlockSnapshot, MemorySnapshot, PoolKind, SegmentSnapshot, Trace,
-    TraceEvent, TraceEventKind, TraceLabelGuard,
+    BlockSnapshot, LabelFrame, MemorySnapshot, PoolKind, SegmentSnapshot, Trace, TraceEvent,
+    TraceEventKind, TraceLabel,
 };
 
 #[cfg(test)]

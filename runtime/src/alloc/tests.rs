@@ -573,10 +573,10 @@ fn statistics_track_peaks_and_reset() {
 fn trace_records_events_with_labels_in_a_bounded_ring() {
     let a = alloc(None, fixed_config().with_trace_capacity(4));
     let x = {
-        let _label = TraceLabelGuard::new("batch 7");
+        let _label = crate::scope::tag("batch 7");
         a.allocate(4 * KIB).unwrap()
     };
-    assert_eq!(trace_label(), None);
+    assert_eq!(crate::scope::trace_label(), None);
     a.free(x);
     let t = a.trace();
     let kinds: Vec<TraceEventKind> = t.events.iter().map(|e| e.kind).collect();
@@ -588,7 +588,8 @@ fn trace_records_events_with_labels_in_a_bounded_ring() {
             TraceEventKind::Free
         ]
     );
-    assert_eq!(t.events[1].label.as_deref(), Some("batch 7"));
+    let label = t.events[1].label.as_ref().map(|l| l.to_string());
+    assert_eq!(label.as_deref(), Some("batch 7"));
     assert_eq!(t.events[1].size, 4 * KIB as u64);
     assert_eq!(t.events[1].allocated_bytes, 4 * KIB as u64);
     assert_eq!(t.events[2].label, None);

@@ -63,8 +63,8 @@
     var lines = [];
     var o = a.origin;
     if (o) {
-      lines.push((o.op || "?") + (o.shape ? " " + o.shape : ""));
-      if (o.file) lines.push(o.file + ":" + o.line);
+      lines.push(o.file + ":" + o.line);
+      lines.push(o.op + (o.shape ? " [" + o.shape.join(", ") + "]" : ""));
     } else {
       lines.push("source: not recorded");
     }

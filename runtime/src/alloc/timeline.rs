@@ -10,7 +10,7 @@
 //! snapshot. So the state after any number of events — the segment map at any moment — is a
 //! filter over lifetimes, and after all of them it is the snapshot.
 
-use super::{MemorySnapshot, PoolKind, Trace, TraceEventKind, SMALL_SIZE};
+use super::{AllocOrigin, MemorySnapshot, PoolKind, Trace, TraceEventKind, TraceLabel, SMALL_SIZE};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 
@@ -35,6 +35,8 @@ pub(crate) struct Lifetime {
     pub label: Option<usize>,
     /// Whether the page draws it as a band of its own (the largest [`MAX_DRAWN_ALLOCATIONS`]).
     pub drawn: bool,
+    /// Where it was made (source line, op, shape), from its events or the snapshot.
+    pub origin: Option<AllocOrigin>,
 }
 
 /// One range of mapped memory with its lifetime: a fixed segment, or a run of pages of the
@@ -173,13 +175,13 @@ impl TimelineData {
         let n = events.len() as i64;
         let t0 = events.first().map_or(0, |e| e.time_ns);
         let mut labels: Vec<String> = Vec::new();
-        let mut label_ids: HashMap<&str, usize> = HashMap::new();
+        let mut label_ids: HashMap<&TraceLabel, usize> = HashMap::new();
         let event_labels: Vec<Option<usize>> = events
             .iter()
             .map(|e| {
-                let l = e.label.as_deref()?;
+                let l = e.label.as_ref()?;
                 Some(*label_ids.entry(l).or_insert_with(|| {
-                    labels.push(l.to_owned());
+                    labels.push(l.to_string());
                     labels.len() - 1
                 }))
             })
@@ -229,10 +231,16 @@ impl TimelineData {
                         id: 0,
                         label: event_labels[i as usize],
                         drawn: false,
+                        origin: e.origin.clone(),
                     });
                 }
                 TraceEventKind::Free => match live.remove(&e.addr) {
-                    Some(a) => allocations[a].end = i,
+                    Some(a) => {
+                        allocations[a].end = i;
+                        if allocations[a].origin.is_none() {
+                            allocations[a].origin = e.origin.clone();
+                        }
+                    }
                     None => allocations.push(Lifetime {
                         addr: e.addr,
                         size: e.size,
@@ -241,6 +249,7 @@ impl TimelineData {
                         id: 0,
                         label: None,
                         drawn: false,
+                        origin: e.origin.clone(),
                     }),
                 },
                 TraceEventKind::SegmentAlloc => ranges.map(e.addr, e.size, i, n),
@@ -266,6 +275,9 @@ impl TimelineData {
                     Some(&a) => {
                         allocations[a].size = b.size;
                         allocations[a].id = b.id;
+                        if allocations[a].origin.is_none() {
+                            allocations[a].origin = b.origin.clone();
+                        }
                     }
                     None => allocations.push(Lifetime {
                         addr: b.addr,
@@ -275,6 +287,7 @@ impl TimelineData {
                         id: b.id,
                         label: None,
                         drawn: false,
+                        origin: b.origin.clone(),
                     }),
                 }
             }
