@@ -162,13 +162,22 @@ try {
     }
     check(text.includes("0x" + data.allocations[target.index].addr.toString(16)), `chart tooltip lacks the address: ${JSON.stringify(text)}`);
   }
-  // Hover in the segment map.
-  const block = page.locator("#vg-segmap .blk.alloc").first();
-  if ((await block.count()) > 0) {
-    const index = +(await block.getAttribute("data-a"));
-    await block.hover({ force: true });
+  // Hover in the segment map: the widest block, scrolled into view.
+  const spot = await page.evaluate(() => {
+    const blocks = [...document.querySelectorAll("#vg-segmap .blk.alloc")];
+    blocks.sort((p, q) => q.getBoundingClientRect().width - p.getBoundingClientRect().width);
+    const b = blocks[0];
+    if (!b) return null;
+    b.scrollIntoView({ block: "center" });
+    const r = b.getBoundingClientRect();
+    const x = r.left + r.width / 2, y = r.top + r.height / 2;
+    return document.elementFromPoint(x, y) === b ? { x, y, index: +b.dataset.a } : null;
+  });
+  check(expected.liveBlocks === 0 || spot !== null, "no segment-map block can be hovered");
+  if (spot) {
+    await page.mouse.move(spot.x, spot.y);
     const text = await page.locator("#vg-tip").innerText();
-    for (const want of await tipWanted(index)) {
+    for (const want of await tipWanted(spot.index)) {
       check(text.includes(want), `segment map tooltip lacks "${want}": ${JSON.stringify(text)}`);
     }
   }
@@ -194,8 +203,15 @@ try {
   check(outside.length === 0, `requests outside the file: ${outside.join(", ")}`);
 
   if (shotArg) {
-    await page.mouse.move(0, 0);
-    await page.screenshot({ path: resolve(shotArg), fullPage: false });
+    // The picture: the chart with one allocation's tooltip, as a user sees it on hover.
+    await page.evaluate(() => window.scrollTo(0, 0));
+    await page.locator("#vg-chart").scrollIntoViewIfNeeded();
+    const box = await page.locator("#vg-chart").boundingBox();
+    if (target) await page.mouse.move(target.x, target.y);
+    await page.screenshot({
+      path: resolve(shotArg),
+      clip: { x: 0, y: Math.max(0, box.y - 40), width: 1280, height: Math.min(900, box.height + 200) },
+    });
   }
   if (failures.length) {
     console.error(`browser check FAILED for ${reportArg}:\n  ` + failures.join("\n  "));

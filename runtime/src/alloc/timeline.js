@@ -44,6 +44,10 @@
 
   // Positions: event i happens at pos(i); -1 is the start of the trace, N its end.
   var tEnd = N ? Math.max(E[N - 1][1], 1) : 1;
+  // A trace dominated by one pause (an OOM's cache release, a slow backend call) reads
+  // better in event order; the checkbox switches back.
+  for (var e1 = 1; e1 < N; e1++) if (E[e1][1] - E[e1 - 1][1] > 0.4 * tEnd) xMode = "event";
+  document.getElementById("vg-xmode").checked = xMode === "event";
   function pos(i) {
     if (xMode === "event") return i < 0 ? 0 : Math.min(i + 1, N);
     if (i < 0 || !N) return 0;
@@ -193,7 +197,9 @@
       var g = el("g", { "class": "band", "data-tip": "label: " + name + "\nevents " + b[1] + "–" + b[2] }, bands);
       el("rect", { x: x1, y: TOP, width: w, height: PLOT_H, fill: labelColor(b[0]), "fill-opacity": 0.28 }, g);
       el("rect", { x: x1, y: 4, width: w, height: 18, fill: labelColor(b[0]) }, g);
-      if (w > name.length * 6.6 + 6) text(g, x1 + 3, 17, name, "lane");
+      // The name, shortened with an ellipsis to the band's width (the legend has it whole).
+      var fits = Math.floor((w - 6) / 6.6);
+      if (fits >= 3) text(g, x1 + 3, 17, name.length <= fits ? name : name.slice(0, fits - 1) + "…", "lane");
     });
 
     // Y axis: bytes.
