@@ -13,8 +13,12 @@
 //!
 //! Configuration comes from `VRAMGUARD_ALLOC_CONF` for the process-wide devices
 //! ([`Device::Host`], [`Device::cuda`]) and from [`AllocatorConfig`](crate::alloc::AllocatorConfig) for devices made with
-//! [`Device::host_with_config`]. A bad `VRAMGUARD_ALLOC_CONF` never panics: it is logged once
-//! (a `tracing` warning), the defaults are used, and [`config_error`] returns the error.
+//! [`Device::host_with_config`]. A bad `VRAMGUARD_ALLOC_CONF` never panics and is never
+//! silent: [`Device::cuda`] returns it as [`crate::device::DeviceError::Config`], naming the key;
+//! the host device, whose API cannot return it, prints it once on stderr (or to a `tracing`
+//! subscriber, if one is installed), uses the defaults, and [`config_error`] returns it.
+//! Programs that build their own devices honour the variable with
+//! [`AllocatorConfig::from_env`](crate::alloc::AllocatorConfig::from_env).
 //!
 //! ```
 //! use vramguard_runtime::alloc::{AllocatorConfig, HostBackend, OomCause};
@@ -126,7 +130,8 @@ pub fn add_pressure_handler(
     device.allocator().add_pressure_handler(handler)
 }
 
-/// The error that made the process-wide devices ignore `VRAMGUARD_ALLOC_CONF`, if any.
+/// The error that made the process-wide host device ignore `VRAMGUARD_ALLOC_CONF`, if any
+/// (`Device::cuda` returns it instead).
 pub fn config_error() -> Option<SetupError> {
     crate::device::config_error()
 }

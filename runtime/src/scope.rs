@@ -23,8 +23,9 @@
 //! Such state is replaced, so live memory stays flat. A leak (`history.push(fake)`) makes live
 //! memory grow at the end of iteration after iteration. So escapes are **reported** (in the
 //! report and at `trace` level), and only **sustained growth** is a problem: after
-//! [`ScopeOptions::warn_after_growing`] growing iterations the scope emits a `tracing` warning,
-//! and in [`ScopeOptions::strict`] mode it panics with the report (unless the thread is
+//! [`ScopeOptions::warn_after_growing`] growing iterations the scope warns — on stderr, or
+//! through `tracing` when a subscriber is installed ([`ScopeOptions::warnings`] chooses) — and
+//! in [`ScopeOptions::strict`] mode it panics with the report (unless the thread is
 //! already panicking). Live memory that grows and then falls back (a sawtooth, e.g. gradient
 //! accumulation every k steps) resets the streak; iterations with flat live memory neither
 //! count nor reset, so a leak every other iteration is caught too.
@@ -46,6 +47,19 @@ pub const DEFAULT_WARN_AFTER_GROWING: u32 = 8;
 /// Most escape tags listed in one report; the rest are folded into the last entry.
 const MAX_TAGS_IN_REPORT: usize = 16;
 
+/// Where a batch scope's warnings (live memory that keeps growing) go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum WarningOutput {
+    /// To a `tracing` subscriber when one is installed (global or for the thread), else to
+    /// stderr: never lost (the default).
+    #[default]
+    Auto,
+    /// Always to stderr.
+    Stderr,
+    /// Always to `tracing` (target `vramguard`, level `WARN`); lost without a subscriber.
+    Tracing,
+}
+
 /// How a batch scope reacts and what it does to the cache.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScopeOptions {
@@ -58,6 +72,8 @@ pub struct ScopeOptions {
     /// Every `n` iterations, after the iteration's values are dropped, release the cache
     /// (`empty_cache`) of each device the scope allocated on since the last call. `None`: never.
     pub empty_cache_every: Option<u32>,
+    /// Where the growth warning goes (`#[batch_scope(warnings = "tracing")]`).
+    pub warnings: WarningOutput,
 }
 
 impl Default for ScopeOptions {
@@ -66,6 +82,7 @@ impl Default for ScopeOptions {
             strict: false,
             warn_after_growing: DEFAULT_WARN_AFTER_GROWING,
             empty_cache_every: None,
+            warnings: WarningOutput::Auto,
         }
     }
 }
@@ -84,6 +101,11 @@ impl ScopeOptions {
     /// Sets [`ScopeOptions::warn_after_growing`].
     pub fn warn_after_growing(mut self, iterations: u32) -> Self {
         self.warn_after_growing = iterations;
+        self
+    }
+    /// Sets [`ScopeOptions::warnings`].
+    pub fn warnings(mut self, output: WarningOutput) -> Self {
+        self.warnings = output;
         self
     }
     /// Sets [`ScopeOptions::empty_cache_every`]; `0` means never.
@@ -287,13 +309,12 @@ impl BatchScopeGuard {
         let threshold = self.options.warn_after_growing;
         let growing = threshold > 0 && report.growth_streak >= threshold;
         if growing && report.growth_streak % threshold == 0 {
-            tracing::warn!(
-                target: "vramguard::scope",
-                label = %report.label,
-                growth_streak = report.growth_streak,
-                live_bytes = report.live_bytes,
-                "live memory keeps growing across iterations: something computed in the loop is \
-                 kept (a history Vec, a running total with its graph); {report}"
+            crate::diagnostics::warn(
+                self.options.warnings,
+                &format!(
+                    "live memory keeps growing across iterations: something computed in the loop \
+                     is kept (a history Vec, a running total with its graph); {report}"
+                ),
             );
         }
         store_report(&report);

@@ -162,3 +162,70 @@ fn batch_scope_iterations_and_tags_feed_one_label() {
     assert_eq!(names, vec![("train", Some(2)), ("generator", None)]);
     assert_eq!(events[4].label.as_ref().and_then(|l| l.batch_scope()), None);
 }
+
+#[test]
+fn out_of_memory_names_the_largest_live_allocations_and_their_lines() {
+    use vramguard_runtime::alloc::{AllocatorConfig, ConfigSource, HostBackend, OomCause};
+    const MIB: u64 = 1 << 20;
+    let config = AllocatorConfig::default()
+        .with_expandable_segments(false)
+        .with_memory_limit(64 * MIB);
+    let device = Device::host_pool(HostBackend::new(), config).unwrap();
+    let a = Tensor::zeros(&[4, 1 << 20], &device).unwrap();
+    let a_line = line!() - 1;
+    let b = Tensor::zeros(&[6, 1 << 20], &device).unwrap();
+    let b_line = line!() - 1;
+    let c = device.allocate(12 << 20).unwrap();
+    let c_line = line!() - 1;
+    let d = Tensor::ones(&[1 << 20], &device).unwrap();
+    let d_line = line!() - 1;
+    let e = Tensor::full(&[16, 16], 2.0, &device).unwrap();
+    let e_line = line!() - 1;
+    let f = device.allocate(512).unwrap();
+    let err = device.allocate(16 << 20).unwrap_err();
+    assert_eq!(err.cause, OomCause::LimitReached);
+    assert_eq!(err.allocated, 56 * MIB + 1024 + 512);
+    let listed: Vec<(u64, &str, u32, Option<Vec<usize>>)> = err
+        .largest_live
+        .iter()
+        .map(|l| {
+            let o = l.origin.as_ref().expect("origin");
+            assert_eq!(o.file, file!());
+            (
+                l.size,
+                o.op,
+                o.line,
+                o.shape.as_deref().map(<[usize]>::to_vec),
+            )
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        vec![
+            (24 * MIB, "zeros", b_line, Some(vec![6, 1 << 20])),
+            (16 * MIB, "zeros", a_line, Some(vec![4, 1 << 20])),
+            (12 * MIB, "allocate", c_line, None),
+            (4 * MIB, "ones", d_line, Some(vec![1 << 20])),
+            (1024, "full", e_line, Some(vec![16, 16])),
+        ],
+        "the five largest, largest first; the 512-byte block is left out"
+    );
+    let text = err.to_string();
+    let expected = format!(
+        "\nLargest live allocations (what holds the memory):\
+         \n    24.0 MiB  {f}:{b_line} (zeros [6, 1048576])\
+         \n    16.0 MiB  {f}:{a_line} (zeros [4, 1048576])\
+         \n    12.0 MiB  {f}:{c_line} (allocate)\
+         \n     4.0 MiB  {f}:{d_line} (ones [1048576])\
+         \n     1.0 KiB  {f}:{e_line} (full [16, 16])",
+        f = file!()
+    );
+    assert!(text.ends_with(&expected), "{text}");
+    assert_eq!(err.config_source, ConfigSource::Code);
+    assert!(
+        text.contains("raise the limit (AllocatorConfig::with_memory_limit or AllocatorConfig::with_memory_fraction)"),
+        "a device configured in code gets the builder methods: {text}"
+    );
+    assert!(!text.contains("VRAMGUARD_ALLOC_CONF"), "{text}");
+    drop((a, b, c, d, e, f));
+}

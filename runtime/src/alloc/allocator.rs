@@ -12,9 +12,9 @@ use super::policy::{self, OomFacts, ADDR_LIMIT};
 use super::pressure::PressureHandlers;
 use super::trace::TraceRing;
 use super::{
-    AllocOrigin, AllocatorConfig, Backend, DetailedStats, ExpandableSegments, MemorySnapshot,
-    MemoryStats, OutOfMemory, PoolKind, PressureHandlerId, SegmentMode, SetupError, Trace,
-    TraceEventKind,
+    AllocOrigin, AllocatorConfig, Backend, ConfigSource, DetailedStats, ExpandableSegments,
+    LargestLive, MemorySnapshot, MemoryStats, OutOfMemory, PoolKind, PressureHandlerId,
+    SegmentMode, SetupError, Trace, TraceEventKind, OOM_LARGEST_LIVE,
 };
 use std::fmt;
 use std::panic::Location;
@@ -35,6 +35,8 @@ pub struct CachingAllocator<B: Backend + ?Sized> {
     segment_mode: SegmentMode,
     /// Why the large pool uses fixed segments (`None`: it has an expandable segment).
     fixed_segments_reason: Option<String>,
+    /// Where `config` came from, for the out-of-memory advice.
+    config_source: ConfigSource,
     backend: B,
 }
 
@@ -134,6 +136,7 @@ impl<B: Backend> CachingAllocator<B> {
             name,
             segment_mode: resolved.mode,
             fixed_segments_reason: resolved.reason,
+            config_source: ConfigSource::Code,
             backend,
         }
     }
@@ -157,6 +160,21 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     /// failed self-test or address-space reservation (those also log a warning).
     pub fn fixed_segments_reason(&self) -> Option<&str> {
         self.fixed_segments_reason.as_deref()
+    }
+
+    /// Where this allocator's settings came from (`VRAMGUARD_ALLOC_CONF` for the process-wide
+    /// devices, code otherwise).
+    pub fn config_source(&self) -> ConfigSource {
+        self.config_source
+    }
+
+    /// Marks the settings as read from `VRAMGUARD_ALLOC_CONF`.
+    pub(crate) fn configured_from_environment(mut self) -> Self
+    where
+        B: Sized,
+    {
+        self.config_source = ConfigSource::Environment;
+        self
     }
 
     /// The backend.
@@ -477,7 +495,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             limit: self.limit,
         });
         OutOfMemory {
-            device: self.name.clone(),
+            device: self.name.as_str().into(),
             requested,
             rounded,
             capacity: self.backend.capacity().map(|c| c as u64),
@@ -489,6 +507,8 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             device_free,
             cause,
             segments: self.segment_mode,
+            config_source: self.config_source,
+            largest_live: LargestLive::new(st.largest_live(OOM_LARGEST_LIVE)),
         }
     }
 
@@ -516,12 +536,10 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
                 n.allocated && n.addr == block.addr && n.id == block.id && n.rounded == block.size
             });
         if !owned {
-            tracing::error!(
-                device = %self.name,
-                "refused to free block {:#x} ({} bytes): another allocator handed it out",
-                block.addr,
-                block.size
-            );
+            crate::diagnostics::error(&format!(
+                "{}: refused to free block {:#x} ({} bytes): another allocator handed it out",
+                self.name, block.addr, block.size
+            ));
             return;
         }
         let (node_size, pool) = (st.nodes[slot as usize].size, st.nodes[slot as usize].pool);

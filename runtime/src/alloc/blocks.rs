@@ -12,8 +12,8 @@ use super::policy::{self, ADDR_LIMIT};
 use super::stats::DetailedStats;
 use super::trace::TraceRing;
 use super::{
-    AllocOrigin, Backend, BackendError, BlockSnapshot, MemoryStats, PoolKind, SegmentSnapshot,
-    TraceEvent, TraceEventKind,
+    AllocOrigin, Backend, BackendError, BlockSnapshot, LiveAllocation, MemoryStats, PoolKind,
+    SegmentSnapshot, TraceEvent, TraceEventKind,
 };
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -581,6 +581,30 @@ impl State {
             };
             self.trace.push(event);
         }
+    }
+
+    /// The `count` largest allocated blocks, largest first (by address among equals).
+    pub fn largest_live(&self, count: usize) -> Vec<LiveAllocation> {
+        let mut live: Vec<&Node> = Vec::new();
+        for s in self.segs.iter().filter(|s| s.live) {
+            let mut at = s.head;
+            while at != NIL {
+                let n = &self.nodes[at as usize];
+                if n.mapped && n.allocated {
+                    live.push(n);
+                }
+                at = n.next;
+            }
+        }
+        live.sort_by(|a, b| b.size.cmp(&a.size).then(a.addr.cmp(&b.addr)));
+        live.into_iter()
+            .take(count)
+            .map(|n| LiveAllocation {
+                size: n.size as u64,
+                requested: n.requested as u64,
+                origin: n.origin.clone(),
+            })
+            .collect()
     }
 
     /// The live segments and their blocks, by address. The expandable segment appears as one

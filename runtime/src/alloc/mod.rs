@@ -110,7 +110,10 @@ pub use config::{
 pub use expandable::DEFAULT_EXPANDABLE_RANGE;
 pub use host::{HostBackend, HOST_ALIGN, HOST_MAP_GRANULARITY};
 pub use html::html_report;
-pub use oom::{human_bytes, OomCause, OutOfMemory, SegmentMode};
+pub use oom::{
+    human_bytes, ConfigSource, LargestLive, LiveAllocation, OomCause, OutOfMemory, SegmentMode,
+    OOM_LARGEST_LIVE,
+};
 pub(crate) use origin::enter_op;
 pub use origin::AllocOrigin;
 pub use plan::IterationId;

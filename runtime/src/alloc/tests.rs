@@ -375,7 +375,7 @@ fn oom_message_names_fragmentation() {
         "{msg}"
     );
     assert!(
-        msg.contains("max_split_size_mb") && msg.contains("empty_cache"),
+        msg.contains("AllocatorConfig::with_max_split_size") && msg.contains("empty_cache"),
         "{msg}"
     );
     let s = a.stats();
@@ -412,7 +412,10 @@ fn free_memory_split_between_the_cache_and_the_device_is_fragmentation() {
         "{msg}"
     );
     assert!(msg.contains("device free 20.0 MiB"), "{msg}");
-    assert!(msg.contains("expandable_segments:true"), "{msg}");
+    assert!(
+        msg.contains("AllocatorConfig::with_expandable_segments(true)"),
+        "{msg}"
+    );
     // More than all the free memory: the device is full, whatever the pieces.
     let err = a.allocate(38 * MIB).unwrap_err();
     assert_eq!(err.cause, OomCause::DeviceFull);
@@ -1073,7 +1076,9 @@ fn fragmentation_under_expandable_segments_does_not_suggest_turning_them_on() {
     };
     assert_eq!(fixed_err.cause, OomCause::Fragmentation);
     assert_eq!(fixed_err.segments, SegmentMode::FixedByConfig);
-    assert!(fixed_err.to_string().contains("`expandable_segments:true`"));
+    assert!(fixed_err
+        .to_string()
+        .contains("AllocatorConfig::with_expandable_segments(true)"));
     // Intact after the OOM.
     let ok = a.allocate(4 * MIB).unwrap();
     a.free(ok);
