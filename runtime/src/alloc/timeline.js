@@ -189,17 +189,27 @@
       role: "img", "aria-label": "allocations over time"
     }, host);
 
-    // Label bands: a lane with the names above the plot, a faint band behind it.
+    // Label bands: a lane with the names above the plot, a faint band behind it. The lane
+    // leaves out what every label starts with (the legend and the tooltips have it whole).
+    var common = D.labels.length > 1 ? D.labels.reduce(function (p, l) {
+      var k = 0;
+      while (k < p.length && k < l.length && p[k] === l[k]) k++;
+      return p.slice(0, k);
+    }) : "";
+    // Cut back to the last separator, so "batch 3" keeps its word.
+    var colon = common.lastIndexOf(": "), slash = common.lastIndexOf(" / ");
+    var cut = Math.max(colon < 0 ? 0 : colon + 2, slash < 0 ? 0 : slash + 3);
+    common = common.slice(0, cut);
     var bands = el("g", { "class": "bands" }, chart);
     D.bands.forEach(function (b) {
       var x1 = X(pos(b[1] - 1)), x2 = X(pos(b[2])), w = Math.max(x2 - x1, 1.5);
-      var name = D.labels[b[0]];
+      var name = D.labels[b[0]], short = name.slice(common.length) || name;
       var g = el("g", { "class": "band", "data-tip": "label: " + name + "\nevents " + b[1] + "–" + b[2] }, bands);
       el("rect", { x: x1, y: TOP, width: w, height: PLOT_H, fill: labelColor(b[0]), "fill-opacity": 0.28 }, g);
       el("rect", { x: x1, y: 4, width: w, height: 18, fill: labelColor(b[0]) }, g);
       // The name, shortened with an ellipsis to the band's width (the legend has it whole).
       var fits = Math.floor((w - 6) / 6.6);
-      if (fits >= 3) text(g, x1 + 3, 17, name.length <= fits ? name : name.slice(0, fits - 1) + "…", "lane");
+      if (fits >= 3) text(g, x1 + 3, 17, short.length <= fits ? short : short.slice(0, fits - 1) + "…", "lane");
     });
 
     // Y axis: bytes.
