@@ -150,16 +150,15 @@ fn timeline_section(h: &mut String, trace: &Trace, data: &TimelineData) {
          that freed it, stacked as PyTorch's memory_viz does (a freed allocation leaves a gap \
          that the ones above fall into); hover for its size, source line, op and shape. \
          {drawn} of {total} allocations are drawn one by one{elided}. Red: reserved bytes; \
-         dashed black: allocated bytes; dashed violet: the statistics' peak allocated; OOM: a \
-         failed request; below the time axis, green ▲: a segment mapped, orange ▼: one unmapped. {events} events{dropped}. Labels (batch-scope iterations, tags): \
+         thin black: allocated bytes; dashed violet: the statistics' peak allocated; OOM: a \
+         failed request; below the time axis, green ▲: a segment mapped, orange ▼: one \
+         unmapped. {events} events{dropped}. Labels (batch-scope iterations, tags): \
          coloured bands above the chart. Click the chart to move the segment map below to \
          that moment.</p>\n<label><input type=\"checkbox\" id=\"vg-xmode\"> x axis: event order \
          instead of time</label>\n<div id=\"vg-chart\"></div>\n<div id=\"vg-legend\"></div>",
         total = data.allocations.len(),
         elided = if drawn < data.allocations.len() {
-            format!(
-                " (the {MAX_DRAWN_ALLOCATIONS} largest; the grey area holds the others)"
-            )
+            format!(" (the {MAX_DRAWN_ALLOCATIONS} largest; the grey area holds the others)")
         } else {
             String::new()
         },
