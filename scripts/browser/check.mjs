@@ -134,11 +134,15 @@ try {
     }
     return lines;
   };
-  const target = await page.evaluate(() => {
+  // Allocations made by the program's own lines (not the library's) first: the tooltip the
+  // screenshot shows is then one a user would look for.
+  const userMade = data.allocations.map((a) => !!a.origin && !a.origin.file.startsWith("runtime/"));
+  const target = await page.evaluate((userMade) => {
     const polys = [...document.querySelectorAll("#vg-chart polygon.alloc")];
     polys.sort((p, q) => {
       const a = p.getBoundingClientRect(), b = q.getBoundingClientRect();
-      return b.width * b.height - a.width * a.height;
+      const byOrigin = userMade[+q.dataset.a] - userMade[+p.dataset.a];
+      return byOrigin || b.width * b.height - a.width * a.height;
     });
     for (const p of polys.slice(0, 50)) {
       const r = p.getBoundingClientRect();
@@ -151,7 +155,7 @@ try {
       }
     }
     return null;
-  });
+  }, userMade);
   check(target !== null, "no allocation band can be hovered");
   if (target) {
     await page.mouse.move(target.x, target.y);
