@@ -78,6 +78,7 @@
 //! | `host.rs`, `cuda.rs` | the backends |
 //! | `origin.rs` | where each allocation was made: [`AllocOrigin`] and the tensor ops' frames |
 //! | `trace.rs`, `html.rs` | the event trace, its labels, snapshots and the HTML page |
+//! | `memory_viz.rs`, `pickle.rs` | the snapshot and trace as PyTorch's snapshot pickle |
 //! | `bucket.rs` | [`SequenceBuckets`] |
 
 mod allocator;
@@ -89,8 +90,10 @@ pub mod cuda;
 mod expandable;
 mod host;
 mod html;
+mod memory_viz;
 mod oom;
 mod origin;
+mod pickle;
 mod plan;
 mod policy;
 mod pressure;
