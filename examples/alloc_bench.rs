@@ -21,7 +21,10 @@
 //!   pass first); `system_pair_ns`: the same sizes through the system allocator
 //!   (`std::alloc::alloc`/`dealloc`, 256-byte alignment), in the same run. Target: cached ≤ 2×
 //!   system. `cached_pair_ns_fixed_segments`: the same pairs with fixed segments, interleaved
-//!   in the same blocks. With `--device cuda` there is also `driver_pair_ns`
+//!   in the same blocks. `cached_pair_ns_recording`: the same pairs, interleaved in the same
+//!   blocks, on a device recording its trace (every alloc and free an event with its origin —
+//!   source line, op — and label; target ≤ 2 × `cached_pair_ns`). With `--device cuda` there is
+//!   also `driver_pair_ns`
 //!   (`cuMemAlloc`+`cuMemFree`).
 //! - `cached_pair_ns_2threads`: the same loop on two threads sharing one allocator (ns per pair
 //!   as each thread sees it, median over rounds and threads); `_fixed_segments` too.
@@ -303,6 +306,9 @@ fn new_device(cuda: bool, config: AllocatorConfig) -> Device {
     })
 }
 
+/// Events the recording device's trace keeps.
+const RECORDED_EVENTS: usize = 4096;
+
 fn fixed_segments() -> AllocatorConfig {
     AllocatorConfig::default().with_expandable_segments(false)
 }
@@ -317,16 +323,39 @@ fn main() {
 
     // Same run, side by side: cached pairs and system pairs, interleaved in blocks.
     // Fixed segments too, interleaved in the same blocks, to see what expandable segments cost.
+    // And the same pairs recorded: every alloc and free an event of a 4096-event trace, with
+    // its origin (source line, op) and label.
     let device = new_device(cuda, AllocatorConfig::default());
     let fixed_device = new_device(cuda, fixed_segments());
-    let (mut cached, mut system, mut fixed) = (Vec::new(), Vec::new(), Vec::new());
+    let recording_device = new_device(
+        cuda,
+        AllocatorConfig::default().with_trace_capacity(RECORDED_EVENTS),
+    );
+    let (mut cached, mut system, mut fixed, mut recording) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..4 {
         cached.extend(cached_rounds(&device, &sizes, rounds / 4));
         system.extend(system_rounds(&sizes, rounds / 4));
         fixed.extend(cached_rounds(&fixed_device, &sizes, rounds / 4));
+        let _label = vramguard::scope::tag("recorded pairs");
+        recording.extend(cached_rounds(&recording_device, &sizes, rounds / 4));
     }
-    drop(fixed_device);
-    let (cached, system, fixed) = (median(cached), median(system), median(fixed));
+    let recorded = memory::trace(&recording_device);
+    assert!(
+        recorded.events.len() == RECORDED_EVENTS
+            && recorded
+                .events
+                .iter()
+                .all(|e| e.origin.is_some() && e.label.is_some()),
+        "the recording device recorded every pair with its origin and label"
+    );
+    drop((fixed_device, recording_device));
+    let (cached, system, fixed, recording) = (
+        median(cached),
+        median(system),
+        median(fixed),
+        median(recording),
+    );
     report.metric_with_target(
         "cached_pair_ns",
         cached,
@@ -334,18 +363,15 @@ fn main() {
         "≤ 2 × system_pair_ns",
         cached <= 2.0 * system,
     );
+    report.metric_with_target(
+        "cached_pair_ns_recording",
+        recording,
+        Unit::Ns,
+        "≤ 2 × cached_pair_ns",
+        recording <= 2.0 * cached,
+    );
     report.metric("system_pair_ns", system, Unit::Ns);
     report.metric("cached_pair_ns_fixed_segments", fixed, Unit::Ns);
-
-    let traced = if cuda {
-        None
-    } else {
-        let d = new_device(false, AllocatorConfig::default().with_trace_capacity(4096));
-        Some(median(cached_rounds(&d, &sizes, rounds)))
-    };
-    if let Some(t) = traced {
-        report.metric("cached_pair_ns_trace_on", t, Unit::Ns);
-    }
 
     let two = two_threads(&device, &sizes, rounds);
     report.metric("cached_pair_ns_2threads", two, Unit::Ns);
@@ -523,7 +549,9 @@ fn main() {
     report.note(&format!(
         "Device: {}. Default settings: {} segments. Pairs: {} rounds of 256 sizes log-uniform in \
          512 B–4 MiB, median ns per alloc+free pair with default settings (event trace off; \
-         `cached_pair_ns_trace_on`: a 4096-event trace recording every alloc and free; \
+         `cached_pair_ns_recording`: the same pairs, interleaved with them, on a device whose \
+         4096-event trace records every alloc and free with its origin — source line and op — \
+         and its label; \
          `_fixed_segments`: the same pairs with `expandable_segments:false`, interleaved with \
          the default ones: the expandable segment costs a pair nothing, since a pair is served \
          from cached blocks either way and a free never unmaps; `_2threads` varies between runs \

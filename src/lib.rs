@@ -100,7 +100,7 @@ pub mod tensor {
 #[doc(hidden)]
 pub mod __private {
     pub use vramguard_runtime::grad::{no_grad_future, NoGradGuard};
-    pub use vramguard_runtime::scope::{BatchScope, BatchScopeGuard, ScopeOptions};
+    pub use vramguard_runtime::scope::{BatchScope, BatchScopeGuard, ScopeOptions, WarningOutput};
 
     pub use crate::library_grad::{library_no_grad, with_library_no_grad, LibraryNoGrad};
     pub use crate::release::{CopyAtLastUse, KeepToScopeEnd, Probe, ReleaseAtLastUse};

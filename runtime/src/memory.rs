@@ -121,6 +121,37 @@ pub fn html_report(device: &Device, title: &str) -> String {
     crate::alloc::html_report(title, &trace(device), &snapshot(device))
 }
 
+/// Writes the segments, blocks and event trace of `device` to `path` in PyTorch's snapshot
+/// format: the pickle `torch.cuda.memory._dump_snapshot` writes, so the file can be dropped on
+/// <https://pytorch.org/memory_viz> or read with `torch.cuda._memory_viz`.
+///
+/// Blocks and events carry where each allocation was made as their stack frame (file, line,
+/// and the op with the tensor's shape as the frame's name); events carry their label (batch
+/// scope iteration, tags) as `user_metadata`. The trace holds what [`record_trace`] (or
+/// `trace_capacity`) recorded: start recording before the code to look at. Host devices are
+/// device 0, GPUs their ordinal; there are no streams (stream 0) and no private pools.
+///
+/// ```
+/// use vramguard_runtime::{memory, Device, Tensor};
+///
+/// let device = Device::isolated_host();
+/// memory::record_trace(&device, 10_000);
+/// let x = Tensor::zeros(&[64, 1024], &device)?;
+/// let path = std::env::temp_dir().join(format!("vramguard-doc-{}.pickle", std::process::id()));
+/// memory::dump_snapshot(&device, &path)?;
+/// assert!(std::fs::metadata(&path)?.len() > 0);
+/// # std::fs::remove_file(&path)?;
+/// # drop(x);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn dump_snapshot(device: &Device, path: impl AsRef<std::path::Path>) -> std::io::Result<()> {
+    let index = match device {
+        Device::Cuda(d) => u32::try_from(d.ordinal()).unwrap_or(u32::MAX),
+        Device::Host | Device::HostPool(_) => 0,
+    };
+    std::fs::write(path, device.allocator().memory_viz_pickle(index))
+}
+
 /// Registers a callback that frees memory when `device` runs out (see
 /// [`crate::alloc::CachingAllocator::add_pressure_handler`]).
 pub fn add_pressure_handler(

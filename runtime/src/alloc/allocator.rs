@@ -647,6 +647,22 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         }
     }
 
+    /// The snapshot and the trace, taken at one moment, as the pickle of PyTorch's
+    /// `torch.cuda.memory._dump_snapshot` for device index `device` (see `memory_viz.rs`).
+    pub(crate) fn memory_viz_pickle(&self, device: u32) -> Vec<u8> {
+        let st = lock(&self.state);
+        let snapshot = MemorySnapshot {
+            device: self.name.clone(),
+            expandable_segments: self.uses_expandable_segments(),
+            stats: st.snapshot_stats(),
+            segments: st.segment_snapshots(),
+        };
+        let trace = st.trace.to_trace();
+        let range = st.expandable.map(|e| (e.addr, e.addr + e.virt as u64));
+        drop(st);
+        super::memory_viz::snapshot_pickle(&snapshot, &trace, device, range, &self.config)
+    }
+
     /// A copy of the event trace ring.
     pub fn trace(&self) -> Trace {
         lock(&self.state).trace.to_trace()

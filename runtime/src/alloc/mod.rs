@@ -79,6 +79,7 @@
 //! | `origin.rs` | where each allocation was made: [`AllocOrigin`] and the tensor ops' frames |
 //! | `trace.rs` | the event trace, its labels and snapshots |
 //! | `timeline.rs`, `html.rs` (`timeline.js`, `timeline.css`) | lifetimes rebuilt from the trace, and the HTML page that draws them |
+//! | `memory_viz.rs`, `pickle.rs` | the snapshot and trace as PyTorch's snapshot pickle |
 //! | `bucket.rs` | [`SequenceBuckets`] |
 
 mod allocator;
@@ -90,8 +91,10 @@ pub mod cuda;
 mod expandable;
 mod host;
 mod html;
+mod memory_viz;
 mod oom;
 mod origin;
+mod pickle;
 mod plan;
 mod policy;
 mod pressure;
