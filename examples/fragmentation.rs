@@ -31,8 +31,8 @@
 //!   separate segments.
 //!
 //! Every number printed is exact, from `memory::stats`. `--snapshot FILE` writes the naive
-//! loop's allocator state and event trace (up to the failure and the cleanup after it) in
-//! PyTorch's snapshot format, for pytorch.org/memory_viz (`memory::dump_snapshot`).
+//! loop's allocator state and event trace at its failure in PyTorch's snapshot format, for
+//! pytorch.org/memory_viz (`memory::dump_snapshot`, called from an out-of-memory observer).
 
 #[path = "common/fragmentation_stream.rs"]
 mod stream;
@@ -98,15 +98,37 @@ fn real_main() -> Result<bool, Box<dyn std::error::Error>> {
     let mut outcomes = Vec::new();
     for remedy in Remedy::ALL {
         let device = device_for(remedy, cuda)?;
+        // PyTorch's recipe: dump the snapshot from an out-of-memory observer. A pressure
+        // handler runs when a request cannot be served even after the cache was released,
+        // just before the error, so the file shows the pool at the failure.
+        let observer = match (&snapshot, remedy) {
+            (Some(path), Remedy::None) => {
+                let (observed, path) = (device.clone(), path.clone());
+                Some(vramguard::memory::add_pressure_handler(
+                    &device,
+                    move |_| {
+                        if let Err(e) = vramguard::memory::dump_snapshot(&observed, &path) {
+                            eprintln!("error: cannot write {path}: {e}");
+                        }
+                        0
+                    },
+                ))
+            }
+            _ => None,
+        };
         let outcome = run(&device, remedy, html.is_some() && remedy == Remedy::None)?;
+        if let Some(id) = observer {
+            device.allocator().remove_pressure_handler(id);
+        }
         if remedy == Remedy::None {
             match &outcome.error {
                 Some(e) => println!("Naive loop, batch {}: {e}\n", outcome.batches_done),
                 None => println!("Naive loop: no failure (the scenario did not fragment)\n"),
             }
-            if let Some(path) = &snapshot {
-                vramguard::memory::dump_snapshot(&device, path)?;
-                println!("wrote {path} (the naive loop in PyTorch's snapshot format)\n");
+            if let (Some(path), Some(_)) = (&snapshot, &outcome.error) {
+                println!(
+                    "wrote {path} (the naive loop at its failure, PyTorch's snapshot format)\n"
+                );
             }
         }
         outcomes.push(outcome);
