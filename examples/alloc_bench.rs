@@ -60,6 +60,8 @@
 //! its last use (so at most a few are live at once), and the step's pooled output `b·d` is kept
 //! until the end of the step.
 
+#[path = "common/devices.rs"]
+mod devices;
 #[path = "../benches/support/report.rs"]
 mod report;
 
@@ -295,7 +297,7 @@ fn replay(device: &Device, steps: &[(usize, usize)], warmup: bool) -> TraceResul
 /// settings, and an allocator of its own on GPU 0 for any other. Replays start from an emptied
 /// cache and reset peaks.
 fn new_device(cuda: bool, config: AllocatorConfig) -> Device {
-    let device = match (cuda, config == AllocatorConfig::default()) {
+    let device = match (cuda, config == base_config()) {
         (true, true) => Device::cuda(0).map_err(|e| e.to_string()),
         (true, false) => Device::cuda_with_config(0, config).map_err(|e| e.to_string()),
         (false, _) => Device::host_with_config(config).map_err(|e| e.to_string()),
@@ -309,8 +311,18 @@ fn new_device(cuda: bool, config: AllocatorConfig) -> Device {
 /// Events the recording device's trace keeps.
 const RECORDED_EVENTS: usize = 4096;
 
+/// The settings of `VRAMGUARD_ALLOC_CONF` (the defaults when it is unset): every device of this
+/// program starts from them, each row's own settings on top. A bad value stops the program with
+/// the error naming the key.
+fn base_config() -> AllocatorConfig {
+    devices::env_config().unwrap_or_else(|e| {
+        eprintln!("error: {e}");
+        std::process::exit(2)
+    })
+}
+
 fn fixed_segments() -> AllocatorConfig {
-    AllocatorConfig::default().with_expandable_segments(false)
+    base_config().with_expandable_segments(false)
 }
 
 fn main() {
@@ -325,12 +337,9 @@ fn main() {
     // Fixed segments too, interleaved in the same blocks, to see what expandable segments cost.
     // And the same pairs recorded: every alloc and free an event of a 4096-event trace, with
     // its origin (source line, op) and label.
-    let device = new_device(cuda, AllocatorConfig::default());
+    let device = new_device(cuda, base_config());
     let fixed_device = new_device(cuda, fixed_segments());
-    let recording_device = new_device(
-        cuda,
-        AllocatorConfig::default().with_trace_capacity(RECORDED_EVENTS),
-    );
+    let recording_device = new_device(cuda, base_config().with_trace_capacity(RECORDED_EVENTS));
     let (mut cached, mut system, mut fixed, mut recording) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..4 {
@@ -387,7 +396,7 @@ fn main() {
         report.metric("driver_pair_ns", ns, Unit::Ns);
     }
 
-    let default_device = new_device(cuda, AllocatorConfig::default());
+    let default_device = new_device(cuda, base_config());
     let expandable_in_use = memory::uses_expandable_segments(&default_device);
     report.metric(
         "expandable_segments_in_use",
@@ -430,10 +439,7 @@ fn main() {
     );
 
     let unplanned = replay(
-        &new_device(
-            cuda,
-            AllocatorConfig::default().with_iteration_planning(false),
-        ),
+        &new_device(cuda, base_config().with_iteration_planning(false)),
         &steps,
         false,
     );
@@ -499,10 +505,7 @@ fn main() {
         // What the trace needs when memory is scarce: the smallest bounded device it runs on.
         let mut limited_capacity = None;
         for (name, config) in [
-            (
-                "trace_min_capacity_over_allocated",
-                AllocatorConfig::default(),
-            ),
+            ("trace_min_capacity_over_allocated", base_config()),
             (
                 "trace_min_capacity_over_allocated_fixed_segments",
                 fixed_segments(),
@@ -512,7 +515,7 @@ fn main() {
             match min_capacity(&steps, &config, base.peak_allocated, most) {
                 Some(c) => {
                     report.metric(name, c as f64 / base.peak_allocated as f64, Unit::Ratio);
-                    if config == AllocatorConfig::default() {
+                    if config == base_config() {
                         limited_capacity = Some(c);
                     }
                 }
@@ -524,10 +527,10 @@ fn main() {
         // granules and maps them again.
         if let Some(c) = limited_capacity {
             for (name, config) in [
-                ("trace_backend_calls_limited", AllocatorConfig::default()),
+                ("trace_backend_calls_limited", base_config()),
                 (
                     "trace_backend_calls_limited_unplanned",
-                    AllocatorConfig::default().with_iteration_planning(false),
+                    base_config().with_iteration_planning(false),
                 ),
             ] {
                 match Device::host_pool(HostBackend::with_capacity(c as usize), config) {
@@ -600,7 +603,7 @@ fn main() {
 
 /// Replays the first 40 steps with the trace on, each step labelled, and writes the HTML page.
 fn write_html(path: &str, cuda: bool, steps: &[(usize, usize)]) {
-    let device = new_device(cuda, AllocatorConfig::default());
+    let device = new_device(cuda, base_config());
     memory::empty_cache(&device);
     memory::record_trace(&device, 1 << 16);
     for (i, &(b, t)) in steps.iter().take(40).enumerate() {

@@ -77,7 +77,8 @@ pub fn device_for(remedy: Remedy, cuda: bool) -> Result<Device, Box<dyn std::err
     } else {
         ExpandableSegments::Off
     };
-    let config = AllocatorConfig::default()
+    // VRAMGUARD_ALLOC_CONF's settings, with this remedy's segments on top.
+    let config = AllocatorConfig::from_env()?
         .with_expandable_segments(expandable)
         .with_trace_capacity(1 << 16);
     if cuda {

@@ -460,7 +460,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             st.stats.on_oversize_allocation(true);
         }
         st.record(TraceEventKind::Alloc, addr, req.size as u64, Some(&origin));
-        st.nodes[slot as usize].origin = Some(origin);
+        st.origins[slot as usize] = Some(origin);
         Block {
             addr,
             size: req.size,
@@ -547,7 +547,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         if self.config.max_split_size.is_some_and(|ms| node_size >= ms) {
             st.stats.on_oversize_allocation(false);
         }
-        let origin = st.nodes[slot as usize].origin.take();
+        let origin = st.origins[slot as usize].take();
         st.record(
             TraceEventKind::Free,
             block.addr,

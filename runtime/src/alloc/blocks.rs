@@ -41,8 +41,6 @@ pub(crate) struct Node {
     /// The pool's lookup count ([`State::lookups`]) when the block last became free: its age
     /// for garbage collection is the lookups since.
     pub freed_at: u64,
-    /// Where the block was made, while allocated.
-    pub origin: Option<AllocOrigin>,
 }
 
 impl Node {
@@ -69,7 +67,6 @@ impl Node {
             allocated: false,
             mapped: true,
             freed_at: tick,
-            origin: None,
         }
     }
 }
@@ -145,6 +142,10 @@ impl FreeSet {
 /// Everything the allocator's mutex guards.
 pub(crate) struct State {
     pub nodes: Vec<Node>,
+    /// Where each allocated block was made, by slot (`None` for free blocks and spare slots).
+    /// Kept beside the nodes, not in them: splitting and coalescing copy nodes around, and
+    /// only `hand_out` and `free` need the origin.
+    pub origins: Vec<Option<AllocOrigin>>,
     pub spare_nodes: Vec<u32>,
     pub segs: Vec<Segment>,
     pub spare_segs: Vec<u32>,
@@ -168,6 +169,7 @@ impl State {
     pub fn new(trace_capacity: usize, start: Instant) -> Self {
         State {
             nodes: Vec::new(),
+            origins: Vec::new(),
             spare_nodes: Vec::new(),
             segs: Vec::new(),
             spare_segs: Vec::new(),
@@ -219,6 +221,7 @@ impl State {
             }
             None => {
                 self.nodes.push(node);
+                self.origins.push(None);
                 (self.nodes.len() - 1) as u32
             }
         }
@@ -585,24 +588,24 @@ impl State {
 
     /// The `count` largest allocated blocks, largest first (by address among equals).
     pub fn largest_live(&self, count: usize) -> Vec<LiveAllocation> {
-        let mut live: Vec<&Node> = Vec::new();
+        let mut live: Vec<(u32, &Node)> = Vec::new();
         for s in self.segs.iter().filter(|s| s.live) {
             let mut at = s.head;
             while at != NIL {
                 let n = &self.nodes[at as usize];
                 if n.mapped && n.allocated {
-                    live.push(n);
+                    live.push((at, n));
                 }
                 at = n.next;
             }
         }
-        live.sort_by(|a, b| b.size.cmp(&a.size).then(a.addr.cmp(&b.addr)));
+        live.sort_by(|a, b| b.1.size.cmp(&a.1.size).then(a.1.addr.cmp(&b.1.addr)));
         live.into_iter()
             .take(count)
-            .map(|n| LiveAllocation {
+            .map(|(slot, n)| LiveAllocation {
                 size: n.size as u64,
                 requested: n.requested as u64,
-                origin: n.origin.clone(),
+                origin: self.origins[slot as usize].clone(),
             })
             .collect()
     }
@@ -633,7 +636,11 @@ impl State {
                         allocated: n.allocated,
                         requested: if n.allocated { n.requested as u64 } else { 0 },
                         id: if n.allocated { n.id } else { 0 },
-                        origin: if n.allocated { n.origin.clone() } else { None },
+                        origin: if n.allocated {
+                            self.origins[at as usize].clone()
+                        } else {
+                            None
+                        },
                     });
                 }
                 at = n.next;

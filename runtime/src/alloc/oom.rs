@@ -194,11 +194,11 @@ impl fmt::Display for OutOfMemory {
             )?,
             OomCause::Fragmentation if self.segments == SegmentMode::FixedByConfig => write!(
                 f,
-                "Free memory is split into pieces: turn expandable segments on with {} (or \
-                 `auto`, the default; this allocator has fixed segments because they are set \
-                 off), preallocate the largest buffer once (a Workspace, memory::reserve, {}), \
-                 bucket variable shapes, set {} so large blocks stay whole, or call \
-                 memory::empty_cache between phases.",
+                "Free memory is split into pieces, and this allocator's settings turn \
+                 expandable segments off: turn them on with {} (`auto`, the default, uses them \
+                 wherever the device can map pages), preallocate the largest buffer once (a \
+                 Workspace, memory::reserve, {}), bucket variable shapes, set {} so large blocks \
+                 stay whole, or call memory::empty_cache between phases.",
                 self.config_source
                     .setting("expandable_segments:true", "with_expandable_segments(true)"),
                 self.config_source
