@@ -120,9 +120,11 @@ pub fn trace(device: &Device) -> Trace {
     device.allocator().trace()
 }
 
-/// A self-contained HTML page for `device`: allocated vs reserved over time (from the trace,
-/// shaded by trace label) and a segment map of the current snapshot. Write it to a file and
-/// open it in a browser.
+/// A self-contained HTML page for `device` (no network): every allocation's lifetime over time
+/// from the trace, with its source line, op and shape on hover; allocated and reserved bytes;
+/// labels as bands; OOM and segment map/unmap markers; the segment map after any event (a
+/// slider); the fragmentation figures with their definitions. Record first
+/// ([`record_trace`]), then write the page to a file and open it in a browser.
 pub fn html_report(device: &Device, title: &str) -> String {
     crate::alloc::html_report(title, &trace(device), &snapshot(device))
 }
