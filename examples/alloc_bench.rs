@@ -21,7 +21,10 @@
 //!   pass first); `system_pair_ns`: the same sizes through the system allocator
 //!   (`std::alloc::alloc`/`dealloc`, 256-byte alignment), in the same run. Target: cached ≤ 2×
 //!   system. `cached_pair_ns_fixed_segments`: the same pairs with fixed segments, interleaved
-//!   in the same blocks. With `--device cuda` there is also `driver_pair_ns`
+//!   in the same blocks. `cached_pair_ns_recording`: the same pairs, interleaved in the same
+//!   blocks, on a device recording its trace (every alloc and free an event with its origin —
+//!   source line, op — and label; target ≤ 2 × `cached_pair_ns`). With `--device cuda` there is
+//!   also `driver_pair_ns`
 //!   (`cuMemAlloc`+`cuMemFree`).
 //! - `cached_pair_ns_2threads`: the same loop on two threads sharing one allocator (ns per pair
 //!   as each thread sees it, median over rounds and threads); `_fixed_segments` too.
@@ -57,6 +60,8 @@
 //! its last use (so at most a few are live at once), and the step's pooled output `b·d` is kept
 //! until the end of the step.
 
+#[path = "common/devices.rs"]
+mod devices;
 #[path = "../benches/support/report.rs"]
 mod report;
 
@@ -292,7 +297,7 @@ fn replay(device: &Device, steps: &[(usize, usize)], warmup: bool) -> TraceResul
 /// settings, and an allocator of its own on GPU 0 for any other. Replays start from an emptied
 /// cache and reset peaks.
 fn new_device(cuda: bool, config: AllocatorConfig) -> Device {
-    let device = match (cuda, config == AllocatorConfig::default()) {
+    let device = match (cuda, config == base_config()) {
         (true, true) => Device::cuda(0).map_err(|e| e.to_string()),
         (true, false) => Device::cuda_with_config(0, config).map_err(|e| e.to_string()),
         (false, _) => Device::host_with_config(config).map_err(|e| e.to_string()),
@@ -303,8 +308,21 @@ fn new_device(cuda: bool, config: AllocatorConfig) -> Device {
     })
 }
 
+/// Events the recording device's trace keeps.
+const RECORDED_EVENTS: usize = 4096;
+
+/// The settings of `VRAMGUARD_ALLOC_CONF` (the defaults when it is unset): every device of this
+/// program starts from them, each row's own settings on top. A bad value stops the program with
+/// the error naming the key.
+fn base_config() -> AllocatorConfig {
+    devices::env_config().unwrap_or_else(|e| {
+        eprintln!("error: {e}");
+        std::process::exit(2)
+    })
+}
+
 fn fixed_segments() -> AllocatorConfig {
-    AllocatorConfig::default().with_expandable_segments(false)
+    base_config().with_expandable_segments(false)
 }
 
 fn main() {
@@ -317,16 +335,36 @@ fn main() {
 
     // Same run, side by side: cached pairs and system pairs, interleaved in blocks.
     // Fixed segments too, interleaved in the same blocks, to see what expandable segments cost.
-    let device = new_device(cuda, AllocatorConfig::default());
+    // And the same pairs recorded: every alloc and free an event of a 4096-event trace, with
+    // its origin (source line, op) and label.
+    let device = new_device(cuda, base_config());
     let fixed_device = new_device(cuda, fixed_segments());
-    let (mut cached, mut system, mut fixed) = (Vec::new(), Vec::new(), Vec::new());
+    let recording_device = new_device(cuda, base_config().with_trace_capacity(RECORDED_EVENTS));
+    let (mut cached, mut system, mut fixed, mut recording) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..4 {
         cached.extend(cached_rounds(&device, &sizes, rounds / 4));
         system.extend(system_rounds(&sizes, rounds / 4));
         fixed.extend(cached_rounds(&fixed_device, &sizes, rounds / 4));
+        let _label = vramguard::scope::tag("recorded pairs");
+        recording.extend(cached_rounds(&recording_device, &sizes, rounds / 4));
     }
-    drop(fixed_device);
-    let (cached, system, fixed) = (median(cached), median(system), median(fixed));
+    let recorded = memory::trace(&recording_device);
+    assert!(
+        recorded.events.len() == RECORDED_EVENTS
+            && recorded
+                .events
+                .iter()
+                .all(|e| e.origin.is_some() && e.label.is_some()),
+        "the recording device recorded every pair with its origin and label"
+    );
+    drop((fixed_device, recording_device));
+    let (cached, system, fixed, recording) = (
+        median(cached),
+        median(system),
+        median(fixed),
+        median(recording),
+    );
     report.metric_with_target(
         "cached_pair_ns",
         cached,
@@ -334,18 +372,15 @@ fn main() {
         "≤ 2 × system_pair_ns",
         cached <= 2.0 * system,
     );
+    report.metric_with_target(
+        "cached_pair_ns_recording",
+        recording,
+        Unit::Ns,
+        "≤ 2 × cached_pair_ns",
+        recording <= 2.0 * cached,
+    );
     report.metric("system_pair_ns", system, Unit::Ns);
     report.metric("cached_pair_ns_fixed_segments", fixed, Unit::Ns);
-
-    let traced = if cuda {
-        None
-    } else {
-        let d = new_device(false, AllocatorConfig::default().with_trace_capacity(4096));
-        Some(median(cached_rounds(&d, &sizes, rounds)))
-    };
-    if let Some(t) = traced {
-        report.metric("cached_pair_ns_trace_on", t, Unit::Ns);
-    }
 
     let two = two_threads(&device, &sizes, rounds);
     report.metric("cached_pair_ns_2threads", two, Unit::Ns);
@@ -361,7 +396,7 @@ fn main() {
         report.metric("driver_pair_ns", ns, Unit::Ns);
     }
 
-    let default_device = new_device(cuda, AllocatorConfig::default());
+    let default_device = new_device(cuda, base_config());
     let expandable_in_use = memory::uses_expandable_segments(&default_device);
     report.metric(
         "expandable_segments_in_use",
@@ -404,10 +439,7 @@ fn main() {
     );
 
     let unplanned = replay(
-        &new_device(
-            cuda,
-            AllocatorConfig::default().with_iteration_planning(false),
-        ),
+        &new_device(cuda, base_config().with_iteration_planning(false)),
         &steps,
         false,
     );
@@ -473,10 +505,7 @@ fn main() {
         // What the trace needs when memory is scarce: the smallest bounded device it runs on.
         let mut limited_capacity = None;
         for (name, config) in [
-            (
-                "trace_min_capacity_over_allocated",
-                AllocatorConfig::default(),
-            ),
+            ("trace_min_capacity_over_allocated", base_config()),
             (
                 "trace_min_capacity_over_allocated_fixed_segments",
                 fixed_segments(),
@@ -486,7 +515,7 @@ fn main() {
             match min_capacity(&steps, &config, base.peak_allocated, most) {
                 Some(c) => {
                     report.metric(name, c as f64 / base.peak_allocated as f64, Unit::Ratio);
-                    if config == AllocatorConfig::default() {
+                    if config == base_config() {
                         limited_capacity = Some(c);
                     }
                 }
@@ -498,10 +527,10 @@ fn main() {
         // granules and maps them again.
         if let Some(c) = limited_capacity {
             for (name, config) in [
-                ("trace_backend_calls_limited", AllocatorConfig::default()),
+                ("trace_backend_calls_limited", base_config()),
                 (
                     "trace_backend_calls_limited_unplanned",
-                    AllocatorConfig::default().with_iteration_planning(false),
+                    base_config().with_iteration_planning(false),
                 ),
             ] {
                 match Device::host_pool(HostBackend::with_capacity(c as usize), config) {
@@ -523,7 +552,9 @@ fn main() {
     report.note(&format!(
         "Device: {}. Default settings: {} segments. Pairs: {} rounds of 256 sizes log-uniform in \
          512 B–4 MiB, median ns per alloc+free pair with default settings (event trace off; \
-         `cached_pair_ns_trace_on`: a 4096-event trace recording every alloc and free; \
+         `cached_pair_ns_recording`: the same pairs, interleaved with them, on a device whose \
+         4096-event trace records every alloc and free with its origin — source line and op — \
+         and its label; \
          `_fixed_segments`: the same pairs with `expandable_segments:false`, interleaved with \
          the default ones: the expandable segment costs a pair nothing, since a pair is served \
          from cached blocks either way and a free never unmaps; `_2threads` varies between runs \
@@ -572,11 +603,11 @@ fn main() {
 
 /// Replays the first 40 steps with the trace on, each step labelled, and writes the HTML page.
 fn write_html(path: &str, cuda: bool, steps: &[(usize, usize)]) {
-    let device = new_device(cuda, AllocatorConfig::default());
+    let device = new_device(cuda, base_config());
     memory::empty_cache(&device);
     memory::record_trace(&device, 1 << 16);
     for (i, &(b, t)) in steps.iter().take(40).enumerate() {
-        let _label = vramguard::alloc::TraceLabelGuard::new(&format!("step {i}: batch {b} × {t}"));
+        let _label = vramguard::scope::tag(format!("step {i}: batch {b} × {t}"));
         forward_unbounded(&device, b, t);
     }
     let page = memory::html_report(&device, "alloc_bench: synthetic transformer trace");

@@ -15,6 +15,8 @@
 
 #[path = "common/bert.rs"]
 mod bert;
+#[path = "common/devices.rs"]
+mod devices;
 #[path = "common/measure.rs"]
 mod measure;
 #[path = "../benches/support/report.rs"]
@@ -23,7 +25,6 @@ mod report;
 use bert::{Batch, BertConfig};
 use measure::{activation_peak, liveness_bound, load, max_batch, mib, Variant};
 use report::Args;
-use vramguard::alloc::TraceLabelGuard;
 use vramguard::{memory, Device};
 
 fn main() {
@@ -50,7 +51,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     }
 
     let config = BertConfig::base().with_layers(layers);
-    let device = Device::isolated_host();
+    let device = devices::isolated_host()?;
     if html.is_some() {
         memory::record_trace(&device, 200_000);
     }
@@ -66,7 +67,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     println!("activation peak (exact allocator bytes above weights and inputs)");
     let mut peaks = Vec::new();
     for variant in [Variant::Grad, Variant::GuardOnly, Variant::Inference] {
-        let _label = TraceLabelGuard::new(variant.name());
+        let _label = vramguard::scope::tag(variant.name());
         peaks.push((
             variant,
             activation_peak(variant, &weights, &batch, &device)?,
@@ -111,7 +112,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     drop((weights, batch, device));
 
     println!("\nlargest batch in a {budget_mib} MiB budget (weights included; progress on stderr)");
-    let budget = Device::host_with_capacity(budget_mib << 20);
+    let budget = devices::host_with_capacity(budget_mib << 20)?;
     let weights = load(config, &budget)?;
     let max_grad = max_batch(Variant::Grad, &weights, seq, &budget, 1024)?;
     let max_inference = max_batch(Variant::Inference, &weights, seq, &budget, 1024)?;

@@ -4,6 +4,7 @@
 //! ```sh
 //! cargo run --release --example fragmentation
 //! cargo run --release --example fragmentation -- --html fragmentation.html
+//! cargo run --release --example fragmentation -- --snapshot fragmentation.pickle  # memory_viz
 //! cargo run --release --example fragmentation -- --device cuda   # GPU 0, limited to 32 MiB
 //! ```
 //!
@@ -29,7 +30,9 @@
 //!   memory is mapped only where blocks are, and free ranges merge across what would have been
 //!   separate segments.
 //!
-//! Every number printed is exact, from `memory::stats`.
+//! Every number printed is exact, from `memory::stats`. `--snapshot FILE` writes the naive
+//! loop's allocator state and event trace at its failure in PyTorch's snapshot format, for
+//! pytorch.org/memory_viz (`memory::dump_snapshot`, called from an out-of-memory observer).
 
 #[path = "common/fragmentation_stream.rs"]
 mod stream;
@@ -55,11 +58,13 @@ fn main() -> ExitCode {
 
 fn real_main() -> Result<bool, Box<dyn std::error::Error>> {
     let mut html = None;
+    let mut snapshot = None;
     let mut cuda = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--html" => html = Some(args.next().ok_or("--html needs a file name")?),
+            "--snapshot" => snapshot = Some(args.next().ok_or("--snapshot needs a file name")?),
             "--device" => match args.next().as_deref() {
                 Some("host") => cuda = false,
                 Some("cuda") => cuda = true,
@@ -69,7 +74,8 @@ fn real_main() -> Result<bool, Box<dyn std::error::Error>> {
             },
             other => {
                 return Err(format!(
-                    "unknown argument `{other}`; accepted: --html FILE, --device host|cuda"
+                    "unknown argument `{other}`; accepted: --html FILE, --snapshot FILE, \
+                     --device host|cuda"
                 )
                 .into())
             }
@@ -92,11 +98,37 @@ fn real_main() -> Result<bool, Box<dyn std::error::Error>> {
     let mut outcomes = Vec::new();
     for remedy in Remedy::ALL {
         let device = device_for(remedy, cuda)?;
+        // PyTorch's recipe: dump the snapshot from an out-of-memory observer. A pressure
+        // handler runs when a request cannot be served even after the cache was released,
+        // just before the error, so the file shows the pool at the failure.
+        let observer = match (&snapshot, remedy) {
+            (Some(path), Remedy::None) => {
+                let (observed, path) = (device.clone(), path.clone());
+                Some(vramguard::memory::add_pressure_handler(
+                    &device,
+                    move |_| {
+                        if let Err(e) = vramguard::memory::dump_snapshot(&observed, &path) {
+                            eprintln!("error: cannot write {path}: {e}");
+                        }
+                        0
+                    },
+                ))
+            }
+            _ => None,
+        };
         let outcome = run(&device, remedy, html.is_some() && remedy == Remedy::None)?;
+        if let Some(id) = observer {
+            device.allocator().remove_pressure_handler(id);
+        }
         if remedy == Remedy::None {
             match &outcome.error {
                 Some(e) => println!("Naive loop, batch {}: {e}\n", outcome.batches_done),
                 None => println!("Naive loop: no failure (the scenario did not fragment)\n"),
+            }
+            if let (Some(path), Some(_)) = (&snapshot, &outcome.error) {
+                println!(
+                    "wrote {path} (the naive loop at its failure, PyTorch's snapshot format)\n"
+                );
             }
         }
         outcomes.push(outcome);

@@ -21,6 +21,8 @@
 //! Flags: `--batch N` (64), `--steps N` (50), `--reps N` (7), `--quick` (tiny model, 10 steps),
 //! plus the shared `--json` and `--write`.
 
+#[path = "common/devices.rs"]
+mod devices;
 #[path = "common/gan.rs"]
 mod gan;
 #[path = "../benches/support/report.rs"]
@@ -74,7 +76,7 @@ fn run(args: &Args) -> BoxResult<()> {
         measure_form(config, steps, train_plain_zero_grad, train_scoped_zero_grad)?;
 
     eprintln!("running the leaky loop ...");
-    let leaky_dev = Device::isolated_host();
+    let leaky_dev = devices::isolated_host()?;
     let mut leaky_gan = new_gan(config, train_plain, &leaky_dev)?;
     let mut history = Vec::new();
     scope::reset("gan-leaky");
@@ -86,7 +88,7 @@ fn run(args: &Args) -> BoxResult<()> {
     drop(history);
 
     eprintln!("timing {reps} interleaved runs of each variant ...");
-    let (plain_dev, scoped_dev) = (Device::isolated_host(), Device::isolated_host());
+    let (plain_dev, scoped_dev) = (devices::isolated_host()?, devices::isolated_host()?);
     let mut plain_gan = new_gan(config, train_plain, &plain_dev)?;
     let mut scoped_gan = new_gan(config, train_plain, &scoped_dev)?;
     let (mut t_plain, mut t_scoped) = (Vec::new(), Vec::new());
@@ -180,7 +182,7 @@ fn peak_of(
     train: TrainFn,
     record_bound: bool,
 ) -> BoxResult<(u64, Losses, Option<vramguard::tensor::LivenessBound>)> {
-    let device = Device::isolated_host();
+    let device = devices::isolated_host()?;
     let mut gan = new_gan(config, train, &device)?;
     let before = memory::stats(&device).allocated_bytes;
     memory::reset_peak_stats(&device);

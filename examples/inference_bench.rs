@@ -18,6 +18,8 @@
 
 #[path = "common/bert.rs"]
 mod bert;
+#[path = "common/devices.rs"]
+mod devices;
 #[path = "common/measure.rs"]
 mod measure;
 #[path = "../benches/support/report.rs"]
@@ -27,7 +29,7 @@ use bert::{Batch, BertConfig};
 use measure::{activation_peak, liveness_bound, load, max_batch, mib, Variant};
 use report::{Args, Report, Unit};
 use std::time::Instant;
-use vramguard::{memory, Device};
+use vramguard::memory;
 
 fn main() {
     let args = Args::parse();
@@ -52,7 +54,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let config = BertConfig::base().with_layers(layers);
 
     eprintln!("BERT-style encoder: {layers} layers, hidden 768, 12 heads, FFN 3072, batch {batch_size}, seq {seq}");
-    let device = Device::isolated_host();
+    let device = devices::isolated_host()?;
     let weights = load(config, &device)?;
     let weight_bytes = memory::stats(&device).allocated_bytes;
     let batch = Batch::synthetic(batch_size, seq, config.vocab, &device)?;
@@ -90,7 +92,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     drop((weights, batch, device));
 
     eprintln!("searching the largest batch in a {budget_mib} MiB budget ...");
-    let budget = Device::host_with_capacity(budget_mib << 20);
+    let budget = devices::host_with_capacity(budget_mib << 20)?;
     let weights = load(config, &budget)?;
     let max_grad = max_batch(Variant::Grad, &weights, seq, &budget, 4096)?;
     let max_inference = max_batch(Variant::Inference, &weights, seq, &budget, 4096)?;

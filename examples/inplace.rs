@@ -7,6 +7,8 @@
 //! cargo run --release --example inplace [-- --mib 64]
 //! ```
 
+#[path = "common/devices.rs"]
+mod devices;
 #[path = "../benches/support/report.rs"]
 mod report;
 
@@ -31,15 +33,11 @@ fn peak(device: &Device, f: impl FnOnce() -> Result<(), TensorError>) -> Result<
 /// One measured case: a name and the code whose peak is measured.
 type Case<'a> = (&'a str, Box<dyn Fn() -> Result<(), TensorError> + 'a>);
 
-fn run(mib: usize) -> Result<(), TensorError> {
+fn run(mib: usize) -> Result<(), Box<dyn std::error::Error>> {
     if mib == 0 {
-        return Err(TensorError::InvalidArgument {
-            op: "inplace example",
-            shape: vec![],
-            message: "--mib must be at least 1".into(),
-        });
+        return Err("--mib must be at least 1".into());
     }
-    let device = Device::isolated_host();
+    let device = devices::isolated_host()?;
     let n = mib * (1 << 20) / 4;
     let size = (n * 4) as f64 / f64::from(1 << 20);
     println!("a: {n} f32 ({size:.0} MiB); peak allocated bytes, exact, including a\n");

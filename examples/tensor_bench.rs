@@ -4,6 +4,8 @@
 //! `cargo run --release --example tensor_bench [-- --json] [--quick] [--write]`
 
 // The shared file is owned elsewhere; leave its formatting to its owner.
+#[path = "common/devices.rs"]
+mod devices;
 #[path = "../benches/support/report.rs"]
 mod report;
 
@@ -11,16 +13,16 @@ use report::{Args, Report, Unit};
 use std::time::Instant;
 use vramguard::memory::{reset_peak_stats, stats};
 use vramguard::nn::{EncoderLayer, Module};
-use vramguard::{no_grad, Device, Tensor};
+use vramguard::{no_grad, Tensor};
 
 fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
     xs[xs.len() / 2]
 }
 
-fn main() -> Result<(), vramguard::TensorError> {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
-    let device = Device::isolated_host();
+    let device = devices::isolated_host()?;
     let mut report = Report::new("tensor");
 
     // ----- 1024³ matmul: ours vs matrixmultiply::sgemm on the same input buffers -----

@@ -69,10 +69,10 @@ pub mod memory {
 /// itself for custom backends. Per-device tools are in [`crate::memory`].
 pub mod alloc {
     pub use vramguard_runtime::alloc::{
-        parse_bytes, set_trace_label, trace_label, AllocatorConfig, Backend, BackendError,
-        BlockSnapshot, CachingAllocator, ConfigError, DeviceAllocator, ExpandableSegments,
-        HostBackend, MemoryLimit, PoolKind, SegmentSnapshot, SetupError, TraceEvent,
-        TraceEventKind, TraceLabelGuard, VirtualMemory, DEFAULT_EXPANDABLE_RANGE, ENV_VAR,
+        parse_bytes, AllocOrigin, AllocatorConfig, Backend, BackendError, BlockSnapshot,
+        CachingAllocator, ConfigError, DeviceAllocator, ExpandableSegments, HostBackend,
+        LabelFrame, MemoryLimit, PoolKind, SegmentSnapshot, SetupError, TraceEvent, TraceEventKind,
+        TraceLabel, VirtualMemory, DEFAULT_EXPANDABLE_RANGE, ENV_VAR,
     };
 
     /// The CUDA backend (driver API through cudarc, loaded at run time).
@@ -100,7 +100,7 @@ pub mod tensor {
 #[doc(hidden)]
 pub mod __private {
     pub use vramguard_runtime::grad::{no_grad_future, NoGradGuard};
-    pub use vramguard_runtime::scope::{BatchScope, BatchScopeGuard, ScopeOptions};
+    pub use vramguard_runtime::scope::{BatchScope, BatchScopeGuard, ScopeOptions, WarningOutput};
 
     pub use crate::library_grad::{library_no_grad, with_library_no_grad, LibraryNoGrad};
     pub use crate::release::{CopyAtLastUse, KeepToScopeEnd, Probe, ReleaseAtLastUse};

@@ -77,7 +77,8 @@ pub fn device_for(remedy: Remedy, cuda: bool) -> Result<Device, Box<dyn std::err
     } else {
         ExpandableSegments::Off
     };
-    let config = AllocatorConfig::default()
+    // VRAMGUARD_ALLOC_CONF's settings, with this remedy's segments on top.
+    let config = AllocatorConfig::from_env()?
         .with_expandable_segments(expandable)
         .with_trace_capacity(1 << 16);
     if cuda {
@@ -110,10 +111,7 @@ pub fn run(
     let mut error = None;
     let mut batches_done = 0;
     for (i, &len) in LENGTHS.iter().enumerate() {
-        let _label = vramguard::alloc::TraceLabelGuard::new(&format!(
-            "{}: batch {i} (len {len})",
-            remedy.name()
-        ));
+        let _label = vramguard::scope::tag(format!("{}: batch {i} (len {len})", remedy.name()));
         let tokens = match remedy {
             Remedy::Bucketing => buckets.bucket_for(len)?,
             _ => len,

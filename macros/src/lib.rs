@@ -210,6 +210,8 @@ pub fn inference(args: TokenStream, item: TokenStream) -> TokenStream {
 ///   only when it scopes a single loop;
 /// - `strict`: panic with the report when live memory grows for `warn_after` iterations (tests);
 /// - `warn_after = N`: growing iterations before a warning (default 8);
+/// - `warnings = "auto" | "stderr" | "tracing"`: where the warning goes (default `"auto"`:
+///   stderr, or a `tracing` warning when a subscriber is installed);
 /// - `every = N`: call `empty_cache` every N iterations on the devices the scope allocated on;
 /// - `crate = path`: the path of the `vramguard` crate when it is renamed.
 ///

@@ -9,13 +9,14 @@ pub use cuda_buffer::{CudaBuffer, CudaBufferError};
 
 use crate::alloc::cuda::CudaBackend;
 use crate::alloc::{
-    AllocatorConfig, Backend, Block, CachingAllocator, DeviceAllocator, HostBackend, OutOfMemory,
-    SetupError,
+    AllocOrigin, AllocatorConfig, Backend, Block, CachingAllocator, DeviceAllocator, HostBackend,
+    OutOfMemory, SetupError,
 };
 use crate::scope::ScopeTracker;
 use cudarc::driver::CudaContext;
 use std::collections::HashMap;
 use std::fmt;
+use std::panic::Location;
 use std::sync::{Arc, Mutex, OnceLock};
 
 pub use crate::alloc::cuda::DeviceError;
@@ -87,10 +88,12 @@ impl Device {
     }
 
     /// GPU `ordinal` through the CUDA driver. Every call for the same ordinal returns the same
-    /// device (one caching allocator per GPU), configured by `VRAMGUARD_ALLOC_CONF` (a bad value
-    /// is reported once and the defaults are used; see [`crate::memory::config_error`]).
+    /// device (one caching allocator per GPU), configured by `VRAMGUARD_ALLOC_CONF`.
     ///
-    /// Without the driver library this returns [`DeviceError::NoDriver`] (cudarc would panic).
+    /// A bad `VRAMGUARD_ALLOC_CONF` (an unknown key, a value that does not parse, a setting this
+    /// GPU cannot use) is [`DeviceError::Config`], naming the key, on every call until it is
+    /// fixed. Without the driver library this returns [`DeviceError::NoDriver`] (cudarc would
+    /// panic).
     pub fn cuda(ordinal: usize) -> Result<Device, DeviceError> {
         static DEVICES: OnceLock<Mutex<HashMap<usize, CudaDevice>>> = OnceLock::new();
         let devices = DEVICES.get_or_init(|| Mutex::new(HashMap::new()));
@@ -98,11 +101,12 @@ impl Device {
         if let Some(d) = devices.get(&ordinal) {
             return Ok(Device::Cuda(d.clone()));
         }
+        // A bad setting is the caller's error, before the driver is asked for anything.
+        let config = crate::alloc::env_config().map_err(SetupError::from)?;
         let backend = CudaBackend::new(ordinal)?;
         let context = Arc::clone(backend.context());
-        let allocator = configured_from_env(Box::new(backend), &format!("cuda:{ordinal}"), || {
-            Ok::<_, DeviceError>(Box::new(CudaBackend::new(ordinal)?))
-        })?;
+        let boxed: Box<dyn Backend> = Box::new(backend);
+        let allocator = CachingAllocator::with_config(boxed, config)?.configured_from_environment();
         let device = CudaDevice {
             ordinal,
             allocator: Arc::new(allocator),
@@ -164,11 +168,31 @@ impl Device {
 
     /// Allocates `bytes` bytes on this device, attributed to the innermost batch scope (whose
     /// iterations the allocator plans: see `iteration_planning` in
-    /// [`AllocatorConfig`]).
+    /// [`AllocatorConfig`]). The caller's line (or the tensor op running on this thread) is
+    /// recorded as the block's [`AllocOrigin`].
+    #[track_caller]
     pub fn allocate(&self, bytes: usize) -> Result<Allocation, OutOfMemory> {
+        self.allocate_at(bytes, AllocOrigin::current(Location::caller(), "allocate"))
+    }
+
+    /// Allocates the memory of a tensor of `shape` for tensor op `op` (the origin is the
+    /// running op frame's, else the caller's line).
+    #[track_caller]
+    pub(crate) fn allocate_tensor(
+        &self,
+        bytes: usize,
+        shape: &[usize],
+        op: &'static str,
+    ) -> Result<Allocation, OutOfMemory> {
+        let mut origin = AllocOrigin::current(Location::caller(), op);
+        origin.shape = Some(Arc::from(shape));
+        self.allocate_at(bytes, origin)
+    }
+
+    fn allocate_at(&self, bytes: usize, origin: AllocOrigin) -> Result<Allocation, OutOfMemory> {
         let scope = crate::scope::current_tracker();
         let iteration = scope.as_ref().map(|t| t.iteration_id());
-        let block = self.allocator().allocate_in(bytes, iteration)?;
+        let block = self.allocator().allocate_at(bytes, iteration, origin)?;
         if let Some(tracker) = &scope {
             tracker.on_alloc_on(self.allocator(), block.id, block.size);
         }
@@ -180,37 +204,12 @@ impl Device {
     }
 }
 
-/// An allocator over `backend` with the settings of `VRAMGUARD_ALLOC_CONF`. Settings that
-/// cannot be used here (a bad value, `expandable_segments:true` on a backend without page
-/// mapping, ...) give the defaults instead, over a fresh backend from `fresh`: the error is
-/// logged once and kept for [`crate::memory::config_error`].
-fn configured_from_env<E>(
-    backend: Box<dyn Backend>,
-    device: &str,
-    fresh: impl FnOnce() -> Result<Box<dyn Backend>, E>,
-) -> Result<DeviceAllocator, E> {
-    let config = crate::alloc::env_config().unwrap_or_default();
-    match CachingAllocator::with_config(backend, config) {
-        Ok(a) => Ok(a),
-        Err(e) => {
-            tracing::warn!("{e}; {device} uses the default allocator settings");
-            remember_setup_error(e);
-            Ok(CachingAllocator::new(fresh()?))
-        }
-    }
-}
-
-/// The first error that made a process-wide device fall back to the default settings.
+/// The first error that made the process-wide host device fall back to the default settings.
 static SETUP_ERROR: Mutex<Option<SetupError>> = Mutex::new(None);
 
-fn remember_setup_error(e: SetupError) {
-    let mut first = SETUP_ERROR.lock().unwrap_or_else(|e| e.into_inner());
-    first.get_or_insert(e);
-}
-
-/// The error that made a process-wide device ignore `VRAMGUARD_ALLOC_CONF`, if any: a value
-/// that does not parse, or settings the host device (created here if it was not yet) or an
-/// opened GPU cannot use.
+/// The error that made the process-wide host device ignore `VRAMGUARD_ALLOC_CONF`, if any: a
+/// value that does not parse, or settings the host device (created here if it was not yet)
+/// cannot use. (`Device::cuda` returns such errors instead.)
 pub(crate) fn config_error() -> Option<SetupError> {
     if let Err(e) = crate::alloc::env_config() {
         return Some(SetupError::Config(e));
@@ -225,14 +224,25 @@ pub(crate) fn config_error() -> Option<SetupError> {
 fn global_host() -> &'static Arc<DeviceAllocator> {
     static HOST: OnceLock<Arc<DeviceAllocator>> = OnceLock::new();
     HOST.get_or_init(|| {
-        let fresh =
-            || Ok::<_, std::convert::Infallible>(Box::new(HostBackend::new()) as Box<dyn Backend>);
-        let allocator =
-            match configured_from_env(Box::new(HostBackend::new()), "the host device", fresh) {
-                Ok(a) => a,
-                Err(never) => match never {},
-            };
-        Arc::new(allocator)
+        let backend = || Box::new(HostBackend::new()) as Box<dyn Backend>;
+        let configured = crate::alloc::env_config()
+            .map_err(SetupError::from)
+            .and_then(|config| CachingAllocator::with_config(backend(), config));
+        let allocator = match configured {
+            Ok(a) => a,
+            Err(e) => {
+                // `Device::Host` cannot return the error: say it once where it is seen.
+                crate::diagnostics::error(&format!(
+                    "{}: {e}; the host device uses the default allocator settings \
+                     (memory::config_error() returns this error)",
+                    crate::alloc::ENV_VAR
+                ));
+                let mut first = SETUP_ERROR.lock().unwrap_or_else(|e| e.into_inner());
+                first.get_or_insert(e);
+                CachingAllocator::new(backend())
+            }
+        };
+        Arc::new(allocator.configured_from_environment())
     })
 }
 

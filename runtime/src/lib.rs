@@ -6,6 +6,7 @@
 
 pub mod alloc;
 pub mod device;
+mod diagnostics;
 pub mod grad;
 pub mod memory;
 pub mod nn;

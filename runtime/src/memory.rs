@@ -13,8 +13,12 @@
 //!
 //! Configuration comes from `VRAMGUARD_ALLOC_CONF` for the process-wide devices
 //! ([`Device::Host`], [`Device::cuda`]) and from [`AllocatorConfig`](crate::alloc::AllocatorConfig) for devices made with
-//! [`Device::host_with_config`]. A bad `VRAMGUARD_ALLOC_CONF` never panics: it is logged once
-//! (a `tracing` warning), the defaults are used, and [`config_error`] returns the error.
+//! [`Device::host_with_config`]. A bad `VRAMGUARD_ALLOC_CONF` never panics and is never
+//! silent: [`Device::cuda`] returns it as [`crate::device::DeviceError::Config`], naming the key;
+//! the host device, whose API cannot return it, prints it once on stderr (or to a `tracing`
+//! subscriber, if one is installed), uses the defaults, and [`config_error`] returns it.
+//! Programs that build their own devices honour the variable with
+//! [`AllocatorConfig::from_env`](crate::alloc::AllocatorConfig::from_env).
 //!
 //! ```
 //! use vramguard_runtime::alloc::{AllocatorConfig, HostBackend, OomCause};
@@ -99,8 +103,14 @@ pub fn uses_expandable_segments(device: &Device) -> bool {
     device.allocator().uses_expandable_segments()
 }
 
-/// Records the last `events` allocator events of `device` from now on (0 stops recording).
-/// Tracing is off by default; `trace_capacity` in `VRAMGUARD_ALLOC_CONF` turns it on at start.
+/// Records the last `events` allocator events of `device` from now on (0 stops recording):
+/// allocs and frees with where each block was made ([`crate::alloc::AllocOrigin`]: the
+/// caller's line, the op, the shape), segment maps and unmaps, out-of-memory errors, each with
+/// the thread's label ([`crate::alloc::TraceLabel`]: batch-scope iteration and tags). Recording
+/// is off by default; `trace_capacity` in `VRAMGUARD_ALLOC_CONF` turns it on at start. Origins
+/// of live blocks are kept whether or not the trace records (the out-of-memory error lists
+/// them). A cached alloc+free pair costs about 1.6× its time while recording
+/// (`cached_pair_ns_recording` in BENCHMARKS.md).
 pub fn record_trace(device: &Device, events: usize) {
     device.allocator().set_trace_capacity(events)
 }
@@ -110,11 +120,44 @@ pub fn trace(device: &Device) -> Trace {
     device.allocator().trace()
 }
 
-/// A self-contained HTML page for `device`: allocated vs reserved over time (from the trace,
-/// shaded by trace label) and a segment map of the current snapshot. Write it to a file and
-/// open it in a browser.
+/// A self-contained HTML page for `device` (no network): every allocation's lifetime over time
+/// from the trace, with its source line, op and shape on hover; allocated and reserved bytes;
+/// labels as bands; OOM and segment map/unmap markers; the segment map after any event (a
+/// slider); the fragmentation figures with their definitions. Record first
+/// ([`record_trace`]), then write the page to a file and open it in a browser.
 pub fn html_report(device: &Device, title: &str) -> String {
     crate::alloc::html_report(title, &trace(device), &snapshot(device))
+}
+
+/// Writes the segments, blocks and event trace of `device` to `path` in PyTorch's snapshot
+/// format: the pickle `torch.cuda.memory._dump_snapshot` writes, so the file can be dropped on
+/// <https://pytorch.org/memory_viz> or read with `torch.cuda._memory_viz`.
+///
+/// Blocks and events carry where each allocation was made as their stack frame (file, line,
+/// and the op with the tensor's shape as the frame's name); events carry their label (batch
+/// scope iteration, tags) as `user_metadata`. The trace holds what [`record_trace`] (or
+/// `trace_capacity`) recorded: start recording before the code to look at. Host devices are
+/// device 0, GPUs their ordinal; there are no streams (stream 0) and no private pools.
+///
+/// ```
+/// use vramguard_runtime::{memory, Device, Tensor};
+///
+/// let device = Device::isolated_host();
+/// memory::record_trace(&device, 10_000);
+/// let x = Tensor::zeros(&[64, 1024], &device)?;
+/// let path = std::env::temp_dir().join(format!("vramguard-doc-{}.pickle", std::process::id()));
+/// memory::dump_snapshot(&device, &path)?;
+/// assert!(std::fs::metadata(&path)?.len() > 0);
+/// # std::fs::remove_file(&path)?;
+/// # drop(x);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn dump_snapshot(device: &Device, path: impl AsRef<std::path::Path>) -> std::io::Result<()> {
+    let index = match device {
+        Device::Cuda(d) => u32::try_from(d.ordinal()).unwrap_or(u32::MAX),
+        Device::Host | Device::HostPool(_) => 0,
+    };
+    std::fs::write(path, device.allocator().memory_viz_pickle(index))
 }
 
 /// Registers a callback that frees memory when `device` runs out (see
@@ -126,7 +169,8 @@ pub fn add_pressure_handler(
     device.allocator().add_pressure_handler(handler)
 }
 
-/// The error that made the process-wide devices ignore `VRAMGUARD_ALLOC_CONF`, if any.
+/// The error that made the process-wide host device ignore `VRAMGUARD_ALLOC_CONF`, if any
+/// (`Device::cuda` returns it instead).
 pub fn config_error() -> Option<SetupError> {
     crate::device::config_error()
 }

@@ -4,7 +4,9 @@
 //! returned [`BatchScopeGuard`] ends the iteration when dropped (end of body, `continue`,
 //! `break`, `?`, `return` or a panic). While the guard is the innermost scope of its thread,
 //! every allocation made on that thread is attributed to the scope's label, and its free is
-//! seen whenever and wherever it happens.
+//! seen whenever and wherever it happens. The iteration is also the innermost frame of the
+//! thread's label (`train #3`), with [`tag`]s inside it (`train #3 / generator`): the one label
+//! that the allocator's trace records and the timeline draws.
 //!
 //! On exit, the scope builds a [`ScopeReport`]:
 //! - what the iteration allocated (bytes and count, and the peak of its own live bytes);
@@ -21,8 +23,9 @@
 //! Such state is replaced, so live memory stays flat. A leak (`history.push(fake)`) makes live
 //! memory grow at the end of iteration after iteration. So escapes are **reported** (in the
 //! report and at `trace` level), and only **sustained growth** is a problem: after
-//! [`ScopeOptions::warn_after_growing`] growing iterations the scope emits a `tracing` warning,
-//! and in [`ScopeOptions::strict`] mode it panics with the report (unless the thread is
+//! [`ScopeOptions::warn_after_growing`] growing iterations the scope warns — on stderr, or
+//! through `tracing` when a subscriber is installed ([`ScopeOptions::warnings`] chooses) — and
+//! in [`ScopeOptions::strict`] mode it panics with the report (unless the thread is
 //! already panicking). Live memory that grows and then falls back (a sawtooth, e.g. gradient
 //! accumulation every k steps) resets the streak; iterations with flat live memory neither
 //! count nor reset, so a leak every other iteration is caught too.
@@ -30,7 +33,7 @@
 //! Reports are queryable with [`last_report`]. Labels are per thread: two threads running the
 //! same loop keep separate iteration counts and live sets.
 
-use crate::alloc::{DeviceAllocator, IterationId};
+use crate::alloc::{DeviceAllocator, IterationId, TraceLabel};
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -44,6 +47,19 @@ pub const DEFAULT_WARN_AFTER_GROWING: u32 = 8;
 /// Most escape tags listed in one report; the rest are folded into the last entry.
 const MAX_TAGS_IN_REPORT: usize = 16;
 
+/// Where a batch scope's warnings (live memory that keeps growing) go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum WarningOutput {
+    /// To a `tracing` subscriber when one is installed (global or for the thread), else to
+    /// stderr: never lost (the default).
+    #[default]
+    Auto,
+    /// Always to stderr.
+    Stderr,
+    /// Always to `tracing` (target `vramguard`, level `WARN`); lost without a subscriber.
+    Tracing,
+}
+
 /// How a batch scope reacts and what it does to the cache.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScopeOptions {
@@ -56,6 +72,8 @@ pub struct ScopeOptions {
     /// Every `n` iterations, after the iteration's values are dropped, release the cache
     /// (`empty_cache`) of each device the scope allocated on since the last call. `None`: never.
     pub empty_cache_every: Option<u32>,
+    /// Where the growth warning goes (`#[batch_scope(warnings = "tracing")]`).
+    pub warnings: WarningOutput,
 }
 
 impl Default for ScopeOptions {
@@ -64,6 +82,7 @@ impl Default for ScopeOptions {
             strict: false,
             warn_after_growing: DEFAULT_WARN_AFTER_GROWING,
             empty_cache_every: None,
+            warnings: WarningOutput::Auto,
         }
     }
 }
@@ -82,6 +101,11 @@ impl ScopeOptions {
     /// Sets [`ScopeOptions::warn_after_growing`].
     pub fn warn_after_growing(mut self, iterations: u32) -> Self {
         self.warn_after_growing = iterations;
+        self
+    }
+    /// Sets [`ScopeOptions::warnings`].
+    pub fn warnings(mut self, output: WarningOutput) -> Self {
+        self.warnings = output;
         self
     }
     /// Sets [`ScopeOptions::empty_cache_every`]; `0` means never.
@@ -190,9 +214,11 @@ impl BatchScope {
         let tracker = tracker_for(&label);
         let snapshot = tracker.begin_iteration();
         STACK.with(|stack| stack.borrow_mut().push(Arc::clone(&tracker)));
+        let previous_label = push_label(Arc::clone(&tracker.label), Some(snapshot.iteration));
         BatchScopeGuard {
             tracker,
             snapshot,
+            previous_label,
             options,
             finished: false,
             _not_send: PhantomData,
@@ -207,6 +233,8 @@ impl BatchScope {
 pub struct BatchScopeGuard {
     tracker: Arc<ScopeTracker>,
     snapshot: IterationStart,
+    /// This thread's label before the iteration (restored when it ends).
+    previous_label: Option<TraceLabel>,
     options: ScopeOptions,
     finished: bool,
     _not_send: PhantomData<*const ()>,
@@ -244,6 +272,7 @@ impl BatchScopeGuard {
                 stack.remove(pos);
             }
         });
+        restore_label(self.previous_label.take());
         let (mut report, devices) = self.tracker.end_iteration(&self.snapshot, &self.options);
         // The allocators plan the scope's next iteration from this one.
         let touched: Vec<Arc<DeviceAllocator>> = self
@@ -280,13 +309,12 @@ impl BatchScopeGuard {
         let threshold = self.options.warn_after_growing;
         let growing = threshold > 0 && report.growth_streak >= threshold;
         if growing && report.growth_streak % threshold == 0 {
-            tracing::warn!(
-                target: "vramguard::scope",
-                label = %report.label,
-                growth_streak = report.growth_streak,
-                live_bytes = report.live_bytes,
-                "live memory keeps growing across iterations: something computed in the loop is \
-                 kept (a history Vec, a running total with its graph); {report}"
+            crate::diagnostics::warn(
+                self.options.warnings,
+                &format!(
+                    "live memory keeps growing across iterations: something computed in the loop \
+                     is kept (a history Vec, a running total with its graph); {report}"
+                ),
             );
         }
         store_report(&report);
@@ -328,27 +356,62 @@ pub fn current_label() -> Option<String> {
     STACK.with(|stack| stack.borrow().last().map(|t| t.label.to_string()))
 }
 
-/// Tags the allocations made on this thread until the guard is dropped; escape reports
-/// group escaped allocations by their innermost tag (e.g. `"generator"`, `"history"`).
+/// Labels the allocations made on this thread until the guard is dropped: the one labelling
+/// system of vramguard. A tag is a frame of the thread's label, as each iteration of a batch
+/// scope is (`train #3 / generator`); the label is recorded with every allocator event of the
+/// trace ([`crate::memory::record_trace`], [`crate::alloc::TraceLabel`]) and drawn in the
+/// timeline, and escape reports group escaped allocations by their innermost tag (e.g.
+/// `"generator"`, `"history"`).
 pub fn tag(name: impl Into<Cow<'static, str>>) -> TagGuard {
     let name: Arc<str> = Arc::from(name.into().as_ref());
-    TAGS.with(|tags| tags.borrow_mut().push(name));
     TagGuard {
+        previous: push_label(name, None),
         _not_send: PhantomData,
     }
 }
 
-/// Active [`tag`]; the previous one is restored when it is dropped.
+/// Active [`tag`]; the previous label is restored when it is dropped.
 #[must_use = "the tag is removed as soon as the guard is dropped"]
-#[derive(Debug)]
 pub struct TagGuard {
+    previous: Option<TraceLabel>,
     _not_send: PhantomData<*const ()>,
+}
+
+impl fmt::Debug for TagGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TagGuard").finish_non_exhaustive()
+    }
 }
 
 impl Drop for TagGuard {
     fn drop(&mut self) {
-        TAGS.with(|tags| tags.borrow_mut().pop());
+        restore_label(self.previous.take());
     }
+}
+
+/// Makes `name` (with `iteration` for a batch scope) the innermost frame of this thread's
+/// label; returns the label it replaced.
+fn push_label(name: Arc<str>, iteration: Option<u64>) -> Option<TraceLabel> {
+    LABEL
+        .try_with(|label| {
+            let mut label = label.borrow_mut();
+            let nested = TraceLabel::nested(label.clone(), name, iteration);
+            label.replace(nested)
+        })
+        .ok()
+        .flatten()
+}
+
+fn restore_label(previous: Option<TraceLabel>) {
+    let _ = LABEL.try_with(|label| *label.borrow_mut() = previous);
+}
+
+/// This thread's label (tags and batch-scope iterations), recorded with allocator events.
+pub(crate) fn trace_label() -> Option<TraceLabel> {
+    LABEL
+        .try_with(|label| label.borrow().clone())
+        .ok()
+        .flatten()
 }
 
 /// Accounting of one scope label on one thread; the allocator reports allocations made while
@@ -445,10 +508,7 @@ impl ScopeTracker {
     }
 
     fn record_alloc(&self, key: AllocKey, bytes: usize, allocator: Option<&Arc<DeviceAllocator>>) {
-        let tag = TAGS
-            .try_with(|tags| tags.borrow().last().cloned())
-            .ok()
-            .flatten();
+        let tag = trace_label().and_then(|label| label.tag_name());
         let bytes = bytes as u64;
         let mut state = self.state();
         let iteration = state.current_iteration;
@@ -624,8 +684,8 @@ thread_local! {
     static STACK: RefCell<Vec<Arc<ScopeTracker>>> = const { RefCell::new(Vec::new()) };
     /// Trackers of this thread by label; they outlive iterations to see later frees.
     static TRACKERS: RefCell<HashMap<Arc<str>, Arc<ScopeTracker>>> = RefCell::new(HashMap::new());
-    /// Active tags of this thread, innermost last.
-    static TAGS: RefCell<Vec<Arc<str>>> = const { RefCell::new(Vec::new()) };
+    /// This thread's label: its tags and batch-scope iterations.
+    static LABEL: RefCell<Option<TraceLabel>> = const { RefCell::new(None) };
 }
 
 fn tracker_for(label: &str) -> Arc<ScopeTracker> {

@@ -1,7 +1,7 @@
 //! `VRAMGUARD_ALLOC_CONF` configures the process-wide host device. (Own test binary: the
 //! variable is read once per process.)
 
-use vramguard_runtime::alloc::OomCause;
+use vramguard_runtime::alloc::{ConfigSource, OomCause};
 use vramguard_runtime::{memory, Device};
 
 #[test]
@@ -23,6 +23,13 @@ fn env_config_applies_to_the_host_device() {
     );
     let err = host.allocate(48 << 20).unwrap_err();
     assert_eq!(err.cause, OomCause::LimitReached);
+    assert_eq!(err.config_source, ConfigSource::Environment);
+    let text = err.to_string();
+    assert!(
+        text.contains("raise the limit (`memory_limit` in VRAMGUARD_ALLOC_CONF"),
+        "the advice names the variable the setting came from: {text}"
+    );
+    assert!(!text.contains("AllocatorConfig::"), "{text}");
     let trace = memory::trace(&host);
     assert_eq!(trace.capacity, 16);
     assert!(!trace.events.is_empty());

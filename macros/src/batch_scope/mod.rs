@@ -422,6 +422,9 @@ impl Scoper<'_> {
         if let Some(n) = marker.every.or(self.fn_args.every) {
             options.extend(quote!(.empty_cache_every(#n)));
         }
+        if let Some(output) = marker.warnings.as_ref().or(self.fn_args.warnings.as_ref()) {
+            options.extend(quote!(.warnings(#krate::__private::WarningOutput::#output)));
+        }
         let guard = Ident::new("__vramguard_scope", Span::mixed_site());
         syn::parse_quote! {
             let #guard = #krate::__private::BatchScope::enter_with(#label, #options);

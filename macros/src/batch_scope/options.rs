@@ -11,10 +11,32 @@ pub(crate) struct ScopeArgs {
     pub strict: bool,
     pub every: Option<u32>,
     pub warn_after: Option<u32>,
+    /// `warnings = "auto" | "stderr" | "tracing"`: the runtime's `WarningOutput` variant.
+    pub warnings: Option<syn::Ident>,
     pub krate: Option<syn::Path>,
 }
 
-const KNOWN: &str = "`label = \"…\"`, `strict`, `every = N`, `warn_after = N`, `crate = path`";
+const KNOWN: &str = "`label = \"…\"`, `strict`, `every = N`, `warn_after = N`, \
+                     `warnings = \"auto\" | \"stderr\" | \"tracing\"`, `crate = path`";
+
+/// The `WarningOutput` variant a `warnings = "…"` value names.
+fn warning_output(lit: &LitStr) -> syn::Result<syn::Ident> {
+    let variant = match lit.value().as_str() {
+        "auto" => "Auto",
+        "stderr" => "Stderr",
+        "tracing" => "Tracing",
+        other => {
+            return Err(syn::Error::new(
+                lit.span(),
+                format!(
+                    "unknown `warnings` output `{other}`; use \"auto\" (stderr unless a tracing \
+                     subscriber is installed), \"stderr\" or \"tracing\""
+                ),
+            ))
+        }
+    };
+    Ok(syn::Ident::new(variant, lit.span()))
+}
 
 fn positive(lit: &LitInt, option: &str) -> syn::Result<u32> {
     match lit.base10_parse::<u32>() {
@@ -61,6 +83,7 @@ pub(crate) fn parse(tokens: TokenStream, on_loop: bool) -> syn::Result<ScopeArgs
             "warn_after" => {
                 args.warn_after = Some(positive(&meta.value()?.parse()?, "warn_after")?)
             }
+            "warnings" => args.warnings = Some(warning_output(&meta.value()?.parse()?)?),
             "crate" if on_loop => {
                 return Err(meta
                     .error("`crate = path` goes on the function's #[batch_scope], not on a loop"))

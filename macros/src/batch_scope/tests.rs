@@ -103,3 +103,22 @@ fn loops_in_const_blocks_and_nested_items_are_left_alone() {
     .to_string();
     assert_eq!(out.matches("enter_with").count(), 1, "{out}");
 }
+
+#[test]
+fn warnings_option_routes_the_scope_warning() {
+    let expanded = expand(
+        quote!(warnings = "tracing"),
+        quote! { fn f(xs: &[u32]) { for x in xs { g(x); } } },
+    )
+    .to_string();
+    assert!(
+        expanded.contains(". warnings (:: vramguard :: __private :: WarningOutput :: Tracing)"),
+        "{expanded}"
+    );
+    let bad = expand(
+        quote!(warnings = "loud"),
+        quote! { fn f(xs: &[u32]) { for x in xs { g(x); } } },
+    )
+    .to_string();
+    assert!(bad.contains("unknown `warnings` output `loud`"), "{bad}");
+}

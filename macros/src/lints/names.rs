@@ -75,11 +75,11 @@ impl Lint {
                 "train outside #[inference] (e.g. a #[batch_scope] training loop)"
             }
             Lint::AccumulatesAcrossIterations => {
-                "keep a scalar (`.item()`) or a host copy (`.to_vec()`), or consume the value \
-                 inside the iteration"
+                "keep a scalar (`.to_scalar()?`) or a host copy (`.to_vec()?`), or consume the \
+                 value inside the iteration"
             }
             Lint::GraphAcrossIterations => {
-                "accumulate a scalar (`total += loss.item()`) or a detached value \
+                "accumulate a scalar (`total += loss.to_scalar()?`) or a detached value \
                  (`total += loss.detach()`)"
             }
             Lint::InplaceOnActivation => {

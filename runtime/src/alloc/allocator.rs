@@ -6,15 +6,18 @@
 
 use super::blocks::State;
 use super::expandable::{self, Resolved};
+use super::origin::RAW_OP;
 use super::plan::{IterationId, Obstacle};
 use super::policy::{self, OomFacts, ADDR_LIMIT};
 use super::pressure::PressureHandlers;
 use super::trace::TraceRing;
 use super::{
-    AllocatorConfig, Backend, DetailedStats, ExpandableSegments, MemorySnapshot, MemoryStats,
-    OutOfMemory, PoolKind, PressureHandlerId, SegmentMode, SetupError, Trace, TraceEventKind,
+    AllocOrigin, AllocatorConfig, Backend, ConfigSource, DetailedStats, ExpandableSegments,
+    LargestLive, MemorySnapshot, MemoryStats, OutOfMemory, PoolKind, PressureHandlerId,
+    SegmentMode, SetupError, Trace, TraceEventKind, OOM_LARGEST_LIVE,
 };
 use std::fmt;
+use std::panic::Location;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
@@ -32,6 +35,8 @@ pub struct CachingAllocator<B: Backend + ?Sized> {
     segment_mode: SegmentMode,
     /// Why the large pool uses fixed segments (`None`: it has an expandable segment).
     fixed_segments_reason: Option<String>,
+    /// Where `config` came from, for the out-of-memory advice.
+    config_source: ConfigSource,
     backend: B,
 }
 
@@ -131,6 +136,7 @@ impl<B: Backend> CachingAllocator<B> {
             name,
             segment_mode: resolved.mode,
             fixed_segments_reason: resolved.reason,
+            config_source: ConfigSource::Code,
             backend,
         }
     }
@@ -156,6 +162,21 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         self.fixed_segments_reason.as_deref()
     }
 
+    /// Where this allocator's settings came from (`VRAMGUARD_ALLOC_CONF` for the process-wide
+    /// devices, code otherwise).
+    pub fn config_source(&self) -> ConfigSource {
+        self.config_source
+    }
+
+    /// Marks the settings as read from `VRAMGUARD_ALLOC_CONF`.
+    pub(crate) fn configured_from_environment(mut self) -> Self
+    where
+        B: Sized,
+    {
+        self.config_source = ConfigSource::Environment;
+        self
+    }
+
     /// The backend.
     pub fn backend(&self) -> &B {
         &self.backend
@@ -178,14 +199,20 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
 
     /// Allocates a block of at least `bytes` bytes: a cached free block, else a new segment,
     /// else the same after releasing the cache, else the same after the pressure handlers
-    /// freed memory, else [`OutOfMemory`].
+    /// freed memory, else [`OutOfMemory`]. The caller's line is the block's [`AllocOrigin`]
+    /// (unless a tensor op of this thread is running: then that op's).
+    #[track_caller]
     pub fn allocate(&self, bytes: usize) -> Result<Block, OutOfMemory> {
+        self.allocate_from(bytes, AllocOrigin::current(Location::caller(), RAW_OP))
+    }
+
+    fn allocate_from(&self, bytes: usize, origin: AllocOrigin) -> Result<Block, OutOfMemory> {
         let Some(req) = self.request(bytes) else {
             let mut st = lock(&self.state);
             return Err(self.fail(&mut st, bytes, usize::MAX));
         };
         let mut st = lock(&self.state);
-        if let Some(block) = self.serve(&mut st, &req) {
+        if let Some(block) = self.serve(&mut st, &req, &origin) {
             return Ok(block);
         }
         if !PressureHandlers::in_handler() {
@@ -193,7 +220,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             let freed = self.handlers.run(req.size);
             st = lock(&self.state);
             if freed > 0 {
-                if let Some(block) = self.serve(&mut st, &req) {
+                if let Some(block) = self.serve(&mut st, &req, &origin) {
                     return Ok(block);
                 }
             }
@@ -205,25 +232,38 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     /// batch scope: with `iteration_planning` (the default) and an expandable segment, a
     /// large-pool request of an iteration that follows the recording of the scope's previous one
     /// is placed where the plan puts it (see the `plan` module); any other is served as usual.
+    #[track_caller]
     pub fn allocate_in(
         &self,
         bytes: usize,
         iteration: Option<IterationId>,
     ) -> Result<Block, OutOfMemory> {
+        let origin = AllocOrigin::current(Location::caller(), RAW_OP);
+        self.allocate_at(bytes, iteration, origin)
+    }
+
+    /// [`CachingAllocator::allocate_in`] for a request whose origin the caller knows (a
+    /// tensor's shape, a device's caller).
+    pub(crate) fn allocate_at(
+        &self,
+        bytes: usize,
+        iteration: Option<IterationId>,
+        origin: AllocOrigin,
+    ) -> Result<Block, OutOfMemory> {
         let Some(id) = iteration.filter(|_| self.config.iteration_planning) else {
-            return self.allocate(bytes);
+            return self.allocate_from(bytes, origin);
         };
         let Some(req) = self.request(bytes) else {
-            return self.allocate(bytes);
+            return self.allocate_from(bytes, origin);
         };
         if req.pool != PoolKind::Large || !self.uses_expandable_segments() {
-            return self.allocate(bytes);
+            return self.allocate_from(bytes, origin);
         }
         let mut st = lock(&self.state);
         let ordinal = st.planner.on_request(id);
         if let Some(slot) = self.take_planned(&mut st, &req, ordinal) {
             st.planner.planned += 1;
-            let block = self.hand_out(&mut st, slot, &req);
+            let block = self.hand_out(&mut st, slot, &req, origin.clone());
             st.planner.on_allocated(ordinal, block.id, req.size);
             return Ok(block);
         }
@@ -232,7 +272,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             st.planner.deviate();
         }
         drop(st);
-        let block = self.allocate(bytes)?;
+        let block = self.allocate_from(bytes, origin)?;
         lock(&self.state)
             .planner
             .on_allocated(ordinal, block.id, req.size);
@@ -298,13 +338,13 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     /// A cached free block, else one carved from a new segment, else one from a new segment
     /// after the cache was released, else (when the expandable segment could not grow) one from
     /// a fixed segment.
-    fn serve(&self, st: &mut State, req: &Request) -> Option<Block> {
+    fn serve(&self, st: &mut State, req: &Request, origin: &AllocOrigin) -> Option<Block> {
         let slot = self
             .take_cached(st, req)
             .or_else(|| self.take_from_new_segment(st, req))
             .or_else(|| self.take_after_release(st, req))
             .or_else(|| self.take_from_fixed_segment(st, req))?;
-        Some(self.hand_out(st, slot, req))
+        Some(self.hand_out(st, slot, req, origin.clone()))
     }
 
     fn take_cached(&self, st: &mut State, req: &Request) -> Option<u32> {
@@ -402,7 +442,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         }
     }
 
-    fn hand_out(&self, st: &mut State, slot: u32, req: &Request) -> Block {
+    fn hand_out(&self, st: &mut State, slot: u32, req: &Request, origin: AllocOrigin) -> Block {
         let id = st.next_id;
         st.next_id += 1;
         let n = &mut st.nodes[slot as usize];
@@ -419,7 +459,8 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         {
             st.stats.on_oversize_allocation(true);
         }
-        st.record(TraceEventKind::Alloc, addr, req.size as u64);
+        st.record(TraceEventKind::Alloc, addr, req.size as u64, Some(&origin));
+        st.origins[slot as usize] = Some(origin);
         Block {
             addr,
             size: req.size,
@@ -433,7 +474,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     /// Counts the failure and describes it.
     fn fail(&self, st: &mut State, requested: usize, rounded: usize) -> OutOfMemory {
         st.stats.num_ooms += 1;
-        st.record(TraceEventKind::Oom, 0, rounded as u64);
+        st.record(TraceEventKind::Oom, 0, rounded as u64, None);
         let s = st.snapshot_stats();
         // What could still be reserved: the device's free memory, capped by the limit.
         let under_limit = self.limit.map(|l| l.saturating_sub(s.reserved_bytes));
@@ -454,7 +495,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             limit: self.limit,
         });
         OutOfMemory {
-            device: self.name.clone(),
+            device: self.name.as_str().into(),
             requested,
             rounded,
             capacity: self.backend.capacity().map(|c| c as u64),
@@ -466,6 +507,8 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             device_free,
             cause,
             segments: self.segment_mode,
+            config_source: self.config_source,
+            largest_live: LargestLive::new(st.largest_live(OOM_LARGEST_LIVE)),
         }
     }
 
@@ -493,12 +536,10 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
                 n.allocated && n.addr == block.addr && n.id == block.id && n.rounded == block.size
             });
         if !owned {
-            tracing::error!(
-                device = %self.name,
-                "refused to free block {:#x} ({} bytes): another allocator handed it out",
-                block.addr,
-                block.size
-            );
+            crate::diagnostics::error(&format!(
+                "{}: refused to free block {:#x} ({} bytes): another allocator handed it out",
+                self.name, block.addr, block.size
+            ));
             return;
         }
         let (node_size, pool) = (st.nodes[slot as usize].size, st.nodes[slot as usize].pool);
@@ -506,7 +547,13 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         if self.config.max_split_size.is_some_and(|ms| node_size >= ms) {
             st.stats.on_oversize_allocation(false);
         }
-        st.record(TraceEventKind::Free, block.addr, block.size as u64);
+        let origin = st.origins[slot as usize].take();
+        st.record(
+            TraceEventKind::Free,
+            block.addr,
+            block.size as u64,
+            origin.as_ref(),
+        );
         st.planner.on_free(block.id);
         st.free_block(slot);
     }
@@ -598,6 +645,22 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             stats: st.snapshot_stats(),
             segments: st.segment_snapshots(),
         }
+    }
+
+    /// The snapshot and the trace, taken at one moment, as the pickle of PyTorch's
+    /// `torch.cuda.memory._dump_snapshot` for device index `device` (see `memory_viz.rs`).
+    pub(crate) fn memory_viz_pickle(&self, device: u32) -> Vec<u8> {
+        let st = lock(&self.state);
+        let snapshot = MemorySnapshot {
+            device: self.name.clone(),
+            expandable_segments: self.uses_expandable_segments(),
+            stats: st.snapshot_stats(),
+            segments: st.segment_snapshots(),
+        };
+        let trace = st.trace.to_trace();
+        let range = st.expandable.map(|e| (e.addr, e.addr + e.virt as u64));
+        drop(st);
+        super::memory_viz::snapshot_pickle(&snapshot, &trace, device, range, &self.config)
     }
 
     /// A copy of the event trace ring.

@@ -10,10 +10,10 @@ use super::expandable::Expandable;
 use super::plan::Planner;
 use super::policy::{self, ADDR_LIMIT};
 use super::stats::DetailedStats;
-use super::trace::{trace_label, TraceRing};
+use super::trace::TraceRing;
 use super::{
-    Backend, BackendError, BlockSnapshot, MemoryStats, PoolKind, SegmentSnapshot, TraceEvent,
-    TraceEventKind,
+    AllocOrigin, Backend, BackendError, BlockSnapshot, LiveAllocation, MemoryStats, PoolKind,
+    SegmentSnapshot, TraceEvent, TraceEventKind,
 };
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -142,6 +142,10 @@ impl FreeSet {
 /// Everything the allocator's mutex guards.
 pub(crate) struct State {
     pub nodes: Vec<Node>,
+    /// Where each allocated block was made, by slot (`None` for free blocks and spare slots).
+    /// Kept beside the nodes, not in them: splitting and coalescing copy nodes around, and
+    /// only `hand_out` and `free` need the origin.
+    pub origins: Vec<Option<AllocOrigin>>,
     pub spare_nodes: Vec<u32>,
     pub segs: Vec<Segment>,
     pub spare_segs: Vec<u32>,
@@ -165,6 +169,7 @@ impl State {
     pub fn new(trace_capacity: usize, start: Instant) -> Self {
         State {
             nodes: Vec::new(),
+            origins: Vec::new(),
             spare_nodes: Vec::new(),
             segs: Vec::new(),
             spare_segs: Vec::new(),
@@ -216,6 +221,7 @@ impl State {
             }
             None => {
                 self.nodes.push(node);
+                self.origins.push(None);
                 (self.nodes.len() - 1) as u32
             }
         }
@@ -512,7 +518,7 @@ impl State {
         if self.max_split.is_some_and(|ms| bytes >= ms) {
             self.stats.oversize_segments.increase(1);
         }
-        self.record(TraceEventKind::SegmentAlloc, addr, bytes as u64);
+        self.record(TraceEventKind::SegmentAlloc, addr, bytes as u64, None);
         true
     }
 
@@ -551,24 +557,57 @@ impl State {
         if self.max_split.is_some_and(|ms| seg.size >= ms) {
             self.stats.oversize_segments.decrease(1);
         }
-        self.record(TraceEventKind::SegmentFree, seg.addr, seg.size as u64);
+        self.record(TraceEventKind::SegmentFree, seg.addr, seg.size as u64, None);
         seg.size as u64
     }
 
+    /// Records an event in the trace, if it is recording; `origin`: where the block of an
+    /// alloc or free event was made.
     #[inline]
-    pub fn record(&mut self, kind: TraceEventKind, addr: u64, size: u64) {
+    pub fn record(
+        &mut self,
+        kind: TraceEventKind,
+        addr: u64,
+        size: u64,
+        origin: Option<&AllocOrigin>,
+    ) {
         if self.trace.enabled() {
             let event = TraceEvent {
                 kind,
                 addr,
                 size,
                 time_ns: self.start.elapsed().as_nanos() as u64,
-                label: trace_label(),
+                label: crate::scope::trace_label(),
+                origin: origin.cloned(),
                 allocated_bytes: self.stats.all.allocated_bytes.current,
                 reserved_bytes: self.reserved(),
             };
             self.trace.push(event);
         }
+    }
+
+    /// The `count` largest allocated blocks, largest first (by address among equals).
+    pub fn largest_live(&self, count: usize) -> Vec<LiveAllocation> {
+        let mut live: Vec<(u32, &Node)> = Vec::new();
+        for s in self.segs.iter().filter(|s| s.live) {
+            let mut at = s.head;
+            while at != NIL {
+                let n = &self.nodes[at as usize];
+                if n.mapped && n.allocated {
+                    live.push((at, n));
+                }
+                at = n.next;
+            }
+        }
+        live.sort_by(|a, b| b.1.size.cmp(&a.1.size).then(a.1.addr.cmp(&b.1.addr)));
+        live.into_iter()
+            .take(count)
+            .map(|(slot, n)| LiveAllocation {
+                size: n.size as u64,
+                requested: n.requested as u64,
+                origin: self.origins[slot as usize].clone(),
+            })
+            .collect()
     }
 
     /// The live segments and their blocks, by address. The expandable segment appears as one
@@ -597,6 +636,11 @@ impl State {
                         allocated: n.allocated,
                         requested: if n.allocated { n.requested as u64 } else { 0 },
                         id: if n.allocated { n.id } else { 0 },
+                        origin: if n.allocated {
+                            self.origins[at as usize].clone()
+                        } else {
+                            None
+                        },
                     });
                 }
                 at = n.next;

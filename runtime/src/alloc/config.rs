@@ -547,19 +547,11 @@ impl AllocatorConfig {
 
 const MIB: usize = 1 << 20;
 
-/// [`ENV_VAR`], parsed once per process for the process-wide devices. A bad value is logged
-/// once (the devices then use the defaults).
+/// [`ENV_VAR`], parsed once per process for the process-wide devices (which report a bad
+/// value: `Device::cuda` returns it, the host device prints it once).
 pub(crate) fn env_config() -> Result<AllocatorConfig, ConfigError> {
     static CONFIG: OnceLock<Result<AllocatorConfig, ConfigError>> = OnceLock::new();
-    CONFIG
-        .get_or_init(|| {
-            let parsed = AllocatorConfig::from_env();
-            if let Err(e) = &parsed {
-                tracing::warn!("{e}; using the default allocator settings");
-            }
-            parsed
-        })
-        .clone()
+    CONFIG.get_or_init(AllocatorConfig::from_env).clone()
 }
 
 /// Splits `key:value,key:[a:b,c:d]` at the commas outside brackets.

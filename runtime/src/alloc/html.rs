@@ -1,15 +1,18 @@
-//! A self-contained HTML page (inline SVG, no script, no external files) showing allocated vs
-//! reserved bytes over time from the event trace, shaded by trace label (e.g. batch scope),
-//! and a segment map from a snapshot that makes fragmentation visible.
+//! A self-contained HTML page (inline CSS, script and SVG; no network, no external file): the
+//! allocator's statistics with an honest fragmentation figure, every allocation's lifetime over
+//! time stacked as memory_viz's active-memory view (source line, op and shape on hover),
+//! allocated and reserved lines with axis ticks, trace labels as coloured bands, OOM and
+//! segment map/unmap markers, and the segment map after any number of events (a slider).
+//!
+//! This file writes the page's frame and static parts; `timeline.rs` owns the data embedded in
+//! it and `timeline.js` / `timeline.css` draw it.
 
+use super::timeline::{TimelineData, MAX_DRAWN_ALLOCATIONS};
 use super::{human_bytes, MemorySnapshot, Trace};
 use std::fmt::Write as _;
 
-const WIDTH: f64 = 1000.0;
-const HEIGHT: f64 = 260.0;
-const LABEL_COLORS: [&str; 6] = [
-    "#fde68a", "#bfdbfe", "#bbf7d0", "#fecaca", "#ddd6fe", "#fed7aa",
-];
+const SCRIPT: &str = include_str!("timeline.js");
+const STYLE: &str = include_str!("timeline.css");
 
 /// Escapes text for HTML content and attribute values.
 fn esc(text: &str) -> String {
@@ -27,18 +30,17 @@ fn esc(text: &str) -> String {
     out
 }
 
-/// Renders the page. `title` names it (e.g. the example or run).
+/// Renders the page for `trace` and the `snapshot` taken right after it (the segment map at
+/// earlier moments is rebuilt by undoing the trace's events from it). `title` names the page
+/// (e.g. the example or run).
 pub fn html_report(title: &str, trace: &Trace, snapshot: &MemorySnapshot) -> String {
+    let data = TimelineData::new(trace, snapshot);
     let mut h = String::new();
     let _ = write!(
         h,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{t}</title>\n\
-         <style>body{{font:14px system-ui,sans-serif;margin:24px;color:#111}}\
-         table{{border-collapse:collapse}}td,th{{padding:2px 10px;text-align:right}}\
-         th{{text-align:left}}.blk.alloc{{fill:#2563eb}}.blk.free{{fill:#e5e7eb}}\
-         .seg{{fill:none;stroke:#6b7280}}.reserved{{fill:#fca5a5;fill-opacity:.5;stroke:#dc2626}}\
-         .allocated{{fill:none;stroke:#1d4ed8;stroke-width:1.5}}</style></head><body>\n\
-         <h1>{t}</h1>\n<p>Device <b>{d}</b>, {mode}.</p>\n",
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width\"><title>{t}</title>\n\
+         <style>{STYLE}</style></head><body>\n<h1>{t}</h1>\n<p>Device <b>{d}</b>, {mode}.</p>\n",
         t = esc(title),
         d = esc(&snapshot.device),
         mode = if snapshot.expandable_segments {
@@ -47,207 +49,146 @@ pub fn html_report(title: &str, trace: &Trace, snapshot: &MemorySnapshot) -> Str
             "fixed segments"
         }
     );
-    stats_table(&mut h, snapshot);
-    timeline(&mut h, trace);
-    segment_map(&mut h, snapshot);
-    h.push_str("</body></html>\n");
+    stats_table(&mut h, snapshot, &data);
+    timeline_section(&mut h, trace, &data);
+    segment_section(&mut h, &data);
+    let _ = write!(
+        h,
+        "<div id=\"vg-tip\" role=\"tooltip\"></div>\n\
+         <script type=\"application/json\" id=\"vg-data\">{}</script>\n<script>{SCRIPT}</script>\n\
+         </body></html>\n",
+        data.to_script_json()
+    );
     h
 }
 
-fn stats_table(h: &mut String, snap: &MemorySnapshot) {
+fn stats_table(h: &mut String, snap: &MemorySnapshot, data: &TimelineData) {
     let s = &snap.stats;
-    let rows: [(&str, String); 10] = [
-        ("allocated", human_bytes(s.allocated_bytes)),
-        ("peak allocated", human_bytes(s.peak_allocated_bytes)),
-        ("reserved", human_bytes(s.reserved_bytes)),
-        ("peak reserved", human_bytes(s.peak_reserved_bytes)),
-        ("cached free", human_bytes(s.cached_free_bytes)),
-        ("largest free block", human_bytes(s.largest_free_block)),
-        ("fragmentation", format!("{:.1} %", s.fragmentation * 100.0)),
-        ("segments", s.segments.to_string()),
+    let f = &data.end.fragmentation;
+    let peak_note = match data.end.reset_after_event {
+        Some(e) => format!(
+            "since the last <code>reset_peak_stats</code>, which came after event {} of the \
+             trace: the chart's highest allocated ({}) is earlier",
+            e + 1,
+            human_bytes(data.max_allocated())
+        ),
+        None => "since the allocator was created or its last <code>reset_peak_stats</code> (the \
+                 dashed violet line on the chart)"
+            .to_owned(),
+    };
+    let rows: [(&str, String, String); 11] = [
+        ("allocated", human_bytes(s.allocated_bytes), String::new()),
+        (
+            "peak allocated",
+            human_bytes(s.peak_allocated_bytes),
+            peak_note.clone(),
+        ),
+        ("reserved", human_bytes(s.reserved_bytes), String::new()),
+        (
+            "peak reserved",
+            human_bytes(s.peak_reserved_bytes),
+            "same window as the peak allocated".to_owned(),
+        ),
+        (
+            "cached free",
+            human_bytes(f.cached_free_bytes),
+            "free bytes in the segments held".to_owned(),
+        ),
+        (
+            "largest free block",
+            human_bytes(f.largest_free_block),
+            "the largest request the cache serves without a new segment".to_owned(),
+        ),
+        (
+            "inactive split",
+            human_bytes(f.inactive_split_bytes),
+            "PyTorch's inactive-split bytes: free bytes in segments that also hold allocated \
+             blocks, cached but not returnable to the device until those blocks are freed"
+                .to_owned(),
+        ),
+        (
+            "fragmentation",
+            format!("{:.1} %", f.free_split_ratio * 100.0),
+            "1 − largest free block / cached free: the share of the cached free memory that one \
+             request cannot use (0 % when the free memory is one block)"
+                .to_owned(),
+        ),
+        ("segments", snap.segments.len().to_string(), String::new()),
         (
             "backend allocs / frees",
             format!("{} / {}", s.backend_allocs, s.backend_frees),
+            String::new(),
         ),
         (
             "alloc retries / OOMs",
             format!("{} / {}", s.alloc_retries, s.num_ooms),
+            String::new(),
         ),
     ];
-    h.push_str("<h2>Statistics</h2>\n<table>\n");
-    for (name, value) in rows {
-        let _ = writeln!(h, "<tr><th>{name}</th><td>{value}</td></tr>");
+    h.push_str("<h2>Statistics at the end</h2>\n<table id=\"vg-stats\">\n");
+    for (name, value, note) in rows {
+        let _ = writeln!(
+            h,
+            "<tr><th>{name}</th><td>{value}</td><td class=\"note\">{note}</td></tr>"
+        );
     }
     h.push_str("</table>\n");
 }
 
-fn timeline(h: &mut String, trace: &Trace) {
-    h.push_str("<h2>Allocated and reserved over time</h2>\n");
+fn timeline_section(h: &mut String, trace: &Trace, data: &TimelineData) {
+    h.push_str("<h2>Allocations over time</h2>\n");
     if trace.events.is_empty() {
         h.push_str(
             "<p>No events recorded. Turn the trace on with <code>memory::record_trace(&amp;device, \
              n)</code> or <code>trace_capacity:n</code> in <code>VRAMGUARD_ALLOC_CONF</code>.</p>\n",
         );
-        return;
     }
-    let t0 = trace.events[0].time_ns;
-    let t1 = trace.events[trace.events.len() - 1].time_ns.max(t0 + 1);
-    let top = trace
-        .events
-        .iter()
-        .map(|e| e.reserved_bytes.max(e.allocated_bytes))
-        .max()
-        .unwrap_or(1)
-        .max(1);
-    let x = |t: u64| (t - t0) as f64 / (t1 - t0) as f64 * WIDTH;
-    let y = |b: u64| HEIGHT - b as f64 / top as f64 * (HEIGHT - 20.0);
+    let drawn = data.allocations.iter().filter(|a| a.drawn).count();
     let _ = writeln!(
         h,
-        "<svg viewBox=\"0 0 {WIDTH} {HEIGHT}\" width=\"{WIDTH}\" height=\"{HEIGHT}\" \
-         role=\"img\" aria-label=\"allocated and reserved bytes over time\">"
-    );
-    // Label bands: runs of consecutive events with the same label.
-    let mut colors: Vec<&str> = Vec::new();
-    let mut run_start = 0usize;
-    for i in 1..=trace.events.len() {
-        let same = i < trace.events.len() && trace.events[i].label == trace.events[run_start].label;
-        if same {
-            continue;
-        }
-        if let Some(label) = &trace.events[run_start].label {
-            let idx = match colors.iter().position(|c| *c == &**label) {
-                Some(p) => p,
-                None => {
-                    colors.push(label);
-                    colors.len() - 1
-                }
-            };
-            let (a, b) = (
-                x(trace.events[run_start].time_ns),
-                x(trace.events[i - 1].time_ns),
-            );
-            let _ = writeln!(
-                h,
-                "<rect class=\"band\" x=\"{a:.1}\" y=\"0\" width=\"{w:.1}\" height=\"{HEIGHT}\" \
-                 fill=\"{c}\" fill-opacity=\".5\"><title>{l}</title></rect>",
-                w = (b - a).max(1.0),
-                c = LABEL_COLORS[idx % LABEL_COLORS.len()],
-                l = esc(label)
-            );
-        }
-        run_start = i;
-    }
-    let step_line = |value: &dyn Fn(&super::TraceEvent) -> u64, closed: bool| {
-        let mut pts = String::new();
-        let mut prev = y(0);
-        if closed {
-            let _ = write!(pts, "0,{HEIGHT} ");
-        }
-        for e in &trace.events {
-            let (px, py) = (x(e.time_ns), y(value(e)));
-            let _ = write!(pts, "{px:.1},{prev:.1} {px:.1},{py:.1} ");
-            prev = py;
-        }
-        if closed {
-            let _ = write!(pts, "{WIDTH},{prev:.1} {WIDTH},{HEIGHT}");
-        }
-        pts
-    };
-    let _ = writeln!(
-        h,
-        "<polygon class=\"reserved\" points=\"{}\"><title>reserved</title></polygon>",
-        step_line(&|e| e.reserved_bytes, true)
-    );
-    let _ = writeln!(
-        h,
-        "<polyline class=\"allocated\" points=\"{}\"><title>allocated</title></polyline>",
-        step_line(&|e| e.allocated_bytes, false)
-    );
-    let _ = writeln!(
-        h,
-        "<text x=\"4\" y=\"14\">{} (top of the chart)</text></svg>",
-        human_bytes(top)
-    );
-    // A visible legend: hover titles do not survive a screenshot or a printout.
-    if !colors.is_empty() {
-        let _ = write!(h, "<p class=\"legend\">");
-        for (idx, label) in colors.iter().enumerate() {
-            let _ = write!(
-                h,
-                "<span style=\"background:{c};opacity:.8;padding:0 .4em;margin-right:.8em\">{l}</span>",
-                c = LABEL_COLORS[idx % LABEL_COLORS.len()],
-                l = esc(label)
-            );
-        }
-        let _ = writeln!(h, "</p>");
-    }
-    let _ = writeln!(
-        h,
-        "<p>Red: reserved; blue line: allocated; {} events over {:.3} ms{}. Shaded bands: trace \
-         labels (named above; hover for the name).</p>",
-        trace.events.len(),
-        (t1 - t0) as f64 / 1e6,
-        if trace.dropped > 0 {
-            format!(" ({} older events dropped by the ring)", trace.dropped)
+        "<p class=\"def\">Each band is one allocation, from the event that made it to the one \
+         that freed it, stacked as PyTorch's memory_viz does (a freed allocation leaves a gap \
+         that the ones above fall into); hover for its size, source line, op and shape. \
+         {drawn} of {total} allocations are drawn one by one{elided}. Red: reserved bytes; \
+         thin black: allocated bytes; dashed violet: the statistics' peak allocated; OOM: a \
+         failed request; below the time axis, green ▲: a segment mapped, orange ▼: one \
+         unmapped. {events} events{dropped}. Labels (batch-scope iterations, tags): \
+         coloured bands above the chart. Click the chart to move the segment map below to \
+         that moment.</p>\n<label><input type=\"checkbox\" id=\"vg-xmode\"> x axis: event order \
+         instead of time</label>\n<div id=\"vg-chart\"></div>\n<div id=\"vg-legend\"></div>",
+        total = data.allocations.len(),
+        elided = if drawn < data.allocations.len() {
+            format!(" (the {MAX_DRAWN_ALLOCATIONS} largest; the grey area holds the others)")
         } else {
             String::new()
-        }
+        },
+        events = trace.events.len(),
+        dropped = if trace.dropped > 0 {
+            format!(
+                "; {} older events were dropped by the ring (its capacity is {}), so allocations \
+                 made before the first one start at the left edge",
+                trace.dropped, trace.capacity
+            )
+        } else {
+            String::new()
+        },
     );
 }
 
-fn segment_map(h: &mut String, snap: &MemorySnapshot) {
-    h.push_str("<h2>Segments</h2>\n");
-    if snap.segments.is_empty() {
-        h.push_str("<p>No segments reserved.</p>\n");
-        return;
-    }
-    let largest = snap
-        .segments
-        .iter()
-        .map(|s| s.size)
-        .max()
-        .unwrap_or(1)
-        .max(1);
-    let row = 22.0;
-    let height = row * snap.segments.len() as f64 + 4.0;
+fn segment_section(h: &mut String, data: &TimelineData) {
     let _ = writeln!(
         h,
-        "<svg viewBox=\"0 0 {WIDTH} {height}\" width=\"{WIDTH}\" height=\"{height}\" \
-         role=\"img\" aria-label=\"segment map\">"
+        "<h2>Segments at any moment</h2>\n<p class=\"def\">The slider replays the {} events: \
+         the segment map after each one (the end is the snapshot). Coloured: allocated blocks \
+         (hover for source line, op, shape); grey: cached free memory.</p>\n\
+         <input type=\"range\" id=\"vg-slider\" min=\"0\" max=\"{n}\" value=\"{n}\" \
+         aria-label=\"events replayed\">\n<div id=\"vg-jumps\"></div>\n<p id=\"vg-moment\"></p>\n\
+         <p id=\"vg-frag\" class=\"def\"></p>\n<div id=\"vg-segmap\"></div>",
+        data.events.len(),
+        n = data.events.len()
     );
-    for (i, seg) in snap.segments.iter().enumerate() {
-        let y0 = i as f64 * row + 2.0;
-        let scale = (WIDTH - 200.0) / largest as f64;
-        for b in &seg.blocks {
-            let bx = (b.addr - seg.addr) as f64 * scale;
-            let _ = writeln!(
-                h,
-                "<rect class=\"blk {cls}\" x=\"{bx:.2}\" y=\"{y0:.1}\" width=\"{w:.2}\" \
-                 height=\"{hh}\"><title>{cls} {size} at {addr:#x}{extra}</title></rect>",
-                cls = if b.allocated { "alloc" } else { "free" },
-                w = (b.size as f64 * scale).max(0.5),
-                hh = row - 6.0,
-                size = human_bytes(b.size),
-                addr = b.addr,
-                extra = if b.allocated {
-                    format!(", id {}, requested {} bytes", b.id, b.requested)
-                } else {
-                    String::new()
-                },
-            );
-        }
-        let _ = writeln!(
-            h,
-            "<rect class=\"seg\" x=\"0\" y=\"{y0:.1}\" width=\"{w:.2}\" height=\"{hh}\"/>\
-             <text x=\"{tx:.1}\" y=\"{ty:.1}\">{size} {pool:?}{exp}</text>",
-            w = seg.size as f64 * scale,
-            hh = row - 6.0,
-            tx = WIDTH - 195.0,
-            ty = y0 + 12.0,
-            size = human_bytes(seg.size),
-            pool = seg.pool,
-            exp = if seg.expandable { " (expandable)" } else { "" },
-        );
-    }
-    h.push_str("</svg>\n<p>Blue: allocated blocks; grey: cached free blocks (hover for sizes). Many grey gaps between blue blocks is fragmentation.</p>\n");
 }
+
+#[cfg(test)]
+#[path = "html_tests.rs"]
+mod tests;

@@ -76,7 +76,10 @@
 //! | `stats.rs` | [`MemoryStats`] |
 //! | `config.rs` | [`AllocatorConfig`] and `VRAMGUARD_ALLOC_CONF` |
 //! | `host.rs`, `cuda.rs` | the backends |
-//! | `trace.rs`, `html.rs` | the event trace, snapshots and the HTML page |
+//! | `origin.rs` | where each allocation was made: [`AllocOrigin`] and the tensor ops' frames |
+//! | `trace.rs` | the event trace, its labels and snapshots |
+//! | `timeline.rs`, `html.rs` (`timeline.js`, `timeline.css`) | lifetimes rebuilt from the trace, and the HTML page that draws them |
+//! | `memory_viz.rs`, `pickle.rs` | the snapshot and trace as PyTorch's snapshot pickle |
 //! | `bucket.rs` | [`SequenceBuckets`] |
 
 mod allocator;
@@ -88,11 +91,15 @@ pub mod cuda;
 mod expandable;
 mod host;
 mod html;
+mod memory_viz;
 mod oom;
+mod origin;
+mod pickle;
 mod plan;
 mod policy;
 mod pressure;
 mod stats;
+mod timeline;
 mod trace;
 
 pub use allocator::{Block, CachingAllocator, DeviceAllocator};
@@ -106,7 +113,12 @@ pub use config::{
 pub use expandable::DEFAULT_EXPANDABLE_RANGE;
 pub use host::{HostBackend, HOST_ALIGN, HOST_MAP_GRANULARITY};
 pub use html::html_report;
-pub use oom::{human_bytes, OomCause, OutOfMemory, SegmentMode};
+pub use oom::{
+    human_bytes, ConfigSource, LargestLive, LiveAllocation, OomCause, OutOfMemory, SegmentMode,
+    OOM_LARGEST_LIVE,
+};
+pub(crate) use origin::enter_op;
+pub use origin::AllocOrigin;
 pub use plan::IterationId;
 pub use policy::{
     round_size, LARGE_SEGMENT, MIN_LARGE_ALLOC, ROUND, ROUND_LARGE, SMALL_SEGMENT, SMALL_SIZE,
@@ -114,8 +126,8 @@ pub use policy::{
 pub use pressure::PressureHandlerId;
 pub use stats::{DetailedStats, MemoryStats, PoolStats, Stat};
 pub use trace::{
-    set_trace_label, trace_label, BlockSnapshot, MemorySnapshot, PoolKind, SegmentSnapshot, Trace,
-    TraceEvent, TraceEventKind, TraceLabelGuard,
+    BlockSnapshot, LabelFrame, MemorySnapshot, PoolKind, SegmentSnapshot, Trace, TraceEvent,
+    TraceEventKind, TraceLabel,
 };
 
 #[cfg(test)]

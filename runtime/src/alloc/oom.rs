@@ -2,7 +2,11 @@
 //! ([`OomCause`], judged by [`super::policy::oom_cause`]), and the text that says which setting
 //! helps. It owns no allocator state; the allocator fills it in.
 
+use super::AllocOrigin;
 use std::fmt;
+
+/// Live allocations an [`OutOfMemory`] lists, largest first.
+pub const OOM_LARGEST_LIVE: usize = 5;
 
 /// Why an allocation failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -20,7 +24,7 @@ pub enum OomCause {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct OutOfMemory {
     /// Device name.
-    pub device: String,
+    pub device: Box<str>,
     /// Bytes requested.
     pub requested: usize,
     /// The request rounded to a block size.
@@ -47,6 +51,64 @@ pub struct OutOfMemory {
     /// The allocator's kind of large-pool segments (so the advice for fragmentation suggests
     /// expandable segments only where they are off by choice).
     pub segments: SegmentMode,
+    /// Where the allocator's settings came from (so the advice names the environment variable
+    /// or the builder method that changes them).
+    pub config_source: ConfigSource,
+    /// The largest live allocations ([`OOM_LARGEST_LIVE`] at most), largest first: what holds
+    /// the memory, and where each was made.
+    pub largest_live: LargestLive,
+}
+
+/// The largest live allocations of an [`OutOfMemory`], largest first; derefs to a slice.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(transparent)]
+// Boxed so that the error (returned by every allocating function) stays within 128 bytes.
+#[allow(clippy::box_collection)]
+pub struct LargestLive(Box<Vec<LiveAllocation>>);
+
+impl LargestLive {
+    pub(crate) fn new(allocations: Vec<LiveAllocation>) -> Self {
+        LargestLive(Box::new(allocations))
+    }
+}
+
+impl std::ops::Deref for LargestLive {
+    type Target = [LiveAllocation];
+    fn deref(&self) -> &[LiveAllocation] {
+        &self.0
+    }
+}
+
+/// One live allocation listed by an [`OutOfMemory`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct LiveAllocation {
+    /// Block size.
+    pub size: u64,
+    /// Bytes asked for.
+    pub requested: u64,
+    /// Where it was made.
+    pub origin: Option<AllocOrigin>,
+}
+
+/// Where an allocator's settings came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConfigSource {
+    /// `VRAMGUARD_ALLOC_CONF` (the process-wide devices, `Device::Host` and `Device::cuda`).
+    Environment,
+    /// An [`AllocatorConfig`](super::AllocatorConfig) built in code (or the defaults of a
+    /// device made with its own allocator).
+    Code,
+}
+
+impl ConfigSource {
+    /// How to set `key` (as in `VRAMGUARD_ALLOC_CONF`) whose builder method is `method`.
+    fn setting(self, key: &str, method: &str) -> String {
+        match self {
+            ConfigSource::Environment => format!("`{key}` in VRAMGUARD_ALLOC_CONF"),
+            ConfigSource::Code => format!("AllocatorConfig::{method}"),
+        }
+    }
 }
 
 /// Which segments an allocator's large pool uses, and, for fixed ones, why
@@ -120,38 +182,66 @@ impl fmt::Display for OutOfMemory {
         }
         f.write_str("). ")?;
         match self.cause {
-            OomCause::Fragmentation if self.segments == SegmentMode::Expandable => f.write_str(
+            OomCause::Fragmentation if self.segments == SegmentMode::Expandable => write!(
+                f,
                 "Free memory is split into holes between live blocks (expandable segments are \
                  already on: they grow and return only the free end of the mapped range, and \
                  cannot move live blocks): preallocate the largest buffer once (a Workspace, \
-                 memory::reserve, `preallocate`), allocate long-lived buffers before \
-                 short-lived ones, bucket variable shapes, or call memory::empty_cache between \
-                 phases.",
-            ),
-            OomCause::Fragmentation if self.segments == SegmentMode::FixedByConfig => f.write_str(
-                "Free memory is split into pieces: set `expandable_segments:true` in \
-                 VRAMGUARD_ALLOC_CONF (or `auto`, the default; this allocator has fixed \
-                 segments because `expandable_segments:false` is set), preallocate the largest \
-                 buffer once (a Workspace, memory::reserve, `preallocate`), bucket variable \
-                 shapes, set `max_split_size_mb` so large blocks stay whole, or call \
-                 memory::empty_cache between phases.",
-            ),
-            OomCause::Fragmentation => f.write_str(
+                 memory::reserve, {}), allocate long-lived buffers before short-lived ones, \
+                 bucket variable shapes, or call memory::empty_cache between phases.",
+                self.config_source
+                    .setting("preallocate", "with_preallocate"),
+            )?,
+            OomCause::Fragmentation if self.segments == SegmentMode::FixedByConfig => write!(
+                f,
+                "Free memory is split into pieces, and this allocator's settings turn \
+                 expandable segments off: turn them on with {} (`auto`, the default, uses them \
+                 wherever the device can map pages), preallocate the largest buffer once (a \
+                 Workspace, memory::reserve, {}), bucket variable shapes, set {} so large blocks \
+                 stay whole, or call memory::empty_cache between phases.",
+                self.config_source
+                    .setting("expandable_segments:true", "with_expandable_segments(true)"),
+                self.config_source
+                    .setting("preallocate", "with_preallocate"),
+                self.config_source
+                    .setting("max_split_size_mb", "with_max_split_size"),
+            )?,
+            OomCause::Fragmentation => write!(
+                f,
                 "Free memory is split into pieces (and this device cannot use expandable \
                  segments: see the allocator's fixed_segments_reason): preallocate the largest \
-                 buffer once (a Workspace, memory::reserve, `preallocate`), bucket variable \
-                 shapes, set `max_split_size_mb` so large blocks stay whole, or call \
-                 memory::empty_cache between phases.",
-            ),
-            OomCause::LimitReached => f.write_str(
-                "Drop tensors that are no longer needed, lower the batch size, or raise \
-                 `memory_limit`/`memory_fraction` in VRAMGUARD_ALLOC_CONF.",
-            ),
+                 buffer once (a Workspace, memory::reserve, {}), bucket variable shapes, set \
+                 {} so large blocks stay whole, or call memory::empty_cache between phases.",
+                self.config_source
+                    .setting("preallocate", "with_preallocate"),
+                self.config_source
+                    .setting("max_split_size_mb", "with_max_split_size"),
+            )?,
+            OomCause::LimitReached => write!(
+                f,
+                "Drop tensors that are no longer needed, lower the batch size, or raise the \
+                 limit ({} or {}).",
+                self.config_source
+                    .setting("memory_limit", "with_memory_limit"),
+                self.config_source
+                    .setting("memory_fraction", "with_memory_fraction"),
+            )?,
             OomCause::DeviceFull => f.write_str(
                 "Drop tensors that are no longer needed (the cache was already released), \
                  lower the batch size, or free memory held by other processes.",
-            ),
+            )?,
         }
+        if !self.largest_live.is_empty() {
+            f.write_str("\nLargest live allocations (what holds the memory):")?;
+            for live in self.largest_live.iter() {
+                write!(f, "\n  {:>10}  ", human_bytes(live.size))?;
+                match &live.origin {
+                    Some(origin) => write!(f, "{origin}")?,
+                    None => f.write_str("(origin unknown)")?,
+                }
+            }
+        }
+        Ok(())
     }
 }
 

@@ -1,45 +1,108 @@
-//! The bounded event trace, the thread-local trace label, and snapshots of segments and blocks.
+//! The bounded event trace, the labels its events carry, and snapshots of segments and blocks.
+//! The thread's current label is kept by `crate::scope` (tags and batch scopes feed it).
 
-use super::MemoryStats;
+use super::{AllocOrigin, MemoryStats};
 use serde::Serialize;
-use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::fmt;
 use std::sync::Arc;
 
-thread_local! {
-    static LABEL: RefCell<Option<Arc<str>>> = const { RefCell::new(None) };
+/// The labels active on a thread when an allocator event happened, outermost first: batch-scope
+/// iterations (`#[batch_scope]`, [`crate::scope::BatchScope`]) and tags ([`crate::scope::tag`]).
+/// Both feed this one label, so a tag inside a batch scope reads `train #3 / generator`.
+///
+/// Cloning is cheap (one reference count); it serializes as its text.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct TraceLabel(Arc<LabelFrame>);
+
+/// One frame of a [`TraceLabel`]: a tag, or one iteration of a batch scope.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct LabelFrame {
+    /// The tag, or the batch scope's label.
+    pub name: Arc<str>,
+    /// The batch scope's iteration (1-based); `None` for a tag.
+    pub iteration: Option<u64>,
+    parent: Option<TraceLabel>,
 }
 
-/// Sets the label recorded with this thread's allocator events (e.g. the batch-scope name);
-/// `None` clears it. Returns the previous label.
-pub fn set_trace_label(label: Option<&str>) -> Option<Arc<str>> {
-    LABEL.with(|l| l.replace(label.map(Arc::from)))
-}
+impl TraceLabel {
+    /// `parent` with the frame `name` (and, for a batch scope, `iteration`) inside it.
+    pub(crate) fn nested(
+        parent: Option<TraceLabel>,
+        name: Arc<str>,
+        iteration: Option<u64>,
+    ) -> Self {
+        TraceLabel(Arc::new(LabelFrame {
+            name,
+            iteration,
+            parent,
+        }))
+    }
 
-/// The current thread's trace label.
-pub fn trace_label() -> Option<Arc<str>> {
-    LABEL.with(|l| l.borrow().clone())
-}
+    /// The innermost frame.
+    pub fn innermost(&self) -> &LabelFrame {
+        &self.0
+    }
 
-/// Sets the trace label until dropped, then restores the previous one (nesting-safe).
-#[must_use = "the label is cleared when the guard is dropped"]
-pub struct TraceLabelGuard {
-    previous: Option<Arc<str>>,
-}
-
-impl TraceLabelGuard {
-    /// Labels this thread's allocator events with `label` while the guard lives.
-    pub fn new(label: &str) -> Self {
-        Self {
-            previous: set_trace_label(Some(label)),
+    /// The frames, outermost first.
+    pub fn frames(&self) -> Vec<&LabelFrame> {
+        let mut frames = Vec::new();
+        let mut at = Some(self);
+        while let Some(label) = at {
+            frames.push(&*label.0);
+            at = label.0.parent.as_ref();
         }
+        frames.reverse();
+        frames
+    }
+
+    /// The innermost batch-scope frame: the scope's label and its iteration.
+    pub fn batch_scope(&self) -> Option<(&str, u64)> {
+        let mut at = Some(self);
+        while let Some(label) = at {
+            if let Some(iteration) = label.0.iteration {
+                return Some((&label.0.name, iteration));
+            }
+            at = label.0.parent.as_ref();
+        }
+        None
+    }
+
+    /// The innermost frame's name when it is a tag (`None` when it is a batch scope).
+    pub fn tag(&self) -> Option<&str> {
+        let frame = &self.0;
+        frame.iteration.is_none().then_some(&*frame.name)
+    }
+
+    /// [`TraceLabel::tag`], shared.
+    pub(crate) fn tag_name(&self) -> Option<Arc<str>> {
+        self.0.iteration.is_none().then(|| Arc::clone(&self.0.name))
     }
 }
 
-impl Drop for TraceLabelGuard {
-    fn drop(&mut self) {
-        let previous = self.previous.take();
-        LABEL.with(|l| *l.borrow_mut() = previous);
+impl fmt::Display for TraceLabel {
+    /// `train #3 / generator`: frames outermost first, batch-scope iterations after `#`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(parent) = &self.0.parent {
+            write!(f, "{parent} / ")?;
+        }
+        f.write_str(&self.0.name)?;
+        if let Some(iteration) = self.0.iteration {
+            write!(f, " #{iteration}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for TraceLabel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TraceLabel({self})")
+    }
+}
+
+impl Serialize for TraceLabel {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
     }
 }
 
@@ -70,23 +133,14 @@ pub struct TraceEvent {
     pub size: u64,
     /// Nanoseconds since the allocator was created.
     pub time_ns: u64,
-    /// The thread's trace label at the time, if any.
-    #[serde(serialize_with = "serialize_label")]
-    pub label: Option<Arc<str>>,
+    /// The labels active on the thread at the time (batch-scope iteration, tags), if any.
+    pub label: Option<TraceLabel>,
+    /// Where the block was made (alloc and free events; `None` for segment and OOM events).
+    pub origin: Option<AllocOrigin>,
     /// `allocated_bytes` after the event.
     pub allocated_bytes: u64,
     /// `reserved_bytes` after the event.
     pub reserved_bytes: u64,
-}
-
-fn serialize_label<S: serde::Serializer>(
-    label: &Option<Arc<str>>,
-    s: S,
-) -> Result<S::Ok, S::Error> {
-    match label {
-        Some(l) => s.serialize_some(&**l),
-        None => s.serialize_none(),
-    }
 }
 
 /// A ring of the most recent events.
@@ -173,6 +227,8 @@ pub struct BlockSnapshot {
     pub requested: u64,
     /// Allocation id (0 for a free block).
     pub id: u64,
+    /// Where the block was made (`None` for a free block).
+    pub origin: Option<AllocOrigin>,
 }
 
 /// One segment in a snapshot, with its blocks in address order (they tile it exactly).

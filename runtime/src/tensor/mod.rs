@@ -223,9 +223,16 @@ pub struct Storage {
 }
 
 impl Storage {
-    fn new(device: &Device, numel: usize) -> Result<Arc<Storage>> {
+    /// Storage for a tensor of `shape` (`numel` elements) made by op `op`.
+    #[track_caller]
+    fn new(
+        device: &Device,
+        numel: usize,
+        shape: &[usize],
+        op: &'static str,
+    ) -> Result<Arc<Storage>> {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-        let allocation = device.allocate(numel * DType::F32.size_in_bytes())?;
+        let allocation = device.allocate_tensor(numel * DType::F32.size_in_bytes(), shape, op)?;
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         liveness::on_alloc(id, allocation.size());
         Ok(Arc::new(Storage {
@@ -524,6 +531,7 @@ impl Tensor {
     }
 
     /// An uninitialised contiguous tensor; callers fill every element before handing it out.
+    #[track_caller]
     pub(crate) fn alloc_with(
         device: &Device,
         shape: &[usize],
@@ -531,7 +539,7 @@ impl Tensor {
         fill: impl FnOnce(&mut [f32]) -> Result<()>,
     ) -> Result<Tensor> {
         let numel = checked_numel(op, shape)?;
-        let mut storage = Storage::new(device, numel)?;
+        let mut storage = Storage::new(device, numel, shape, op)?;
         let slot = Arc::get_mut(&mut storage)
             .ok_or_else(|| unreachable_error(op, "fresh storage is shared"))?;
         fill(slot.fresh_mut(op)?)?;
@@ -545,17 +553,23 @@ impl Tensor {
     // ----- creation -----
 
     /// A tensor of zeros.
+    #[track_caller]
     pub fn zeros(shape: &[usize], device: &Device) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("zeros");
         Tensor::full(shape, 0.0, device)
     }
 
     /// A tensor of ones.
+    #[track_caller]
     pub fn ones(shape: &[usize], device: &Device) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("ones");
         Tensor::full(shape, 1.0, device)
     }
 
     /// A tensor filled with `value`.
+    #[track_caller]
     pub fn full(shape: &[usize], value: f32, device: &Device) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("full");
         Tensor::alloc_with(device, shape, "full", |d| {
             d.fill(value);
             Ok(())
@@ -563,17 +577,23 @@ impl Tensor {
     }
 
     /// A tensor of zeros with the shape and device of `self`.
+    #[track_caller]
     pub fn zeros_like(&self) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("zeros_like");
         Tensor::zeros(self.dims(), self.device())
     }
 
     /// A tensor of ones with the shape and device of `self`.
+    #[track_caller]
     pub fn ones_like(&self) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("ones_like");
         Tensor::ones(self.dims(), self.device())
     }
 
     /// A tensor holding `data` (row-major) with shape `shape`.
+    #[track_caller]
     pub fn from_slice(data: &[f32], shape: &[usize], device: &Device) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("from_slice");
         let expected = checked_numel("from_slice", shape)?;
         if data.len() != expected {
             return Err(TensorError::DataLength {
@@ -590,11 +610,14 @@ impl Tensor {
     }
 
     /// A single-element tensor of shape `[]`.
+    #[track_caller]
     pub fn scalar(value: f32, device: &Device) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("scalar");
         Tensor::full(&[], value, device)
     }
 
     /// Normal samples with mean `mean` and standard deviation `std`, reproducible from `seed`.
+    #[track_caller]
     pub fn randn(
         shape: &[usize],
         mean: f32,
@@ -602,6 +625,7 @@ impl Tensor {
         seed: u64,
         device: &Device,
     ) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("randn");
         let mut rng = rng::Rng::new(seed);
         Tensor::alloc_with(device, shape, "randn", |d| {
             for v in d.iter_mut() {
@@ -612,6 +636,7 @@ impl Tensor {
     }
 
     /// Uniform samples in `[low, high)`, reproducible from `seed`.
+    #[track_caller]
     pub fn rand(
         shape: &[usize],
         low: f32,
@@ -619,6 +644,7 @@ impl Tensor {
         seed: u64,
         device: &Device,
     ) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("rand");
         let mut rng = rng::Rng::new(seed);
         Tensor::alloc_with(device, shape, "rand", |d| {
             for v in d.iter_mut() {
@@ -629,7 +655,9 @@ impl Tensor {
     }
 
     /// `0, 1, …, n-1` as a 1-D tensor.
+    #[track_caller]
     pub fn arange(n: usize, device: &Device) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("arange");
         Tensor::alloc_with(device, &[n], "arange", |d| {
             for (i, v) in d.iter_mut().enumerate() {
                 *v = i as f32;

@@ -431,7 +431,9 @@ impl Tensor {
     }
 
     /// `self + rhs` (tensor, broadcast; or scalar).
+    #[track_caller]
     pub fn add<'a>(&self, rhs: impl Into<Rhs<'a>>) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("add");
         match rhs.into() {
             Rhs::Tensor(t) => self.binary(t, BinOp::Add),
             Rhs::Scalar(s) => self.scalar_op(s, BinOp::Add),
@@ -439,7 +441,9 @@ impl Tensor {
     }
 
     /// `self - rhs` (tensor, broadcast; or scalar).
+    #[track_caller]
     pub fn sub<'a>(&self, rhs: impl Into<Rhs<'a>>) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("sub");
         match rhs.into() {
             Rhs::Tensor(t) => self.binary(t, BinOp::Sub),
             Rhs::Scalar(s) => self.scalar_op(s, BinOp::Sub),
@@ -447,7 +451,9 @@ impl Tensor {
     }
 
     /// `self * rhs` element-wise (tensor, broadcast; or scalar).
+    #[track_caller]
     pub fn mul<'a>(&self, rhs: impl Into<Rhs<'a>>) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("mul");
         match rhs.into() {
             Rhs::Tensor(t) => self.binary(t, BinOp::Mul),
             Rhs::Scalar(s) => self.scalar_op(s, BinOp::Mul),
@@ -455,7 +461,9 @@ impl Tensor {
     }
 
     /// `self / rhs` element-wise (tensor, broadcast; or scalar).
+    #[track_caller]
     pub fn div<'a>(&self, rhs: impl Into<Rhs<'a>>) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("div");
         match rhs.into() {
             Rhs::Tensor(t) => self.binary(t, BinOp::Div),
             Rhs::Scalar(s) => self.scalar_op(s, BinOp::Div),
@@ -463,44 +471,60 @@ impl Tensor {
     }
 
     /// Broadcasting add (candle's name).
+    #[track_caller]
     pub fn broadcast_add(&self, rhs: &Tensor) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("broadcast_add");
         self.binary(rhs, BinOp::Add)
     }
 
     /// Broadcasting subtract (candle's name).
+    #[track_caller]
     pub fn broadcast_sub(&self, rhs: &Tensor) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("broadcast_sub");
         self.binary(rhs, BinOp::Sub)
     }
 
     /// Broadcasting multiply (candle's name).
+    #[track_caller]
     pub fn broadcast_mul(&self, rhs: &Tensor) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("broadcast_mul");
         self.binary(rhs, BinOp::Mul)
     }
 
     /// Broadcasting divide (candle's name).
+    #[track_caller]
     pub fn broadcast_div(&self, rhs: &Tensor) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("broadcast_div");
         self.binary(rhs, BinOp::Div)
     }
 
     /// `self + s`.
+    #[track_caller]
     pub fn add_scalar(&self, s: f32) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("add_scalar");
         self.scalar_op(s, BinOp::Add)
     }
 
     /// `self * s`.
+    #[track_caller]
     pub fn mul_scalar(&self, s: f32) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("mul_scalar");
         self.scalar_op(s, BinOp::Mul)
     }
 
     /// `self * mul + add`.
+    #[track_caller]
     pub fn affine(&self, mul: f32, add: f32) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("affine");
         let out = self.map("affine", |x| x * mul + add)?;
         record(&out, "affine", &[self], || Backward::MulScalar(mul));
         Ok(out)
     }
 
     /// `-self`.
+    #[track_caller]
     pub fn neg(&self) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("neg");
         let out = self.map("neg", |x| -x)?;
         record(&out, "neg", &[self], || Backward::MulScalar(-1.0));
         Ok(out)
@@ -511,7 +535,9 @@ impl Tensor {
     /// Matrix product over the last two dimensions, with broadcast batch dimensions
     /// (`[.., m, k] · [.., k, n] -> [.., m, n]`). Transposed views are read in place (strided
     /// GEMM, no copy).
+    #[track_caller]
     pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("matmul");
         const OP: &str = "matmul";
         same_device(OP, self, rhs)?;
         let mismatch = |reason: String| TensorError::ShapeMismatch {
@@ -660,48 +686,70 @@ impl Tensor {
     }
 
     /// `max(x, 0)`.
+    #[track_caller]
     pub fn relu(&self) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("relu");
         self.unary(Unary::Relu)
     }
     /// GELU, tanh approximation (as in BERT/GPT-2 implementations).
+    #[track_caller]
     pub fn gelu(&self) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("gelu");
         self.unary(Unary::Gelu)
     }
     /// Hyperbolic tangent.
+    #[track_caller]
     pub fn tanh(&self) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("tanh");
         self.unary(Unary::Tanh)
     }
     /// Logistic sigmoid.
+    #[track_caller]
     pub fn sigmoid(&self) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("sigmoid");
         self.unary(Unary::Sigmoid)
     }
     /// `e^x`.
+    #[track_caller]
     pub fn exp(&self) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("exp");
         self.unary(Unary::Exp)
     }
     /// Natural logarithm.
+    #[track_caller]
     pub fn log(&self) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("log");
         self.unary(Unary::Log)
     }
 
     /// Consuming [`Tensor::relu`]: reuses the buffer when exclusively owned (see module docs).
+    #[track_caller]
     pub fn into_relu(self) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("into_relu");
         self.unary_owned(Unary::Relu)
     }
     /// Consuming [`Tensor::gelu`] (reuses the buffer unless backward needs the input).
+    #[track_caller]
     pub fn into_gelu(self) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("into_gelu");
         self.unary_owned(Unary::Gelu)
     }
     /// Consuming [`Tensor::tanh`].
+    #[track_caller]
     pub fn into_tanh(self) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("into_tanh");
         self.unary_owned(Unary::Tanh)
     }
     /// Consuming [`Tensor::sigmoid`].
+    #[track_caller]
     pub fn into_sigmoid(self) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("into_sigmoid");
         self.unary_owned(Unary::Sigmoid)
     }
     /// Consuming [`Tensor::exp`].
+    #[track_caller]
     pub fn into_exp(self) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("into_exp");
         self.unary_owned(Unary::Exp)
     }
 
@@ -759,12 +807,16 @@ impl Tensor {
     }
 
     /// Softmax along `dim`.
+    #[track_caller]
     pub fn softmax(&self, dim: usize) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("softmax");
         self.softmax_impl(dim, false)
     }
 
     /// Log-softmax along `dim` (numerically stable).
+    #[track_caller]
     pub fn log_softmax(&self, dim: usize) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("log_softmax");
         self.softmax_impl(dim, true)
     }
 
@@ -772,12 +824,14 @@ impl Tensor {
 
     /// Layer normalisation over the last dimension, with optional `weight` and `bias` of
     /// shape `[last dim]`. When recorded, it saves the input and the per-row mean and 1/std.
+    #[track_caller]
     pub fn layer_norm(
         &self,
         weight: Option<&Tensor>,
         bias: Option<&Tensor>,
         eps: f32,
     ) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("layer_norm");
         const OP: &str = "layer_norm";
         if self.rank() == 0 {
             return Err(TensorError::InvalidArgument {
@@ -880,7 +934,9 @@ impl Tensor {
 
     /// Rows of the table `self` (`[vocab, dim]`) picked by `ids`, which has shape `ids_shape`;
     /// the result has shape `ids_shape + [dim]`.
+    #[track_caller]
     pub fn embedding(&self, ids: &[u32], ids_shape: &[usize]) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("embedding");
         const OP: &str = "embedding";
         if self.rank() != 2 {
             return Err(TensorError::InvalidArgument {
@@ -990,42 +1046,60 @@ impl Tensor {
     }
 
     /// Sum over `dims`, keeping them as size 1 when `keepdim`.
+    #[track_caller]
     pub fn sum_dims(&self, dims: &[usize], keepdim: bool) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("sum_dims");
         self.reduce(dims, keepdim, false)
     }
     /// Sum over one dimension, removing it.
+    #[track_caller]
     pub fn sum(&self, dim: usize) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("sum");
         self.reduce(&[dim], false, false)
     }
     /// Sum over one dimension, keeping it as size 1.
+    #[track_caller]
     pub fn sum_keepdim(&self, dim: usize) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("sum_keepdim");
         self.reduce(&[dim], true, false)
     }
     /// Sum of all elements (shape `[]`).
+    #[track_caller]
     pub fn sum_all(&self) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("sum_all");
         let all: Vec<usize> = (0..self.rank()).collect();
         self.reduce(&all, false, false)
     }
     /// Mean over `dims`, keeping them as size 1 when `keepdim`.
+    #[track_caller]
     pub fn mean_dims(&self, dims: &[usize], keepdim: bool) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("mean_dims");
         self.reduce(dims, keepdim, true)
     }
     /// Mean over one dimension, removing it.
+    #[track_caller]
     pub fn mean(&self, dim: usize) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("mean");
         self.reduce(&[dim], false, true)
     }
     /// Mean over one dimension, keeping it as size 1.
+    #[track_caller]
     pub fn mean_keepdim(&self, dim: usize) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("mean_keepdim");
         self.reduce(&[dim], true, true)
     }
     /// Mean of all elements (shape `[]`).
+    #[track_caller]
     pub fn mean_all(&self) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("mean_all");
         let all: Vec<usize> = (0..self.rank()).collect();
         self.reduce(&all, false, true)
     }
 
     /// Sums `self` down to `shape`, the inverse of broadcasting `shape` to `self`'s shape.
+    #[track_caller]
     pub fn sum_to_shape(&self, shape: &[usize]) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("sum_to_shape");
         if self.dims() == shape {
             return Ok(self.clone());
         }
@@ -1055,7 +1129,9 @@ impl Tensor {
 
     /// Mean cross-entropy of `self` (logits `[.., classes]`) against class indices `targets`
     /// (one per row). Returns a scalar. When recorded, it saves the softmax probabilities.
+    #[track_caller]
     pub fn cross_entropy(&self, targets: &[u32]) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("cross_entropy");
         const OP: &str = "cross_entropy";
         if self.rank() == 0 {
             return Err(TensorError::InvalidArgument {
@@ -1119,7 +1195,9 @@ impl Tensor {
 
     /// Mean squared error between `self` and `target` (same shape). Returns a scalar; when
     /// recorded, it saves the difference.
+    #[track_caller]
     pub fn mse_loss(&self, target: &Tensor) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("mse_loss");
         const OP: &str = "mse_loss";
         same_device(OP, self, target)?;
         if self.dims() != target.dims() {
@@ -1156,7 +1234,9 @@ impl Tensor {
     }
 
     /// The same elements with another shape: a view when the layout allows, a copy otherwise.
+    #[track_caller]
     pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("reshape");
         let numel = super::checked_numel("reshape", shape)?;
         if numel != self.elem_count() {
             return Err(TensorError::ShapeMismatch {
@@ -1183,12 +1263,16 @@ impl Tensor {
     }
 
     /// All elements as one dimension.
+    #[track_caller]
     pub fn flatten_all(&self) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("flatten_all");
         self.reshape(&[self.elem_count()])
     }
 
     /// Swaps two dimensions (a view).
+    #[track_caller]
     pub fn transpose(&self, d0: usize, d1: usize) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("transpose");
         check_dim("transpose", self, d0)?;
         check_dim("transpose", self, d1)?;
         let mut perm: Vec<usize> = (0..self.rank()).collect();
@@ -1197,7 +1281,9 @@ impl Tensor {
     }
 
     /// Transpose of the last two dimensions (a view).
+    #[track_caller]
     pub fn t(&self) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("t");
         if self.rank() < 2 {
             return Err(TensorError::InvalidArgument {
                 op: "t",
@@ -1209,7 +1295,9 @@ impl Tensor {
     }
 
     /// Reorders dimensions: dimension `i` of the result is dimension `perm[i]` of `self`.
+    #[track_caller]
     pub fn permute(&self, perm: &[usize]) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("permute");
         let mut seen = vec![false; self.rank()];
         if perm.len() != self.rank()
             || perm
@@ -1233,7 +1321,9 @@ impl Tensor {
     }
 
     /// `len` elements of dimension `dim` starting at `start` (a view).
+    #[track_caller]
     pub fn narrow(&self, dim: usize, start: usize, len: usize) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("narrow");
         check_dim("narrow", self, dim)?;
         let size = self.dims()[dim];
         if start.checked_add(len).is_none_or(|end| end > size) {
@@ -1254,7 +1344,9 @@ impl Tensor {
     }
 
     /// Inserts a dimension of size 1 at `dim` (a view).
+    #[track_caller]
     pub fn unsqueeze(&self, dim: usize) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("unsqueeze");
         if dim > self.rank() {
             return Err(TensorError::DimOutOfRange {
                 op: "unsqueeze",
@@ -1268,7 +1360,9 @@ impl Tensor {
     }
 
     /// Removes dimension `dim`, which must have size 1 (a view).
+    #[track_caller]
     pub fn squeeze(&self, dim: usize) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("squeeze");
         check_dim("squeeze", self, dim)?;
         if self.dims()[dim] != 1 {
             return Err(TensorError::InvalidArgument {
@@ -1314,7 +1408,9 @@ impl Tensor {
     }
 
     /// `self` repeated along broadcast dimensions to `shape` (a view with zero strides).
+    #[track_caller]
     pub fn broadcast_as(&self, shape: &[usize]) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("broadcast_as");
         super::checked_numel("broadcast_as", shape)?;
         let out = broadcast_shape("broadcast_as", self.dims(), shape)?;
         if out != shape {
@@ -1336,7 +1432,9 @@ impl Tensor {
     }
 
     /// `self` if already contiguous, else a contiguous copy.
+    #[track_caller]
     pub fn contiguous(&self) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("contiguous");
         if self.is_contiguous() {
             return Ok(self.clone());
         }
@@ -1344,7 +1442,9 @@ impl Tensor {
     }
 
     /// A contiguous copy with its own storage (PyTorch's `clone()`; `Clone` shares storage).
+    #[track_caller]
     pub fn copy(&self) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("copy");
         self.copy_named("copy")
     }
 
@@ -1487,24 +1587,34 @@ impl Tensor {
     }
 
     /// In place `self += rhs` (tensor broadcast to `self`'s shape, or scalar).
+    #[track_caller]
     pub fn add_<'a>(&self, rhs: impl Into<Rhs<'a>>) -> Result<()> {
+        let _origin = crate::alloc::enter_op("add_");
         self.inplace_binary(rhs.into(), BinOp::Add)
     }
     /// In place `self -= rhs`.
+    #[track_caller]
     pub fn sub_<'a>(&self, rhs: impl Into<Rhs<'a>>) -> Result<()> {
+        let _origin = crate::alloc::enter_op("sub_");
         self.inplace_binary(rhs.into(), BinOp::Sub)
     }
     /// In place `self *= rhs`.
+    #[track_caller]
     pub fn mul_<'a>(&self, rhs: impl Into<Rhs<'a>>) -> Result<()> {
+        let _origin = crate::alloc::enter_op("mul_");
         self.inplace_binary(rhs.into(), BinOp::Mul)
     }
     /// In place `self /= rhs`.
+    #[track_caller]
     pub fn div_<'a>(&self, rhs: impl Into<Rhs<'a>>) -> Result<()> {
+        let _origin = crate::alloc::enter_op("div_");
         self.inplace_binary(rhs.into(), BinOp::Div)
     }
 
     /// In place `max(self, 0)`.
+    #[track_caller]
     pub fn relu_(&self) -> Result<()> {
+        let _origin = crate::alloc::enter_op("relu_");
         self.check_inplace("relu_", &[])?;
         self.write_unary("relu_", |x| x.max(0.0))?;
         autograd::record_inplace(self, "relu_", &[self], || Backward::Relu {
@@ -1514,7 +1624,9 @@ impl Tensor {
     }
 
     /// Copies `src` (broadcast to `self`'s shape) into `self`.
+    #[track_caller]
     pub fn copy_(&self, src: &Tensor) -> Result<()> {
+        let _origin = crate::alloc::enter_op("copy_");
         same_device("copy_", self, src)?;
         self.check_inplace("copy_", &[src])?;
         let shape = broadcast_shape("copy_", self.dims(), src.dims())?;
@@ -1534,12 +1646,16 @@ impl Tensor {
     }
 
     /// Sets every element to zero.
+    #[track_caller]
     pub fn zero_(&self) -> Result<()> {
+        let _origin = crate::alloc::enter_op("zero_");
         self.fill_(0.0)
     }
 
     /// Sets every element to `value`.
+    #[track_caller]
     pub fn fill_(&self, value: f32) -> Result<()> {
+        let _origin = crate::alloc::enter_op("fill_");
         self.check_inplace("fill_", &[])?;
         self.write_unary("fill_", |_| value)?;
         autograd::record_inplace(self, "fill_", &[self], || Backward::Zeroed);
@@ -1551,7 +1667,9 @@ impl Tensor {
     /// Computes gradients of this single-element tensor with respect to every leaf that
     /// requires grad, accumulating into their [`Tensor::grad`]. Runs under no-grad and frees
     /// the graph's saved tensors as it goes.
+    #[track_caller]
     pub fn backward(&self) -> Result<()> {
+        let _origin = crate::alloc::enter_op("backward");
         autograd::run_backward(self, None)
     }
 
@@ -1563,7 +1681,9 @@ impl Tensor {
     ///
     /// In a GAN's generator step, `g_loss.backward_for(&generator_params)` does not fill the
     /// discriminator's gradients, which `backward` would (and keep alive until they are zeroed).
+    #[track_caller]
     pub fn backward_for(&self, inputs: &[Tensor]) -> Result<()> {
+        let _origin = crate::alloc::enter_op("backward_for");
         autograd::run_backward(self, Some(inputs))
     }
 

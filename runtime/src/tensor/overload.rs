@@ -13,31 +13,39 @@ macro_rules! binary_operator {
     ($trait:ident, $method:ident, $op:expr) => {
         impl $trait<&Tensor> for &Tensor {
             type Output = Result<Tensor>;
+            #[track_caller]
             fn $method(self, rhs: &Tensor) -> Result<Tensor> {
                 Tensor::$method(self, rhs)
             }
         }
         impl $trait<&Tensor> for Tensor {
             type Output = Result<Tensor>;
+            #[track_caller]
             fn $method(self, rhs: &Tensor) -> Result<Tensor> {
+                let _origin = crate::alloc::enter_op(stringify!($method));
                 self.binary_owned(rhs, $op)
             }
         }
         impl $trait<Tensor> for Tensor {
             type Output = Result<Tensor>;
+            #[track_caller]
             fn $method(self, rhs: Tensor) -> Result<Tensor> {
+                let _origin = crate::alloc::enter_op(stringify!($method));
                 self.binary_owned(&rhs, $op)
             }
         }
         impl $trait<f32> for &Tensor {
             type Output = Result<Tensor>;
+            #[track_caller]
             fn $method(self, rhs: f32) -> Result<Tensor> {
                 Tensor::$method(self, rhs)
             }
         }
         impl $trait<f32> for Tensor {
             type Output = Result<Tensor>;
+            #[track_caller]
             fn $method(self, rhs: f32) -> Result<Tensor> {
+                let _origin = crate::alloc::enter_op(stringify!($method));
                 self.scalar_owned(rhs, $op)
             }
         }
@@ -51,6 +59,7 @@ binary_operator!(Div, div, BinOp::Div);
 
 impl Add<&Tensor> for f32 {
     type Output = Result<Tensor>;
+    #[track_caller]
     fn add(self, rhs: &Tensor) -> Result<Tensor> {
         rhs.add_scalar(self)
     }
@@ -58,6 +67,7 @@ impl Add<&Tensor> for f32 {
 
 impl Mul<&Tensor> for f32 {
     type Output = Result<Tensor>;
+    #[track_caller]
     fn mul(self, rhs: &Tensor) -> Result<Tensor> {
         rhs.mul_scalar(self)
     }
@@ -65,6 +75,7 @@ impl Mul<&Tensor> for f32 {
 
 impl Sub<&Tensor> for f32 {
     type Output = Result<Tensor>;
+    #[track_caller]
     fn sub(self, rhs: &Tensor) -> Result<Tensor> {
         rhs.affine(-1.0, self)
     }
@@ -72,6 +83,7 @@ impl Sub<&Tensor> for f32 {
 
 impl Neg for &Tensor {
     type Output = Result<Tensor>;
+    #[track_caller]
     fn neg(self) -> Result<Tensor> {
         Tensor::neg(self)
     }
@@ -79,7 +91,9 @@ impl Neg for &Tensor {
 
 impl Neg for Tensor {
     type Output = Result<Tensor>;
+    #[track_caller]
     fn neg(self) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("neg");
         self.scalar_owned(-1.0, BinOp::Mul)
     }
 }

@@ -24,4 +24,9 @@ fn label_on_two_loops() {
     for _ in 0..1 {}
 }
 
+#[vramguard::batch_scope(warnings = "loud")]
+fn unknown_warning_output() {
+    for _ in 0..1 {}
+}
+
 fn main() {}

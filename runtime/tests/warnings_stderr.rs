@@ -1,0 +1,140 @@
+//! Errors and warnings nobody misses: with no `tracing` subscriber installed (the default), a
+//! bad `VRAMGUARD_ALLOC_CONF` and a batch scope whose live memory keeps growing reach stderr;
+//! `Device::cuda` returns the bad setting as a typed error. Each case runs in a child process
+//! of this test binary (the variable is read once per process, and stderr is the child's).
+
+use std::process::Command;
+use vramguard_runtime::alloc::{ConfigError, SetupError};
+use vramguard_runtime::device::DeviceError;
+use vramguard_runtime::scope::{BatchScope, ScopeOptions, WarningOutput};
+use vramguard_runtime::{memory, Device};
+
+const CHILD: &str = "VRAMGUARD_TEST_CHILD";
+
+/// Runs test `name` alone in a child with `VRAMGUARD_ALLOC_CONF=conf` (unset for `None`),
+/// checks that the case ran and passed there, and returns the child's stderr (as `Err`, so that
+/// the caller's `unwrap_err` reads as "what it printed").
+fn in_child(name: &str, conf: Option<&str>) -> Result<(), String> {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let mut command = Command::new(exe);
+    command
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD, name);
+    match conf {
+        Some(conf) => command.env("VRAMGUARD_ALLOC_CONF", conf),
+        None => command.env_remove("VRAMGUARD_ALLOC_CONF"),
+    };
+    let output = command.output().expect("the test binary runs");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("1 passed"),
+        "the child ran the case and it passed: {stdout}\n{stderr}"
+    );
+    Err(stderr)
+}
+
+fn is_child(name: &str) -> bool {
+    std::env::var(CHILD).as_deref() == Ok(name)
+}
+
+/// Stderr lines written by vramguard (the test harness writes its own lines too).
+fn vramguard_lines(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|l| l.contains("vramguard:"))
+        .collect()
+}
+
+#[test]
+fn a_bad_value_for_the_host_device_is_printed_once_on_stderr() {
+    const NAME: &str = "a_bad_value_for_the_host_device_is_printed_once_on_stderr";
+    if is_child(NAME) {
+        let a = Device::Host.allocate(1000).expect("defaults work");
+        let b = Device::host().allocate(1000).expect("defaults work");
+        match memory::config_error() {
+            Some(SetupError::Config(ConfigError::BadValue { key, value, .. })) => {
+                assert_eq!((key.as_str(), value.as_str()), ("max_split_size_mb", "abc"))
+            }
+            other => panic!("expected the bad value, got {other:?}"),
+        }
+        drop((a, b));
+        return;
+    }
+    let stderr = in_child(NAME, Some("max_split_size_mb:abc")).unwrap_err();
+    let lines = vramguard_lines(&stderr);
+    assert_eq!(lines.len(), 1, "printed once: {stderr}");
+    assert!(lines[0].starts_with("error: vramguard: "), "{stderr}");
+    assert!(
+        lines[0].contains("max_split_size_mb"),
+        "names the key: {stderr}"
+    );
+    assert!(lines[0].contains("VRAMGUARD_ALLOC_CONF"), "{stderr}");
+    assert!(lines[0].contains("default allocator settings"), "{stderr}");
+}
+
+#[test]
+fn an_unknown_key_fails_the_first_use_of_a_gpu_with_the_typed_error() {
+    const NAME: &str = "an_unknown_key_fails_the_first_use_of_a_gpu_with_the_typed_error";
+    if is_child(NAME) {
+        for _ in 0..2 {
+            match Device::cuda(0) {
+                Err(DeviceError::Config(SetupError::Config(ConfigError::UnknownKey { key }))) => {
+                    assert_eq!(key, "foo")
+                }
+                other => panic!("expected the unknown key, got {other:?}"),
+            }
+        }
+        return;
+    }
+    let stderr = in_child(NAME, Some("foo:1")).unwrap_err();
+    assert_eq!(
+        vramguard_lines(&stderr),
+        Vec::<&str>::new(),
+        "returned, not printed"
+    );
+}
+
+fn grow(options: ScopeOptions) {
+    let device = Device::isolated_host();
+    let mut history = Vec::new();
+    for _ in 0..4 {
+        let _scope = BatchScope::enter_with("growing", options.clone());
+        history.push(device.allocate(1024).expect("host allocation"));
+    }
+}
+
+#[test]
+fn growth_across_iterations_reaches_stderr_without_any_set_up() {
+    const NAME: &str = "growth_across_iterations_reaches_stderr_without_any_set_up";
+    if is_child(NAME) {
+        grow(ScopeOptions::new().warn_after_growing(3));
+        return;
+    }
+    let stderr = in_child(NAME, None).unwrap_err();
+    let lines = vramguard_lines(&stderr);
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].starts_with("warning: vramguard: live memory keeps growing across iterations"),
+        "{stderr}"
+    );
+    assert!(
+        lines[0].contains("batch scope `growing` iteration 4"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn growth_routed_to_tracing_stays_off_stderr() {
+    const NAME: &str = "growth_routed_to_tracing_stays_off_stderr";
+    if is_child(NAME) {
+        grow(
+            ScopeOptions::new()
+                .warn_after_growing(3)
+                .warnings(WarningOutput::Tracing),
+        );
+        return;
+    }
+    let stderr = in_child(NAME, None).unwrap_err();
+    assert_eq!(vramguard_lines(&stderr), Vec::<&str>::new(), "{stderr}");
+}
