@@ -9,8 +9,9 @@
 //! It loads one set of weights and runs the same forward pass (written in plain candle style,
 //! see `examples/common/bert.rs`) three ways: grad on without the attribute, under the no-grad
 //! guard alone, and under `#[inference]`. Peaks are exact allocator statistics above the bytes
-//! live before the pass. Then it searches the largest batch that fits a fixed memory budget,
-//! weights included, with grad on and with `#[inference]` (the article: batch 16 → 32).
+//! live before the pass. Then it finds the largest batch that fits a fixed memory budget,
+//! weights included, with grad on and with `#[inference]` (the article: batch 16 → 32), with
+//! `memory::max_batch`'s search (two measured peaks, a prediction, two confirmations).
 //! `--html FILE` writes the allocator's timeline of the three passes as one HTML page.
 
 #[path = "common/bert.rs"]
@@ -21,7 +22,7 @@ mod measure;
 mod report;
 
 use bert::{Batch, BertConfig};
-use measure::{activation_peak, liveness_bound, load, max_batch, mib, Variant};
+use measure::{activation_peak, find_max_batch, liveness_bound, load, mib, Variant};
 use report::Args;
 use vramguard::alloc::TraceLabelGuard;
 use vramguard::{memory, Device};
@@ -113,13 +114,21 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     println!("\nlargest batch in a {budget_mib} MiB budget (weights included; progress on stderr)");
     let budget = Device::host_with_capacity(budget_mib << 20);
     let weights = load(config, &budget)?;
-    let max_grad = max_batch(Variant::Grad, &weights, seq, &budget, 1024)?;
-    let max_inference = max_batch(Variant::Inference, &weights, seq, &budget, 1024)?;
-    println!("  {:<24} {max_grad:>5}", Variant::Grad.name());
+    let budget_bytes = (budget_mib << 20) as u64;
+    let grad = find_max_batch(Variant::Grad, &weights, seq, &budget, budget_bytes, 1024)?;
+    let inference = find_max_batch(
+        Variant::Inference,
+        &weights,
+        seq,
+        &budget,
+        budget_bytes,
+        1024,
+    )?;
+    println!("  {:<24} {grad}", Variant::Grad.name());
     println!(
-        "  {:<24} {max_inference:>5}  ({:.1}×)",
+        "  {:<24} {inference}: {:.1}× grad on",
         Variant::Inference.name(),
-        max_inference as f64 / max_grad.max(1) as f64
+        inference.batch as f64 / grad.batch.max(1) as f64
     );
     if !identical {
         return Err("the #[inference] output differs from the plain output".into());
