@@ -14,9 +14,9 @@
 //!
 //! 1. **Measure** batches 1 and 2. Tensor sizes are affine in the batch, so the allocated peak
 //!    is `a + s·batch` up to the allocator's 512-byte rounding of each block.
-//! 2. **Predict** the largest batch whose allocated peak, plus the pool's overhead at the
-//!    largest batch that fitted so far (its peak reserved minus its peak allocated bytes:
-//!    partly used pages, the small pool's segments), is within the budget.
+//! 2. **Predict** the largest batch whose allocated peak, plus the pool's overhead (the
+//!    smallest peak-reserved-minus-peak-allocated figure of the runs that fitted: partly used
+//!    pages, the small pool's segments), is within the budget.
 //! 3. **Confirm**: the predicted batch must fit and the next one must not. When the
 //!    prediction is exact or one too high, that is 4 runs in all.
 //!
@@ -184,7 +184,8 @@ impl MaxBatch {
 
     /// Whether the affine model's first prediction was the answer or one above it, so that it
     /// took two confirmations only (4 runs in all). `false` means the peak was not affine in the
-    /// batch around the limit and the search stepped or bisected (the answer is exact either way).
+    /// batch around the limit and the search refitted, stepped or bisected (the answer is exact
+    /// either way).
     pub fn prediction_held(&self) -> bool {
         self.first_prediction
             .is_some_and(|p| p == self.batch || p == self.batch + 1)
@@ -202,7 +203,8 @@ impl fmt::Display for MaxBatch {
             Some(p) => write!(
                 f,
                 "; predicted {p} from batches 1 and 2, but the peak is not affine in the batch \
-                 here, so the search stepped and bisected: the answer is exact, the run count higher)"
+                 here, so the search refitted, stepped or bisected: the answer is exact, the run \
+                 count higher)"
             ),
             None => write!(f, ")"),
         }
@@ -428,8 +430,13 @@ impl Search {
     }
 
     /// The largest batch the affine model says fits: the allocated peak through the smallest
-    /// and the largest batch that fitted, plus the overhead (reserved minus allocated) of the
-    /// largest. `None` with fewer than two fitted batches or a peak that does not grow.
+    /// and the largest batch that fitted, plus the pool's overhead. `None` with fewer than two
+    /// fitted batches or a peak that does not grow.
+    ///
+    /// The overhead is the smallest reserved-minus-allocated figure of the runs that fitted: a
+    /// run's figure mixes slack that memory pressure would reclaim (cached free blocks, which a
+    /// run far below the budget keeps) with slack it cannot (partly used pages, the small
+    /// pool's segments); the smallest is the closest to the second.
     fn predict(&self, budget: u64) -> Option<usize> {
         let (first, last) = (self.fitted.first()?, self.fitted.last()?);
         let growth = i128::from(last.peak_allocated_bytes) - i128::from(first.peak_allocated_bytes);
@@ -437,9 +444,12 @@ impl Search {
         if span <= 0 || growth <= 0 {
             return None;
         }
-        let overhead = last
-            .peak_reserved_bytes
-            .saturating_sub(last.peak_allocated_bytes);
+        let overhead = self
+            .fitted
+            .iter()
+            .map(|r| r.peak_reserved_bytes.saturating_sub(r.peak_allocated_bytes))
+            .min()
+            .unwrap_or(0);
         let headroom =
             i128::from(budget) - i128::from(overhead) - i128::from(last.peak_allocated_bytes);
         // Exact rational arithmetic, rounded down (also when the headroom is negative).

@@ -218,22 +218,52 @@ impl NumberStyle {
     }
 }
 
-/// The printed values of `t` in printing order (elided ones skipped), read through its strides.
+/// The printed values of `t` in printing order (elided ones skipped): read in place through
+/// its strides where the CPU can address its storage, else from [`Tensor::to_vec`]'s copy
+/// (for devices whose `to_vec` copies to the host).
 fn shown_values(t: &Tensor, summarize: bool) -> Result<Vec<f32>> {
-    let read = t.storage().read("display")?;
+    match t.storage().read("display") {
+        Ok(read) => Ok(gather(
+            t.dims(),
+            t.strides(),
+            t.offset(),
+            read.data,
+            summarize,
+        )),
+        Err(unreadable) => match t.to_vec() {
+            Ok(flat) => Ok(gather(
+                t.dims(),
+                &super::contiguous_strides(t.dims()),
+                0,
+                &flat,
+                summarize,
+            )),
+            Err(_) => Err(unreadable),
+        },
+    }
+}
+
+/// The shown elements of the strided array `(shape, strides, offset)` over `data`, in order.
+fn gather(
+    shape: &[usize],
+    strides: &[usize],
+    offset: usize,
+    data: &[f32],
+    summarize: bool,
+) -> Vec<f32> {
     let mut out = Vec::new();
-    let mut stack = vec![(0usize, t.offset())];
+    let mut stack = vec![(0usize, offset)];
     // Depth-first over the shown indices, in order (the stack holds them reversed).
-    while let Some((dim, offset)) = stack.pop() {
-        if dim == t.rank() {
-            out.push(read.data[offset]);
+    while let Some((dim, at)) = stack.pop() {
+        if dim == shape.len() {
+            out.push(data[at]);
             continue;
         }
-        for i in shown(t.dims()[dim], summarize).into_iter().rev().flatten() {
-            stack.push((dim + 1, offset + i * t.strides()[dim]));
+        for i in shown(shape[dim], summarize).into_iter().rev().flatten() {
+            stack.push((dim + 1, at + i * strides[dim]));
         }
     }
-    Ok(out)
+    out
 }
 
 struct Printer<'a> {
