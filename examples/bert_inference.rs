@@ -4,14 +4,20 @@
 //! ```sh
 //! cargo run --release --example bert_inference
 //! cargo run --release --example bert_inference -- --layers 12 --batch 8 --seq 128 --budget-mib 1024 --html timeline.html
+//! cargo run --release --example bert_inference -- --save-weights bert.safetensors
+//! cargo run --release --example bert_inference -- --weights bert.safetensors
 //! ```
 //!
 //! It loads one set of weights and runs the same forward pass (written in plain candle style,
 //! see `examples/common/bert.rs`) three ways: grad on without the attribute, under the no-grad
 //! guard alone, and under `#[inference]`. Peaks are exact allocator statistics above the bytes
-//! live before the pass. Then it searches the largest batch that fits a fixed memory budget,
-//! weights included, with grad on and with `#[inference]` (the article: batch 16 → 32).
+//! live before the pass. Then it finds the largest batch that fits a fixed memory budget,
+//! weights included, with grad on and with `#[inference]` (the article: batch 16 → 32), with
+//! `memory::max_batch`'s search (two measured peaks, a prediction, two confirmations).
 //! `--html FILE` writes the allocator's timeline of the three passes as one HTML page.
+//! `--weights FILE` loads the weights from a safetensors file (names as in Hugging Face's BERT
+//! checkpoints, `encoder.layer.0.attention.self.query.weight`, ...; the shapes must match
+//! `--layers`), instead of the seeded random ones; `--save-weights FILE` writes them.
 
 #[path = "common/bert.rs"]
 mod bert;
@@ -22,9 +28,10 @@ mod measure;
 #[path = "../benches/support/report.rs"]
 mod report;
 
-use bert::{Batch, BertConfig};
-use measure::{activation_peak, liveness_bound, load, max_batch, mib, Variant};
+use bert::{Batch, BertConfig, BertWeights};
+use measure::{activation_peak, find_max_batch, liveness_bound, load, mib, Variant};
 use report::Args;
+use vramguard::nn::Parameters;
 use vramguard::{memory, Device};
 
 fn main() {
@@ -41,6 +48,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let seq: usize = args.value("seq").unwrap_or(128);
     let budget_mib: usize = args.value("budget-mib").unwrap_or(384);
     let html: Option<String> = args.value("html");
+    let weights_file: Option<String> = args.value("weights");
     if layers == 0 || batch_size == 0 || seq == 0 || seq > 512 {
         return Err("--layers, --batch and --seq must be at least 1, and --seq at most 512".into());
     }
@@ -55,7 +63,11 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     if html.is_some() {
         memory::record_trace(&device, 200_000);
     }
-    let weights = load(config, &device)?;
+    let weights = weights_on(config, &device, weights_file.as_deref())?;
+    if let Some(path) = args.value::<String>("save-weights") {
+        weights.save_safetensors(&path)?;
+        println!("weights saved to {path}");
+    }
     let weight_bytes = memory::stats(&device).allocated_bytes;
     let batch = Batch::synthetic(batch_size, seq, config.vocab, &device)?;
 
@@ -63,6 +75,9 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         "BERT-style encoder: {layers} layers, hidden 768, 12 heads, FFN 3072; weights {:.1} MiB",
         mib(weight_bytes)
     );
+    if let Some(path) = &weights_file {
+        println!("weights loaded from {path}");
+    }
     println!("batch {batch_size} × sequence {seq}, host backend\n");
     println!("activation peak (exact allocator bytes above weights and inputs)");
     let mut peaks = Vec::new();
@@ -113,19 +128,47 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
 
     println!("\nlargest batch in a {budget_mib} MiB budget (weights included; progress on stderr)");
     let budget = devices::host_with_capacity(budget_mib << 20)?;
-    let weights = load(config, &budget)?;
-    let max_grad = max_batch(Variant::Grad, &weights, seq, &budget, 1024)?;
-    let max_inference = max_batch(Variant::Inference, &weights, seq, &budget, 1024)?;
-    println!("  {:<24} {max_grad:>5}", Variant::Grad.name());
+    let weights = weights_on(config, &budget, weights_file.as_deref())?;
+    let budget_bytes = (budget_mib << 20) as u64;
+    let grad = find_max_batch(Variant::Grad, &weights, seq, &budget, budget_bytes, 1024)?;
+    let inference = find_max_batch(
+        Variant::Inference,
+        &weights,
+        seq,
+        &budget,
+        budget_bytes,
+        1024,
+    )?;
+    println!("  {:<24} {grad}", Variant::Grad.name());
     println!(
-        "  {:<24} {max_inference:>5}  ({:.1}×)",
+        "  {:<24} {inference}: {:.1}× grad on",
         Variant::Inference.name(),
-        max_inference as f64 / max_grad.max(1) as f64
+        inference.batch as f64 / grad.batch.max(1) as f64
     );
     if !identical {
         return Err("the #[inference] output differs from the plain output".into());
     }
     Ok(())
+}
+
+/// The seeded weights for `config` on `device`, overwritten from `file` when given.
+fn weights_on(
+    config: BertConfig,
+    device: &Device,
+    file: Option<&str>,
+) -> Result<BertWeights, Box<dyn std::error::Error>> {
+    let weights = load(config, device)?;
+    if let Some(path) = file {
+        let loaded = weights.load_safetensors(path)?;
+        if !loaded.unused.is_empty() {
+            eprintln!(
+                "note: {path} holds {} tensors this model does not use: {}",
+                loaded.unused.len(),
+                loaded.unused.join(", ")
+            );
+        }
+    }
+    Ok(weights)
 }
 
 /// Why `--device cuda` stops here, in a sentence the user can act on.

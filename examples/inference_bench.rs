@@ -9,7 +9,10 @@
 //! - `peak_bytes_liveness_bound`: the same ops if every tensor died at its last use.
 //!
 //! `max_batch_*` is the largest batch whose forward pass fits a host device of `--budget-mib`
-//! capacity, weights included. `time_ratio_inference_over_nograd` is the median run time with
+//! capacity, weights included, by doubling then bisection (`max_batch_bisection_runs_*` forward
+//! passes). `max_batch_finder_runs_*` are the forward passes the library's `memory::max_batch`
+//! took on the same device, and `max_batch_finder_exact` is 1 when it found the bisection's
+//! answer for both variants. `time_ratio_inference_over_nograd` is the median run time with
 //! the attribute over the guard alone, interleaved in one run.
 //!
 //! Flags: `--layers N` (12), `--seq N` (128), `--batch N` (8), `--budget-mib N` (768),
@@ -26,7 +29,9 @@ mod measure;
 mod report;
 
 use bert::{Batch, BertConfig};
-use measure::{activation_peak, liveness_bound, load, max_batch, mib, Variant};
+use measure::{
+    activation_peak, find_max_batch, liveness_bound, load, max_batch_bisection, mib, Variant,
+};
 use report::{Args, Report, Unit};
 use std::time::Instant;
 use vramguard::memory;
@@ -91,11 +96,28 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let time_ratio = median(&mut t_inference) / median(&mut t_nograd);
     drop((weights, batch, device));
 
-    eprintln!("searching the largest batch in a {budget_mib} MiB budget ...");
+    eprintln!(
+        "searching the largest batch in a {budget_mib} MiB budget (finder, then bisection) ..."
+    );
     let budget = devices::host_with_capacity(budget_mib << 20)?;
     let weights = load(config, &budget)?;
-    let max_grad = max_batch(Variant::Grad, &weights, seq, &budget, 4096)?;
-    let max_inference = max_batch(Variant::Inference, &weights, seq, &budget, 4096)?;
+    let budget_bytes = (budget_mib << 20) as u64;
+    let found_grad = find_max_batch(Variant::Grad, &weights, seq, &budget, budget_bytes, 4096)?;
+    let found_inference = find_max_batch(
+        Variant::Inference,
+        &weights,
+        seq,
+        &budget,
+        budget_bytes,
+        4096,
+    )?;
+    eprintln!("  finder, grad on: {found_grad}");
+    eprintln!("  finder, #[inference]: {found_inference}");
+    let (max_grad, bisection_runs_grad) =
+        max_batch_bisection(Variant::Grad, &weights, seq, &budget, 4096)?;
+    let (max_inference, bisection_runs_inference) =
+        max_batch_bisection(Variant::Inference, &weights, seq, &budget, 4096)?;
+    let finder_exact = found_grad.batch == max_grad && found_inference.batch == max_inference;
 
     let mut r = Report::new("inference");
     let ratio = |a: u64, b: u64| a as f64 / b.max(1) as f64;
@@ -134,6 +156,37 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         max_inference >= 2 * max_grad,
     );
     r.metric_with_target(
+        "max_batch_finder_runs_grad",
+        found_grad.run_count() as f64,
+        Unit::Count,
+        "≤ 4",
+        found_grad.run_count() <= 4,
+    );
+    r.metric_with_target(
+        "max_batch_finder_runs_inference",
+        found_inference.run_count() as f64,
+        Unit::Count,
+        "≤ 4",
+        found_inference.run_count() <= 4,
+    );
+    r.metric(
+        "max_batch_bisection_runs_grad",
+        bisection_runs_grad as f64,
+        Unit::Count,
+    );
+    r.metric(
+        "max_batch_bisection_runs_inference",
+        bisection_runs_inference as f64,
+        Unit::Count,
+    );
+    r.metric_with_target(
+        "max_batch_finder_exact",
+        f64::from(u8::from(finder_exact)),
+        Unit::Count,
+        "1",
+        finder_exact,
+    );
+    r.metric_with_target(
         "time_ratio_inference_over_nograd",
         time_ratio,
         Unit::Ratio,
@@ -149,7 +202,8 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     r.note(&format!(
         "BERT-style encoder ({layers} layers, hidden 768, 12 heads, FFN 3072), batch {batch_size}, sequence {seq}, host backend. \
          Peaks: allocator statistics above the weights ({:.1} MiB) and inputs. Max batch: host device of {budget_mib} MiB, weights included, \
-         doubling then bisection. Times: median of {reps} interleaved forward passes. `outputs_bit_identical` = 1 when the \
+         doubling then bisection; `max_batch_finder_*`: the library's `memory::max_batch` on the same device (two measured peaks, \
+         a prediction, confirmations), `exact` = 1 when it found the bisection's answer for both variants. Times: median of {reps} interleaved forward passes. `outputs_bit_identical` = 1 when the \
          #[inference] output equals the plain no-grad output bit for bit.",
         mib(weight_bytes)
     ));

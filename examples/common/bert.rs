@@ -9,7 +9,7 @@
 
 #![allow(dead_code)] // Each program uses a different subset.
 
-use vramguard::nn::{Embedding, LayerNorm, Linear, Module};
+use vramguard::nn::{prefixed_parameters, Embedding, LayerNorm, Linear, Module, Parameters};
 use vramguard::{Device, Tensor, TensorError};
 
 pub type Result<T> = std::result::Result<T, TensorError>;
@@ -107,26 +107,42 @@ impl BertWeights {
         }
         Ok(weights)
     }
+}
 
-    /// Every weight tensor.
-    pub fn parameters(&self) -> Vec<Tensor> {
-        use vramguard::nn::Parameters;
-        let mut v = self.word_embeddings.parameters();
-        v.push(self.position_embeddings.clone());
-        v.extend(self.embeddings_layer_norm.parameters());
-        for l in &self.layers {
-            for lin in [
-                &l.query,
-                &l.key,
-                &l.value,
-                &l.attention_output,
-                &l.intermediate,
-                &l.output,
+/// Names as in Hugging Face's BERT checkpoints (without the `bert.` prefix of the pre-training
+/// heads), so `--weights FILE` files read like theirs.
+impl Parameters for BertWeights {
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        let mut v: Vec<(String, Tensor)> =
+            prefixed_parameters("embeddings.word_embeddings", &self.word_embeddings).collect();
+        v.push((
+            "embeddings.position_embeddings.weight".to_owned(),
+            self.position_embeddings.clone(),
+        ));
+        v.extend(prefixed_parameters(
+            "embeddings.LayerNorm",
+            &self.embeddings_layer_norm,
+        ));
+        for (i, l) in self.layers.iter().enumerate() {
+            let p = format!("encoder.layer.{i}");
+            for (name, module) in [
+                ("attention.self.query", &l.query),
+                ("attention.self.key", &l.key),
+                ("attention.self.value", &l.value),
+                ("attention.output.dense", &l.attention_output),
+                ("intermediate.dense", &l.intermediate),
+                ("output.dense", &l.output),
             ] {
-                v.extend(lin.parameters());
+                v.extend(prefixed_parameters(&format!("{p}.{name}"), module));
             }
-            v.extend(l.attention_layer_norm.parameters());
-            v.extend(l.output_layer_norm.parameters());
+            v.extend(prefixed_parameters(
+                &format!("{p}.attention.output.LayerNorm"),
+                &l.attention_layer_norm,
+            ));
+            v.extend(prefixed_parameters(
+                &format!("{p}.output.LayerNorm"),
+                &l.output_layer_norm,
+            ));
         }
         v
     }

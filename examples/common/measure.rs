@@ -1,5 +1,6 @@
 //! Measurements shared by the BERT programs: activation peaks above the bytes live before a
-//! forward pass, the liveness lower bound, and the largest batch that fits a memory budget.
+//! forward pass, the liveness lower bound, and the largest batch that fits a memory budget
+//! (the library's finder, and doubling-then-bisection as the reference it is checked against).
 
 #![allow(dead_code)] // Each program uses a different subset.
 
@@ -71,6 +72,37 @@ pub fn liveness_bound(weights: &BertWeights, batch: &Batch) -> Result<u64> {
     Ok(bound.peak_bytes)
 }
 
+/// One forward pass of `variant` at `batch_size` on `device`, inputs included: what a
+/// max-batch search runs. Out-of-memory comes back as `TensorError::OutOfMemory`.
+pub fn run_batch(
+    variant: Variant,
+    weights: &BertWeights,
+    batch_size: usize,
+    seq: usize,
+    device: &Device,
+) -> Result<()> {
+    let batch = Batch::synthetic(batch_size, seq, weights.config.vocab, device)?;
+    drop(forward(variant, weights, &batch)?);
+    Ok(())
+}
+
+/// The largest batch size whose forward pass fits in `budget` bytes of `device` (weights
+/// included), from the library's finder (`memory::MaxBatchSearch`: two measured peaks, a
+/// prediction, two confirmations), with one progress line per run on stderr.
+pub fn find_max_batch(
+    variant: Variant,
+    weights: &BertWeights,
+    seq: usize,
+    device: &Device,
+    budget: u64,
+    cap: usize,
+) -> std::result::Result<memory::MaxBatch, memory::MaxBatchError<TensorError>> {
+    memory::MaxBatchSearch::new(budget)
+        .limit(cap)
+        .on_run(|run| eprintln!("  [{}] finder: {run}", variant.name()))
+        .run(device, |b| run_batch(variant, weights, b, seq, device))
+}
+
 /// Whether a forward pass of `variant` at `batch_size` fits on `device` (whose capacity is the
 /// budget, weights included). Out-of-memory is the only failure that means "does not fit".
 pub fn fits(
@@ -81,34 +113,31 @@ pub fn fits(
     device: &Device,
 ) -> Result<bool> {
     memory::empty_cache(device);
-    let batch = match Batch::synthetic(batch_size, seq, weights.config.vocab, device) {
-        Ok(b) => b,
-        Err(TensorError::OutOfMemory(_)) => return Ok(false),
-        Err(e) => return Err(e),
-    };
-    let fitted = match forward(variant, weights, &batch) {
-        Ok(_) => true,
+    let fitted = match run_batch(variant, weights, batch_size, seq, device) {
+        Ok(()) => true,
         Err(TensorError::OutOfMemory(_)) => false,
         Err(e) => return Err(e),
     };
-    drop(batch);
     memory::empty_cache(device);
     Ok(fitted)
 }
 
-/// The largest batch size whose forward pass fits (doubling, then bisection), with progress
-/// printed to stderr. Returns 0 when even one sequence does not fit.
-pub fn max_batch(
+/// The largest batch size whose forward pass fits, by doubling then bisection (the reference
+/// the finder is checked against), with progress printed to stderr; returns it with the
+/// number of forward passes it took. 0 when even one sequence does not fit.
+pub fn max_batch_bisection(
     variant: Variant,
     weights: &BertWeights,
     seq: usize,
     device: &Device,
     cap: usize,
-) -> Result<usize> {
-    let probe = |b: usize| -> Result<bool> {
+) -> Result<(usize, usize)> {
+    let mut runs = 0;
+    let mut probe = |b: usize| -> Result<bool> {
+        runs += 1;
         let ok = fits(variant, weights, b, seq, device)?;
         eprintln!(
-            "  [{}] batch {b:>4}: {}",
+            "  [{}] bisection: batch {b:>4}: {}",
             variant.name(),
             if ok { "fits" } else { "out of memory" }
         );
@@ -125,16 +154,17 @@ pub fn max_batch(
             break;
         }
     }
-    let Some(mut bad) = bad else { return Ok(good) };
-    while bad - good > 1 {
-        let mid = good + (bad - good) / 2;
-        if probe(mid)? {
-            good = mid;
-        } else {
-            bad = mid;
+    if let Some(mut bad) = bad {
+        while bad - good > 1 {
+            let mid = good + (bad - good) / 2;
+            if probe(mid)? {
+                good = mid;
+            } else {
+                bad = mid;
+            }
         }
     }
-    Ok(good)
+    Ok((good, runs))
 }
 
 /// Loads weights for `config` onto `device`.

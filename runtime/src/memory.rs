@@ -41,6 +41,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod max_batch;
 mod workspace;
 
 use crate::alloc::SetupError;
@@ -49,6 +50,10 @@ pub use crate::alloc::{
     PressureHandlerId, SegmentMode, SequenceBuckets, Stat, Trace,
 };
 use crate::Device;
+pub use max_batch::{
+    max_batch, BatchRun, MaxBatch, MaxBatchError, MaxBatchSearch, MaybeOutOfMemory, RunOutcome,
+    RunReason,
+};
 pub use workspace::{Workspace, WorkspaceError, WorkspaceView};
 
 /// Current statistics of `device`'s allocator.

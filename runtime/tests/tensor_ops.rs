@@ -88,7 +88,11 @@ fn views_share_storage_and_contiguous_copies_only_when_needed() {
     assert_eq!(at.dims2().unwrap(), (3, 2));
     assert!(matches!(
         at.dims3(),
-        Err(TensorError::InvalidArgument { op: "dims3", .. })
+        Err(TensorError::RankMismatch {
+            op: "dims3",
+            expected: 3,
+            ..
+        })
     ));
     assert_eq!(a.unsqueeze(0).unwrap().dims3().unwrap(), (1, 2, 3));
     assert!(at.shares_storage_with(&a));

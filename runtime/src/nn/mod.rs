@@ -3,20 +3,35 @@
 //!
 //! Every layer is initialised from a seed with the crate's deterministic generator, so runs are
 //! reproducible. Parameters are leaves that require grad; [`Parameters::parameters`] collects
-//! them for an optimizer.
+//! them for an optimizer, [`Parameters::named_parameters`] names them (PyTorch's dotted paths,
+//! `mlp.fc1.weight`), and by those names weights are saved to and loaded from safetensors
+//! files ([`Parameters::save_safetensors`], [`Parameters::load_safetensors`]).
 
 mod optim;
+mod safetensors;
 
+pub use self::safetensors::{LoadedWeights, SafetensorsError};
 pub use optim::{Adam, Sgd};
 
 use crate::tensor::{Result, Tensor, TensorError};
 use crate::Device;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Something that owns trainable tensors.
 pub trait Parameters {
-    /// The trainable tensors (leaves that require grad), in a fixed order.
-    fn parameters(&self) -> Vec<Tensor>;
+    /// The trainable tensors (leaves that require grad) with their names, in a fixed order:
+    /// PyTorch's `named_parameters()`, dotted paths such as `attention.query.weight`. Names are
+    /// unique; they are the keys of safetensors files.
+    fn named_parameters(&self) -> Vec<(String, Tensor)>;
+
+    /// The trainable tensors, in the order of [`Parameters::named_parameters`].
+    fn parameters(&self) -> Vec<Tensor> {
+        self.named_parameters()
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect()
+    }
 
     /// Drops every parameter's gradient.
     fn zero_grad(&self) {
@@ -29,6 +44,40 @@ pub trait Parameters {
     fn num_parameters(&self) -> usize {
         self.parameters().iter().map(Tensor::elem_count).sum()
     }
+
+    /// Writes every parameter to a safetensors file at `path` under its name (F32, little
+    /// endian, with `format: pt` metadata as PyTorch's `save_file` writes).
+    fn save_safetensors(&self, path: impl AsRef<Path>) -> Result<(), SafetensorsError>
+    where
+        Self: Sized,
+    {
+        self::safetensors::save(&self.named_parameters(), path.as_ref())
+    }
+
+    /// Copies the tensors of the safetensors file at `path` into the parameters of the same
+    /// names (in place, under no-grad, as PyTorch's `load_state_dict`). Every parameter must be
+    /// in the file with its shape and dtype F32, or nothing is written and the error names the
+    /// tensor; tensors of the file that no parameter takes are listed in the result.
+    fn load_safetensors(&self, path: impl AsRef<Path>) -> Result<LoadedWeights, SafetensorsError>
+    where
+        Self: Sized,
+    {
+        self::safetensors::load(&self.named_parameters(), path.as_ref())
+    }
+}
+
+/// `(prefix.name, tensor)` for each named parameter of `module`: the names of a submodule's
+/// parameters inside a model (`prefixed_parameters("fc1", &self.fc1)` gives `fc1.weight`, ...),
+/// for [`Parameters::named_parameters`] of one's own models.
+pub fn prefixed_parameters(
+    prefix: &str,
+    module: &impl Parameters,
+) -> impl Iterator<Item = (String, Tensor)> {
+    let prefix = prefix.to_owned();
+    module
+        .named_parameters()
+        .into_iter()
+        .map(move |(name, t)| (format!("{prefix}.{name}"), t))
 }
 
 /// A layer mapping one tensor to another (candle's `Module`).
@@ -89,9 +138,9 @@ impl Linear {
 }
 
 impl Parameters for Linear {
-    fn parameters(&self) -> Vec<Tensor> {
-        let mut v = vec![self.weight.clone()];
-        v.extend(self.bias.iter().cloned());
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        let mut v = vec![("weight".to_owned(), self.weight.clone())];
+        v.extend(self.bias.iter().map(|b| ("bias".to_owned(), b.clone())));
         v
     }
 }
@@ -131,8 +180,11 @@ impl LayerNorm {
 }
 
 impl Parameters for LayerNorm {
-    fn parameters(&self) -> Vec<Tensor> {
-        vec![self.weight.clone(), self.bias.clone()]
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        vec![
+            ("weight".to_owned(), self.weight.clone()),
+            ("bias".to_owned(), self.bias.clone()),
+        ]
     }
 }
 
@@ -164,8 +216,8 @@ impl Embedding {
 }
 
 impl Parameters for Embedding {
-    fn parameters(&self) -> Vec<Tensor> {
-        vec![self.weight.clone()]
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        vec![("weight".to_owned(), self.weight.clone())]
     }
 }
 
@@ -208,7 +260,7 @@ impl Dropout {
 }
 
 impl Parameters for Dropout {
-    fn parameters(&self) -> Vec<Tensor> {
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
         Vec::new()
     }
 }
@@ -295,10 +347,10 @@ impl Mlp {
 }
 
 impl Parameters for Mlp {
-    fn parameters(&self) -> Vec<Tensor> {
-        let mut v = self.fc1.parameters();
-        v.extend(self.fc2.parameters());
-        v
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        prefixed_parameters("fc1", &self.fc1)
+            .chain(prefixed_parameters("fc2", &self.fc2))
+            .collect()
     }
 }
 
@@ -390,12 +442,12 @@ impl MultiHeadSelfAttention {
 }
 
 impl Parameters for MultiHeadSelfAttention {
-    fn parameters(&self) -> Vec<Tensor> {
-        let mut v = self.query.parameters();
-        v.extend(self.key.parameters());
-        v.extend(self.value.parameters());
-        v.extend(self.out.parameters());
-        v
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        prefixed_parameters("query", &self.query)
+            .chain(prefixed_parameters("key", &self.key))
+            .chain(prefixed_parameters("value", &self.value))
+            .chain(prefixed_parameters("out", &self.out))
+            .collect()
     }
 }
 
@@ -439,12 +491,12 @@ impl EncoderLayer {
 }
 
 impl Parameters for EncoderLayer {
-    fn parameters(&self) -> Vec<Tensor> {
-        let mut v = self.attention.parameters();
-        v.extend(self.ln1.parameters());
-        v.extend(self.mlp.parameters());
-        v.extend(self.ln2.parameters());
-        v
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        prefixed_parameters("attention", &self.attention)
+            .chain(prefixed_parameters("ln1", &self.ln1))
+            .chain(prefixed_parameters("mlp", &self.mlp))
+            .chain(prefixed_parameters("ln2", &self.ln2))
+            .collect()
     }
 }
 

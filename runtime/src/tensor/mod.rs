@@ -31,6 +31,7 @@
 //! leaf that requires grad. Otherwise they allocate, exactly like the borrowing forms.
 
 mod autograd;
+mod inspect;
 mod kernels;
 pub mod liveness;
 mod ops;
@@ -41,7 +42,7 @@ pub use liveness::{LivenessBound, LivenessRecorder};
 pub use ops::Rhs;
 
 use crate::alloc::OutOfMemory;
-use crate::device::Allocation;
+use crate::device::{Allocation, DeviceError};
 use crate::Device;
 use autograd::Node;
 use std::fmt;
@@ -132,6 +133,19 @@ pub enum TensorError {
     /// The allocator could not provide the memory.
     #[error(transparent)]
     OutOfMemory(#[from] OutOfMemory),
+    /// The device could not be opened (no CUDA driver, no such GPU, a driver call failed).
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    /// A tensor of another rank than the op needs.
+    #[error("{op}: expected a tensor of rank {expected}, found shape {shape:?} (rank {rank}); reshape or index it first", rank = shape.len())]
+    RankMismatch {
+        /// The op.
+        op: &'static str,
+        /// The rank the op needs.
+        expected: usize,
+        /// Shape of the tensor.
+        shape: Vec<usize>,
+    },
     /// `backward` was called on a tensor with more than one element.
     #[error("backward: the tensor has shape {shape:?}; backward needs a single-element tensor (reduce it first, e.g. with sum_all() or mean_all())")]
     BackwardOnNonScalar {
@@ -679,10 +693,10 @@ impl Tensor {
     }
 
     fn dims_n<const N: usize>(&self, op: &'static str) -> Result<[usize; N]> {
-        <[usize; N]>::try_from(self.dims()).map_err(|_| TensorError::InvalidArgument {
+        <[usize; N]>::try_from(self.dims()).map_err(|_| TensorError::RankMismatch {
             op,
+            expected: N,
             shape: self.dims().to_vec(),
-            message: format!("expected {N} dimensions, found {}", self.rank()),
         })
     }
 
