@@ -12,18 +12,23 @@
 //! live before the pass. Then it searches the largest batch that fits a fixed memory budget,
 //! weights included, with grad on and with `#[inference]` (the article: batch 16 → 32).
 //! `--html FILE` writes the allocator's timeline of the three passes as one HTML page.
+//! `--device cuda[:N]` runs it all on a GPU (peaks in device bytes; the budget is the GPU
+//! allocator's memory limit); without a usable GPU it says so in one line and exits 0.
 
 #[path = "common/bert.rs"]
 mod bert;
+#[path = "common/device_arg.rs"]
+mod device_arg;
 #[path = "common/measure.rs"]
 mod measure;
 #[path = "../benches/support/report.rs"]
 mod report;
 
 use bert::{Batch, BertConfig};
+use device_arg::DeviceArg;
 use measure::{activation_peak, liveness_bound, load, max_batch, mib, Variant};
 use report::Args;
-use vramguard::alloc::TraceLabelGuard;
+use vramguard::alloc::{AllocatorConfig, MemoryLimit, TraceLabelGuard};
 use vramguard::{memory, Device};
 
 fn main() {
@@ -43,14 +48,19 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     if layers == 0 || batch_size == 0 || seq == 0 || seq > 512 {
         return Err("--layers, --batch and --seq must be at least 1, and --seq at most 512".into());
     }
-    if let Some(device) = args.value::<String>("device") {
-        if device != "host" {
-            return Err(cuda_message(&device).into());
+    let (device, backend) = match DeviceArg::parse(args.value("device"))? {
+        DeviceArg::Host => (Device::isolated_host(), "host backend".to_string()),
+        DeviceArg::Cuda(d) => {
+            let name = format!("{d:?} through the CUDA backend, device bytes");
+            (d, name)
         }
-    }
+        DeviceArg::Unavailable(why) => {
+            println!("{why}");
+            return Ok(());
+        }
+    };
 
     let config = BertConfig::base().with_layers(layers);
-    let device = Device::isolated_host();
     if html.is_some() {
         memory::record_trace(&device, 200_000);
     }
@@ -62,7 +72,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         "BERT-style encoder: {layers} layers, hidden 768, 12 heads, FFN 3072; weights {:.1} MiB",
         mib(weight_bytes)
     );
-    println!("batch {batch_size} × sequence {seq}, host backend\n");
+    println!("batch {batch_size} × sequence {seq}, {backend}\n");
     println!("activation peak (exact allocator bytes above weights and inputs)");
     let mut peaks = Vec::new();
     for variant in [Variant::Grad, Variant::GuardOnly, Variant::Inference] {
@@ -108,10 +118,22 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         )?;
         println!("  memory timeline written to {path}");
     }
+    let device_is_cuda = device.is_cuda();
     drop((weights, batch, device));
 
     println!("\nlargest batch in a {budget_mib} MiB budget (weights included; progress on stderr)");
-    let budget = Device::host_with_capacity(budget_mib << 20);
+    let budget = if device_is_cuda {
+        let limited = AllocatorConfig {
+            memory_limit: Some(MemoryLimit::Bytes((budget_mib as u64) << 20)),
+            ..AllocatorConfig::default()
+        };
+        match DeviceArg::parse_with(args.value("device"), limited)? {
+            DeviceArg::Cuda(d) => d,
+            _ => return Err("the GPU went away between the two parts".into()),
+        }
+    } else {
+        Device::host_with_capacity(budget_mib << 20)
+    };
     let weights = load(config, &budget)?;
     let max_grad = max_batch(Variant::Grad, &weights, seq, &budget, 1024)?;
     let max_inference = max_batch(Variant::Inference, &weights, seq, &budget, 1024)?;
@@ -125,26 +147,4 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         return Err("the #[inference] output differs from the plain output".into());
     }
     Ok(())
-}
-
-/// Why `--device cuda` stops here, in a sentence the user can act on.
-fn cuda_message(device: &str) -> String {
-    let ordinal = device
-        .strip_prefix("cuda")
-        .map(|s| s.trim_start_matches(':'))
-        .unwrap_or("x");
-    let Ok(ordinal) = (if ordinal.is_empty() {
-        Ok(0)
-    } else {
-        ordinal.parse::<usize>()
-    }) else {
-        return format!("unknown device `{device}`: use `host` or `cuda[:N]`");
-    };
-    match Device::cuda(ordinal) {
-        Err(e) => format!("cannot use cuda:{ordinal}: {e}"),
-        Ok(_) => format!(
-            "cuda:{ordinal} is present, but the tensor kernels of this version run on the host backend only; \
-             the caching allocator itself runs on CUDA (try `cargo run --release --example alloc_bench -- --device cuda`)"
-        ),
-    }
 }

@@ -15,18 +15,26 @@
 //! Flags: `--layers N` (12), `--seq N` (128), `--batch N` (8), `--budget-mib N` (768),
 //! `--reps N` (5), `--quick` (2 layers, seq 64, batch 2, budget 256 MiB, 3 reps), plus the
 //! shared `--json` and `--write`.
+//!
+//! `--device cuda[:N]`: the same figures on a GPU, in device bytes (report `inference_cuda`;
+//! the budget is the GPU allocator's memory limit). Without a usable GPU it says so in one line
+//! and exits 0.
 
 #[path = "common/bert.rs"]
 mod bert;
+#[path = "common/device_arg.rs"]
+mod device_arg;
 #[path = "common/measure.rs"]
 mod measure;
 #[path = "../benches/support/report.rs"]
 mod report;
 
 use bert::{Batch, BertConfig};
+use device_arg::{synchronize, DeviceArg};
 use measure::{activation_peak, liveness_bound, load, max_batch, mib, Variant};
 use report::{Args, Report, Unit};
 use std::time::Instant;
+use vramguard::alloc::{AllocatorConfig, MemoryLimit};
 use vramguard::{memory, Device};
 
 fn main() {
@@ -51,8 +59,21 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         .max(1);
     let config = BertConfig::base().with_layers(layers);
 
+    let device = match DeviceArg::parse(args.value("device"))? {
+        DeviceArg::Host => Device::isolated_host(),
+        DeviceArg::Cuda(d) => d,
+        DeviceArg::Unavailable(why) => {
+            println!("{why}");
+            return Ok(());
+        }
+    };
+    let on_gpu = device.is_cuda();
+    let backend = if on_gpu {
+        format!("{device:?} through the CUDA backend (device bytes)")
+    } else {
+        "host backend".to_string()
+    };
     eprintln!("BERT-style encoder: {layers} layers, hidden 768, 12 heads, FFN 3072, batch {batch_size}, seq {seq}");
-    let device = Device::isolated_host();
     let weights = load(config, &device)?;
     let weight_bytes = memory::stats(&device).allocated_bytes;
     let batch = Batch::synthetic(batch_size, seq, config.vocab, &device)?;
@@ -82,6 +103,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         ] {
             let start = Instant::now();
             let out = measure::forward(variant, &weights, &batch)?;
+            synchronize(&device)?;
             times.push(start.elapsed().as_secs_f64());
             drop(out);
         }
@@ -90,12 +112,27 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     drop((weights, batch, device));
 
     eprintln!("searching the largest batch in a {budget_mib} MiB budget ...");
-    let budget = Device::host_with_capacity(budget_mib << 20);
+    let budget = if on_gpu {
+        let limited = AllocatorConfig {
+            memory_limit: Some(MemoryLimit::Bytes((budget_mib as u64) << 20)),
+            ..AllocatorConfig::default()
+        };
+        match DeviceArg::parse_with(args.value("device"), limited)? {
+            DeviceArg::Cuda(d) => d,
+            _ => return Err("the GPU went away between the two parts".into()),
+        }
+    } else {
+        Device::host_with_capacity(budget_mib << 20)
+    };
     let weights = load(config, &budget)?;
     let max_grad = max_batch(Variant::Grad, &weights, seq, &budget, 4096)?;
     let max_inference = max_batch(Variant::Inference, &weights, seq, &budget, 4096)?;
 
-    let mut r = Report::new("inference");
+    let mut r = Report::new(if on_gpu {
+        "inference_cuda"
+    } else {
+        "inference"
+    });
     let ratio = |a: u64, b: u64| a as f64 / b.max(1) as f64;
     r.metric("peak_bytes_grad", peak_grad as f64, Unit::Bytes);
     r.metric("peak_bytes_nograd", peak_nograd as f64, Unit::Bytes);
@@ -145,11 +182,12 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         Unit::Count,
     );
     r.note(&format!(
-        "BERT-style encoder ({layers} layers, hidden 768, 12 heads, FFN 3072), batch {batch_size}, sequence {seq}, host backend. \
-         Peaks: allocator statistics above the weights ({:.1} MiB) and inputs. Max batch: host device of {budget_mib} MiB, weights included, \
+        "BERT-style encoder ({layers} layers, hidden 768, 12 heads, FFN 3072), batch {batch_size}, sequence {seq}, {backend}. \
+         Peaks: allocator statistics above the weights ({:.1} MiB) and inputs. Max batch: {} of {budget_mib} MiB, weights included, \
          doubling then bisection. Times: median of {reps} interleaved forward passes. `outputs_bit_identical` = 1 when the \
          #[inference] output equals the plain no-grad output bit for bit.",
-        mib(weight_bytes)
+        mib(weight_bytes),
+        if on_gpu { "a GPU allocator limited" } else { "host device" }
     ));
     r.finish(args);
     if !identical {

@@ -4,17 +4,35 @@
 //! typed error naming the op instead of a wrong gradient.
 //!
 //! ```sh
-//! cargo run --release --example inplace [-- --mib 64]
+//! cargo run --release --example inplace [-- --mib 64] [--device cuda[:N]]
 //! ```
+//!
+//! With `--device cuda` the same table is measured in device bytes on a GPU; without a usable
+//! GPU it says so in one line and exits 0.
 
+#[path = "common/device_arg.rs"]
+mod device_arg;
 #[path = "../benches/support/report.rs"]
 mod report;
 
+use device_arg::DeviceArg;
 use vramguard::{memory, Device, Tensor, TensorError};
 
 fn main() {
     let args = report::Args::parse();
-    if let Err(e) = run(args.value("mib").unwrap_or(64)) {
+    let device = match DeviceArg::parse(args.value("device")) {
+        Ok(DeviceArg::Host) => Device::isolated_host(),
+        Ok(DeviceArg::Cuda(d)) => d,
+        Ok(DeviceArg::Unavailable(why)) => {
+            println!("{why}");
+            return;
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(1);
+        }
+    };
+    if let Err(e) = run(args.value("mib").unwrap_or(64), &device) {
         eprintln!("error: {e}");
         std::process::exit(1);
     }
@@ -31,7 +49,7 @@ fn peak(device: &Device, f: impl FnOnce() -> Result<(), TensorError>) -> Result<
 /// One measured case: a name and the code whose peak is measured.
 type Case<'a> = (&'a str, Box<dyn Fn() -> Result<(), TensorError> + 'a>);
 
-fn run(mib: usize) -> Result<(), TensorError> {
+fn run(mib: usize, device: &Device) -> Result<(), TensorError> {
     if mib == 0 {
         return Err(TensorError::InvalidArgument {
             op: "inplace example",
@@ -39,7 +57,6 @@ fn run(mib: usize) -> Result<(), TensorError> {
             message: "--mib must be at least 1".into(),
         });
     }
-    let device = Device::isolated_host();
     let n = mib * (1 << 20) / 4;
     let size = (n * 4) as f64 / f64::from(1 << 20);
     println!("a: {n} f32 ({size:.0} MiB); peak allocated bytes, exact, including a\n");
@@ -48,7 +65,7 @@ fn run(mib: usize) -> Result<(), TensorError> {
         (
             "b = &a + 1.0 (a new tensor)",
             Box::new(|| {
-                let a = Tensor::zeros(&[n], &device)?;
+                let a = Tensor::zeros(&[n], device)?;
                 let b = (&a + 1.0)?;
                 drop((a, b));
                 Ok(())
@@ -57,7 +74,7 @@ fn run(mib: usize) -> Result<(), TensorError> {
         (
             "a.add_(1.0) (in place)",
             Box::new(|| {
-                let a = Tensor::zeros(&[n], &device)?;
+                let a = Tensor::zeros(&[n], device)?;
                 a.add_(1.0)?;
                 Ok(())
             }),
@@ -65,7 +82,7 @@ fn run(mib: usize) -> Result<(), TensorError> {
         (
             "a = a + 1.0 (consuming, a unique)",
             Box::new(|| {
-                let a = Tensor::zeros(&[n], &device)?;
+                let a = Tensor::zeros(&[n], device)?;
                 let a = (a + 1.0)?;
                 drop(a);
                 Ok(())
@@ -74,7 +91,7 @@ fn run(mib: usize) -> Result<(), TensorError> {
         (
             "a2 = a + 1.0 (consuming, a shared)",
             Box::new(|| {
-                let a = Tensor::zeros(&[n], &device)?;
+                let a = Tensor::zeros(&[n], device)?;
                 let view = a.clone(); // shares the storage: `a` must stay untouched
                 let a2 = (a + 1.0)?;
                 assert_eq!(view.to_vec()?[0], 0.0);
@@ -84,7 +101,7 @@ fn run(mib: usize) -> Result<(), TensorError> {
         ),
     ];
     for (name, f) in &rows {
-        let bytes = peak(&device, f)?;
+        let bytes = peak(device, f)?;
         println!(
             "  {name:<38} {:>8.1} MiB  ({:.0}× a)",
             bytes as f64 / f64::from(1 << 20),
@@ -93,8 +110,8 @@ fn run(mib: usize) -> Result<(), TensorError> {
     }
 
     println!("\nthe pitfall: relu_ on an activation autograd saved for backward");
-    let w = Tensor::randn(&[4, 4], 0.0, 1.0, 1, &device)?.with_requires_grad()?;
-    let x = Tensor::randn(&[2, 4], 0.0, 1.0, 2, &device)?;
+    let w = Tensor::randn(&[4, 4], 0.0, 1.0, 1, device)?.with_requires_grad()?;
+    let x = Tensor::randn(&[2, 4], 0.0, 1.0, 2, device)?;
     let h = x.matmul(&w)?.tanh()?; // tanh saves its output for backward
     h.relu_()?; // ...which this overwrites
     match h.sum_all()?.backward() {
