@@ -8,6 +8,9 @@
 #    the CUDA backend's own launch code on small host tensors and are compared with the host
 #    backend (`kernels checked on the host: K/N`).
 #
+# It also writes target/kernels-ptx/vramguard_kernels.ptx, the whole module: a GPU machine
+# without NVRTC loads it with VRAMGUARD_KERNELS_PTX=<that file> (scripts/gpu-check.sh).
+#
 # Exits non-zero when either count is short. Used by .ci/run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,7 +40,9 @@ g++ -std=c++17 -O1 -fPIC -shared -ffp-contract=off -Wall -Werror \
 echo "== cargo test: the backend checks (NVRTC to PTX, kernels on the host)"
 LOG="$HOST_DIR/checks.log"
 set +e
+mkdir -p target/kernels-ptx
 LD_LIBRARY_PATH="$NVRTC_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+VRAMGUARD_PTX_OUT="$PWD/target/kernels-ptx/vramguard_kernels.ptx" \
 VRAMGUARD_HOST_KERNELS="$PWD/$HOST_DIR/libvg_kernels_host.so" \
     cargo test -p vramguard-runtime --lib tensor::backend::checks -- --nocapture --test-threads=1 \
     2>&1 | tee "$LOG"

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// The kernel sources, in the order they are compiled; `common.cuh` is prepended to each.
-pub(crate) const KERNEL_SOURCES: [(&str, &str); 6] = [
+pub(crate) const KERNEL_SOURCES: [(&str, &str); 7] = [
     (
         "elementwise.cu",
         include_str!("../../../kernels/elementwise.cu"),
@@ -38,6 +38,7 @@ pub(crate) const KERNEL_SOURCES: [(&str, &str); 6] = [
         "cross_entropy.cu",
         include_str!("../../../kernels/cross_entropy.cu"),
     ),
+    ("gemm.cu", include_str!("../../../kernels/gemm.cu")),
 ];
 
 /// What every kernel source starts with: the argument block and index helpers.
@@ -58,10 +59,11 @@ pub(crate) enum Kernel {
     EmbeddingBackward,
     CrossEntropy,
     CrossEntropyBackward,
+    Gemm,
 }
 
 impl Kernel {
-    pub(crate) const ALL: [Kernel; 12] = [
+    pub(crate) const ALL: [Kernel; 13] = [
         Kernel::Map,
         Kernel::Zip,
         Kernel::SumRows,
@@ -74,6 +76,7 @@ impl Kernel {
         Kernel::EmbeddingBackward,
         Kernel::CrossEntropy,
         Kernel::CrossEntropyBackward,
+        Kernel::Gemm,
     ];
 
     /// The `extern "C"` name in the sources.
@@ -91,6 +94,7 @@ impl Kernel {
             Kernel::EmbeddingBackward => "vg_embedding_backward",
             Kernel::CrossEntropy => "vg_cross_entropy",
             Kernel::CrossEntropyBackward => "vg_cross_entropy_backward",
+            Kernel::Gemm => "vg_gemm",
         }
     }
 }
@@ -152,6 +156,25 @@ pub(crate) struct Gemm {
     pub(crate) ldc: usize,
     pub(crate) stride_c: usize,
     pub(crate) count: usize,
+}
+
+impl Gemm {
+    /// The same product as a launch of `vg_gemm` (runtime/kernels/gemm.cu): `(items, args)`.
+    pub(crate) fn kernel_args(&self) -> (u64, VgArgs) {
+        let mut args = VgArgs {
+            out: self.c,
+            a: self.a,
+            b: self.b,
+            n: (self.m * self.n * self.count) as u64,
+            op: i32::from(self.transa) | (i32::from(self.transb) << 1),
+            ..Default::default()
+        };
+        args.shape[..3].copy_from_slice(&[self.m as u64, self.n as u64, self.k as u64]);
+        args.a_strides[..2].copy_from_slice(&[self.lda as u64, self.stride_a as u64]);
+        args.b_strides[..2].copy_from_slice(&[self.ldb as u64, self.stride_b as u64]);
+        args.out_strides[..2].copy_from_slice(&[self.ldc as u64, self.stride_c as u64]);
+        (args.n, args)
+    }
 }
 
 /// How the backend reaches a device: kernel launches, GEMMs and copies, queued in order.
@@ -220,7 +243,10 @@ impl DeviceLauncher {
     }
 
     fn new(context: &Arc<CudaContext>) -> Result<DeviceLauncher, String> {
-        let ptx = compile_all()?;
+        let ptx = match std::env::var_os(PTX_ENV) {
+            Some(path) => prebuilt_ptx(std::path::Path::new(&path))?,
+            None => compile_all()?,
+        };
         let module = context
             .load_module(ptx)
             .map_err(|e| format!("loading the compiled kernels failed: {e}"))?;
@@ -270,25 +296,58 @@ impl DeviceLauncher {
     }
 }
 
-/// The kernel sources compiled by NVRTC into one module (PTX).
-fn compile_all() -> Result<cudarc::nvrtc::Ptx, String> {
+/// Names a PTX file of the kernels built beforehand (`scripts/kernels-check.sh` writes
+/// `target/kernels-ptx/vramguard_kernels.ptx`), loaded instead of compiling with NVRTC: for a
+/// machine with a driver but without the runtime compiler.
+pub const PTX_ENV: &str = "VRAMGUARD_KERNELS_PTX";
+
+/// All kernel sources as one program, the module every context loads.
+pub(crate) fn kernel_source() -> String {
     let mut source = String::from(KERNEL_COMMON);
     for (_, text) in KERNEL_SOURCES {
         source.push_str(text);
     }
-    compile(&source, "vramguard_kernels.cu")
+    source
+}
+
+/// The first line of a prebuilt PTX file: names the sources it was compiled from (FNV-1a of
+/// [`kernel_source`]), so a file from other sources is refused rather than launched.
+pub(crate) fn ptx_header() -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in kernel_source().bytes() {
+        hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("// vramguard kernels {hash:016x}")
+}
+
+fn prebuilt_ptx(path: &std::path::Path) -> Result<cudarc::nvrtc::Ptx, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {PTX_ENV}={}: {e}", path.display()))?;
+    if text.lines().next() != Some(ptx_header().as_str()) {
+        return Err(format!(
+            "{PTX_ENV}={} was compiled from other kernel sources than this build's; rebuild it \
+             with scripts/kernels-check.sh, or unset {PTX_ENV} to compile with NVRTC",
+            path.display()
+        ));
+    }
+    Ok(cudarc::nvrtc::Ptx::from_src(text))
+}
+
+/// The kernel sources compiled by NVRTC into one module (PTX).
+pub(crate) fn compile_all() -> Result<cudarc::nvrtc::Ptx, String> {
+    compile(&kernel_source(), "vramguard_kernels.cu")
 }
 
 /// Compiles one source with NVRTC (loaded at run time, like the driver).
 pub(crate) fn compile(source: &str, name: &str) -> Result<cudarc::nvrtc::Ptx, String> {
     // SAFETY: only probes whether the library can be loaded (cudarc would panic otherwise).
     if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        return Err(
-            "NVRTC (libnvrtc.so.12) cannot be loaded, so the kernels cannot be \
-                    compiled; install the CUDA 12 runtime compiler (e.g. the PyPI wheel \
-                    nvidia-cuda-nvrtc-cu12) and put its lib directory on LD_LIBRARY_PATH"
-                .into(),
-        );
+        return Err(format!(
+            "NVRTC (libnvrtc.so.12) cannot be loaded, so the kernels cannot be compiled; \
+                 install the CUDA 12 runtime compiler (e.g. the PyPI wheel \
+                 nvidia-cuda-nvrtc-cu12) and put its lib directory on LD_LIBRARY_PATH, or set \
+                 {PTX_ENV} to the PTX file scripts/kernels-check.sh writes"
+        ));
     }
     let opts = cudarc::nvrtc::CompileOptions {
         name: Some(name.to_string()),
@@ -327,7 +386,18 @@ impl Launcher for DeviceLauncher {
 
     fn gemm(&self, g: &Gemm) -> Result<(), String> {
         use cudarc::cublas::sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
-        let blas = self.blas()?;
+        let blas = match self.blas() {
+            Ok(blas) => blas,
+            Err(why) => {
+                // Without cuBLAS the product still runs, through the simple kernel.
+                static WARNED: std::sync::Once = std::sync::Once::new();
+                WARNED.call_once(|| {
+                    tracing::warn!("{why}; matmul uses vramguard's own (slow) GEMM kernel")
+                });
+                let (items, args) = g.kernel_args();
+                return self.launch(Kernel::Gemm, items, &args);
+            }
+        };
         let int = |v: usize, what: &str| {
             i32::try_from(v).map_err(|_| format!("{what} = {v} exceeds cuBLAS's 32-bit limit"))
         };
@@ -416,6 +486,8 @@ fn element_addr(storage: &Storage, offset: usize) -> u64 {
 fn uninit(device: &Device, shape: &[usize], op: &'static str) -> Result<Tensor> {
     let numel = super::super::checked_numel(op, shape)?;
     let storage = Storage::new(device, numel)?;
+    // The kernel's write is the storage's first use, as `fresh_mut` marks it on the host.
+    storage.note_use_end();
     Ok(Tensor::from_parts(
         storage,
         Layout::contiguous(shape),
