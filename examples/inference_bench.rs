@@ -133,6 +133,9 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     } else {
         "inference"
     });
+    if on_gpu {
+        r.cargo_args("--example inference_bench");
+    }
     let ratio = |a: u64, b: u64| a as f64 / b.max(1) as f64;
     r.metric("peak_bytes_grad", peak_grad as f64, Unit::Bytes);
     r.metric("peak_bytes_nograd", peak_nograd as f64, Unit::Bytes);

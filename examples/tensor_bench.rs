@@ -191,6 +191,7 @@ fn cuda(args: &Args, device: &Device) -> Result<(), Box<dyn std::error::Error>> 
     use cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N;
     use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
     let mut report = Report::new("tensor_cuda");
+    report.cargo_args("--example tensor_bench");
     let context = device.cuda_context().ok_or("not a CUDA device")?;
     let stream = context.default_stream();
     // SAFETY: only probes whether the library can be loaded (cudarc panics otherwise).

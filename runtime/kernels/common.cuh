@@ -36,6 +36,10 @@ struct VgArgs {
     int op;
     float s0;
     float s1;
+    float s2;
+    float s3;
+    float s4;
+    float s5;
 };
 
 #define VG_FOR_EACH(i, n)                                                              \

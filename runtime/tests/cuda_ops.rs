@@ -9,6 +9,7 @@
 //! a failure instead.
 
 use vramguard_runtime::alloc::AllocatorConfig;
+use vramguard_runtime::nn::{Adam, Linear, Module, Parameters, Sgd};
 use vramguard_runtime::tensor::{Tensor, TensorError};
 use vramguard_runtime::{grad, memory, Device};
 
@@ -306,4 +307,47 @@ fn cuda_to_device_round_trips_and_allocates_through_the_caching_allocator() {
     let g = leaf.grad().unwrap();
     assert!(g.device().is_host());
     assert_eq!(g.to_vec().unwrap(), vec![2.0; 15]);
+}
+
+#[test]
+fn cuda_training_steps_match_the_host() {
+    let Some(gpu) = gpu() else { return };
+    let x = randn(&[6, 8], 22);
+    let targets = [0u32, 3, 1, 2, 3, 0];
+    // The same layer, the same data, three steps of each optimizer on each device.
+    let train = |device: &Device, adam: bool| -> Vec<Vec<f32>> {
+        let layer = Linear::new(8, 4, true, 7, device).unwrap();
+        let xd = x.to_device(device).unwrap();
+        let params = layer.parameters();
+        let mut sgd = Sgd::with_momentum(params.clone(), 0.1, 0.9);
+        let mut adam_opt = Adam::new(params.clone(), 0.05);
+        for _ in 0..3 {
+            let loss = layer
+                .forward(&xd)
+                .unwrap()
+                .gelu()
+                .unwrap()
+                .cross_entropy(&targets)
+                .unwrap();
+            layer.zero_grad();
+            loss.backward().unwrap();
+            if adam {
+                adam_opt.step().unwrap();
+            } else {
+                sgd.step().unwrap();
+            }
+        }
+        params.iter().map(|p| p.to_vec().unwrap()).collect()
+    };
+    for adam in [false, true] {
+        let (host, dev) = (train(&Device::host(), adam), train(&gpu, adam));
+        for (h, d) in host.iter().zip(&dev) {
+            for (a, b) in d.iter().zip(h) {
+                assert!(
+                    (a - b).abs() <= TOLERANCE * (1.0 + b.abs()),
+                    "adam {adam}: parameter {a} on the GPU, {b} on the host"
+                );
+            }
+        }
+    }
 }

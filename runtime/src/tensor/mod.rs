@@ -39,6 +39,7 @@ mod ops;
 mod overload;
 pub mod rng;
 
+pub(crate) use backend::{adam_step, AdamStep};
 pub use liveness::{LivenessBound, LivenessRecorder};
 pub use ops::Rhs;
 

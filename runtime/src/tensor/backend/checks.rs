@@ -332,6 +332,35 @@ fn check_all(l: &HostLauncher, dev: &Device) -> Result<()> {
         &host::cross_entropy_backward(&gs, &probs, &targets)?,
     );
 
+    // One Adam update of every element.
+    let hyper = super::AdamStep {
+        lr: 0.01,
+        beta1: 0.9,
+        beta2: 0.999,
+        eps: 1e-8,
+        bias1: 0.19,
+        bias2: 0.002,
+    };
+    let grad = randn(&[2, 3, 4], 9, dev);
+    let fresh = || -> Result<[Tensor; 3]> {
+        Ok([
+            x.copy()?,
+            y.copy()?.broadcast_as(&[2, 3, 4])?.contiguous()?,
+            positive.copy()?,
+        ])
+    };
+    let (device_state, host_state) = (fresh()?, fresh()?);
+    let [p, m, v] = &device_state;
+    cuda::adam_step(l, [p, &grad, m, v], &hyper)?;
+    let [p, m, v] = &host_state;
+    host::adam_step([p, &grad, m, v], &hyper)?;
+    for (what, (c, h)) in ["parameter", "first moment", "second moment"]
+        .iter()
+        .zip(device_state.iter().zip(&host_state))
+    {
+        assert_close(&format!("adam {what}"), c, h);
+    }
+
     // Matmul through the GEMM call the backend builds: plain, transposed operands, broadcast
     // batches, the folded Linear case, and a batch layout that needs a copy.
     let cases: Vec<(Tensor, Tensor)> = vec![

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// The kernel sources, in the order they are compiled; `common.cuh` is prepended to each.
-pub(crate) const KERNEL_SOURCES: [(&str, &str); 7] = [
+pub(crate) const KERNEL_SOURCES: [(&str, &str); 8] = [
     (
         "elementwise.cu",
         include_str!("../../../kernels/elementwise.cu"),
@@ -39,6 +39,7 @@ pub(crate) const KERNEL_SOURCES: [(&str, &str); 7] = [
         include_str!("../../../kernels/cross_entropy.cu"),
     ),
     ("gemm.cu", include_str!("../../../kernels/gemm.cu")),
+    ("adam.cu", include_str!("../../../kernels/adam.cu")),
 ];
 
 /// What every kernel source starts with: the argument block and index helpers.
@@ -60,10 +61,11 @@ pub(crate) enum Kernel {
     CrossEntropy,
     CrossEntropyBackward,
     Gemm,
+    Adam,
 }
 
 impl Kernel {
-    pub(crate) const ALL: [Kernel; 13] = [
+    pub(crate) const ALL: [Kernel; 14] = [
         Kernel::Map,
         Kernel::Zip,
         Kernel::SumRows,
@@ -77,6 +79,7 @@ impl Kernel {
         Kernel::CrossEntropy,
         Kernel::CrossEntropyBackward,
         Kernel::Gemm,
+        Kernel::Adam,
     ];
 
     /// The `extern "C"` name in the sources.
@@ -95,6 +98,7 @@ impl Kernel {
             Kernel::CrossEntropy => "vg_cross_entropy",
             Kernel::CrossEntropyBackward => "vg_cross_entropy_backward",
             Kernel::Gemm => "vg_gemm",
+            Kernel::Adam => "vg_adam",
         }
     }
 }
@@ -130,6 +134,10 @@ pub(crate) struct VgArgs {
     pub(crate) op: i32,
     pub(crate) s0: f32,
     pub(crate) s1: f32,
+    pub(crate) s2: f32,
+    pub(crate) s3: f32,
+    pub(crate) s4: f32,
+    pub(crate) s5: f32,
 }
 
 // SAFETY: `VgArgs` is `#[repr(C)]` plain data (integers and floats) whose layout matches the
@@ -1131,4 +1139,31 @@ pub(crate) fn full(
     let out = uninit(device, shape, "full")?;
     map_inplace(l, &out, "full", MapOp::Fill(value))?;
     Ok(out)
+}
+
+pub(crate) fn adam_step(
+    l: &dyn Launcher,
+    state: [&Tensor; 4],
+    hyper: &super::AdamStep,
+) -> Result<()> {
+    let [param, grad, m, v] = state;
+    let args = VgArgs {
+        out: addr(param),
+        out2: addr(m),
+        out3: addr(v),
+        a: addr(grad),
+        n: param.elem_count() as u64,
+        s0: hyper.lr,
+        s1: hyper.beta1,
+        s2: hyper.beta2,
+        s3: hyper.eps,
+        s4: hyper.bias1,
+        s5: hyper.bias2,
+        ..Default::default()
+    };
+    launch(l, "Adam::step", param, Kernel::Adam, args.n, &args)?;
+    for t in state {
+        t.storage().note_use_end();
+    }
+    Ok(())
 }

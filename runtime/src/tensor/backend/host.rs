@@ -465,3 +465,33 @@ pub(crate) fn to_vec(t: &Tensor, op: &'static str) -> Result<Vec<f32>> {
     );
     Ok(out)
 }
+
+pub(crate) fn adam_step(state: [&Tensor; 4], hyper: &super::AdamStep) -> Result<()> {
+    const OP: &str = "Adam::step";
+    let [p, g, m, v] = state;
+    let &super::AdamStep {
+        lr,
+        beta1: b1,
+        beta2: b2,
+        eps,
+        bias1: c1,
+        bias2: c2,
+    } = hyper;
+    let pw = p.storage().write(OP)?;
+    let gr = g.storage().read(OP)?;
+    let mw = m.storage().write(OP)?;
+    let vw = v.storage().write(OP)?;
+    let n = p.elem_count();
+    let (po, go) = (p.offset(), g.offset());
+    let pd = &mut pw.data[po..po + n];
+    let gd = &gr.data[go..go + n];
+    for i in 0..n {
+        let gi = gd[i];
+        let mi = b1 * mw.data[i] + (1.0 - b1) * gi;
+        let vi = b2 * vw.data[i] + (1.0 - b2) * gi * gi;
+        mw.data[i] = mi;
+        vw.data[i] = vi;
+        pd[i] -= lr * (mi / c1) / ((vi / c2).sqrt() + eps);
+    }
+    Ok(())
+}

@@ -395,3 +395,25 @@ pub(crate) fn full(device: &Device, shape: &[usize], value: f32) -> Result<Tenso
         |l| cuda::full(l, device, shape, value),
     )
 }
+
+/// The scalars of one Adam update (`bias1`, `bias2`: 1 - beta^t).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AdamStep {
+    pub(crate) lr: f32,
+    pub(crate) beta1: f32,
+    pub(crate) beta2: f32,
+    pub(crate) eps: f32,
+    pub(crate) bias1: f32,
+    pub(crate) bias2: f32,
+}
+
+/// One fused Adam update of `[param, grad, m, v]` (contiguous, same element count, four
+/// storages); the caller bumps the versions.
+pub(crate) fn adam_step(state: [&Tensor; 4], hyper: &AdamStep) -> Result<()> {
+    dispatch(
+        state[0].device(),
+        "Adam::step",
+        || host::adam_step(state, hyper),
+        |l| cuda::adam_step(l, state, hyper),
+    )
+}
