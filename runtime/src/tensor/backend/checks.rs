@@ -147,8 +147,8 @@ impl Launcher for HostLauncher {
     }
 }
 
-/// Largest difference allowed, relative to the magnitude (the sources are the same arithmetic
-/// in the same order; only the compilers differ).
+/// Largest difference allowed, relative to the magnitude: the sources do the host backend's
+/// arithmetic, in its order except for long rows summed in chunks, and the compilers differ.
 const TOLERANCE: f32 = 1e-5;
 
 fn assert_close(what: &str, got: &Tensor, want: &Tensor) {
@@ -260,6 +260,30 @@ fn check_all(l: &HostLauncher, dev: &Device) -> Result<()> {
         "mean square",
         &cuda::mean_square(l, &x, "check")?,
         &host::mean_square(&x, "check")?,
+    );
+    // Rows long enough to be summed in two launches (chunks, then their partial sums), and
+    // many rows of one chunk each.
+    let long = randn(&[3, 5000], 22, dev);
+    assert_close(
+        "long rows",
+        &cuda::reduce(l, &long, &[1], &[3, 1], 0.5, "check")?,
+        &host::reduce(&long, &[3, 1], 0.5, "check")?,
+    );
+    assert_close(
+        "sum of all of a long tensor",
+        &cuda::reduce(l, &long, &[0, 1], &[1, 1], 1.0, "check")?,
+        &host::reduce(&long, &[1, 1], 1.0, "check")?,
+    );
+    assert_close(
+        "mean square of a long tensor",
+        &cuda::mean_square(l, &long, "check")?,
+        &host::mean_square(&long, "check")?,
+    );
+    let empty = Tensor::zeros(&[4, 0], dev)?;
+    assert_close(
+        "sum over an empty dimension",
+        &cuda::reduce(l, &empty, &[1], &[4, 1], 1.0, "check")?,
+        &host::reduce(&empty, &[4, 1], 1.0, "check")?,
     );
 
     // Softmax along each dimension, strided input.

@@ -51,7 +51,6 @@ pub(crate) enum Kernel {
     Map,
     Zip,
     SumRows,
-    MeanSquareRows,
     Softmax,
     LayerNorm,
     LayerNormBackwardInput,
@@ -65,11 +64,10 @@ pub(crate) enum Kernel {
 }
 
 impl Kernel {
-    pub(crate) const ALL: [Kernel; 14] = [
+    pub(crate) const ALL: [Kernel; 13] = [
         Kernel::Map,
         Kernel::Zip,
         Kernel::SumRows,
-        Kernel::MeanSquareRows,
         Kernel::Softmax,
         Kernel::LayerNorm,
         Kernel::LayerNormBackwardInput,
@@ -88,7 +86,6 @@ impl Kernel {
             Kernel::Map => "vg_map",
             Kernel::Zip => "vg_zip",
             Kernel::SumRows => "vg_sum_rows",
-            Kernel::MeanSquareRows => "vg_mean_square_rows",
             Kernel::Softmax => "vg_softmax",
             Kernel::LayerNorm => "vg_layer_norm",
             Kernel::LayerNormBackwardInput => "vg_layer_norm_backward_input",
@@ -1001,7 +998,8 @@ pub(crate) fn reduce(
     op: &'static str,
 ) -> Result<Tensor> {
     // Kept dims first, reduced dims last (each group in its order), made contiguous: each output
-    // element is then one row, summed in the host backend's order.
+    // element is then one row, summed in the host backend's order (unless the row is long
+    // enough to be summed in chunks).
     let kept: Vec<usize> = (0..x.rank()).filter(|d| !dims.contains(d)).collect();
     let mut perm = kept.clone();
     let mut reduced: Vec<usize> = dims.to_vec();
@@ -1014,15 +1012,7 @@ pub(crate) fn reduce(
         x.permute(&perm)?.contiguous()?
     };
     let out = uninit(x.device(), keep_shape, op)?;
-    let args = VgArgs {
-        out: addr(&out),
-        a: addr(&lanes),
-        n: rows as u64,
-        len: len as u64,
-        s0: scale,
-        ..Default::default()
-    };
-    launch(l, op, x, Kernel::SumRows, rows as u64, &args)?;
+    sum_rows(l, op, &lanes, &out, (rows, len), RowSum::Scale(scale))?;
     lanes.storage().note_use_end();
     Ok(out)
 }
@@ -1074,17 +1064,76 @@ pub(crate) fn cross_entropy_backward(
 
 pub(crate) fn mean_square(l: &dyn Launcher, diff: &Tensor, op: &'static str) -> Result<Tensor> {
     let out = uninit(diff.device(), &[], op)?;
-    let args = VgArgs {
-        out: addr(&out),
-        a: addr(diff),
-        n: 1,
-        len: diff.elem_count() as u64,
-        s0: diff.elem_count().max(1) as f32,
-        ..Default::default()
-    };
-    launch(l, op, diff, Kernel::MeanSquareRows, 1, &args)?;
+    let n = diff.elem_count();
+    sum_rows(
+        l,
+        op,
+        diff,
+        &out,
+        (1, n),
+        RowSum::MeanOfSquares(n.max(1) as f32),
+    )?;
     diff.storage().note_use_end();
     Ok(out)
+}
+
+/// What `sum_rows` makes of each row's sum.
+#[derive(Clone, Copy)]
+enum RowSum {
+    /// `scale · sum`.
+    Scale(f32),
+    /// `sum of squares / n`.
+    MeanOfSquares(f32),
+}
+
+/// Rows longer than this are summed in chunks of this many values first.
+const SUM_CHUNK: usize = 1024;
+
+/// `out[r]` from row `r` of contiguous `src` (`rows` rows of `len`), with `vg_sum_rows`: one
+/// launch when rows are short or many, else partial sums of chunks and then their sums.
+fn sum_rows(
+    l: &dyn Launcher,
+    op: &'static str,
+    src: &Tensor,
+    out: &Tensor,
+    (rows, len): (usize, usize),
+    how: RowSum,
+) -> Result<()> {
+    let (square, finish, s0) = match how {
+        RowSum::Scale(s) => (0, 0, s),
+        RowSum::MeanOfSquares(n) => (1, 2, n),
+    };
+    let mut args = VgArgs {
+        out: addr(out),
+        a: addr(src),
+        n: rows as u64,
+        len: len as u64,
+        inner: len as u64,
+        op: square | finish,
+        s0,
+        ..Default::default()
+    };
+    if len <= 2 * SUM_CHUNK || rows >= 4096 {
+        return launch(l, op, src, Kernel::SumRows, rows as u64, &args);
+    }
+    let chunks = len.div_ceil(SUM_CHUNK);
+    let partial = uninit(src.device(), &[rows, chunks], op)?;
+    let first = VgArgs {
+        out: addr(&partial),
+        n: (rows * chunks) as u64,
+        inner: SUM_CHUNK as u64,
+        op: square,
+        s0: 1.0,
+        ..args
+    };
+    launch(l, op, src, Kernel::SumRows, first.n, &first)?;
+    args.a = addr(&partial);
+    args.len = chunks as u64;
+    args.inner = chunks as u64;
+    args.op = finish;
+    launch(l, op, src, Kernel::SumRows, rows as u64, &args)?;
+    partial.storage().note_use_end();
+    Ok(())
 }
 
 pub(crate) fn to_vec(l: &dyn Launcher, t: &Tensor, op: &'static str) -> Result<Vec<f32>> {
