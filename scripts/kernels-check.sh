@@ -6,7 +6,8 @@
 #    GPU and no CUDA toolkit are needed. Ends with `kernels compiled to PTX: K/N`.
 # 2. The same sources, compiled for the host by g++ with runtime/kernels/host_shim.h, run under
 #    the CUDA backend's own launch code on small host tensors and are compared with the host
-#    backend (`kernels checked on the host: K/N`).
+#    backend (`kernels checked on the host: K/N`), and a small transformer is trained through
+#    the CUDA backend on host memory against the host backend.
 #
 # It also writes target/kernels-ptx/vramguard_kernels.ptx, the whole module: a GPU machine
 # without NVRTC loads it with VRAMGUARD_KERNELS_PTX=<that file> (scripts/gpu-check.sh).

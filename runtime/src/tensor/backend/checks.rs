@@ -16,6 +16,17 @@ use crate::tensor::{Result, Tensor};
 use crate::Device;
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
+use std::rc::Rc;
+
+thread_local! {
+    /// While set, ops on host devices run through the CUDA backend with this launcher.
+    static EMULATED: RefCell<Option<Rc<HostLauncher>>> = const { RefCell::new(None) };
+}
+
+/// The launcher ops on host devices use instead of the host backend, on this thread.
+pub(super) fn emulated() -> Option<Rc<HostLauncher>> {
+    EMULATED.with(|e| e.borrow().clone())
+}
 
 #[test]
 fn kernels_compile_to_ptx() {
@@ -71,7 +82,7 @@ fn kernels_compile_to_ptx() {
 
 /// Runs the kernel sources compiled for the host: a launch calls the kernel once per (block,
 /// thread) of a small grid, so the grid-stride loops are exercised with several "threads".
-struct HostLauncher {
+pub(super) struct HostLauncher {
     _library: libloading::Library,
     set_index: unsafe extern "C" fn(u32, u32, u32, u32),
     kernels: HashMap<Kernel, unsafe extern "C" fn(VgArgs)>,
@@ -442,4 +453,85 @@ fn kernels_checked_on_the_host() {
         Kernel::ALL.len()
     );
     assert_eq!(checked, Kernel::ALL.len(), "a kernel was never launched");
+}
+
+/// Parameters and their gradients after a forward, backward and Adam step of a small
+/// transformer block and classifier, as flat vectors.
+fn train_small_model() -> Result<Vec<Vec<f32>>> {
+    use crate::nn::{Adam, Embedding, EncoderLayer, Linear, Module, Parameters, Sgd};
+    let dev = Device::isolated_host();
+    let embedding = Embedding::new(11, 16, 1, &dev)?;
+    let layer = EncoderLayer::new(16, 2, 32, 2, &dev)?;
+    let head = Linear::new(16, 5, true, 3, &dev)?;
+    let mut params = embedding.parameters();
+    params.extend(layer.parameters());
+    params.extend(head.parameters());
+    let mut adam = Adam::new(params.clone(), 0.01);
+    // Some gradients are rounding noise (the attention's key bias has none mathematically), and
+    // Adam's first step divides each gradient by its own size: a larger eps keeps the noise from
+    // being amplified into the comparison.
+    adam.eps = 1e-3;
+    let mut sgd = Sgd::with_momentum(params.clone(), 0.01, 0.9);
+    let ids = [1u32, 4, 4, 10, 0, 7, 3, 3, 9, 2];
+    let targets = [0u32, 4, 2, 2, 1, 3, 0, 4, 1, 1];
+    let mut out = Vec::new();
+    for step in 0..2 {
+        let x = embedding.forward(&ids, &[2, 5])?;
+        let h = layer.forward(&x)?;
+        let logits = head.forward(&h)?.reshape(&[10, 5])?;
+        let loss = (logits.cross_entropy(&targets)? + &h.mean_all()?.mul(&h.mean_all()?)?)?;
+        layer.zero_grad();
+        embedding.zero_grad();
+        head.zero_grad();
+        loss.backward()?;
+        for p in &params {
+            if let Some(g) = p.grad() {
+                out.push(g.to_vec()?);
+            }
+        }
+        if step == 0 {
+            adam.step()?;
+        } else {
+            sgd.step()?;
+        }
+        out.push(vec![loss.to_scalar()?]);
+    }
+    for p in &params {
+        out.push(p.to_vec()?);
+    }
+    Ok(out)
+}
+
+#[test]
+fn whole_models_run_through_the_cuda_backend_on_the_host() {
+    let Ok(path) = std::env::var("VRAMGUARD_HOST_KERNELS") else {
+        println!("skipped: VRAMGUARD_HOST_KERNELS is not set (scripts/kernels-check.sh sets it)");
+        return;
+    };
+    let launcher = Rc::new(
+        HostLauncher::load(&path)
+            .unwrap_or_else(|e| panic!("cannot load the host-compiled kernels {path}: {e}")),
+    );
+    let host = train_small_model().unwrap_or_else(|e| panic!("host backend: {e}"));
+    EMULATED.with(|e| *e.borrow_mut() = Some(Rc::clone(&launcher)));
+    let emulated = train_small_model();
+    EMULATED.with(|e| *e.borrow_mut() = None);
+    let emulated = emulated.unwrap_or_else(|e| panic!("CUDA backend on the host: {e}"));
+    assert_eq!(host.len(), emulated.len());
+    for (i, (h, c)) in host.iter().zip(&emulated).enumerate() {
+        assert_eq!(h.len(), c.len(), "tensor {i}");
+        for (a, b) in c.iter().zip(h) {
+            assert!(
+                (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                "tensor {i}: {a} through the CUDA backend, {b} on the host"
+            );
+        }
+    }
+    let launched = launcher.launched.borrow();
+    println!(
+        "a transformer block trained through the CUDA backend on the host: {} kernels used, {} \
+         values compared",
+        launched.len(),
+        host.iter().map(Vec::len).sum::<usize>()
+    );
 }

@@ -304,7 +304,7 @@ impl DeviceLauncher {
 /// Names a PTX file of the kernels built beforehand (`scripts/kernels-check.sh` writes
 /// `target/kernels-ptx/vramguard_kernels.ptx`), loaded instead of compiling with NVRTC: for a
 /// machine with a driver but without the runtime compiler.
-pub const PTX_ENV: &str = "VRAMGUARD_KERNELS_PTX";
+pub(crate) const PTX_ENV: &str = "VRAMGUARD_KERNELS_PTX";
 
 /// All kernel sources as one program, the module every context loads.
 pub(crate) fn kernel_source() -> String {
