@@ -54,15 +54,6 @@ impl BinOp {
         }
     }
 
-    pub(crate) fn apply(self) -> fn(f32, f32) -> f32 {
-        match self {
-            BinOp::Add => |a, b| a + b,
-            BinOp::Sub => |a, b| a - b,
-            BinOp::Mul => |a, b| a * b,
-            BinOp::Div => |a, b| a / b,
-        }
-    }
-
     /// Whether the backward of `a op b` needs `a`'s value (to differentiate with respect to `b`).
     fn saves_lhs(self) -> bool {
         matches!(self, BinOp::Mul | BinOp::Div)

@@ -3,10 +3,120 @@
 
 use super::super::kernels;
 use super::super::ops::broadcast_strides;
+use super::super::ops::{gelu, gelu_derivative, sigmoid, BinOp};
 use super::super::{contiguous_strides, ReadSet, Result, Storage, Tensor};
 use super::{MapOp, MatmulShape, ZipOp};
 use crate::Device;
 use std::sync::Arc;
+
+/// Runs `$run` with `$g` bound to the host function of the [`MapOp`] `$f`, a closure of its own
+/// type in each arm, so every loop is compiled for one function (no per-element dispatch).
+macro_rules! with_map_fn {
+    ($f:expr, |$g:ident| $run:expr) => {
+        match $f {
+            MapOp::Copy => {
+                let $g = |x: f32| x;
+                $run
+            }
+            MapOp::Scalar(BinOp::Add, s) => {
+                let $g = move |x: f32| x + s;
+                $run
+            }
+            MapOp::Scalar(BinOp::Sub, s) => {
+                let $g = move |x: f32| x - s;
+                $run
+            }
+            MapOp::Scalar(BinOp::Mul, s) => {
+                let $g = move |x: f32| x * s;
+                $run
+            }
+            MapOp::Scalar(BinOp::Div, s) => {
+                let $g = move |x: f32| x / s;
+                $run
+            }
+            MapOp::Affine(mul, add) => {
+                let $g = move |x: f32| x * mul + add;
+                $run
+            }
+            MapOp::Relu => {
+                let $g = |x: f32| x.max(0.0);
+                $run
+            }
+            MapOp::Gelu => {
+                let $g = gelu;
+                $run
+            }
+            MapOp::Tanh => {
+                let $g = f32::tanh;
+                $run
+            }
+            MapOp::Sigmoid => {
+                let $g = sigmoid;
+                $run
+            }
+            MapOp::Exp => {
+                let $g = f32::exp;
+                $run
+            }
+            MapOp::Log => {
+                let $g = f32::ln;
+                $run
+            }
+            MapOp::Neg => {
+                let $g = |x: f32| -x;
+                $run
+            }
+            MapOp::Fill(v) => {
+                let $g = move |_: f32| v;
+                $run
+            }
+        }
+    };
+}
+
+/// As `with_map_fn`, for a [`ZipOp`].
+macro_rules! with_zip_fn {
+    ($f:expr, |$g:ident| $run:expr) => {
+        match $f {
+            ZipOp::Bin(BinOp::Add) => {
+                let $g = |a: f32, b: f32| a + b;
+                $run
+            }
+            ZipOp::Bin(BinOp::Sub) => {
+                let $g = |a: f32, b: f32| a - b;
+                $run
+            }
+            ZipOp::Bin(BinOp::Mul) => {
+                let $g = |a: f32, b: f32| a * b;
+                $run
+            }
+            ZipOp::Bin(BinOp::Div) => {
+                let $g = |a: f32, b: f32| a / b;
+                $run
+            }
+            ZipOp::Second => {
+                let $g = |_: f32, b: f32| b;
+                $run
+            }
+            ZipOp::ReluBackward => {
+                let $g = |g: f32, o: f32| if o > 0.0 { g } else { 0.0 };
+                $run
+            }
+            ZipOp::GeluBackward => {
+                let $g = |g: f32, x: f32| g * gelu_derivative(x);
+                $run
+            }
+            ZipOp::TanhBackward => {
+                let $g = |g: f32, o: f32| g * (1.0 - o * o);
+                $run
+            }
+            ZipOp::SigmoidBackward => {
+                let $g = |g: f32, o: f32| g * o * (1.0 - o);
+                $run
+            }
+        }
+    };
+}
 
 /// A new contiguous tensor whose elements `fill` writes (it must write every one).
 pub(crate) fn alloc_with(
@@ -31,22 +141,28 @@ pub(crate) fn map(src: &Tensor, op: &'static str, f: MapOp) -> Result<Tensor> {
     let read = src.storage().read(op)?;
     alloc_with(src.device(), src.dims(), op, |out| {
         let so = contiguous_strides(src.dims());
-        kernels::unary(
+        with_map_fn!(f, |g| kernels::unary(
             src.dims(),
             out,
             &so,
             read.data,
             src.strides(),
             src.offset(),
-            f.host(),
-        );
+            g,
+        ));
         Ok(())
     })
 }
 
 pub(crate) fn map_inplace(dst: &Tensor, op: &'static str, f: MapOp) -> Result<()> {
     let w = dst.storage().write(op)?;
-    kernels::inplace_unary(dst.dims(), w.data, dst.strides(), dst.offset(), f.host());
+    with_map_fn!(f, |g| kernels::inplace_unary(
+        dst.dims(),
+        w.data,
+        dst.strides(),
+        dst.offset(),
+        g
+    ));
     Ok(())
 }
 
@@ -63,7 +179,7 @@ pub(crate) fn zip(
     let (da, db) = (reads.storage_of(a), reads.storage_of(b));
     alloc_with(a.device(), shape, op, |out| {
         let so = contiguous_strides(shape);
-        kernels::binary(
+        with_zip_fn!(f, |g| kernels::binary(
             shape,
             out,
             &so,
@@ -73,8 +189,8 @@ pub(crate) fn zip(
             db,
             &sb,
             b.offset(),
-            f.host(),
-        );
+            g,
+        ));
         Ok(())
     })
 }
@@ -90,7 +206,7 @@ pub(crate) fn zip_inplace(dst: &Tensor, src: &Tensor, op: &'static str, f: ZipOp
         let r = src_s.read(op)?;
         (dst_s.write(op)?, r)
     };
-    kernels::inplace_binary(
+    with_zip_fn!(f, |g| kernels::inplace_binary(
         dst.dims(),
         w.data,
         dst.strides(),
@@ -98,8 +214,8 @@ pub(crate) fn zip_inplace(dst: &Tensor, src: &Tensor, op: &'static str, f: ZipOp
         r.data,
         &ss,
         src.offset(),
-        f.host(),
-    );
+        g,
+    ));
     Ok(())
 }
 

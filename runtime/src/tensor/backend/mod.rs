@@ -31,23 +31,6 @@ pub(crate) enum MapOp {
 }
 
 impl MapOp {
-    /// The host function.
-    pub(crate) fn host(self) -> impl Fn(f32) -> f32 {
-        move |x| match self {
-            MapOp::Copy => x,
-            MapOp::Scalar(op, s) => op.apply()(x, s),
-            MapOp::Affine(mul, add) => x * mul + add,
-            MapOp::Relu => x.max(0.0),
-            MapOp::Gelu => super::ops::gelu(x),
-            MapOp::Tanh => x.tanh(),
-            MapOp::Sigmoid => super::ops::sigmoid(x),
-            MapOp::Exp => x.exp(),
-            MapOp::Log => x.ln(),
-            MapOp::Neg => -x,
-            MapOp::Fill(v) => v,
-        }
-    }
-
     /// `(op, s0, s1)` for `vg_map` (runtime/kernels/elementwise.cu).
     pub(crate) fn code(self) -> (i32, f32, f32) {
         match self {
@@ -86,24 +69,6 @@ pub(crate) enum ZipOp {
 }
 
 impl ZipOp {
-    /// The host function.
-    pub(crate) fn host(self) -> impl Fn(f32, f32) -> f32 {
-        move |a, b| match self {
-            ZipOp::Bin(op) => op.apply()(a, b),
-            ZipOp::Second => b,
-            ZipOp::ReluBackward => {
-                if b > 0.0 {
-                    a
-                } else {
-                    0.0
-                }
-            }
-            ZipOp::GeluBackward => a * super::ops::gelu_derivative(b),
-            ZipOp::TanhBackward => a * (1.0 - b * b),
-            ZipOp::SigmoidBackward => a * b * (1.0 - b),
-        }
-    }
-
     /// `op` for `vg_zip` (runtime/kernels/elementwise.cu).
     pub(crate) fn code(self) -> i32 {
         match self {
