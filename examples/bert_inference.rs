@@ -15,12 +15,16 @@
 //! weights included, with grad on and with `#[inference]` (the article: batch 16 → 32), with
 //! `memory::max_batch`'s search (two measured peaks, a prediction, two confirmations).
 //! `--html FILE` writes the allocator's timeline of the three passes as one HTML page.
+//! `--device cuda[:N]` runs it all on a GPU (peaks in device bytes; the budget is the GPU
+//! allocator's memory limit); without a usable GPU it says so in one line and exits 0.
 //! `--weights FILE` loads the weights from a safetensors file (names as in Hugging Face's BERT
 //! checkpoints, `encoder.layer.0.attention.self.query.weight`, ...; the shapes must match
 //! `--layers`), instead of the seeded random ones; `--save-weights FILE` writes them.
 
 #[path = "common/bert.rs"]
 mod bert;
+#[path = "common/device_arg.rs"]
+mod device_arg;
 #[path = "common/devices.rs"]
 mod devices;
 #[path = "common/measure.rs"]
@@ -29,8 +33,10 @@ mod measure;
 mod report;
 
 use bert::{Batch, BertConfig, BertWeights};
+use device_arg::DeviceArg;
 use measure::{activation_peak, find_max_batch, liveness_bound, load, mib, Variant};
 use report::Args;
+use vramguard::alloc::{AllocatorConfig, MemoryLimit};
 use vramguard::nn::Parameters;
 use vramguard::{memory, Device};
 
@@ -52,14 +58,19 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     if layers == 0 || batch_size == 0 || seq == 0 || seq > 512 {
         return Err("--layers, --batch and --seq must be at least 1, and --seq at most 512".into());
     }
-    if let Some(device) = args.value::<String>("device") {
-        if device != "host" {
-            return Err(cuda_message(&device).into());
-        }
-    }
 
     let config = BertConfig::base().with_layers(layers);
-    let device = devices::isolated_host()?;
+    let (device, backend) = match DeviceArg::parse(args.value("device"))? {
+        DeviceArg::Host => (devices::isolated_host()?, "host backend".to_string()),
+        DeviceArg::Cuda(d) => {
+            let name = format!("{d:?} through the CUDA backend, device bytes");
+            (d, name)
+        }
+        DeviceArg::Unavailable(why) => {
+            println!("{why}");
+            return Ok(());
+        }
+    };
     if html.is_some() {
         memory::record_trace(&device, 200_000);
     }
@@ -78,7 +89,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(path) = &weights_file {
         println!("weights loaded from {path}");
     }
-    println!("batch {batch_size} × sequence {seq}, host backend\n");
+    println!("batch {batch_size} × sequence {seq}, {backend}\n");
     println!("activation peak (exact allocator bytes above weights and inputs)");
     let mut peaks = Vec::new();
     for variant in [Variant::Grad, Variant::GuardOnly, Variant::Inference] {
@@ -124,10 +135,22 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         )?;
         println!("  memory timeline written to {path}");
     }
+    let device_is_cuda = device.is_cuda();
     drop((weights, batch, device));
 
     println!("\nlargest batch in a {budget_mib} MiB budget (weights included; progress on stderr)");
-    let budget = devices::host_with_capacity(budget_mib << 20)?;
+    let budget = if device_is_cuda {
+        let limited = AllocatorConfig {
+            memory_limit: Some(MemoryLimit::Bytes((budget_mib as u64) << 20)),
+            ..AllocatorConfig::default()
+        };
+        match DeviceArg::parse_with(args.value("device"), limited)? {
+            DeviceArg::Cuda(d) => d,
+            _ => return Err("the GPU went away between the two parts".into()),
+        }
+    } else {
+        devices::host_with_capacity(budget_mib << 20)?
+    };
     let weights = weights_on(config, &budget, weights_file.as_deref())?;
     let budget_bytes = (budget_mib << 20) as u64;
     let grad = find_max_batch(Variant::Grad, &weights, seq, &budget, budget_bytes, 1024)?;
@@ -169,26 +192,4 @@ fn weights_on(
         }
     }
     Ok(weights)
-}
-
-/// Why `--device cuda` stops here, in a sentence the user can act on.
-fn cuda_message(device: &str) -> String {
-    let ordinal = device
-        .strip_prefix("cuda")
-        .map(|s| s.trim_start_matches(':'))
-        .unwrap_or("x");
-    let Ok(ordinal) = (if ordinal.is_empty() {
-        Ok(0)
-    } else {
-        ordinal.parse::<usize>()
-    }) else {
-        return format!("unknown device `{device}`: use `host` or `cuda[:N]`");
-    };
-    match Device::cuda(ordinal) {
-        Err(e) => format!("cannot use cuda:{ordinal}: {e}"),
-        Ok(_) => format!(
-            "cuda:{ordinal} is present, but the tensor kernels of this version run on the host backend only; \
-             the caching allocator itself runs on CUDA (try `cargo run --release --example alloc_bench -- --device cuda`)"
-        ),
-    }
 }

@@ -18,9 +18,15 @@
 //! Flags: `--layers N` (12), `--seq N` (128), `--batch N` (8), `--budget-mib N` (768),
 //! `--reps N` (5), `--quick` (2 layers, seq 64, batch 2, budget 256 MiB, 3 reps), plus the
 //! shared `--json` and `--write`.
+//!
+//! `--device cuda[:N]`: the same figures on a GPU, in device bytes (report `inference_cuda`;
+//! the budget is the GPU allocator's memory limit). Without a usable GPU it says so in one line
+//! and exits 0.
 
 #[path = "common/bert.rs"]
 mod bert;
+#[path = "common/device_arg.rs"]
+mod device_arg;
 #[path = "common/devices.rs"]
 mod devices;
 #[path = "common/measure.rs"]
@@ -29,11 +35,13 @@ mod measure;
 mod report;
 
 use bert::{Batch, BertConfig};
+use device_arg::{synchronize, DeviceArg};
 use measure::{
     activation_peak, find_max_batch, liveness_bound, load, max_batch_bisection, mib, Variant,
 };
 use report::{Args, Report, Unit};
 use std::time::Instant;
+use vramguard::alloc::{AllocatorConfig, MemoryLimit};
 use vramguard::memory;
 
 fn main() {
@@ -59,7 +67,20 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let config = BertConfig::base().with_layers(layers);
 
     eprintln!("BERT-style encoder: {layers} layers, hidden 768, 12 heads, FFN 3072, batch {batch_size}, seq {seq}");
-    let device = devices::isolated_host()?;
+    let device = match DeviceArg::parse(args.value("device"))? {
+        DeviceArg::Host => devices::isolated_host()?,
+        DeviceArg::Cuda(d) => d,
+        DeviceArg::Unavailable(why) => {
+            println!("{why}");
+            return Ok(());
+        }
+    };
+    let on_gpu = device.is_cuda();
+    let backend = if on_gpu {
+        format!("{device:?} through the CUDA backend (device bytes)")
+    } else {
+        "host backend".to_string()
+    };
     let weights = load(config, &device)?;
     let weight_bytes = memory::stats(&device).allocated_bytes;
     let batch = Batch::synthetic(batch_size, seq, config.vocab, &device)?;
@@ -89,6 +110,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         ] {
             let start = Instant::now();
             let out = measure::forward(variant, &weights, &batch)?;
+            synchronize(&device)?;
             times.push(start.elapsed().as_secs_f64());
             drop(out);
         }
@@ -99,7 +121,18 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     eprintln!(
         "searching the largest batch in a {budget_mib} MiB budget (finder, then bisection) ..."
     );
-    let budget = devices::host_with_capacity(budget_mib << 20)?;
+    let budget = if on_gpu {
+        let limited = AllocatorConfig {
+            memory_limit: Some(MemoryLimit::Bytes((budget_mib as u64) << 20)),
+            ..AllocatorConfig::default()
+        };
+        match DeviceArg::parse_with(args.value("device"), limited)? {
+            DeviceArg::Cuda(d) => d,
+            _ => return Err("the GPU went away between the two parts".into()),
+        }
+    } else {
+        devices::host_with_capacity(budget_mib << 20)?
+    };
     let weights = load(config, &budget)?;
     let budget_bytes = (budget_mib << 20) as u64;
     let found_grad = find_max_batch(Variant::Grad, &weights, seq, &budget, budget_bytes, 4096)?;
@@ -119,7 +152,14 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         max_batch_bisection(Variant::Inference, &weights, seq, &budget, 4096)?;
     let finder_exact = found_grad.batch == max_grad && found_inference.batch == max_inference;
 
-    let mut r = Report::new("inference");
+    let mut r = Report::new(if on_gpu {
+        "inference_cuda"
+    } else {
+        "inference"
+    });
+    if on_gpu {
+        r.cargo_args("--example inference_bench");
+    }
     let ratio = |a: u64, b: u64| a as f64 / b.max(1) as f64;
     r.metric("peak_bytes_grad", peak_grad as f64, Unit::Bytes);
     r.metric("peak_bytes_nograd", peak_nograd as f64, Unit::Bytes);
@@ -200,12 +240,13 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         Unit::Count,
     );
     r.note(&format!(
-        "BERT-style encoder ({layers} layers, hidden 768, 12 heads, FFN 3072), batch {batch_size}, sequence {seq}, host backend. \
-         Peaks: allocator statistics above the weights ({:.1} MiB) and inputs. Max batch: host device of {budget_mib} MiB, weights included, \
+        "BERT-style encoder ({layers} layers, hidden 768, 12 heads, FFN 3072), batch {batch_size}, sequence {seq}, {backend}. \
+         Peaks: allocator statistics above the weights ({:.1} MiB) and inputs. Max batch: {} of {budget_mib} MiB, weights included, \
          doubling then bisection; `max_batch_finder_*`: the library's `memory::max_batch` on the same device (two measured peaks, \
          a prediction, confirmations), `exact` = 1 when it found the bisection's answer for both variants. Times: median of {reps} interleaved forward passes. `outputs_bit_identical` = 1 when the \
          #[inference] output equals the plain no-grad output bit for bit.",
-        mib(weight_bytes)
+        mib(weight_bytes),
+        if on_gpu { "a GPU allocator limited" } else { "host device" }
     ));
     r.finish(args);
     if !identical {

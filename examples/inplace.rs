@@ -4,19 +4,43 @@
 //! typed error naming the op instead of a wrong gradient.
 //!
 //! ```sh
-//! cargo run --release --example inplace [-- --mib 64]
+//! cargo run --release --example inplace [-- --mib 64] [--device cuda[:N]]
 //! ```
+//!
+//! With `--device cuda` the same table is measured in device bytes on a GPU; without a usable
+//! GPU it says so in one line and exits 0.
 
+#[path = "common/device_arg.rs"]
+mod device_arg;
 #[path = "common/devices.rs"]
 mod devices;
 #[path = "../benches/support/report.rs"]
 mod report;
 
+use device_arg::DeviceArg;
 use vramguard::{memory, Device, Tensor, TensorError};
 
 fn main() {
     let args = report::Args::parse();
-    if let Err(e) = run(args.value("mib").unwrap_or(64)) {
+    let device = match DeviceArg::parse(args.value("device")) {
+        Ok(DeviceArg::Host) => match devices::isolated_host() {
+            Ok(device) => device,
+            Err(e) => {
+                eprintln!("error: {e}");
+                std::process::exit(1);
+            }
+        },
+        Ok(DeviceArg::Cuda(d)) => d,
+        Ok(DeviceArg::Unavailable(why)) => {
+            println!("{why}");
+            return;
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(1);
+        }
+    };
+    if let Err(e) = run(args.value("mib").unwrap_or(64), &device) {
         eprintln!("error: {e}");
         std::process::exit(1);
     }
@@ -33,11 +57,14 @@ fn peak(device: &Device, f: impl FnOnce() -> Result<(), TensorError>) -> Result<
 /// One measured case: a name and the code whose peak is measured.
 type Case<'a> = (&'a str, Box<dyn Fn() -> Result<(), TensorError> + 'a>);
 
-fn run(mib: usize) -> Result<(), Box<dyn std::error::Error>> {
+fn run(mib: usize, device: &Device) -> Result<(), TensorError> {
     if mib == 0 {
-        return Err("--mib must be at least 1".into());
+        return Err(TensorError::InvalidArgument {
+            op: "inplace example",
+            shape: vec![],
+            message: "--mib must be at least 1".into(),
+        });
     }
-    let device = devices::isolated_host()?;
     let n = mib * (1 << 20) / 4;
     let size = (n * 4) as f64 / f64::from(1 << 20);
     println!("a: {n} f32 ({size:.0} MiB); peak allocated bytes, exact, including a\n");
@@ -46,7 +73,7 @@ fn run(mib: usize) -> Result<(), Box<dyn std::error::Error>> {
         (
             "b = &a + 1.0 (a new tensor)",
             Box::new(|| {
-                let a = Tensor::zeros(&[n], &device)?;
+                let a = Tensor::zeros(&[n], device)?;
                 let b = (&a + 1.0)?;
                 drop((a, b));
                 Ok(())
@@ -55,7 +82,7 @@ fn run(mib: usize) -> Result<(), Box<dyn std::error::Error>> {
         (
             "a.add_(1.0) (in place)",
             Box::new(|| {
-                let a = Tensor::zeros(&[n], &device)?;
+                let a = Tensor::zeros(&[n], device)?;
                 a.add_(1.0)?;
                 Ok(())
             }),
@@ -63,7 +90,7 @@ fn run(mib: usize) -> Result<(), Box<dyn std::error::Error>> {
         (
             "a = a + 1.0 (consuming, a unique)",
             Box::new(|| {
-                let a = Tensor::zeros(&[n], &device)?;
+                let a = Tensor::zeros(&[n], device)?;
                 let a = (a + 1.0)?;
                 drop(a);
                 Ok(())
@@ -72,7 +99,7 @@ fn run(mib: usize) -> Result<(), Box<dyn std::error::Error>> {
         (
             "a2 = a + 1.0 (consuming, a shared)",
             Box::new(|| {
-                let a = Tensor::zeros(&[n], &device)?;
+                let a = Tensor::zeros(&[n], device)?;
                 let view = a.clone(); // shares the storage: `a` must stay untouched
                 let a2 = (a + 1.0)?;
                 assert_eq!(view.to_vec()?[0], 0.0);
@@ -82,7 +109,7 @@ fn run(mib: usize) -> Result<(), Box<dyn std::error::Error>> {
         ),
     ];
     for (name, f) in &rows {
-        let bytes = peak(&device, f)?;
+        let bytes = peak(device, f)?;
         println!(
             "  {name:<38} {:>8.1} MiB  ({:.0}× a)",
             bytes as f64 / f64::from(1 << 20),
@@ -91,8 +118,8 @@ fn run(mib: usize) -> Result<(), Box<dyn std::error::Error>> {
     }
 
     println!("\nthe pitfall: relu_ on an activation autograd saved for backward");
-    let w = Tensor::randn(&[4, 4], 0.0, 1.0, 1, &device)?.with_requires_grad()?;
-    let x = Tensor::randn(&[2, 4], 0.0, 1.0, 2, &device)?;
+    let w = Tensor::randn(&[4, 4], 0.0, 1.0, 1, device)?.with_requires_grad()?;
+    let x = Tensor::randn(&[2, 4], 0.0, 1.0, 2, device)?;
     let h = x.matmul(&w)?.tanh()?; // tanh saves its output for backward
     h.relu_()?; // ...which this overwrites
     match h.sum_all()?.backward() {

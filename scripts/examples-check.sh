@@ -24,6 +24,8 @@ publish = false
 vramguard = { path = "$root" }
 matrixmultiply = "0.3.11"
 serde_json = "1"
+# tensor_bench --device cuda calls cuBLAS directly (loaded at run time; builds without CUDA).
+cudarc = { version = "0.19.10", default-features = false, features = ["std", "driver", "nvrtc", "cublas", "dynamic-loading", "cuda-12080"] }
 
 [workspace]
 TOML

@@ -140,25 +140,17 @@ impl Adam {
                     mv
                 }
             };
-            // One fused pass over parameter, gradient and both moments (four distinct storages).
-            {
-                let pw = p.storage().write("Adam::step")?;
-                let gr = g.storage().read("Adam::step")?;
-                let mw = m.storage().write("Adam::step")?;
-                let vw = v.storage().write("Adam::step")?;
-                let n = p.elem_count();
-                let (po, go) = (p.offset(), g.offset());
-                let pd = &mut pw.data[po..po + n];
-                let gd = &gr.data[go..go + n];
-                for i in 0..n {
-                    let gi = gd[i];
-                    let mi = b1 * mw.data[i] + (1.0 - b1) * gi;
-                    let vi = b2 * vw.data[i] + (1.0 - b2) * gi * gi;
-                    mw.data[i] = mi;
-                    vw.data[i] = vi;
-                    pd[i] -= lr * (mi / c1) / ((vi / c2).sqrt() + eps);
-                }
-            }
+            // One fused pass over parameter, gradient and both moments (four distinct storages),
+            // on the parameter's device.
+            let hyper = crate::tensor::AdamStep {
+                lr,
+                beta1: b1,
+                beta2: b2,
+                eps,
+                bias1: c1,
+                bias2: c2,
+            };
+            crate::tensor::adam_step([p, &g, &m, &v], &hyper)?;
             for s in [p.storage(), m.storage(), v.storage()] {
                 s.bump_version("Adam::step");
             }

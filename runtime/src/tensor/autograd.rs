@@ -6,6 +6,8 @@
 //! dropped). Backward frees each node's saved tensors as soon as the node has run, like PyTorch
 //! without `retain_graph`.
 
+use super::backend::ZipOp;
+use super::ops::BinOp;
 use super::{Result, Tensor, TensorError};
 use crate::grad::NoGradGuard;
 use std::collections::{HashMap, HashSet};
@@ -141,6 +143,10 @@ pub(crate) enum Backward {
     Expand {
         in_shape: Vec<usize>,
     },
+    /// `to_device`: the gradient goes back to the source's device.
+    ToDevice {
+        device: crate::Device,
+    },
     /// In-place `copy_`: the old value gets no gradient, the source gets it all.
     CopyInto {
         src_shape: Vec<usize>,
@@ -268,28 +274,36 @@ impl Backward {
                 };
                 vec![ga, gb]
             }
-            Relu { out } => vec![Some(g.zip_map(out.get(), "relu_backward", |g, o| {
-                if o > 0.0 {
-                    g
-                } else {
-                    0.0
-                }
-            })?)],
-            Gelu { x } => vec![Some(g.zip_map(x.get(), "gelu_backward", |g, x| {
-                g * super::ops::gelu_derivative(x)
-            })?)],
-            Tanh { out } => {
-                vec![Some(g.zip_map(out.get(), "tanh_backward", |g, o| {
-                    g * (1.0 - o * o)
-                })?)]
-            }
-            Sigmoid { out } => {
-                vec![Some(g.zip_map(out.get(), "sigmoid_backward", |g, o| {
-                    g * o * (1.0 - o)
-                })?)]
-            }
-            Exp { out } => vec![Some(g.zip_map(out.get(), "exp_backward", |g, o| g * o)?)],
-            Log { x } => vec![Some(g.zip_map(x.get(), "log_backward", |g, x| g / x)?)],
+            Relu { out } => vec![Some(g.zip_map(
+                out.get(),
+                "relu_backward",
+                ZipOp::ReluBackward,
+            )?)],
+            Gelu { x } => vec![Some(g.zip_map(
+                x.get(),
+                "gelu_backward",
+                ZipOp::GeluBackward,
+            )?)],
+            Tanh { out } => vec![Some(g.zip_map(
+                out.get(),
+                "tanh_backward",
+                ZipOp::TanhBackward,
+            )?)],
+            Sigmoid { out } => vec![Some(g.zip_map(
+                out.get(),
+                "sigmoid_backward",
+                ZipOp::SigmoidBackward,
+            )?)],
+            Exp { out } => vec![Some(g.zip_map(
+                out.get(),
+                "exp_backward",
+                ZipOp::Bin(BinOp::Mul),
+            )?)],
+            Log { x } => vec![Some(g.zip_map(
+                x.get(),
+                "log_backward",
+                ZipOp::Bin(BinOp::Div),
+            )?)],
             Softmax { out, dim } => {
                 // dx = y * (g - sum(g * y)).
                 let y = out.get();
@@ -369,6 +383,7 @@ impl Backward {
             }
             Expand { in_shape } => vec![Some(g.sum_to_shape(in_shape)?)],
             CopyInto { src_shape } => vec![None, Some(g.sum_to_shape(src_shape)?)],
+            ToDevice { device } => vec![Some(g.to_device(device)?)],
             Zeroed => vec![None],
             StaleHistory { .. } => return Err(self.stale_error().unwrap_or(TensorError::NoGraph)),
         })

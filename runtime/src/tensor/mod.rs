@@ -9,8 +9,9 @@
 //!
 //! Ops return `Result<Tensor, TensorError>`, including the arithmetic operators
 //! (`(&a + &b)?`, as in candle), so shape mistakes are typed errors naming both shapes, never
-//! panics. The host backend is implemented; on a device the CPU cannot address, every op returns
-//! [`TensorError::Unsupported`] (CUDA kernels come later).
+//! panics. Ops run on the device their operands live on: the host backend on host devices, NVRTC
+//! kernels and cuBLAS on a CUDA device (see `backend`); operands on two devices are a
+//! [`TensorError::DeviceMismatch`] naming both. [`Tensor::to_device`] copies between devices.
 //!
 //! # In-place ops and ownership
 //!
@@ -31,6 +32,7 @@
 //! leaf that requires grad. Otherwise they allocate, exactly like the borrowing forms.
 
 mod autograd;
+mod backend;
 mod inspect;
 mod kernels;
 pub mod liveness;
@@ -38,6 +40,7 @@ mod ops;
 mod overload;
 pub mod rng;
 
+pub(crate) use backend::{adam_step, AdamStep};
 pub use liveness::{LivenessBound, LivenessRecorder};
 pub use ops::Rhs;
 
@@ -113,7 +116,7 @@ pub enum TensorError {
         expected: usize,
     },
     /// The op has no kernel on this device.
-    #[error("op {op} is not implemented on device {device}; move the tensor to a host device (CUDA kernels are not implemented yet)")]
+    #[error("op {op} is not implemented on device {device}; move the tensor to a host device (Tensor::to_device)")]
     Unsupported {
         /// The op.
         op: &'static str,
@@ -200,6 +203,17 @@ pub enum TensorError {
         /// Why.
         reason: &'static str,
     },
+    /// The device backend failed (the CUDA runtime compiler or cuBLAS missing, a launch
+    /// refused, a copy failed).
+    #[error("{op} on {device}: {message}")]
+    Backend {
+        /// The op.
+        op: &'static str,
+        /// The device, as `Debug` prints it.
+        device: String,
+        /// What failed, and what to do about it.
+        message: String,
+    },
     /// An index outside its range (embedding ids, cross-entropy targets, narrow bounds).
     #[error("{op}: index {index} is out of range for size {size}")]
     IndexOutOfRange {
@@ -285,6 +299,18 @@ impl Storage {
     /// The device the storage lives on.
     pub fn device(&self) -> &Device {
         self.allocation.device()
+    }
+
+    /// Address of the first element in the device's address space (a host pointer on host
+    /// devices), for the device backends.
+    pub(crate) fn device_addr(&self) -> u64 {
+        self.allocation.addr()
+    }
+
+    /// Ends a use of the storage by a device kernel (for the liveness bound, as dropping a host
+    /// read or write does).
+    pub(crate) fn note_use_end(&self) {
+        liveness::on_use_end(self.id);
     }
 
     fn base_ptr(&self, op: &'static str) -> Result<*mut f32> {
@@ -552,16 +578,7 @@ impl Tensor {
         op: &'static str,
         fill: impl FnOnce(&mut [f32]) -> Result<()>,
     ) -> Result<Tensor> {
-        let numel = checked_numel(op, shape)?;
-        let mut storage = Storage::new(device, numel, shape, op)?;
-        let slot = Arc::get_mut(&mut storage)
-            .ok_or_else(|| unreachable_error(op, "fresh storage is shared"))?;
-        fill(slot.fresh_mut(op)?)?;
-        Ok(Tensor::from_parts(
-            storage,
-            Layout::contiguous(shape),
-            false,
-        ))
+        backend::alloc_with(device, shape, op, fill)
     }
 
     // ----- creation -----
@@ -584,10 +601,8 @@ impl Tensor {
     #[track_caller]
     pub fn full(shape: &[usize], value: f32, device: &Device) -> Result<Tensor> {
         let _origin = crate::alloc::enter_op("full");
-        Tensor::alloc_with(device, shape, "full", |d| {
-            d.fill(value);
-            Ok(())
-        })
+        checked_numel("full", shape)?;
+        backend::full(device, shape, value)
     }
 
     /// A tensor of zeros with the shape and device of `self`.
@@ -617,10 +632,7 @@ impl Tensor {
                 expected,
             });
         }
-        Tensor::alloc_with(device, shape, "from_slice", |d| {
-            d.copy_from_slice(data);
-            Ok(())
-        })
+        backend::upload(device, shape, "from_slice", data)
     }
 
     /// A single-element tensor of shape `[]`.
@@ -777,18 +789,23 @@ impl Tensor {
 
     /// The data in row-major order, copied into a `Vec`.
     pub fn to_vec(&self) -> Result<Vec<f32>> {
-        let read = self.0.storage.read("to_vec")?;
-        let mut out = Vec::with_capacity(self.elem_count());
-        kernels::for_each_row(
-            &self.0.layout.shape,
-            [&self.0.layout.strides],
-            [self.0.layout.offset],
-            |[base], n, [stride]| {
-                for i in 0..n {
-                    out.push(read.data[base + i * stride]);
-                }
-            },
-        );
+        backend::to_vec(self, "to_vec")
+    }
+
+    /// A copy of `self` on `device` (contiguous; `self` itself when it is already there).
+    /// Recorded like any op: the gradient flows back to `self`'s device.
+    pub fn to_device(&self, device: &Device) -> Result<Tensor> {
+        if self.device() == device {
+            return Ok(self.clone());
+        }
+        // Through host memory: to_vec downloads (or reads) and upload copies in.
+        let data = self.to_vec()?;
+        let out = backend::upload(device, self.dims(), "to_device", &data)?;
+        autograd::record(&out, "to_device", &[self], || {
+            autograd::Backward::ToDevice {
+                device: self.device().clone(),
+            }
+        });
         Ok(out)
     }
 
@@ -921,7 +938,6 @@ impl Tensor {
             && inner.layout.offset == 0
             && inner.layout.is_contiguous()
             && inner.layout.numel() == inner.storage.numel
-            && inner.storage.base_ptr("consume").is_ok()
             && Arc::get_mut(&mut inner.storage).is_some()
     }
 }

@@ -2,7 +2,7 @@
 //! views and in-place updates, with autograd recording.
 
 use super::autograd::{self, attach, edges, record, should_record, Backward, Saved};
-use super::kernels;
+use super::backend::{self, MapOp, MatmulShape, ZipOp};
 use super::{contiguous_strides, Inner, Layout, Result, Tensor, TensorError};
 use std::sync::Arc;
 
@@ -51,15 +51,6 @@ impl BinOp {
             BinOp::Sub => "sub_",
             BinOp::Mul => "mul_",
             BinOp::Div => "div_",
-        }
-    }
-
-    fn apply(self) -> fn(f32, f32) -> f32 {
-        match self {
-            BinOp::Add => |a, b| a + b,
-            BinOp::Sub => |a, b| a - b,
-            BinOp::Mul => |a, b| a * b,
-            BinOp::Div => |a, b| a / b,
         }
     }
 
@@ -125,7 +116,11 @@ pub(crate) fn broadcast_shape(op: &'static str, a: &[usize], b: &[usize]) -> Res
 }
 
 /// Strides that read a tensor of `shape`/`strides` broadcast to `out_shape` (0 on broadcast dims).
-fn broadcast_strides(shape: &[usize], strides: &[usize], out_shape: &[usize]) -> Vec<usize> {
+pub(crate) fn broadcast_strides(
+    shape: &[usize],
+    strides: &[usize],
+    out_shape: &[usize],
+) -> Vec<usize> {
     let lead = out_shape.len() - shape.len();
     (0..out_shape.len())
         .map(|i| {
@@ -160,30 +155,6 @@ fn check_dim(op: &'static str, t: &Tensor, dim: usize) -> Result<()> {
     Ok(())
 }
 
-/// Reads two tensors' storages (one lock when they share it; address order otherwise, so that
-/// concurrent readers and writers cannot deadlock).
-fn read2<R>(
-    a: &Tensor,
-    b: &Tensor,
-    op: &'static str,
-    f: impl FnOnce(&[f32], &[f32]) -> Result<R>,
-) -> Result<R> {
-    let (sa, sb) = (a.storage(), b.storage());
-    if Arc::ptr_eq(sa, sb) {
-        let r = sa.read(op)?;
-        return f(r.data, r.data);
-    }
-    if Arc::as_ptr(sa) < Arc::as_ptr(sb) {
-        let ra = sa.read(op)?;
-        let rb = sb.read(op)?;
-        f(ra.data, rb.data)
-    } else {
-        let rb = sb.read(op)?;
-        let ra = sa.read(op)?;
-        f(ra.data, rb.data)
-    }
-}
-
 pub(crate) fn gelu(x: f32) -> f32 {
     const C: f32 = 0.797_884_6; // sqrt(2/pi)
     0.5 * x * (1.0 + (C * (x + 0.044_715 * x * x * x)).tanh())
@@ -196,7 +167,7 @@ pub(crate) fn gelu_derivative(x: f32) -> f32 {
     0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * C * (1.0 + 3.0 * 0.044_715 * x * x)
 }
 
-fn sigmoid(x: f32) -> f32 {
+pub(crate) fn sigmoid(x: f32) -> f32 {
     if x >= 0.0 {
         1.0 / (1.0 + (-x).exp())
     } else {
@@ -228,14 +199,14 @@ impl Unary {
         }
     }
 
-    fn apply(self) -> fn(f32) -> f32 {
+    fn map_op(self) -> MapOp {
         match self {
-            Unary::Relu => |x| x.max(0.0),
-            Unary::Gelu => gelu,
-            Unary::Tanh => f32::tanh,
-            Unary::Sigmoid => sigmoid,
-            Unary::Exp => f32::exp,
-            Unary::Log => f32::ln,
+            Unary::Relu => MapOp::Relu,
+            Unary::Gelu => MapOp::Gelu,
+            Unary::Tanh => MapOp::Tanh,
+            Unary::Sigmoid => MapOp::Sigmoid,
+            Unary::Exp => MapOp::Exp,
+            Unary::Log => MapOp::Log,
         }
     }
 
@@ -272,52 +243,15 @@ impl Tensor {
     // ----- untracked building blocks -----
 
     /// `f(self, other)` element-wise with broadcasting; records nothing.
-    pub(crate) fn zip_map(
-        &self,
-        other: &Tensor,
-        op: &'static str,
-        f: impl Fn(f32, f32) -> f32,
-    ) -> Result<Tensor> {
+    pub(crate) fn zip_map(&self, other: &Tensor, op: &'static str, f: ZipOp) -> Result<Tensor> {
         same_device(op, self, other)?;
         let shape = broadcast_shape(op, self.dims(), other.dims())?;
-        let sa = broadcast_strides(self.dims(), self.strides(), &shape);
-        let sb = broadcast_strides(other.dims(), other.strides(), &shape);
-        read2(self, other, op, |a, b| {
-            Tensor::alloc_with(self.device(), &shape, op, |out| {
-                let so = contiguous_strides(&shape);
-                kernels::binary(
-                    &shape,
-                    out,
-                    &so,
-                    a,
-                    &sa,
-                    self.offset(),
-                    b,
-                    &sb,
-                    other.offset(),
-                    f,
-                );
-                Ok(())
-            })
-        })
+        backend::zip(self, other, &shape, op, f)
     }
 
     /// `f(self)` element-wise into a new contiguous tensor; records nothing.
-    pub(crate) fn map(&self, op: &'static str, f: impl Fn(f32) -> f32) -> Result<Tensor> {
-        let read = self.storage().read(op)?;
-        Tensor::alloc_with(self.device(), self.dims(), op, |out| {
-            let so = contiguous_strides(self.dims());
-            kernels::unary(
-                self.dims(),
-                out,
-                &so,
-                read.data,
-                self.strides(),
-                self.offset(),
-                f,
-            );
-            Ok(())
-        })
+    pub(crate) fn map(&self, op: &'static str, f: MapOp) -> Result<Tensor> {
+        backend::map(self, op, f)
     }
 
     /// Takes the buffer of an exclusively owned tensor (see [`Tensor::is_exclusively_owned`]).
@@ -333,7 +267,7 @@ impl Tensor {
     // ----- arithmetic -----
 
     fn binary(&self, rhs: &Tensor, op: BinOp) -> Result<Tensor> {
-        let out = self.zip_map(rhs, op.name(), op.apply())?;
+        let out = self.zip_map(rhs, op.name(), ZipOp::Bin(op))?;
         record(&out, op.name(), &[self, rhs], || op.backward(self, rhs));
         Ok(out)
     }
@@ -351,32 +285,12 @@ impl Tensor {
         }
         let edges = edges(&[&self, rhs]);
         let (a_shape, b_shape) = (self.dims().to_vec(), rhs.dims().to_vec());
-        let (mut storage, layout) = match self.into_buffer() {
+        let (storage, layout) = match self.into_buffer() {
             Ok(parts) => parts,
             Err(this) => return this.binary(rhs, op),
         };
-        {
-            let Some(slot) = Arc::get_mut(&mut storage) else {
-                return Err(super::unreachable_error(
-                    op.name(),
-                    "owned storage is shared",
-                ));
-            };
-            let dst = slot.fresh_mut(op.name())?;
-            let src = rhs.storage().read(op.name())?;
-            let ss = broadcast_strides(rhs.dims(), rhs.strides(), &shape);
-            kernels::inplace_binary(
-                &shape,
-                dst,
-                &layout.strides,
-                0,
-                src.data,
-                &ss,
-                rhs.offset(),
-                op.apply(),
-            );
-        }
         let out = Tensor::from_parts(storage, layout, false);
+        backend::zip_inplace(&out, rhs, op.name(), ZipOp::Bin(op))?;
         attach(&out, op.name(), edges, || match op {
             BinOp::Add => Backward::Add { a_shape, b_shape },
             BinOp::Sub => Backward::Sub { a_shape, b_shape },
@@ -398,8 +312,7 @@ impl Tensor {
     }
 
     fn scalar_op(&self, s: f32, op: BinOp) -> Result<Tensor> {
-        let f = op.apply();
-        let out = self.map(op.name(), |x| f(x, s))?;
+        let out = self.map(op.name(), MapOp::Scalar(op, s))?;
         record(&out, op.name(), &[self], || scalar_backward(op, s));
         Ok(out)
     }
@@ -409,23 +322,12 @@ impl Tensor {
             return self.scalar_op(s, op);
         }
         let edges = edges(&[&self]);
-        let (mut storage, layout) = match self.into_buffer() {
+        let (storage, layout) = match self.into_buffer() {
             Ok(parts) => parts,
             Err(this) => return this.scalar_op(s, op),
         };
-        {
-            let Some(slot) = Arc::get_mut(&mut storage) else {
-                return Err(super::unreachable_error(
-                    op.name(),
-                    "owned storage is shared",
-                ));
-            };
-            let f = op.apply();
-            for v in slot.fresh_mut(op.name())? {
-                *v = f(*v, s);
-            }
-        }
         let out = Tensor::from_parts(storage, layout, false);
+        backend::map_inplace(&out, op.name(), MapOp::Scalar(op, s))?;
         attach(&out, op.name(), edges, || scalar_backward(op, s));
         Ok(out)
     }
@@ -516,7 +418,7 @@ impl Tensor {
     #[track_caller]
     pub fn affine(&self, mul: f32, add: f32) -> Result<Tensor> {
         let _origin = crate::alloc::enter_op("affine");
-        let out = self.map("affine", |x| x * mul + add)?;
+        let out = self.map("affine", MapOp::Affine(mul, add))?;
         record(&out, "affine", &[self], || Backward::MulScalar(mul));
         Ok(out)
     }
@@ -525,7 +427,7 @@ impl Tensor {
     #[track_caller]
     pub fn neg(&self) -> Result<Tensor> {
         let _origin = crate::alloc::enter_op("neg");
-        let out = self.map("neg", |x| -x)?;
+        let out = self.map("neg", MapOp::Neg)?;
         record(&out, "neg", &[self], || Backward::MulScalar(-1.0));
         Ok(out)
     }
@@ -561,82 +463,7 @@ impl Tensor {
         }
         let batch = broadcast_shape(OP, &self.dims()[..ra - 2], &rhs.dims()[..rb - 2])
             .map_err(|_| mismatch("batch dimensions do not broadcast".into()))?;
-        let mut out_shape = batch.clone();
-        out_shape.extend_from_slice(&[m, n]);
-        let (sa, sb) = (self.strides(), rhs.strides());
-        let out = read2(self, rhs, OP, |a, b| {
-            Tensor::alloc_with(self.device(), &out_shape, OP, |c| {
-                if c.is_empty() {
-                    return Ok(());
-                }
-                if k == 0 {
-                    // An empty sum: the product is all zeros.
-                    c.fill(0.0);
-                    return Ok(());
-                }
-                let (rsa, csa) = (sa[ra - 2], sa[ra - 1]);
-                let (rsb, csb) = (sb[rb - 2], sb[rb - 1]);
-                // A plain matrix on the right and foldable batch dims on the left: one GEMM with
-                // all rows stacked (the Linear-layer case).
-                let foldable = rb == 2
-                    && ra > 2
-                    && (0..ra - 2).all(|i| sa[i] == sa[i + 1] * self.dims()[i + 1]);
-                if foldable || batch.iter().product::<usize>() == 1 && ra == 2 && rb == 2 {
-                    let rows = self.elem_count() / k;
-                    // SAFETY: `a` and `b` are the whole storages of the operands, whose layouts
-                    // address only elements inside them; `c` is a fresh rows×n buffer.
-                    unsafe {
-                        kernels::gemm(
-                            rows,
-                            k,
-                            n,
-                            a.as_ptr().add(self.offset()),
-                            rsa,
-                            csa,
-                            b.as_ptr().add(rhs.offset()),
-                            rsb,
-                            csb,
-                            c.as_mut_ptr(),
-                            n,
-                            1,
-                        )
-                    };
-                    return Ok(());
-                }
-                let bsa = broadcast_strides(&self.dims()[..ra - 2], &sa[..ra - 2], &batch);
-                let bsb = broadcast_strides(&rhs.dims()[..rb - 2], &sb[..rb - 2], &batch);
-                let bso: Vec<usize> = contiguous_strides(&batch)
-                    .iter()
-                    .map(|s| s * m * n)
-                    .collect();
-                let c_ptr = c.as_mut_ptr();
-                kernels::for_each_index(
-                    &batch,
-                    [&bso, &bsa, &bsb],
-                    [0, self.offset(), rhs.offset()],
-                    |[oc, oa, ob]| {
-                        // SAFETY: as above; each batch writes its own m×n block of `c`.
-                        unsafe {
-                            kernels::gemm(
-                                m,
-                                k,
-                                n,
-                                a.as_ptr().add(oa),
-                                rsa,
-                                csa,
-                                b.as_ptr().add(ob),
-                                rsb,
-                                csb,
-                                c_ptr.add(oc),
-                                n,
-                                1,
-                            )
-                        }
-                    },
-                );
-                Ok(())
-            })
-        })?;
+        let out = backend::matmul(self, rhs, &MatmulShape { batch, m, k, n })?;
         record(&out, OP, &[self, rhs], || Backward::MatMul {
             a: rhs
                 .requires_grad()
@@ -653,7 +480,7 @@ impl Tensor {
     // ----- activations -----
 
     fn unary(&self, op: Unary) -> Result<Tensor> {
-        let out = self.map(op.name(), op.apply())?;
+        let out = self.map(op.name(), op.map_op())?;
         record(&out, op.name(), &[self], || op.backward(self, &out));
         Ok(out)
     }
@@ -664,23 +491,12 @@ impl Tensor {
             return self.unary(op);
         }
         let edges = edges(&[&self]);
-        let (mut storage, layout) = match self.into_buffer() {
+        let (storage, layout) = match self.into_buffer() {
             Ok(parts) => parts,
             Err(this) => return this.unary(op),
         };
-        {
-            let Some(slot) = Arc::get_mut(&mut storage) else {
-                return Err(super::unreachable_error(
-                    op.name(),
-                    "owned storage is shared",
-                ));
-            };
-            let f = op.apply();
-            for v in slot.fresh_mut(op.name())? {
-                *v = f(*v);
-            }
-        }
         let out = Tensor::from_parts(storage, layout, false);
+        backend::map_inplace(&out, op.name(), op.map_op())?;
         attach(&out, op.name(), edges, || op.backward(&out, &out));
         Ok(out)
     }
@@ -758,43 +574,7 @@ impl Tensor {
     fn softmax_impl(&self, dim: usize, log: bool) -> Result<Tensor> {
         let op = if log { "log_softmax" } else { "softmax" };
         check_dim(op, self, dim)?;
-        let shape = self.dims().to_vec();
-        let len = shape[dim];
-        let mut lanes = shape.clone();
-        lanes[dim] = 1;
-        let so = contiguous_strides(&shape);
-        let (sx, xs) = (self.strides()[dim], so[dim]);
-        let read = self.storage().read(op)?;
-        let out = Tensor::alloc_with(self.device(), &shape, op, |out| {
-            kernels::for_each_index(
-                &lanes,
-                [&so, self.strides()],
-                [0, self.offset()],
-                |[o, ix]| {
-                    let x = |i: usize| read.data[ix + i * sx];
-                    let max = (0..len).map(x).fold(f32::NEG_INFINITY, f32::max);
-                    let mut sum = 0.0f32;
-                    for i in 0..len {
-                        let e = (x(i) - max).exp();
-                        out[o + i * xs] = e;
-                        sum += e;
-                    }
-                    if log {
-                        let lse = sum.ln();
-                        for i in 0..len {
-                            out[o + i * xs] = x(i) - max - lse;
-                        }
-                    } else {
-                        let inv = 1.0 / sum;
-                        for i in 0..len {
-                            out[o + i * xs] *= inv;
-                        }
-                    }
-                },
-            );
-            Ok(())
-        })?;
-        drop(read);
+        let out = backend::softmax(self, dim, log, op)?;
         record(&out, op, &[self], || {
             let saved = Saved::new(&out, "output");
             if log {
@@ -865,60 +645,12 @@ impl Tensor {
         inputs.extend(bias);
         let recording = should_record(&inputs);
         let x = self.contiguous()?;
-        let rows = x.elem_count() / d.max(1);
-        let row_shape = &self.dims()[..self.rank() - 1];
         let (w, b) = (
             weight.map(Tensor::contiguous).transpose()?,
             bias.map(Tensor::contiguous).transpose()?,
         );
-        let mut operands = vec![&x];
-        operands.extend(w.as_ref());
-        operands.extend(b.as_ref());
-        let reads = super::ReadSet::new(OP, &operands)?;
-        let xd = reads.contiguous_data(&x);
-        let wd = w.as_ref().map(|w| reads.contiguous_data(w));
-        let bd = b.as_ref().map(|b| reads.contiguous_data(b));
-        // Per-row (mean, 1/std) when recording: host scratch of 8 bytes per row, copied into
-        // allocator tensors below.
-        let mut stats: Vec<(f32, f32)> = Vec::new();
-        let out = Tensor::alloc_with(self.device(), self.dims(), OP, |out| {
-            for r in 0..rows {
-                let row = &xd[r * d..(r + 1) * d];
-                let mean = row.iter().sum::<f32>() / d as f32;
-                let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / d as f32;
-                let rstd = 1.0 / (var + eps).sqrt();
-                let o = &mut out[r * d..(r + 1) * d];
-                for j in 0..d {
-                    let mut y = (row[j] - mean) * rstd;
-                    if let Some(w) = wd {
-                        y *= w[j];
-                    }
-                    if let Some(b) = bd {
-                        y += b[j];
-                    }
-                    o[j] = y;
-                }
-                if recording {
-                    stats.push((mean, rstd));
-                }
-            }
-            Ok(())
-        })?;
-        drop(reads);
-        if recording {
-            // Per-row statistics, saved for backward (allocator memory, like everything saved).
-            let mean = Tensor::alloc_with(self.device(), row_shape, OP, |m| {
-                for (m, s) in m.iter_mut().zip(&stats) {
-                    *m = s.0;
-                }
-                Ok(())
-            })?;
-            let rstd = Tensor::alloc_with(self.device(), row_shape, OP, |m| {
-                for (m, s) in m.iter_mut().zip(&stats) {
-                    *m = s.1;
-                }
-                Ok(())
-            })?;
+        let (out, stats) = backend::layer_norm(&x, w.as_ref(), b.as_ref(), eps, recording)?;
+        if let Some((mean, rstd)) = stats {
             record(&out, OP, &inputs, || Backward::LayerNorm {
                 x: Saved::new(&x, "input"),
                 mean: Saved::new(&mean, "mean"),
@@ -964,18 +696,7 @@ impl Tensor {
         }
         let mut out_shape = ids_shape.to_vec();
         out_shape.push(d);
-        let (rs, cs) = (self.strides()[0], self.strides()[1]);
-        let read = self.storage().read(OP)?;
-        let out = Tensor::alloc_with(self.device(), &out_shape, OP, |out| {
-            for (r, &id) in ids.iter().enumerate() {
-                let base = self.offset() + id as usize * rs;
-                for j in 0..d {
-                    out[r * d + j] = read.data[base + j * cs];
-                }
-            }
-            Ok(())
-        })?;
-        drop(read);
+        let out = backend::embedding(self, ids, &out_shape)?;
         record(&out, OP, &[self], || Backward::Embedding {
             ids: ids.to_vec(),
             table_shape: self.dims().to_vec(),
@@ -1006,25 +727,7 @@ impl Tensor {
             .product::<usize>()
             .max(1);
         let scale = if mean { 1.0 / count as f32 } else { 1.0 };
-        let out_strides =
-            broadcast_strides(&keep_shape, &contiguous_strides(&keep_shape), self.dims());
-        let read = self.storage().read(op)?;
-        let out = Tensor::alloc_with(self.device(), &keep_shape, op, |out| {
-            out.fill(0.0);
-            kernels::for_each_index(
-                self.dims(),
-                [&out_strides, self.strides()],
-                [0, self.offset()],
-                |[o, i]| out[o] += read.data[i],
-            );
-            if scale != 1.0 {
-                for v in out.iter_mut() {
-                    *v *= scale;
-                }
-            }
-            Ok(())
-        })?;
-        drop(read);
+        let out = backend::reduce(self, dims, &keep_shape, scale, op)?;
         let out = if keepdim {
             out
         } else {
@@ -1167,18 +870,9 @@ impl Tensor {
         }
         let recording = should_record(&[self]);
         let logp = self.log_softmax_untracked(self.rank() - 1)?;
-        let loss = {
-            let lp = logp.storage().read(OP)?;
-            -targets
-                .iter()
-                .enumerate()
-                .map(|(r, &t)| lp.data[r * c + t as usize])
-                .sum::<f32>()
-                / rows.max(1) as f32
-        };
-        let out = Tensor::scalar(loss, self.device())?;
+        let out = backend::cross_entropy(&logp, targets)?;
         if recording {
-            let probs = logp.map(OP, f32::exp)?;
+            let probs = logp.map(OP, MapOp::Exp)?;
             drop(logp);
             record(&out, OP, &[self], || Backward::CrossEntropy {
                 probs: Saved::new(&probs, "probabilities"),
@@ -1208,17 +902,8 @@ impl Tensor {
                 reason: "prediction and target must have the same shape".into(),
             });
         }
-        let diff = self.zip_map(target, OP, |a, b| a - b)?;
-        let n = diff.elem_count().max(1) as f32;
-        let loss = {
-            let r = diff.storage().read(OP)?;
-            r.data[..diff.elem_count()]
-                .iter()
-                .map(|d| d * d)
-                .sum::<f32>()
-                / n
-        };
-        let out = Tensor::scalar(loss, self.device())?;
+        let diff = self.zip_map(target, OP, ZipOp::Bin(BinOp::Sub))?;
+        let out = backend::mean_square(&diff, OP)?;
         record(&out, OP, &[self, target], || Backward::Mse {
             diff: Saved::new(&diff, "difference"),
         });
@@ -1449,7 +1134,7 @@ impl Tensor {
     }
 
     fn copy_named(&self, op: &'static str) -> Result<Tensor> {
-        let out = self.map(op, |x| x)?;
+        let out = self.map(op, MapOp::Copy)?;
         record(&out, op, &[self], || Backward::Identity);
         Ok(out)
     }
@@ -1496,8 +1181,7 @@ impl Tensor {
         match rhs {
             Rhs::Scalar(s) => {
                 self.check_inplace(name, &[])?;
-                let f = op.apply();
-                self.write_unary(name, |x| f(x, s))?;
+                self.write_unary(name, MapOp::Scalar(op, s))?;
                 autograd::record_inplace(self, name, &[self], || scalar_backward(op, s));
             }
             Rhs::Tensor(t) => {
@@ -1518,7 +1202,7 @@ impl Tensor {
                         reason: "the right operand requires grad, and its gradient needs the value this op overwrites",
                     });
                 }
-                self.write_binary(name, t, op.apply())?;
+                self.write_binary(name, t, ZipOp::Bin(op))?;
                 autograd::record_inplace(self, name, &[self, t], || match op {
                     BinOp::Mul => Backward::Mul {
                         a: None,
@@ -1540,21 +1224,14 @@ impl Tensor {
     }
 
     /// Writes `f(self)` into `self`'s elements and bumps the storage version.
-    fn write_unary(&self, op: &'static str, f: impl Fn(f32) -> f32) -> Result<()> {
-        let w = self.storage().write(op)?;
-        kernels::inplace_unary(self.dims(), w.data, self.strides(), self.offset(), f);
-        drop(w);
+    fn write_unary(&self, op: &'static str, f: MapOp) -> Result<()> {
+        backend::map_inplace(self, op, f)?;
         self.storage().bump_version(op);
         Ok(())
     }
 
     /// Writes `f(self, src)` (src broadcast) into `self` and bumps the storage version.
-    fn write_binary(
-        &self,
-        op: &'static str,
-        src: &Tensor,
-        f: impl Fn(f32, f32) -> f32,
-    ) -> Result<()> {
+    fn write_binary(&self, op: &'static str, src: &Tensor, f: ZipOp) -> Result<()> {
         // Reading a storage while writing it through another layout would alias: copy first.
         let src = if src.shares_storage_with(self) {
             let _g = crate::grad::NoGradGuard::new();
@@ -1562,26 +1239,7 @@ impl Tensor {
         } else {
             src.clone()
         };
-        let ss = broadcast_strides(src.dims(), src.strides(), self.dims());
-        let (dst_s, src_s) = (self.storage(), src.storage());
-        let (w, r) = if Arc::as_ptr(dst_s) < Arc::as_ptr(src_s) {
-            let w = dst_s.write(op)?;
-            (w, src_s.read(op)?)
-        } else {
-            let r = src_s.read(op)?;
-            (dst_s.write(op)?, r)
-        };
-        kernels::inplace_binary(
-            self.dims(),
-            w.data,
-            self.strides(),
-            self.offset(),
-            r.data,
-            &ss,
-            src.offset(),
-            f,
-        );
-        drop((w, r));
+        backend::zip_inplace(self, &src, op, f)?;
         self.storage().bump_version(op);
         Ok(())
     }
@@ -1616,7 +1274,7 @@ impl Tensor {
     pub fn relu_(&self) -> Result<()> {
         let _origin = crate::alloc::enter_op("relu_");
         self.check_inplace("relu_", &[])?;
-        self.write_unary("relu_", |x| x.max(0.0))?;
+        self.write_unary("relu_", MapOp::Relu)?;
         autograd::record_inplace(self, "relu_", &[self], || Backward::Relu {
             out: Saved::new(self, "output"),
         });
@@ -1638,7 +1296,7 @@ impl Tensor {
                 reason: "the source must broadcast to the target's shape".into(),
             });
         }
-        self.write_binary("copy_", src, |_, s| s)?;
+        self.write_binary("copy_", src, ZipOp::Second)?;
         autograd::record_inplace(self, "copy_", &[self, src], || Backward::CopyInto {
             src_shape: src.dims().to_vec(),
         });
@@ -1657,7 +1315,7 @@ impl Tensor {
     pub fn fill_(&self, value: f32) -> Result<()> {
         let _origin = crate::alloc::enter_op("fill_");
         self.check_inplace("fill_", &[])?;
-        self.write_unary("fill_", |_| value)?;
+        self.write_unary("fill_", MapOp::Fill(value))?;
         autograd::record_inplace(self, "fill_", &[self], || Backward::Zeroed);
         Ok(())
     }
@@ -1712,77 +1370,16 @@ pub(crate) fn layer_norm_backward(
     need_w: bool,
     need_b: bool,
 ) -> Result<(Tensor, Option<Tensor>, Option<Tensor>)> {
-    const OP: &str = "layer_norm_backward";
-    let d = x.dims()[x.rank() - 1];
-    let rows = x.elem_count() / d.max(1);
     // Every input here is contiguous with its own storage (saved by the forward, or made so
-    // above); read them in place.
+    // here).
     let g = g.contiguous()?;
-    let mut operands = vec![&g, x, mean, rstd];
-    operands.extend(weight);
-    let reads = super::ReadSet::new(OP, &operands)?;
-    let gv = reads.contiguous_data(&g);
-    let xv = reads.contiguous_data(x);
-    let mv = reads.contiguous_data(mean);
-    let rv = reads.contiguous_data(rstd);
-    let wv = weight.map(|w| reads.contiguous_data(w));
-    // Scratch of one row's size (host memory, O(features)): the weight and bias gradients.
-    let mut gw = vec![0.0f32; if need_w { d } else { 0 }];
-    let mut gb = vec![0.0f32; if need_b { d } else { 0 }];
-    let gx = Tensor::alloc_with(x.device(), x.dims(), OP, |out| {
-        for r in 0..rows {
-            let (m, rs) = (mv[r], rv[r]);
-            let xr = &xv[r * d..(r + 1) * d];
-            let grow = &gv[r * d..(r + 1) * d];
-            let mut sum_gy = 0.0f32;
-            let mut sum_gy_xhat = 0.0f32;
-            for j in 0..d {
-                let xhat = (xr[j] - m) * rs;
-                let gy = grow[j] * wv.map_or(1.0, |w| w[j]);
-                sum_gy += gy;
-                sum_gy_xhat += gy * xhat;
-                if need_w {
-                    gw[j] += grow[j] * xhat;
-                }
-                if need_b {
-                    gb[j] += grow[j];
-                }
-            }
-            let (mg, mgx) = (sum_gy / d as f32, sum_gy_xhat / d as f32);
-            for j in 0..d {
-                let xhat = (xr[j] - m) * rs;
-                let gy = grow[j] * wv.map_or(1.0, |w| w[j]);
-                out[r * d + j] = rs * (gy - mg - xhat * mgx);
-            }
-        }
-        Ok(())
-    })?;
-    drop(reads);
-    let gw = need_w
-        .then(|| Tensor::from_slice(&gw, &[d], x.device()))
-        .transpose()?;
-    let gb = need_b
-        .then(|| Tensor::from_slice(&gb, &[d], x.device()))
-        .transpose()?;
-    Ok((gx, gw, gb))
+    backend::layer_norm_backward(&g, x, mean, rstd, weight, need_w, need_b)
 }
 
 /// Gradient of an embedding lookup with respect to the table (rows scatter-added).
 pub(crate) fn embedding_backward(g: &Tensor, ids: &[u32], table_shape: &[usize]) -> Result<Tensor> {
-    let d = table_shape[1];
     let g = g.contiguous()?;
-    let gr = g.storage().read("embedding_backward")?;
-    let gv = &gr.data[g.offset()..g.offset() + g.elem_count()];
-    Tensor::alloc_with(g.device(), table_shape, "embedding_backward", |out| {
-        out.fill(0.0);
-        for (r, &id) in ids.iter().enumerate() {
-            let row = &mut out[id as usize * d..(id as usize + 1) * d];
-            for (o, v) in row.iter_mut().zip(&gv[r * d..(r + 1) * d]) {
-                *o += v;
-            }
-        }
-        Ok(())
-    })
+    backend::embedding_backward(&g, ids, table_shape)
 }
 
 /// Gradient of mean cross-entropy: `(softmax - onehot) * g / rows`.
@@ -1791,22 +1388,5 @@ pub(crate) fn cross_entropy_backward(
     probs: &Tensor,
     targets: &[u32],
 ) -> Result<Tensor> {
-    let c = probs.dims()[probs.rank() - 1];
-    let scale = g.to_scalar()? / targets.len().max(1) as f32;
-    let p = probs.storage().read("cross_entropy_backward")?;
-    let off = probs.offset();
-    Tensor::alloc_with(
-        probs.device(),
-        probs.dims(),
-        "cross_entropy_backward",
-        |out| {
-            for (i, o) in out.iter_mut().enumerate() {
-                *o = p.data[off + i] * scale;
-            }
-            for (r, &t) in targets.iter().enumerate() {
-                out[r * c + t as usize] -= scale;
-            }
-            Ok(())
-        },
-    )
+    backend::cross_entropy_backward(g, probs, targets)
 }

@@ -1,0 +1,69 @@
+//! `--device host|cuda[:N]` for the examples and benchmarks.
+//!
+//! The default (no flag, or `host`) keeps each program's host device and output unchanged. On a
+//! machine without a usable GPU, `--device cuda` prints one line saying why and the program
+//! exits 0 (nothing to measure is not a failure).
+
+use vramguard::alloc::AllocatorConfig;
+use vramguard::Device;
+
+/// What `--device` asked for.
+pub enum DeviceArg {
+    /// No flag, or `host`.
+    Host,
+    /// A GPU, with an allocator of its own (its statistics are this program's).
+    Cuda(Device),
+    /// A GPU was asked for but cannot be used; the message says why.
+    Unavailable(String),
+}
+
+impl DeviceArg {
+    /// Parses the flag's value (`None` when absent). A value that names no device is an error.
+    pub fn parse(value: Option<String>) -> Result<DeviceArg, String> {
+        Self::parse_with(value, AllocatorConfig::default())
+    }
+
+    /// As [`DeviceArg::parse`], with the GPU's allocator built from `config` (e.g. a memory
+    /// limit for a budget).
+    pub fn parse_with(value: Option<String>, config: AllocatorConfig) -> Result<DeviceArg, String> {
+        let Some(value) = value else {
+            return Ok(DeviceArg::Host);
+        };
+        if value == "host" {
+            return Ok(DeviceArg::Host);
+        }
+        let ordinal = match value
+            .strip_prefix("cuda")
+            .map(|s| s.trim_start_matches(':'))
+        {
+            Some("") => 0,
+            Some(n) => n
+                .parse::<usize>()
+                .map_err(|_| format!("unknown device `{value}`: use `host` or `cuda[:N]`"))?,
+            None => {
+                return Err(format!(
+                    "unknown device `{value}`: use `host` or `cuda[:N]`"
+                ))
+            }
+        };
+        Ok(match Device::cuda_with_config(ordinal, config) {
+            Ok(device) => DeviceArg::Cuda(device),
+            Err(e) => DeviceArg::Unavailable(format!(
+                "--device {value}: no usable GPU here ({e}); nothing measured"
+            )),
+        })
+    }
+}
+
+/// Waits for the work queued on a GPU device (a no-op on the host), so wall-clock times cover
+/// the kernels and not only their launch.
+#[allow(dead_code)] // Shared: only the programs that time kernels use it.
+pub fn synchronize(device: &Device) -> Result<(), String> {
+    match device.cuda_context() {
+        Some(context) => context
+            .default_stream()
+            .synchronize()
+            .map_err(|e| format!("cuStreamSynchronize failed: {e}")),
+        None => Ok(()),
+    }
+}
