@@ -605,7 +605,7 @@ fn driver_pair_ns(sizes: &[usize], rounds: usize) -> f64 {
             for &s in sizes {
                 let addr = backend.alloc_segment(s).expect("cuMemAlloc");
                 // SAFETY: just allocated with this size, never used.
-                unsafe { backend.free_segment(addr, s) };
+                unsafe { backend.free_segment(addr, s) }.expect("cuMemFree");
             }
             t.elapsed().as_nanos() as f64 / sizes.len() as f64
         })

@@ -10,7 +10,7 @@ pub use cuda_buffer::{CudaBuffer, CudaBufferError};
 use crate::alloc::cuda::CudaBackend;
 use crate::alloc::{
     AllocatorConfig, Backend, Block, CachingAllocator, DeviceAllocator, HostBackend, OutOfMemory,
-    SetupError,
+    SetupError, StreamId,
 };
 use crate::scope::ScopeTracker;
 use cudarc::driver::CudaContext;
@@ -166,9 +166,21 @@ impl Device {
     /// iterations the allocator plans: see `iteration_planning` in
     /// [`AllocatorConfig`]).
     pub fn allocate(&self, bytes: usize) -> Result<Allocation, OutOfMemory> {
+        self.allocate_on(bytes, StreamId::DEFAULT)
+    }
+
+    /// Allocates `bytes` bytes for use on `stream` (for CUDA, a `CUstream` of this device's
+    /// context: `StreamId(stream.cu_stream() as u64)`): the block comes from that stream's pool
+    /// and returns there when dropped, reused in the stream's order. Use
+    /// [`Allocation::record_stream`] for any other stream that uses it.
+    pub fn allocate_on(&self, bytes: usize, stream: StreamId) -> Result<Allocation, OutOfMemory> {
         let scope = crate::scope::current_tracker();
-        let iteration = scope.as_ref().map(|t| t.iteration_id());
-        let block = self.allocator().allocate_in(bytes, iteration)?;
+        let block = if stream == StreamId::DEFAULT {
+            let iteration = scope.as_ref().map(|t| t.iteration_id());
+            self.allocator().allocate_in(bytes, iteration)?
+        } else {
+            self.allocator().allocate_on(bytes, stream)?
+        };
         if let Some(tracker) = &scope {
             tracker.on_alloc_on(self.allocator(), block.id, block.size);
         }
@@ -286,6 +298,18 @@ impl Allocation {
     /// A CPU pointer to the memory, if the device is host-addressable.
     pub fn host_ptr(&self) -> Option<*mut u8> {
         self.device.is_host().then(|| self.block().addr as *mut u8)
+    }
+    /// The stream the memory was allocated on (see [`Device::allocate_on`]).
+    pub fn stream(&self) -> StreamId {
+        self.block().stream
+    }
+    /// Records that work queued on `stream` uses this memory, as PyTorch's `record_stream`:
+    /// when the allocation is dropped, the block is not handed out again until the work queued
+    /// on `stream` up to that moment is done. Needed for every stream other than
+    /// [`Allocation::stream`] that reads or writes the memory (cudarc code of your own, another
+    /// library); the allocation's own stream needs nothing.
+    pub fn record_stream(&self, stream: StreamId) {
+        self.device.allocator().record_stream(self.block(), stream);
     }
 }
 

@@ -96,7 +96,7 @@ mod stats;
 mod trace;
 
 pub use allocator::{Block, CachingAllocator, DeviceAllocator};
-pub use backend::{Backend, BackendError, VirtualMemory};
+pub use backend::{Backend, BackendError, BackendFailure, EventId, StreamId, VirtualMemory};
 pub use bucket::{BucketError, SequenceBuckets};
 pub(crate) use config::env_config;
 pub use config::{

@@ -2,6 +2,7 @@
 //! ([`OomCause`], judged by [`super::policy::oom_cause`]), and the text that says which setting
 //! helps. It owns no allocator state; the allocator fills it in.
 
+use super::BackendFailure;
 use std::fmt;
 
 /// Why an allocation failed.
@@ -13,10 +14,15 @@ pub enum OomCause {
     LimitReached,
     /// The device itself has no room left.
     DeviceFull,
+    /// A backend call failed for another reason than a shortage of memory (for CUDA, often an
+    /// error left by an earlier kernel, such as `CUDA_ERROR_ILLEGAL_ADDRESS`):
+    /// [`OutOfMemory::backend_error`] names the call and the driver's error.
+    BackendFailed,
 }
 
 /// The allocation failed after every remedy was tried (releasing cached segments, pressure
-/// handlers). Its message says why and which setting helps.
+/// handlers). Its message says why and which setting helps. Despite the name, the cause may
+/// be a backend failure that is not a shortage ([`OomCause::BackendFailed`]).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct OutOfMemory {
     /// Device name.
@@ -47,6 +53,9 @@ pub struct OutOfMemory {
     /// The allocator's kind of large-pool segments (so the advice for fragmentation suggests
     /// expandable segments only where they are off by choice).
     pub segments: SegmentMode,
+    /// The backend call that failed while serving the request, when the cause is
+    /// [`OomCause::BackendFailed`].
+    pub backend_error: Option<BackendFailure>,
 }
 
 /// Which segments an allocator's large pool uses, and, for fixed ones, why
@@ -66,6 +75,20 @@ pub enum SegmentMode {
 
 impl fmt::Display for OutOfMemory {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let (OomCause::BackendFailed, Some(failure)) = (self.cause, &self.backend_error) {
+            return write!(
+                f,
+                "allocation of {} ({} bytes) on {} failed, not for lack of memory: {failure} \
+                 (allocated {}, reserved {}). For CUDA this error is often left by an earlier \
+                 kernel (an out-of-bounds access) and makes the device unusable for this \
+                 process: run with CUDA_LAUNCH_BLOCKING=1 or compute-sanitizer to find it.",
+                human_bytes(self.rounded as u64),
+                self.requested,
+                self.device,
+                human_bytes(self.allocated),
+                human_bytes(self.reserved),
+            );
+        }
         write!(
             f,
             "out of memory on {}: cannot allocate {} ({} bytes); ",
@@ -99,7 +122,9 @@ impl fmt::Display for OutOfMemory {
                 human_bytes(self.reserved),
                 human_bytes(self.limit.unwrap_or(0))
             )?,
-            OomCause::DeviceFull => write!(f, "the device is full")?,
+            OomCause::DeviceFull | OomCause::BackendFailed => {
+                write!(f, "the device is full")?
+            }
         }
         write!(
             f,
@@ -147,7 +172,7 @@ impl fmt::Display for OutOfMemory {
                 "Drop tensors that are no longer needed, lower the batch size, or raise \
                  `memory_limit`/`memory_fraction` in VRAMGUARD_ALLOC_CONF.",
             ),
-            OomCause::DeviceFull => f.write_str(
+            OomCause::DeviceFull | OomCause::BackendFailed => f.write_str(
                 "Drop tensors that are no longer needed (the cache was already released), \
                  lower the batch size, or free memory held by other processes.",
             ),
