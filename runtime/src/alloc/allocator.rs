@@ -453,7 +453,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     /// Counts the failure and describes it: a backend failure met while serving the request
     /// (not a shortage) is the cause when there was one.
     fn fail(&self, st: &mut State, requested: usize, rounded: usize) -> OutOfMemory {
-        let backend_error = st.request_failure.take();
+        let backend_error = st.request_failure.take().map(Box::new);
         st.stats.num_ooms += 1;
         st.record(TraceEventKind::Oom, 0, rounded as u64);
         let s = st.snapshot_stats();
@@ -480,7 +480,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             })
         };
         OutOfMemory {
-            device: self.name.clone(),
+            device: self.name.as_str().into(),
             requested,
             rounded,
             capacity: self.backend.capacity().map(|c| c as u64),
@@ -529,7 +529,8 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             return;
         }
         let (node_size, pool) = (st.nodes[slot as usize].size, st.nodes[slot as usize].pool);
-        st.stats.on_release_allocation(pool, node_size, block.requested);
+        st.stats
+            .on_release_allocation(pool, node_size, block.requested);
         if self.config.max_split_size.is_some_and(|ms| node_size >= ms) {
             st.stats.on_oversize_allocation(false);
         }
@@ -703,7 +704,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     pub fn snapshot(&self) -> MemorySnapshot {
         let st = lock(&self.state);
         MemorySnapshot {
-            device: self.name.clone(),
+            device: self.name.as_str().into(),
             expandable_segments: self.uses_expandable_segments(),
             stats: st.snapshot_stats(),
             segments: st.segment_snapshots(),

@@ -440,9 +440,12 @@ impl State {
         self.lookups[pool as usize] += 1;
         let (bsize, baddr, slot) = match max_split {
             None => self.free_set(pool, stream).best_fit(size)?,
-            Some(_) => self.pool_free(pool, stream).fitting(size).find(|&(b, _, slot)| {
-                policy::may_take(max_split, size, b, self.in_expandable(slot))
-            })?,
+            Some(_) => self
+                .pool_free(pool, stream)
+                .fitting(size)
+                .find(|&(b, _, slot)| {
+                    policy::may_take(max_split, size, b, self.in_expandable(slot))
+                })?,
         };
         self.free_set(pool, stream).remove(bsize, baddr, slot);
         self.note_inactive(slot, bsize, false);
@@ -517,7 +520,10 @@ impl State {
     /// Marks block `slot` free and merges it with free neighbours of its segment; the merged
     /// block enters its pool's free set.
     pub fn free_block(&mut self, mut slot: u32) {
-        let (pool, stream) = (self.nodes[slot as usize].pool, self.nodes[slot as usize].stream);
+        let (pool, stream) = (
+            self.nodes[slot as usize].pool,
+            self.nodes[slot as usize].stream,
+        );
         let tick = self.lookups[pool as usize];
         let n = &mut self.nodes[slot as usize];
         n.allocated = false;
@@ -652,7 +658,8 @@ impl State {
             self.note_failure(name, failure);
             return 0;
         }
-        self.free_set(seg.pool, seg.stream).remove(seg.size, seg.addr, seg.head);
+        self.free_set(seg.pool, seg.stream)
+            .remove(seg.size, seg.addr, seg.head);
         self.spare_nodes.push(seg.head);
         self.segs[i as usize].live = false;
         self.spare_segs.push(i);
@@ -727,7 +734,10 @@ impl State {
 
     /// Returns pending block `slot`, whose streams are done with it, to its pool.
     pub fn finish_free(&mut self, slot: u32) {
-        let (pool, size) = (self.nodes[slot as usize].pool, self.nodes[slot as usize].size);
+        let (pool, size) = (
+            self.nodes[slot as usize].pool,
+            self.nodes[slot as usize].size,
+        );
         self.stats.on_deactivate(pool, size);
         self.free_block(slot);
     }
@@ -833,7 +843,10 @@ impl State {
                     if self.is_split(at) {
                         inactive_split += n.size as u64;
                     }
-                    if !self.pool_free(s.pool, s.stream).contains(n.size, n.addr, at) {
+                    if !self
+                        .pool_free(s.pool, s.stream)
+                        .contains(n.size, n.addr, at)
+                    {
                         return Err(format!("free block {:#x} missing from its pool", n.addr));
                     }
                 }
@@ -849,6 +862,19 @@ impl State {
             if prev != s.tail {
                 return Err(format!("segment {:#x}: wrong tail block", s.addr));
             }
+        }
+        let pending_nodes = self
+            .nodes
+            .iter()
+            .filter(|n| n.allocated && n.pending)
+            .count();
+        if self.pending.len() != pending_nodes
+            || self.pending.iter().any(|p| {
+                let n = &self.nodes[p.slot as usize];
+                !(n.allocated && n.pending)
+            })
+        {
+            return Err("pending frees disagree with the blocks".into());
         }
         let s = self.snapshot_stats();
         if inactive_split != self.stats.all.inactive_split_bytes.current {

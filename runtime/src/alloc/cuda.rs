@@ -23,9 +23,7 @@
 //! the call and be lost. Failures carry the driver's error name ([`BackendFailure`]). Events
 //! for stream-safe reuse are `cuEventRecord`ed on the streams that used a freed block.
 
-use super::{
-    Backend, BackendError, BackendFailure, EventId, SetupError, StreamId, VirtualMemory,
-};
+use super::{Backend, BackendError, BackendFailure, EventId, SetupError, StreamId, VirtualMemory};
 use cudarc::driver::{result, sys, CudaContext, DriverError};
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
@@ -250,7 +248,11 @@ impl CudaBackend {
     /// order. Stops at the first granule that cannot be unmapped and returns its failure with
     /// the granules unmapped before it; a failed `cuMemRelease` after a successful unmap is
     /// logged only (the granule is unmapped; its memory is lost to the process).
-    fn unmap_granules(&self, addrs: &[u64], granularity: usize) -> Result<(), (usize, BackendFailure)> {
+    fn unmap_granules(
+        &self,
+        addrs: &[u64],
+        granularity: usize,
+    ) -> Result<(), (usize, BackendFailure)> {
         let mut mapped = self.mapped.lock().unwrap_or_else(|e| e.into_inner());
         for (done, addr) in addrs.iter().enumerate() {
             let Some(&handle) = mapped.get(addr) else {
@@ -258,7 +260,10 @@ impl CudaBackend {
             };
             // SAFETY: `addr` is a mapped granule of this backend that nothing uses.
             if let Err(e) = unsafe { sys::cuMemUnmap(*addr, granularity) }.result() {
-                return Err((done, call_failure(format!("cuMemUnmap({addr:#x}, {granularity})"), e)));
+                return Err((
+                    done,
+                    call_failure(format!("cuMemUnmap({addr:#x}, {granularity})"), e),
+                ));
             }
             mapped.remove(addr);
             // SAFETY: the handle's only mapping was just removed; it is released once.
@@ -396,8 +401,12 @@ unsafe impl VirtualMemory for CudaBackend {
         let _current = self.current("unmapping pages")?;
         // Kernels queued on any stream may still use the pages: let them finish first. A
         // failure here (an earlier kernel's error) leaves every page mapped.
-        result::ctx::synchronize()
-            .map_err(|e| call_error(format!("cuCtxSynchronize before unmapping {bytes} bytes"), e))?;
+        result::ctx::synchronize().map_err(|e| {
+            call_error(
+                format!("cuCtxSynchronize before unmapping {bytes} bytes"),
+                e,
+            )
+        })?;
         let g = self.granularity();
         let addrs: Vec<u64> = (addr..addr + bytes as u64).step_by(g).collect();
         let Err((done, failure)) = self.unmap_granules(&addrs, g) else {
@@ -493,7 +502,10 @@ unsafe impl Backend for CudaBackend {
         if let Err(e) = recorded {
             // SAFETY: created above, never recorded, destroyed once.
             let _ = unsafe { result::event::destroy(event) };
-            return Err(call_error(format!("cuEventRecord on stream {:#x}", stream.0), e));
+            return Err(call_error(
+                format!("cuEventRecord on stream {:#x}", stream.0),
+                e,
+            ));
         }
         Ok(Some(EventId(event as usize as u64)))
     }
@@ -518,7 +530,11 @@ unsafe impl Backend for CudaBackend {
         };
         // SAFETY: the event came from `record_event` and is destroyed once.
         if let Err(e) = unsafe { result::event::destroy(event.0 as usize as sys::CUevent) } {
-            tracing::warn!("cuda:{}: cuEventDestroy failed: {}", self.ordinal, error_name(e));
+            tracing::warn!(
+                "cuda:{}: cuEventDestroy failed: {}",
+                self.ordinal,
+                error_name(e)
+            );
         }
     }
 }

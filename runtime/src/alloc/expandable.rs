@@ -316,7 +316,8 @@ impl State {
             let hole = if lo > addr {
                 self.nodes[at as usize].size = (lo - addr) as usize;
                 let h = self.insert_node_after(at, lo, (hi - lo) as usize);
-                self.free_set(pool, stream).insert((lo - addr) as usize, addr, at);
+                self.free_set(pool, stream)
+                    .insert((lo - addr) as usize, addr, at);
                 self.note_inactive(at, (lo - addr) as usize, true);
                 h
             } else {
@@ -327,7 +328,8 @@ impl State {
             let end = addr + size as u64;
             if end > hi {
                 let rest = self.insert_node_after(hole, hi, (end - hi) as usize);
-                self.free_set(pool, stream).insert((end - hi) as usize, hi, rest);
+                self.free_set(pool, stream)
+                    .insert((end - hi) as usize, hi, rest);
                 self.note_inactive(rest, (end - hi) as usize, true);
             }
             // A hole next to a hole is one hole.

@@ -114,7 +114,10 @@ unsafe impl VirtualMemory for HostBackend {
             let err = std::io::Error::last_os_error();
             return Err(match err.raw_os_error() {
                 Some(libc::ENOMEM) => BackendError::OutOfMemory { requested: bytes },
-                _ => BackendError::driver(format!("mprotect of {bytes} bytes at {addr:#x}"), err.to_string()),
+                _ => BackendError::driver(
+                    format!("mprotect of {bytes} bytes at {addr:#x}"),
+                    err.to_string(),
+                ),
             });
         }
         Ok(())

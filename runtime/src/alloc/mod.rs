@@ -119,4 +119,6 @@ pub use trace::{
 };
 
 #[cfg(test)]
+mod fake_tests;
+#[cfg(test)]
 mod tests;

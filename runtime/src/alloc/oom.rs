@@ -26,7 +26,7 @@ pub enum OomCause {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct OutOfMemory {
     /// Device name.
-    pub device: String,
+    pub device: Box<str>,
     /// Bytes requested.
     pub requested: usize,
     /// The request rounded to a block size.
@@ -55,7 +55,7 @@ pub struct OutOfMemory {
     pub segments: SegmentMode,
     /// The backend call that failed while serving the request, when the cause is
     /// [`OomCause::BackendFailed`].
-    pub backend_error: Option<BackendFailure>,
+    pub backend_error: Option<Box<BackendFailure>>,
 }
 
 /// Which segments an allocator's large pool uses, and, for fixed ones, why
@@ -122,9 +122,7 @@ impl fmt::Display for OutOfMemory {
                 human_bytes(self.reserved),
                 human_bytes(self.limit.unwrap_or(0))
             )?,
-            OomCause::DeviceFull | OomCause::BackendFailed => {
-                write!(f, "the device is full")?
-            }
+            OomCause::DeviceFull | OomCause::BackendFailed => write!(f, "the device is full")?,
         }
         write!(
             f,

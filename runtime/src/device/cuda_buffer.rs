@@ -90,11 +90,15 @@ impl<T: ValidAsZeroBits> CudaBuffer<T> {
         let stream = &buffer.stream;
         // Pushed, not bound: binding would report (and clear) an unrelated error cudarc
         // recorded on the context earlier.
-        let _current = CurrentContext::push(stream.context(), stream.context().ordinal(), "zeroing a CudaBuffer")
-            .map_err(|e| CudaBufferError::Driver {
-                op: "cuCtxPushCurrent",
-                message: e.to_string(),
-            })?;
+        let _current = CurrentContext::push(
+            stream.context(),
+            stream.context().ordinal(),
+            "zeroing a CudaBuffer",
+        )
+        .map_err(|e| CudaBufferError::Driver {
+            op: "cuCtxPushCurrent",
+            message: e.to_string(),
+        })?;
         // SAFETY: the context is current on this thread and the range is the buffer's own
         // allocation (at least `bytes` long), which nothing else uses yet.
         unsafe { result::memset_d8_async(buffer.allocation.addr(), 0, bytes, stream.cu_stream()) }
