@@ -70,15 +70,22 @@ pub mod memory {
 pub mod alloc {
     pub use vramguard_runtime::alloc::{
         parse_bytes, set_trace_label, trace_label, AllocatorConfig, Backend, BackendError,
-        BlockSnapshot, CachingAllocator, ConfigError, DeviceAllocator, ExpandableSegments,
-        HostBackend, MemoryLimit, PoolKind, SegmentSnapshot, SetupError, TraceEvent,
-        TraceEventKind, TraceLabelGuard, VirtualMemory, DEFAULT_EXPANDABLE_RANGE, ENV_VAR,
+        BackendFailure, BlockSnapshot, CachingAllocator, ConfigError, DeviceAllocator, EventId,
+        ExpandableSegments, HostBackend, MemoryLimit, PoolKind, SegmentSnapshot, SetupError,
+        StreamId, TraceEvent, TraceEventKind, TraceLabelGuard, VirtualMemory,
+        DEFAULT_EXPANDABLE_RANGE, ENV_VAR,
     };
 
     /// The CUDA backend (driver API through cudarc, loaded at run time).
     pub mod cuda {
-        pub use vramguard_runtime::alloc::cuda::{driver_present, CudaBackend};
+        pub use vramguard_runtime::alloc::cuda::{driver_present, stream_id, CudaBackend};
     }
+}
+
+/// The CUDA driver's own memory pool for code whose tensors are not vramguard's (candle's):
+/// release threshold, statistics, peaks, trimming, and batch-scope accounting.
+pub mod cuda {
+    pub use vramguard_runtime::cuda::{DriverPool, KEEP_ALL_CACHED};
 }
 
 /// Allocations and GPU buffers ([`crate::Device`] itself is at the crate root).

@@ -5,6 +5,7 @@
 #![warn(missing_docs)]
 
 pub mod alloc;
+pub mod cuda;
 pub mod device;
 pub mod grad;
 pub mod memory;

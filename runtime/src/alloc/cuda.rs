@@ -75,6 +75,29 @@ fn driver_error(op: &'static str, e: DriverError) -> DeviceError {
     }
 }
 
+/// Loads the driver (probed first: cudarc panics without it), `cuInit`, checks the ordinal,
+/// retains GPU `ordinal`'s primary context and binds it to this thread.
+pub(crate) fn open_context(ordinal: usize) -> Result<Arc<CudaContext>, DeviceError> {
+    if !driver_present() {
+        return Err(DeviceError::NoDriver);
+    }
+    match result::init() {
+        Ok(()) => {}
+        Err(DriverError(sys::CUresult::CUDA_ERROR_NO_DEVICE)) => {
+            return Err(DeviceError::NoDevice { ordinal, count: 0 })
+        }
+        Err(e) => return Err(driver_error("cuInit", e)),
+    }
+    let count = result::device::get_count().map_err(|e| driver_error("cuDeviceGetCount", e))?;
+    if ordinal >= count.max(0) as usize {
+        return Err(DeviceError::NoDevice {
+            ordinal,
+            count: count.max(0) as usize,
+        });
+    }
+    CudaContext::new(ordinal).map_err(|e| driver_error("cuDevicePrimaryCtxRetain", e))
+}
+
 /// Device memory of one GPU, taken from the driver segment by segment.
 #[derive(Debug)]
 pub struct CudaBackend {
@@ -133,26 +156,7 @@ impl CudaBackend {
     /// Opens GPU `ordinal`: loads the driver, `cuInit`, retains the primary context and binds it
     /// to this thread, and reads the capacity with `cuMemGetInfo`.
     pub fn new(ordinal: usize) -> Result<CudaBackend, DeviceError> {
-        if !driver_present() {
-            return Err(DeviceError::NoDriver);
-        }
-        match result::init() {
-            Ok(()) => {}
-            Err(DriverError(sys::CUresult::CUDA_ERROR_NO_DEVICE)) => {
-                return Err(DeviceError::NoDevice { ordinal, count: 0 })
-            }
-            Err(e) => return Err(driver_error("cuInit", e)),
-        }
-        let count = result::device::get_count().map_err(|e| driver_error("cuDeviceGetCount", e))?;
-        if ordinal >= count.max(0) as usize {
-            return Err(DeviceError::NoDevice {
-                ordinal,
-                count: count.max(0) as usize,
-            });
-        }
-        // Retains the primary context and binds it to this thread.
-        let context =
-            CudaContext::new(ordinal).map_err(|e| driver_error("cuDevicePrimaryCtxRetain", e))?;
+        let context = open_context(ordinal)?;
         let (_free, total) = result::mem_get_info().map_err(|e| driver_error("cuMemGetInfo", e))?;
         Ok(CudaBackend {
             ordinal,
