@@ -279,7 +279,11 @@ impl Allocation {
             .as_ref()
             .unwrap_or_else(|| unreachable!("block taken before drop"))
     }
-    /// Device address of the first byte.
+    /// Device address of the first byte, as a number (for logs, snapshots, comparisons). It is
+    /// memory of this allocation only while the allocation lives and only in its stream's
+    /// order: to hand the memory to a kernel, go through [`CudaBuffer`], whose
+    /// `DevicePtr`/`DevicePtrMut` give the pointer together with the borrow that keeps it
+    /// valid (and record other streams, [`Allocation::record_stream`]).
     pub fn addr(&self) -> u64 {
         self.block().addr
     }
