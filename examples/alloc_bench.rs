@@ -23,9 +23,15 @@
 //!   system. `cached_pair_ns_fixed_segments`: the same pairs with fixed segments, interleaved
 //!   in the same blocks. `cached_pair_ns_recording`: the same pairs, interleaved in the same
 //!   blocks, on a device recording its trace (every alloc and free an event with its origin —
-//!   source line, op — and label; target ≤ 2 × `cached_pair_ns`). With `--device cuda` there is
-//!   also `driver_pair_ns`
-//!   (`cuMemAlloc`+`cuMemFree`).
+//!   source line, op — and label; target ≤ 2 × `cached_pair_ns`). With `--device cuda` (GPU 0;
+//!   without a GPU the program prints one
+//!   line and exits 0), three more, measured side by side in interleaved blocks of one run on
+//!   the same sizes: `cuda_cached_pair_ns` (this allocator on the GPU, `cached_pair_ns` of
+//!   that run), `cuda_async_pool_pair_ns` (`cuMemAllocAsync` + `cuMemFreeAsync` on the
+//!   default stream, from the driver's default pool with its release threshold raised so it
+//!   keeps its cache: what candle's CUDA tensors use) and `cuda_raw_pair_ns` (`cuMemAlloc` +
+//!   `cuMemFree`), each ns per pair as the host sees it (stream-ordered calls only enqueue;
+//!   the stream is synchronised between rounds, outside the timing).
 //! - `cached_pair_ns_2threads`: the same loop on two threads sharing one allocator (ns per pair
 //!   as each thread sees it, median over rounds and threads); `_fixed_segments` too.
 //! - `trace_peak_reserved_over_allocated` and `trace_backend_calls_steady`: replay of a
@@ -328,6 +334,12 @@ fn fixed_segments() -> AllocatorConfig {
 fn main() {
     let args = Args::parse();
     let cuda = args.value::<String>("device").is_some_and(|d| d == "cuda");
+    if cuda {
+        if let Err(e) = Device::cuda(0) {
+            println!("alloc_bench --device cuda: no GPU to measure ({e}); nothing measured");
+            return;
+        }
+    }
     let rounds = if args.quick { 40 } else { 400 };
     let steps = trace_steps(if args.quick { 100 } else { 400 });
     let sizes = mixed_sizes();
@@ -342,12 +354,19 @@ fn main() {
     let recording_device = new_device(cuda, base_config().with_trace_capacity(RECORDED_EVENTS));
     let (mut cached, mut system, mut fixed, mut recording) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut async_pool, mut raw) = (Vec::new(), Vec::new());
+    let driver = cuda.then(|| GpuDriver::new(&device));
     for _ in 0..4 {
         cached.extend(cached_rounds(&device, &sizes, rounds / 4));
         system.extend(system_rounds(&sizes, rounds / 4));
         fixed.extend(cached_rounds(&fixed_device, &sizes, rounds / 4));
         let _label = vramguard::scope::tag("recorded pairs");
         recording.extend(cached_rounds(&recording_device, &sizes, rounds / 4));
+        if let Some(driver) = &driver {
+            async_pool.extend(driver.async_pool_rounds(&sizes, rounds / 4));
+            // cuMemAlloc is slow: fewer rounds, still in the same blocks.
+            raw.extend(driver.raw_rounds(&sizes, (rounds / 80).max(1)));
+        }
     }
     let recorded = memory::trace(&recording_device);
     assert!(
@@ -365,6 +384,24 @@ fn main() {
         median(fixed),
         median(recording),
     );
+    if cuda {
+        let (async_pool, raw) = (median(async_pool), median(raw));
+        report.metric_with_target(
+            "cuda_cached_pair_ns",
+            cached,
+            Unit::Ns,
+            "< cuda_async_pool_pair_ns",
+            cached < async_pool,
+        );
+        report.metric("cuda_async_pool_pair_ns", async_pool, Unit::Ns);
+        report.metric_with_target(
+            "cuda_raw_pair_ns",
+            raw,
+            Unit::Ns,
+            "≫ cuda_cached_pair_ns (≥ 10×)",
+            raw >= 10.0 * cached,
+        );
+    }
     report.metric_with_target(
         "cached_pair_ns",
         cached,
@@ -390,11 +427,6 @@ fn main() {
         two_fixed,
         Unit::Ns,
     );
-
-    if cuda {
-        let ns = driver_pair_ns(&sizes, rounds);
-        report.metric("driver_pair_ns", ns, Unit::Ns);
-    }
 
     let default_device = new_device(cuda, base_config());
     let expandable_in_use = memory::uses_expandable_segments(&default_device);
@@ -618,28 +650,61 @@ fn write_html(path: &str, cuda: bool, steps: &[(usize, usize)]) {
     }
 }
 
-/// `cuMemAlloc` + `cuMemFree` per pair, through the CUDA backend directly.
-fn driver_pair_ns(sizes: &[usize], rounds: usize) -> f64 {
-    use vramguard::alloc::cuda::CudaBackend;
-    use vramguard::alloc::Backend;
-    let backend = match CudaBackend::new(0) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("--device cuda: {e}");
-            std::process::exit(2)
-        }
-    };
-    let rounds = rounds.clamp(1, 20);
-    let per_round: Vec<f64> = (0..rounds)
-        .map(|_| {
-            let t = Instant::now();
-            for &s in sizes {
-                let addr = backend.alloc_segment(s).expect("cuMemAlloc");
-                // SAFETY: just allocated with this size, never used.
-                unsafe { backend.free_segment(addr, s) };
-            }
-            t.elapsed().as_nanos() as f64 / sizes.len() as f64
-        })
-        .collect();
-    median(per_round)
+/// The driver's own allocation paths on the GPU of the benchmark's device.
+struct GpuDriver {
+    context: std::sync::Arc<cudarc::driver::CudaContext>,
+}
+
+impl GpuDriver {
+    /// Raises the release threshold of the default pool, so `cuMemAllocAsync` is measured
+    /// with its cache kept (as vramguard's).
+    fn new(device: &Device) -> GpuDriver {
+        let context = device.cuda_context().expect("a CUDA device").clone();
+        let pool = vramguard::cuda::DriverPool::open(0).expect("the default memory pool");
+        pool.set_release_threshold(vramguard::cuda::KEEP_ALL_CACHED)
+            .expect("setting the pool's release threshold");
+        GpuDriver { context }
+    }
+
+    /// `cuMemAllocAsync` + `cuMemFreeAsync` on the default stream: ns per pair, per round.
+    fn async_pool_rounds(&self, sizes: &[usize], rounds: usize) -> Vec<f64> {
+        use cudarc::driver::result;
+        self.context.bind_to_thread().expect("binding the context");
+        let stream = std::ptr::null_mut();
+        (0..rounds)
+            .map(|_| {
+                let t = Instant::now();
+                for &s in sizes {
+                    // SAFETY: the context is current; the memory is freed at once, never used.
+                    unsafe {
+                        let ptr =
+                            result::malloc_async(stream, black_box(s)).expect("cuMemAllocAsync");
+                        result::free_async(ptr, stream).expect("cuMemFreeAsync");
+                    }
+                }
+                let ns = t.elapsed().as_nanos() as f64 / sizes.len() as f64;
+                self.context.synchronize().expect("synchronising");
+                ns
+            })
+            .collect()
+    }
+
+    /// `cuMemAlloc` + `cuMemFree`: ns per pair, per round.
+    fn raw_rounds(&self, sizes: &[usize], rounds: usize) -> Vec<f64> {
+        use cudarc::driver::result;
+        self.context.bind_to_thread().expect("binding the context");
+        (0..rounds)
+            .map(|_| {
+                let t = Instant::now();
+                for &s in sizes {
+                    // SAFETY: the context is current; the memory is freed at once, never used.
+                    unsafe {
+                        let ptr = result::malloc_sync(black_box(s)).expect("cuMemAlloc");
+                        result::free_sync(ptr).expect("cuMemFree");
+                    }
+                }
+                t.elapsed().as_nanos() as f64 / sizes.len() as f64
+            })
+            .collect()
+    }
 }

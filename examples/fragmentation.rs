@@ -81,6 +81,12 @@ fn real_main() -> Result<bool, Box<dyn std::error::Error>> {
             }
         }
     }
+    if cuda {
+        if let Err(e) = vramguard::Device::cuda(0) {
+            println!("fragmentation --device cuda: no GPU to run on ({e}); nothing measured");
+            return Ok(true);
+        }
+    }
     println!(
         "Device: {} {} MiB. Stream: {} batches, lengths {:?}; activations {} KiB per \
          token, a {:.1} MiB summary kept per batch.\n",

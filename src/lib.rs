@@ -69,16 +69,22 @@ pub mod memory {
 /// itself for custom backends. Per-device tools are in [`crate::memory`].
 pub mod alloc {
     pub use vramguard_runtime::alloc::{
-        parse_bytes, AllocOrigin, AllocatorConfig, Backend, BackendError, BlockSnapshot,
-        CachingAllocator, ConfigError, DeviceAllocator, ExpandableSegments, HostBackend,
-        LabelFrame, MemoryLimit, PoolKind, SegmentSnapshot, SetupError, TraceEvent, TraceEventKind,
-        TraceLabel, VirtualMemory, DEFAULT_EXPANDABLE_RANGE, ENV_VAR,
+        parse_bytes, AllocOrigin, AllocatorConfig, Backend, BackendError, BackendFailure,
+        BlockSnapshot, CachingAllocator, ConfigError, DeviceAllocator, EventId, ExpandableSegments,
+        HostBackend, LabelFrame, MemoryLimit, PoolKind, SegmentSnapshot, SetupError, StreamId,
+        TraceEvent, TraceEventKind, TraceLabel, VirtualMemory, DEFAULT_EXPANDABLE_RANGE, ENV_VAR,
     };
 
     /// The CUDA backend (driver API through cudarc, loaded at run time).
     pub mod cuda {
-        pub use vramguard_runtime::alloc::cuda::{driver_present, CudaBackend};
+        pub use vramguard_runtime::alloc::cuda::{driver_present, stream_id, CudaBackend};
     }
+}
+
+/// The CUDA driver's own memory pool for code whose tensors are not vramguard's (candle's):
+/// release threshold, statistics, peaks, trimming, and batch-scope accounting.
+pub mod cuda {
+    pub use vramguard_runtime::cuda::{DriverPool, KEEP_ALL_CACHED};
 }
 
 /// Allocations and GPU buffers ([`crate::Device`] itself is at the crate root).

@@ -10,7 +10,7 @@ pub use cuda_buffer::{CudaBuffer, CudaBufferError};
 use crate::alloc::cuda::CudaBackend;
 use crate::alloc::{
     AllocOrigin, AllocatorConfig, Backend, Block, CachingAllocator, DeviceAllocator, HostBackend,
-    OutOfMemory, SetupError,
+    OutOfMemory, SetupError, StreamId,
 };
 use crate::scope::ScopeTracker;
 use cudarc::driver::CudaContext;
@@ -172,7 +172,24 @@ impl Device {
     /// recorded as the block's [`AllocOrigin`].
     #[track_caller]
     pub fn allocate(&self, bytes: usize) -> Result<Allocation, OutOfMemory> {
-        self.allocate_at(bytes, AllocOrigin::current(Location::caller(), "allocate"))
+        self.allocate_at(
+            bytes,
+            StreamId::DEFAULT,
+            AllocOrigin::current(Location::caller(), "allocate"),
+        )
+    }
+
+    /// Allocates `bytes` bytes for use on `stream` (for CUDA, a `CUstream` of this device's
+    /// context: `StreamId(stream.cu_stream() as u64)`): the block comes from that stream's pool
+    /// and returns there when dropped, reused in the stream's order. Use
+    /// [`Allocation::record_stream`] for any other stream that uses it.
+    #[track_caller]
+    pub fn allocate_on(&self, bytes: usize, stream: StreamId) -> Result<Allocation, OutOfMemory> {
+        self.allocate_at(
+            bytes,
+            stream,
+            AllocOrigin::current(Location::caller(), "allocate"),
+        )
     }
 
     /// Allocates the memory of a tensor of `shape` for tensor op `op` (the origin is the
@@ -186,13 +203,22 @@ impl Device {
     ) -> Result<Allocation, OutOfMemory> {
         let mut origin = AllocOrigin::current(Location::caller(), op);
         origin.shape = Some(Arc::from(shape));
-        self.allocate_at(bytes, origin)
+        self.allocate_at(bytes, StreamId::DEFAULT, origin)
     }
 
-    fn allocate_at(&self, bytes: usize, origin: AllocOrigin) -> Result<Allocation, OutOfMemory> {
+    fn allocate_at(
+        &self,
+        bytes: usize,
+        stream: StreamId,
+        origin: AllocOrigin,
+    ) -> Result<Allocation, OutOfMemory> {
         let scope = crate::scope::current_tracker();
-        let iteration = scope.as_ref().map(|t| t.iteration_id());
-        let block = self.allocator().allocate_at(bytes, iteration, origin)?;
+        let block = if stream == StreamId::DEFAULT {
+            let iteration = scope.as_ref().map(|t| t.iteration_id());
+            self.allocator().allocate_at(bytes, iteration, origin)?
+        } else {
+            self.allocator().allocate_from(bytes, stream, origin)?
+        };
         if let Some(tracker) = &scope {
             tracker.on_alloc_on(self.allocator(), block.id, block.size);
         }
@@ -277,7 +303,11 @@ impl Allocation {
             .as_ref()
             .unwrap_or_else(|| unreachable!("block taken before drop"))
     }
-    /// Device address of the first byte.
+    /// Device address of the first byte, as a number (for logs, snapshots, comparisons). It is
+    /// memory of this allocation only while the allocation lives and only in its stream's
+    /// order: to hand the memory to a kernel, go through [`CudaBuffer`], whose
+    /// `DevicePtr`/`DevicePtrMut` give the pointer together with the borrow that keeps it
+    /// valid (and record other streams, [`Allocation::record_stream`]).
     pub fn addr(&self) -> u64 {
         self.block().addr
     }
@@ -296,6 +326,18 @@ impl Allocation {
     /// A CPU pointer to the memory, if the device is host-addressable.
     pub fn host_ptr(&self) -> Option<*mut u8> {
         self.device.is_host().then(|| self.block().addr as *mut u8)
+    }
+    /// The stream the memory was allocated on (see [`Device::allocate_on`]).
+    pub fn stream(&self) -> StreamId {
+        self.block().stream
+    }
+    /// Records that work queued on `stream` uses this memory, as PyTorch's `record_stream`:
+    /// when the allocation is dropped, the block is not handed out again until the work queued
+    /// on `stream` up to that moment is done. Needed for every stream other than
+    /// [`Allocation::stream`] that reads or writes the memory (cudarc code of your own, another
+    /// library); the allocation's own stream needs nothing.
+    pub fn record_stream(&self, stream: StreamId) {
+        self.device.allocator().record_stream(self.block(), stream);
     }
 }
 

@@ -5,6 +5,7 @@
 #![warn(missing_docs)]
 
 pub mod alloc;
+pub mod cuda;
 pub mod device;
 mod diagnostics;
 pub mod grad;

@@ -46,8 +46,9 @@ mod workspace;
 
 use crate::alloc::SetupError;
 pub use crate::alloc::{
-    BucketError, DetailedStats, MemorySnapshot, MemoryStats, OomCause, OutOfMemory, PoolStats,
-    PressureHandlerId, SegmentMode, SequenceBuckets, Stat, Trace,
+    BucketError, ConfigSource, DetailedStats, LiveAllocation, MemorySnapshot, MemoryStats,
+    OomCause, OomContext, OutOfMemory, PoolStats, PressureHandlerId, SegmentMode, SequenceBuckets,
+    Stat, Trace,
 };
 use crate::Device;
 pub use max_batch::{

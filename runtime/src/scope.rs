@@ -32,6 +32,20 @@
 //!
 //! Reports are queryable with [`last_report`]. Labels are per thread: two threads running the
 //! same loop keep separate iteration counts and live sets.
+//!
+//! ## Tensors that are not vramguard's
+//!
+//! Memory of other libraries (candle's CUDA tensors come from the driver's memory pool) never
+//! passes through vramguard's allocator, so the scope would see nothing. A thread can instead
+//! account its scopes with the figures of such a pool ([`account_with`]; `vramguard::cuda`'s
+//! `DriverPool::account_scopes_on_this_thread` does it when a device's pool is taken over):
+//! each iteration then starts a new peak window of the pool, and its report takes
+//! `live_bytes` (the pool's bytes in use at the end), `escaped_bytes` (what that grew by during
+//! the iteration), `peak_live_bytes` (the pool's peak during the iteration) and
+//! `allocated_bytes` (the peak above the start: a lower bound) from the pool, so growth across
+//! iterations is detected as for vramguard's own tensors. Counts and tags are not known there
+//! and stay 0. The pool's figures cover everything on the device, not just the scope's
+//! allocations.
 
 use crate::alloc::{DeviceAllocator, IterationId, TraceLabel};
 use std::borrow::Cow;
@@ -212,7 +226,11 @@ impl BatchScope {
     ) -> BatchScopeGuard {
         let label = label.into();
         let tracker = tracker_for(&label);
-        let snapshot = tracker.begin_iteration();
+        let mut snapshot = tracker.begin_iteration();
+        if let Some(figures) = external_figures() {
+            figures.reset_peak();
+            snapshot.external_used = figures.used_bytes();
+        }
         STACK.with(|stack| stack.borrow_mut().push(Arc::clone(&tracker)));
         let previous_label = push_label(Arc::clone(&tracker.label), Some(snapshot.iteration));
         BatchScopeGuard {
@@ -470,6 +488,32 @@ struct IterationStart {
     allocated_bytes: u64,
     allocated_count: u64,
     previous_peak: u64,
+    /// The external pool's bytes in use when the iteration began, when the thread accounts
+    /// with one ([`account_with`]).
+    external_used: Option<u64>,
+}
+
+/// A memory pool outside vramguard's allocator whose figures a thread's batch scopes account
+/// with ([`account_with`]): the CUDA driver's pool that candle allocates from, or a fake one
+/// in tests.
+pub trait ExternalFigures: Send + Sync {
+    /// Bytes in use now (`None` when they cannot be read; the iteration then falls back to
+    /// vramguard's own accounting).
+    fn used_bytes(&self) -> Option<u64>;
+    /// The highest bytes in use since the last [`ExternalFigures::reset_peak`].
+    fn peak_used_bytes(&self) -> Option<u64>;
+    /// Starts a new peak window at the bytes in use now.
+    fn reset_peak(&self);
+}
+
+/// Makes the batch scopes entered on this thread account with `figures` (`None`: with
+/// vramguard's own allocations again). Returns the previous source.
+pub fn account_with(figures: Option<Arc<dyn ExternalFigures>>) -> Option<Arc<dyn ExternalFigures>> {
+    EXTERNAL.with(|e| std::mem::replace(&mut *e.borrow_mut(), figures))
+}
+
+fn external_figures() -> Option<Arc<dyn ExternalFigures>> {
+    EXTERNAL.try_with(|e| e.borrow().clone()).ok().flatten()
 }
 
 impl ScopeTracker {
@@ -571,6 +615,7 @@ impl ScopeTracker {
             allocated_bytes: state.total_allocated_bytes,
             allocated_count: state.total_allocated_count,
             previous_peak: state.peak_live_bytes,
+            external_used: None,
         };
         state.current_iteration = state.iterations;
         state.peak_live_bytes = state.live_bytes;
@@ -582,6 +627,11 @@ impl ScopeTracker {
         start: &IterationStart,
         options: &ScopeOptions,
     ) -> (ScopeReport, Vec<Arc<DeviceAllocator>>) {
+        // The external pool's figures at the end: (used at start, used now, peak).
+        let external = start.external_used.and_then(|at_start| {
+            let figures = external_figures()?;
+            Some((at_start, figures.used_bytes()?, figures.peak_used_bytes()?))
+        });
         let mut state = self.state();
         let iteration = start.iteration;
         let (escaped_count, escaped_bytes) = state
@@ -595,7 +645,10 @@ impl ScopeTracker {
             Vec::new()
         };
         let older_iterations_alive = state.alive_by_iteration.range(..iteration).count() as u64;
-        let live_bytes = state.live_bytes;
+        let live_bytes = match external {
+            Some((_, used, _)) => used,
+            None => state.live_bytes,
+        };
         match state.last_live_at_end {
             None => state.high_mark = live_bytes,
             Some(_) if live_bytes > state.high_mark => {
@@ -613,7 +666,7 @@ impl ScopeTracker {
         // A nested iteration of the same label hands the peak and the iteration back.
         state.peak_live_bytes = start.previous_peak.max(peak_live_bytes);
         state.current_iteration = start.previous_iteration;
-        let report = ScopeReport {
+        let mut report = ScopeReport {
             label: self.label.to_string(),
             iterations: iteration,
             allocated_bytes: state.total_allocated_bytes - start.allocated_bytes,
@@ -628,6 +681,12 @@ impl ScopeTracker {
             growth_streak: state.growth_streak,
             cache_released_bytes: None,
         };
+        if let Some((at_start, used, peak)) = external {
+            let peak = peak.max(used).max(at_start);
+            report.allocated_bytes = peak - at_start;
+            report.peak_live_bytes = peak;
+            report.escaped_bytes = used.saturating_sub(at_start);
+        }
         let devices = match options.empty_cache_every {
             Some(every) if iteration.is_multiple_of(u64::from(every)) => {
                 state.devices.drain().map(|(_, d)| d).collect()
@@ -686,6 +745,8 @@ thread_local! {
     static TRACKERS: RefCell<HashMap<Arc<str>, Arc<ScopeTracker>>> = RefCell::new(HashMap::new());
     /// This thread's label: its tags and batch-scope iterations.
     static LABEL: RefCell<Option<TraceLabel>> = const { RefCell::new(None) };
+    /// The external pool this thread's scopes account with ([`account_with`]).
+    static EXTERNAL: RefCell<Option<Arc<dyn ExternalFigures>>> = const { RefCell::new(None) };
 }
 
 fn tracker_for(label: &str) -> Arc<ScopeTracker> {

@@ -131,7 +131,7 @@ unsafe impl Backend for Shared {
     fn alloc_segment(&self, bytes: usize) -> Result<u64, BackendError> {
         self.0.alloc_segment(bytes)
     }
-    unsafe fn free_segment(&self, addr: u64, bytes: usize) {
+    unsafe fn free_segment(&self, addr: u64, bytes: usize) -> Result<(), BackendError> {
         // SAFETY: forwarded contract.
         unsafe { self.0.free_segment(addr, bytes) }
     }

@@ -186,6 +186,7 @@ fn out_of_memory_names_the_largest_live_allocations_and_their_lines() {
     assert_eq!(err.cause, OomCause::LimitReached);
     assert_eq!(err.allocated, 56 * MIB + 1024 + 512);
     let listed: Vec<(u64, &str, u32, Option<Vec<usize>>)> = err
+        .context
         .largest_live
         .iter()
         .map(|l| {

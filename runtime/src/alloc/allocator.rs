@@ -4,7 +4,7 @@
 //! small function. The bookkeeping it drives is in `blocks.rs` and `expandable.rs`, the
 //! decisions in `policy.rs`.
 
-use super::blocks::State;
+use super::blocks::{PendingFree, State};
 use super::expandable::{self, Resolved};
 use super::origin::RAW_OP;
 use super::plan::{IterationId, Obstacle};
@@ -12,9 +12,9 @@ use super::policy::{self, OomFacts, ADDR_LIMIT};
 use super::pressure::PressureHandlers;
 use super::trace::TraceRing;
 use super::{
-    AllocOrigin, AllocatorConfig, Backend, ConfigSource, DetailedStats, ExpandableSegments,
-    LargestLive, MemorySnapshot, MemoryStats, OutOfMemory, PoolKind, PressureHandlerId,
-    SegmentMode, SetupError, Trace, TraceEventKind, OOM_LARGEST_LIVE,
+    AllocOrigin, AllocatorConfig, Backend, BackendFailure, ConfigSource, DetailedStats,
+    ExpandableSegments, MemorySnapshot, MemoryStats, OomCause, OomContext, OutOfMemory, PoolKind,
+    PressureHandlerId, SegmentMode, SetupError, StreamId, Trace, TraceEventKind, OOM_LARGEST_LIVE,
 };
 use std::fmt;
 use std::panic::Location;
@@ -54,6 +54,8 @@ pub struct Block {
     pub requested: usize,
     /// Unique id, never reused within one allocator.
     pub id: u64,
+    /// The stream the block was allocated on: once freed, it is reused in that stream's order.
+    pub stream: StreamId,
     slot: u32,
     /// The allocator that handed the block out ([`CachingAllocator::free`] refuses others).
     owner: u64,
@@ -70,6 +72,8 @@ struct Request {
     /// The block size it gets.
     size: usize,
     pool: PoolKind,
+    /// Index of the request's stream in the state's stream list.
+    stream: u32,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -203,15 +207,38 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     /// (unless a tensor op of this thread is running: then that op's).
     #[track_caller]
     pub fn allocate(&self, bytes: usize) -> Result<Block, OutOfMemory> {
-        self.allocate_from(bytes, AllocOrigin::current(Location::caller(), RAW_OP))
+        self.allocate_from(
+            bytes,
+            StreamId::DEFAULT,
+            AllocOrigin::current(Location::caller(), RAW_OP),
+        )
     }
 
-    fn allocate_from(&self, bytes: usize, origin: AllocOrigin) -> Result<Block, OutOfMemory> {
-        let Some(req) = self.request(bytes) else {
-            let mut st = lock(&self.state);
+    /// Allocates like [`CachingAllocator::allocate`], for use on `stream`: the block comes from
+    /// that stream's pool (blocks freed on it are reused in its order, with no wait), and
+    /// returns there when freed. The expandable segment serves the default stream; other
+    /// streams get fixed segments.
+    #[track_caller]
+    pub fn allocate_on(&self, bytes: usize, stream: StreamId) -> Result<Block, OutOfMemory> {
+        self.allocate_from(
+            bytes,
+            stream,
+            AllocOrigin::current(Location::caller(), RAW_OP),
+        )
+    }
+
+    /// [`CachingAllocator::allocate_on`] for a request whose origin the caller knows.
+    pub(crate) fn allocate_from(
+        &self,
+        bytes: usize,
+        stream: StreamId,
+        origin: AllocOrigin,
+    ) -> Result<Block, OutOfMemory> {
+        let mut st = lock(&self.state);
+        st.request_failure = None;
+        let Some(req) = self.request(bytes, st.stream_index(stream)) else {
             return Err(self.fail(&mut st, bytes, usize::MAX));
         };
-        let mut st = lock(&self.state);
         if let Some(block) = self.serve(&mut st, &req, &origin) {
             return Ok(block);
         }
@@ -251,15 +278,17 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         origin: AllocOrigin,
     ) -> Result<Block, OutOfMemory> {
         let Some(id) = iteration.filter(|_| self.config.iteration_planning) else {
-            return self.allocate_from(bytes, origin);
+            return self.allocate_from(bytes, StreamId::DEFAULT, origin);
         };
-        let Some(req) = self.request(bytes) else {
-            return self.allocate_from(bytes, origin);
+        let Some(req) = self.request(bytes, 0) else {
+            return self.allocate_from(bytes, StreamId::DEFAULT, origin);
         };
         if req.pool != PoolKind::Large || !self.uses_expandable_segments() {
-            return self.allocate_from(bytes, origin);
+            return self.allocate_from(bytes, StreamId::DEFAULT, origin);
         }
         let mut st = lock(&self.state);
+        st.request_failure = None;
+        st.process_pending(&self.backend, &self.name);
         let ordinal = st.planner.on_request(id);
         if let Some(slot) = self.take_planned(&mut st, &req, ordinal) {
             st.planner.planned += 1;
@@ -272,7 +301,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             st.planner.deviate();
         }
         drop(st);
-        let block = self.allocate_from(bytes, origin)?;
+        let block = self.allocate_from(bytes, StreamId::DEFAULT, origin)?;
         lock(&self.state)
             .planner
             .on_allocated(ordinal, block.id, req.size);
@@ -323,8 +352,9 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         (st.planner.planned, st.planner.unplanned)
     }
 
-    /// The request's block size and pool (`None` when the size overflows).
-    fn request(&self, bytes: usize) -> Option<Request> {
+    /// The request's block size and pool, on stream index `stream` (`None` when the size
+    /// overflows).
+    fn request(&self, bytes: usize, stream: u32) -> Option<Request> {
         let size = self
             .rounded_size(bytes)
             .filter(|&s| (s as u64) < ADDR_LIMIT)?;
@@ -332,6 +362,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             requested: bytes,
             size,
             pool: policy::pool_for(size),
+            stream,
         })
     }
 
@@ -339,6 +370,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     /// after the cache was released, else (when the expandable segment could not grow) one from
     /// a fixed segment.
     fn serve(&self, st: &mut State, req: &Request, origin: &AllocOrigin) -> Option<Block> {
+        st.process_pending(&self.backend, &self.name);
         let slot = self
             .take_cached(st, req)
             .or_else(|| self.take_from_new_segment(st, req))
@@ -348,7 +380,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     }
 
     fn take_cached(&self, st: &mut State, req: &Request) -> Option<u32> {
-        st.take_free(req.pool, req.size, self.config.max_split_size)
+        st.take_free(req.pool, req.stream, req.size, self.config.max_split_size)
     }
 
     /// Garbage collection, then room for the request at the end of the expandable segment
@@ -365,7 +397,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
 
     /// Releases the cache (nothing to do when it held nothing) and asks for room again.
     fn take_after_release(&self, st: &mut State, req: &Request) -> Option<u32> {
-        if st.release_cached(&self.backend) == 0 {
+        if st.release_cached(&self.backend, &self.name) == 0 {
             return None;
         }
         st.stats.num_alloc_retries += 1;
@@ -383,20 +415,21 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             .flatten()
     }
 
-    /// Whether the request's pool grows by mapping pages into the expandable segment.
+    /// Whether the request's pool grows by mapping pages into the expandable segment (the
+    /// large pool of the default stream).
     fn grows_expandable(&self, st: &State, req: &Request) -> bool {
-        req.pool == PoolKind::Large && st.expandable.is_some()
+        req.pool == PoolKind::Large && req.stream == 0 && st.expandable.is_some()
     }
 
     /// A fixed segment of the preferred size for the request, else one of exactly its size.
     fn fixed_segments(&self, st: &mut State, req: &Request) -> bool {
         let preferred = policy::segment_size(req.pool, req.size, self.config.max_split_size);
-        self.fixed_segment(st, req.pool, preferred)
-            || (preferred != req.size && self.fixed_segment(st, req.pool, req.size))
+        self.fixed_segment(st, req.pool, req.stream, preferred)
+            || (preferred != req.size && self.fixed_segment(st, req.pool, req.stream, req.size))
     }
 
-    fn fixed_segment(&self, st: &mut State, pool: PoolKind, bytes: usize) -> bool {
-        st.new_segment(&self.backend, self.limit, &self.name, pool, bytes)
+    fn fixed_segment(&self, st: &mut State, pool: PoolKind, stream: u32, bytes: usize) -> bool {
+        st.new_segment(&self.backend, self.limit, &self.name, pool, stream, bytes)
     }
 
     /// Garbage collection as PyTorch's `garbage_collect_cached_blocks`: once reserved memory
@@ -429,7 +462,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             let before = freeable.len();
             freeable.retain(|&(age, i)| {
                 if age as f64 >= average {
-                    reclaimed += st.release_segment(&self.backend, i);
+                    reclaimed += st.release_segment(&self.backend, &self.name, i);
                     total_age -= age;
                     false
                 } else {
@@ -466,13 +499,16 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             size: req.size,
             requested: req.requested,
             id,
+            stream: st.streams[req.stream as usize],
             slot,
             owner: self.id,
         }
     }
 
-    /// Counts the failure and describes it.
+    /// Counts the failure and describes it: a backend failure met while serving the request
+    /// (not a shortage) is the cause when there was one.
     fn fail(&self, st: &mut State, requested: usize, rounded: usize) -> OutOfMemory {
+        let backend_error = st.request_failure.take();
         st.stats.num_ooms += 1;
         st.record(TraceEventKind::Oom, 0, rounded as u64, None);
         let s = st.snapshot_stats();
@@ -487,13 +523,17 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         // as fragmentation.
         let pool = st.stats.pools_of(policy::pool_for(rounded));
         let pool_cached_free = pool.reserved_bytes.current - pool.active_bytes.current;
-        let cause = policy::oom_cause(OomFacts {
-            rounded: rounded as u64,
-            cached_free: pool_cached_free,
-            device_free,
-            reserved: s.reserved_bytes,
-            limit: self.limit,
-        });
+        let cause = if backend_error.is_some() {
+            OomCause::BackendFailed
+        } else {
+            policy::oom_cause(OomFacts {
+                rounded: rounded as u64,
+                cached_free: pool_cached_free,
+                device_free,
+                reserved: s.reserved_bytes,
+                limit: self.limit,
+            })
+        };
         OutOfMemory {
             device: self.name.as_str().into(),
             requested,
@@ -508,14 +548,17 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             cause,
             segments: self.segment_mode,
             config_source: self.config_source,
-            largest_live: LargestLive::new(st.largest_live(OOM_LARGEST_LIVE)),
+            context: Box::new(OomContext {
+                largest_live: st.largest_live(OOM_LARGEST_LIVE),
+                backend_error,
+            }),
         }
     }
 
     /// The largest free block a request of `size` bytes may use: same pool, allowed by the
     /// max-split rules.
     fn largest_usable(&self, st: &State, size: usize) -> u64 {
-        st.pool_free(policy::pool_for(size))
+        st.pool_free(policy::pool_for(size), 0)
             .descending()
             .find(|&(b, _, slot)| {
                 policy::may_take(self.config.max_split_size, size, b, st.in_expandable(slot))
@@ -528,14 +571,14 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     /// A block handed out by another allocator (another device, or one already dropped) is
     /// refused with a logged error and left alone: freeing it here would mark a live block of
     /// this allocator free and hand its memory out twice.
+    ///
+    /// A block that other streams were recorded as using ([`CachingAllocator::record_stream`])
+    /// stays out of the pool until an event recorded now on each of those streams completes
+    /// (checked on later allocations, waited for before the cache is released).
     pub fn free(&self, block: Block) {
         let mut st = lock(&self.state);
         let slot = block.slot;
-        let owned = block.owner == self.id
-            && st.nodes.get(slot as usize).is_some_and(|n| {
-                n.allocated && n.addr == block.addr && n.id == block.id && n.rounded == block.size
-            });
-        if !owned {
+        if !self.owns(&st, &block) {
             crate::diagnostics::error(&format!(
                 "{}: refused to free block {:#x} ({} bytes): another allocator handed it out",
                 self.name, block.addr, block.size
@@ -543,7 +586,8 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             return;
         }
         let (node_size, pool) = (st.nodes[slot as usize].size, st.nodes[slot as usize].pool);
-        st.stats.on_free(pool, node_size, block.requested);
+        st.stats
+            .on_release_allocation(pool, node_size, block.requested);
         if self.config.max_split_size.is_some_and(|ms| node_size >= ms) {
             st.stats.on_oversize_allocation(false);
         }
@@ -555,7 +599,88 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             origin.as_ref(),
         );
         st.planner.on_free(block.id);
-        st.free_block(slot);
+        let uses = if st.nodes[slot as usize].has_uses {
+            st.stream_uses.remove(&slot).unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let mut pending = PendingFree {
+            slot,
+            events: Vec::new(),
+            poisoned: false,
+        };
+        for stream in uses {
+            match self.backend.record_event(stream) {
+                Ok(Some(event)) => pending.events.push(event),
+                Ok(None) => {}
+                Err(e) => {
+                    pending.poisoned = true;
+                    let failure = match e {
+                        super::BackendError::Driver(f) => f,
+                        e => BackendFailure {
+                            op: format!("recording an event on stream {:#x}", stream.0),
+                            error: e.to_string(),
+                        },
+                    };
+                    st.note_failure(&self.name, failure);
+                }
+            }
+        }
+        if pending.events.is_empty() && !pending.poisoned {
+            st.finish_free(slot);
+        } else {
+            st.nodes[slot as usize].pending = true;
+            st.pending.push(pending);
+        }
+    }
+
+    /// Whether `block` is a live block this allocator handed out.
+    fn owns(&self, st: &State, block: &Block) -> bool {
+        block.owner == self.id
+            && st.nodes.get(block.slot as usize).is_some_and(|n| {
+                n.allocated
+                    && !n.pending
+                    && n.addr == block.addr
+                    && n.id == block.id
+                    && n.rounded == block.size
+            })
+    }
+
+    /// Records that work queued on `stream` uses `block` (PyTorch's `record_stream`): when
+    /// the block is freed, the allocator records an event on `stream` and keeps the block out of
+    /// the pool until that work is done, so it is not handed out while the stream may still
+    /// read or write it. Nothing to do for the block's own stream, whose order already protects
+    /// it. A block of another allocator is ignored (logged).
+    pub fn record_stream(&self, block: &Block, stream: StreamId) {
+        if stream == block.stream {
+            return;
+        }
+        let mut st = lock(&self.state);
+        if !self.owns(&st, block) {
+            crate::diagnostics::error(&format!(
+                "{}: record_stream on block {:#x}, which this allocator did not hand out",
+                self.name, block.addr
+            ));
+            return;
+        }
+        st.nodes[block.slot as usize].has_uses = true;
+        let uses = st.stream_uses.entry(block.slot).or_default();
+        if !uses.contains(&stream) {
+            uses.push(stream);
+        }
+    }
+
+    /// The most recent failure of a backend call that was not a shortage of memory (a failed
+    /// free, unmap or event query; a failed segment allocation also ends up in the
+    /// [`OutOfMemory`] of its request), if any. The books stay as they were when a call fails:
+    /// memory the backend could not take back is still counted as reserved.
+    pub fn last_backend_error(&self) -> Option<BackendFailure> {
+        lock(&self.state).last_failure.clone()
+    }
+
+    /// Blocks freed while other streams may still use them, not yet back in the pool.
+    pub fn pending_frees(&self) -> usize {
+        lock(&self.state).pending.len()
     }
 
     /// Current statistics.
@@ -588,7 +713,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     /// Returns every cached, fully free segment to the backend; returns the bytes released.
     /// Frees nothing that is still allocated.
     pub fn empty_cache(&self) -> u64 {
-        lock(&self.state).release_cached(&self.backend)
+        lock(&self.state).release_cached(&self.backend, &self.name)
     }
 
     /// Preallocates one large-pool segment of `bytes` (rounded to 512) and keeps it cached, so
@@ -602,13 +727,14 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     pub fn reserve(&self, bytes: usize) -> Result<u64, OutOfMemory> {
         let size = policy::round_size(bytes);
         let mut st = lock(&self.state);
+        st.request_failure = None;
         if size as u64 >= ADDR_LIMIT {
             return Err(self.fail(&mut st, bytes, size));
         }
-        let reserved = self.fixed_segment(&mut st, PoolKind::Large, size)
-            || (st.release_cached(&self.backend) > 0 && {
+        let reserved = self.fixed_segment(&mut st, PoolKind::Large, 0, size)
+            || (st.release_cached(&self.backend, &self.name) > 0 && {
                 st.stats.num_alloc_retries += 1;
-                self.fixed_segment(&mut st, PoolKind::Large, size)
+                self.fixed_segment(&mut st, PoolKind::Large, 0, size)
             });
         if reserved {
             Ok(size as u64)
@@ -640,7 +766,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     pub fn snapshot(&self) -> MemorySnapshot {
         let st = lock(&self.state);
         MemorySnapshot {
-            device: self.name.clone(),
+            device: self.name.as_str().into(),
             expandable_segments: self.uses_expandable_segments(),
             stats: st.snapshot_stats(),
             segments: st.segment_snapshots(),
@@ -692,26 +818,41 @@ impl<B: Backend + ?Sized> Drop for CachingAllocator<B> {
         // An `Allocation` keeps its device (and so this allocator) alive, so no block handed out
         // through a device can be live here; raw `Block`s are plain data, and dereferencing
         // their addresses was the caller's unsafe business.
+        // Freed blocks other streams may still use: wait for that work first.
         let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        st.synchronize_pending(&self.backend, &self.name);
+        let warn = |what: &str, e: super::BackendError| {
+            tracing::warn!(device = %self.name, "dropping the allocator: {what}: {e}");
+        };
         if let (Some(e), Some(vm)) = (st.expandable, self.backend.virtual_memory()) {
+            let mut all_unmapped = true;
             if let Some(si) = e.seg {
                 let mut at = st.segs[si as usize].head;
                 while at != super::blocks::NIL {
                     let n = &st.nodes[at as usize];
                     if n.mapped {
                         // SAFETY: mapped pages of the range, unused from now on (see above).
-                        unsafe { vm.unmap(n.addr, n.size) };
+                        if let Err(err) = unsafe { vm.unmap(n.addr, n.size) } {
+                            warn("unmapping pages", err);
+                            all_unmapped = false;
+                        }
                     }
                     at = n.next;
                 }
             }
-            // SAFETY: reserved by this allocator, nothing mapped anymore.
-            unsafe { vm.release_range(e.addr, e.virt) };
+            if all_unmapped {
+                // SAFETY: reserved by this allocator, nothing mapped anymore.
+                if let Err(err) = unsafe { vm.release_range(e.addr, e.virt) } {
+                    warn("releasing the address range", err);
+                }
+            }
         }
         for seg in st.segs.iter().filter(|s| s.live && !s.expandable) {
             // SAFETY: the segment came from this backend with this size and the allocator is
             // going away, so it will never hand out a block of it again (see above).
-            unsafe { self.backend.free_segment(seg.addr, seg.size) };
+            if let Err(err) = unsafe { self.backend.free_segment(seg.addr, seg.size) } {
+                warn("freeing a segment", err);
+            }
         }
     }
 }

@@ -33,9 +33,12 @@ pub unsafe trait Backend: Send + Sync + 'static {
     fn alloc_segment(&self, bytes: usize) -> Result<u64, BackendError>;
     /// Returns a segment obtained from [`Backend::alloc_segment`].
     ///
+    /// `Err` means the segment is still held (the allocator keeps it in its books, cached, and
+    /// reports the failure); `Ok` that it is gone.
+    ///
     /// # Safety
     /// `addr` and `bytes` must describe a live segment of this backend that nothing uses anymore.
-    unsafe fn free_segment(&self, addr: u64, bytes: usize);
+    unsafe fn free_segment(&self, addr: u64, bytes: usize) -> Result<(), BackendError>;
     /// Page-mapping operations, for backends that support them (`None`: plain segments only).
     fn virtual_memory(&self) -> Option<&dyn VirtualMemory> {
         None
@@ -45,7 +48,45 @@ pub unsafe trait Backend: Send + Sync + 'static {
     fn free_memory(&self) -> Option<usize> {
         None
     }
+    /// Marks the point reached so far by the work queued on `stream`, for a block freed while
+    /// that stream may still use it (see `Allocation::record_stream`). `None`: that work is
+    /// already complete (the default: backends whose work is synchronous, like the host).
+    fn record_event(&self, stream: StreamId) -> Result<Option<EventId>, BackendError> {
+        let _ = stream;
+        Ok(None)
+    }
+    /// Whether the work before `event` is complete, without waiting.
+    fn query_event(&self, event: EventId) -> Result<bool, BackendError> {
+        let _ = event;
+        Ok(true)
+    }
+    /// Waits until the work before `event` is complete.
+    fn synchronize_event(&self, event: EventId) -> Result<(), BackendError> {
+        let _ = event;
+        Ok(())
+    }
+    /// Releases an event from [`Backend::record_event`] (after it completed or failed).
+    fn destroy_event(&self, event: EventId) {
+        let _ = event;
+    }
 }
+
+/// A stream of work on a device, as the allocator knows it: blocks are pooled per stream and
+/// reused freely in that stream's order. For CUDA the value is the `CUstream` handle
+/// ([`StreamId::DEFAULT`], 0, is the context's default stream); host work is synchronous and
+/// runs on [`StreamId::DEFAULT`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StreamId(pub u64);
+
+impl StreamId {
+    /// The device's default stream (CUDA's null stream; all host work).
+    pub const DEFAULT: StreamId = StreamId(0);
+}
+
+/// An event a backend recorded on a stream ([`Backend::record_event`]); for CUDA the `CUevent`
+/// handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EventId(pub u64);
 
 /// Reserve-then-map memory management (CUDA `cuMemAddressReserve`/`cuMemCreate`/`cuMemMap`,
 /// host `mmap(PROT_NONE)` + `mprotect`/`madvise`).
@@ -67,7 +108,7 @@ pub unsafe trait VirtualMemory: Send + Sync {
     ///
     /// # Safety
     /// Nothing in the range may be mapped or in use.
-    unsafe fn release_range(&self, addr: u64, bytes: usize);
+    unsafe fn release_range(&self, addr: u64, bytes: usize) -> Result<(), BackendError>;
     /// Backs `[addr, addr + bytes)` of a reserved range with memory.
     ///
     /// # Safety
@@ -75,9 +116,13 @@ pub unsafe trait VirtualMemory: Send + Sync {
     unsafe fn map(&self, addr: u64, bytes: usize) -> Result<(), BackendError>;
     /// Returns the memory backing `[addr, addr + bytes)` to the device.
     ///
+    /// `Err` means the whole range is still mapped (an implementation that fails midway maps
+    /// back what it had unmapped, or says in the error that it could not); the allocator keeps
+    /// it in its books and reports the failure.
+    ///
     /// # Safety
     /// The range must be mapped and nothing may use it anymore.
-    unsafe fn unmap(&self, addr: u64, bytes: usize);
+    unsafe fn unmap(&self, addr: u64, bytes: usize) -> Result<(), BackendError>;
     /// Checks, once, when an allocator with expandable segments is created, that mapped pages
     /// really hold what is written to them (e.g. reserve a small range, map it, write a pattern,
     /// read it back, unmap, release). `Err` carries the failing step: under
@@ -97,9 +142,31 @@ pub enum BackendError {
         /// Bytes asked for.
         requested: usize,
     },
-    /// Any other driver failure.
-    #[error("backend failure: {0}")]
-    Driver(String),
+    /// Any other failure of a backend call: not a shortage of memory.
+    #[error(transparent)]
+    Driver(#[from] BackendFailure),
+}
+
+impl BackendError {
+    /// A failure of `op` with the driver's (or operating system's) error `error`.
+    pub fn driver(op: impl Into<String>, error: impl Into<String>) -> BackendError {
+        BackendError::Driver(BackendFailure {
+            op: op.into(),
+            error: error.into(),
+        })
+    }
+}
+
+/// A backend call that failed for a reason other than a shortage of memory: what was being
+/// done and the error the driver gave, by name (`CUDA_ERROR_ILLEGAL_ADDRESS`), so an error
+/// left by an earlier kernel is not mistaken for a full device.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, thiserror::Error)]
+#[error("{op} failed with {error}")]
+pub struct BackendFailure {
+    /// What was being done (the driver function and its arguments).
+    pub op: String,
+    /// The driver's error name (CUDA), or the operating system's error (host).
+    pub error: String,
 }
 
 // SAFETY: forwards to a `Backend`, which upholds the contract.
@@ -119,7 +186,7 @@ unsafe impl Backend for Box<dyn Backend> {
     fn alloc_segment(&self, bytes: usize) -> Result<u64, BackendError> {
         (**self).alloc_segment(bytes)
     }
-    unsafe fn free_segment(&self, addr: u64, bytes: usize) {
+    unsafe fn free_segment(&self, addr: u64, bytes: usize) -> Result<(), BackendError> {
         // SAFETY: forwarded contract.
         unsafe { (**self).free_segment(addr, bytes) }
     }
@@ -128,5 +195,17 @@ unsafe impl Backend for Box<dyn Backend> {
     }
     fn free_memory(&self) -> Option<usize> {
         (**self).free_memory()
+    }
+    fn record_event(&self, stream: StreamId) -> Result<Option<EventId>, BackendError> {
+        (**self).record_event(stream)
+    }
+    fn query_event(&self, event: EventId) -> Result<bool, BackendError> {
+        (**self).query_event(event)
+    }
+    fn synchronize_event(&self, event: EventId) -> Result<(), BackendError> {
+        (**self).synchronize_event(event)
+    }
+    fn destroy_event(&self, event: EventId) {
+        (**self).destroy_event(event)
     }
 }

@@ -1,7 +1,15 @@
 //! Blocks and segments: the allocator's bookkeeping under its lock ([`State`]). It owns the
 //! block list of every segment, the free sets of both pools, the statistics counters and the
 //! event trace, and the operations on them: take a free block (best fit, split), free one
-//! (coalesce), add a fixed segment, release fully free segments.
+//! (coalesce), add a fixed segment, release fully free segments, and the blocks freed while
+//! other streams may still use them (kept out of the pool until their events complete).
+//!
+//! Free blocks are pooled per stream: a segment belongs to the stream it was allocated for, and
+//! its free blocks serve only requests on that stream, where stream order makes reuse safe.
+//!
+//! A backend call that fails leaves the books as they were: segments and pages are removed from
+//! them only after the backend gave them back, and the failure is kept
+//! ([`State::note_failure`]) for the error of the request that met it.
 //!
 //! Decisions (which block may serve a request, whether to split, segment sizes) come from
 //! `policy.rs`; growing and shrinking the expandable segment is in `expandable.rs`.
@@ -12,10 +20,10 @@ use super::policy::{self, ADDR_LIMIT};
 use super::stats::DetailedStats;
 use super::trace::TraceRing;
 use super::{
-    AllocOrigin, Backend, BackendError, BlockSnapshot, LiveAllocation, MemoryStats, PoolKind,
-    SegmentSnapshot, TraceEvent, TraceEventKind,
+    AllocOrigin, Backend, BackendError, BackendFailure, BlockSnapshot, EventId, LiveAllocation,
+    MemoryStats, PoolKind, SegmentSnapshot, StreamId, TraceEvent, TraceEventKind,
 };
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Instant;
 
 /// No block (end of a segment's list).
@@ -34,7 +42,15 @@ pub(crate) struct Node {
     pub prev: u32,
     pub next: u32,
     pub pool: PoolKind,
+    /// Index of the segment's stream in [`State::streams`].
+    pub stream: u32,
+    /// Handed out, or freed while waiting for other streams' events (`pending`): not free.
     pub allocated: bool,
+    /// Freed by its owner, but kept out of the pool until the events recorded on the streams
+    /// that used it complete ([`State::pending`]).
+    pub pending: bool,
+    /// Other streams were recorded as using this block ([`State::stream_uses`]).
+    pub has_uses: bool,
     /// `false` for a hole of the expandable segment whose pages were unmapped: neither free
     /// (not in a free set, not reserved) nor allocated, until pages are mapped there again.
     pub mapped: bool,
@@ -45,6 +61,7 @@ pub(crate) struct Node {
 
 impl Node {
     /// A free block of `size` bytes at `addr` in segment `seg`, between `prev` and `next`.
+    #[allow(clippy::too_many_arguments)]
     fn free(
         addr: u64,
         size: usize,
@@ -52,6 +69,7 @@ impl Node {
         prev: u32,
         next: u32,
         pool: PoolKind,
+        stream: u32,
         tick: u64,
     ) -> Node {
         Node {
@@ -64,7 +82,10 @@ impl Node {
             prev,
             next,
             pool,
+            stream,
             allocated: false,
+            pending: false,
+            has_uses: false,
             mapped: true,
             freed_at: tick,
         }
@@ -77,6 +98,8 @@ pub(crate) struct Segment {
     pub addr: u64,
     pub size: usize,
     pub pool: PoolKind,
+    /// Index of the stream the segment serves in [`State::streams`].
+    pub stream: u32,
     pub head: u32,
     /// Last block (the one that grows or shrinks in an expandable segment).
     pub tail: u32,
@@ -139,6 +162,17 @@ impl FreeSet {
     }
 }
 
+/// A block freed while other streams may still use it: it returns to its pool once every
+/// event completed.
+pub(crate) struct PendingFree {
+    pub slot: u32,
+    /// Events not yet seen complete.
+    pub events: Vec<EventId>,
+    /// An event could not be recorded or queried: the block is never reused (the device is
+    /// usually unusable after such a failure anyway), but stays counted as active.
+    pub poisoned: bool,
+}
+
 /// Everything the allocator's mutex guards.
 pub(crate) struct State {
     pub nodes: Vec<Node>,
@@ -149,8 +183,18 @@ pub(crate) struct State {
     pub spare_nodes: Vec<u32>,
     pub segs: Vec<Segment>,
     pub spare_segs: Vec<u32>,
-    pub small_free: FreeSet,
-    pub large_free: FreeSet,
+    /// The streams blocks were allocated on; index 0 is [`StreamId::DEFAULT`].
+    pub streams: Vec<StreamId>,
+    /// Free blocks per stream index, per pool (small, large).
+    pub free: Vec<[FreeSet; 2]>,
+    /// Other streams recorded as using a handed-out block, by slot.
+    pub stream_uses: HashMap<u32, Vec<StreamId>>,
+    /// Blocks freed while other streams may still use them.
+    pub pending: Vec<PendingFree>,
+    /// The backend failure met by the request being served (cleared when a request starts).
+    pub request_failure: Option<BackendFailure>,
+    /// The most recent backend failure.
+    pub last_failure: Option<BackendFailure>,
     pub stats: DetailedStats,
     /// `max_split_size`, for the oversize statistics.
     pub max_split: Option<usize>,
@@ -173,8 +217,12 @@ impl State {
             spare_nodes: Vec::new(),
             segs: Vec::new(),
             spare_segs: Vec::new(),
-            small_free: FreeSet::default(),
-            large_free: FreeSet::default(),
+            streams: vec![StreamId::DEFAULT],
+            free: vec![Default::default()],
+            stream_uses: HashMap::new(),
+            pending: Vec::new(),
+            request_failure: None,
+            last_failure: None,
             stats: DetailedStats::default(),
             max_split: None,
             next_id: 1,
@@ -186,18 +234,48 @@ impl State {
         }
     }
 
-    pub fn free_set(&mut self, pool: PoolKind) -> &mut FreeSet {
-        match pool {
-            PoolKind::Small => &mut self.small_free,
-            PoolKind::Large => &mut self.large_free,
+    /// The free blocks of `pool` on stream index `stream`.
+    #[inline]
+    pub fn free_set(&mut self, pool: PoolKind, stream: u32) -> &mut FreeSet {
+        &mut self.free[stream as usize][pool as usize]
+    }
+
+    /// The free blocks of `pool` on stream index `stream`.
+    #[inline]
+    pub fn pool_free(&self, pool: PoolKind, stream: u32) -> &FreeSet {
+        &self.free[stream as usize][pool as usize]
+    }
+
+    /// The free set block `slot` belongs to.
+    #[inline]
+    pub fn free_set_of(&mut self, slot: u32) -> &mut FreeSet {
+        let n = &self.nodes[slot as usize];
+        let (pool, stream) = (n.pool, n.stream);
+        self.free_set(pool, stream)
+    }
+
+    /// The index of `stream` in [`State::streams`], added on first use.
+    #[inline]
+    pub fn stream_index(&mut self, stream: StreamId) -> u32 {
+        if stream == StreamId::DEFAULT {
+            return 0;
+        }
+        match self.streams.iter().position(|&s| s == stream) {
+            Some(i) => i as u32,
+            None => {
+                self.streams.push(stream);
+                self.free.push(Default::default());
+                (self.streams.len() - 1) as u32
+            }
         }
     }
 
-    pub fn pool_free(&self, pool: PoolKind) -> &FreeSet {
-        match pool {
-            PoolKind::Small => &self.small_free,
-            PoolKind::Large => &self.large_free,
-        }
+    /// Keeps a backend failure for the request being served and for
+    /// [`super::CachingAllocator::last_backend_error`], and logs it.
+    pub fn note_failure(&mut self, name: &str, failure: BackendFailure) {
+        tracing::warn!(device = %name, "{failure}");
+        self.request_failure = Some(failure.clone());
+        self.last_failure = Some(failure);
     }
 
     /// Whether block `slot` is a free, mapped block (one a free set holds).
@@ -237,10 +315,10 @@ impl State {
         prev: u32,
         next: u32,
     ) -> u32 {
-        let pool = self.segs[seg as usize].pool;
+        let (pool, stream) = (self.segs[seg as usize].pool, self.segs[seg as usize].stream);
         let now = self.lookups[pool as usize];
-        let slot = self.new_node(Node::free(addr, size, seg, prev, next, pool, now));
-        self.free_set(pool).insert(size, addr, slot);
+        let slot = self.new_node(Node::free(addr, size, seg, prev, next, pool, stream, now));
+        self.free_set(pool, stream).insert(size, addr, slot);
         slot
     }
 
@@ -253,6 +331,7 @@ impl State {
                     addr: 0,
                     size: 0,
                     pool: PoolKind::Large,
+                    stream: 0,
                     head: NIL,
                     tail: NIL,
                     live: false,
@@ -263,10 +342,12 @@ impl State {
         }
     }
 
-    /// Registers `[addr, addr + bytes)` as a live segment of `pool` holding one free block.
+    /// Registers `[addr, addr + bytes)` as a live segment of `pool` on stream index `stream`
+    /// holding one free block.
     pub fn add_segment(
         &mut self,
         pool: PoolKind,
+        stream: u32,
         addr: u64,
         bytes: usize,
         expandable: bool,
@@ -276,6 +357,7 @@ impl State {
             addr,
             size: bytes,
             pool,
+            stream,
             head: NIL,
             tail: NIL,
             live: true,
@@ -289,7 +371,11 @@ impl State {
     }
 
     pub fn largest_free(&self) -> u64 {
-        self.small_free.largest().max(self.large_free.largest()) as u64
+        self.free
+            .iter()
+            .flat_map(|sets| sets.iter().map(FreeSet::largest))
+            .max()
+            .unwrap_or(0) as u64
     }
 
     /// Bytes reserved now.
@@ -347,23 +433,27 @@ impl State {
         }
     }
 
-    /// Best-fit free block for `size` in `pool` allowed by the max-split rules, split when
-    /// [`policy::should_split`] says so. Returns the node slot, now sized for the request (not
-    /// yet marked allocated).
+    /// Best-fit free block for `size` in `pool` of stream index `stream` allowed by the
+    /// max-split rules, split when [`policy::should_split`] says so. Returns the node slot, now
+    /// sized for the request (not yet marked allocated).
     pub fn take_free(
         &mut self,
         pool: PoolKind,
+        stream: u32,
         size: usize,
         max_split: Option<usize>,
     ) -> Option<u32> {
         self.lookups[pool as usize] += 1;
         let (bsize, baddr, slot) = match max_split {
-            None => self.free_set(pool).best_fit(size)?,
-            Some(_) => self.pool_free(pool).fitting(size).find(|&(b, _, slot)| {
-                policy::may_take(max_split, size, b, self.in_expandable(slot))
-            })?,
+            None => self.free_set(pool, stream).best_fit(size)?,
+            Some(_) => self
+                .pool_free(pool, stream)
+                .fitting(size)
+                .find(|&(b, _, slot)| {
+                    policy::may_take(max_split, size, b, self.in_expandable(slot))
+                })?,
         };
-        self.free_set(pool).remove(bsize, baddr, slot);
+        self.free_set(pool, stream).remove(bsize, baddr, slot);
         self.note_inactive(slot, bsize, false);
         if policy::should_split(pool, self.in_expandable(slot), bsize, size, max_split) {
             self.split(slot, size);
@@ -395,13 +485,13 @@ impl State {
             return None;
         }
         self.lookups[pool as usize] += 1;
-        self.free_set(pool).remove(bsize, baddr, at);
+        self.free_set_of(at).remove(bsize, baddr, at);
         self.note_inactive(at, bsize, false);
         let slot = if addr > baddr {
             let front = (addr - baddr) as usize;
             self.nodes[at as usize].size = front;
             let slot = self.insert_node_after(at, addr, bsize - front);
-            self.free_set(pool).insert(front, baddr, at);
+            self.free_set_of(at).insert(front, baddr, at);
             self.note_inactive(at, front, true);
             slot
         } else {
@@ -436,16 +526,22 @@ impl State {
     /// Marks block `slot` free and merges it with free neighbours of its segment; the merged
     /// block enters its pool's free set.
     pub fn free_block(&mut self, mut slot: u32) {
-        let pool = self.nodes[slot as usize].pool;
+        let (pool, stream) = (
+            self.nodes[slot as usize].pool,
+            self.nodes[slot as usize].stream,
+        );
         let tick = self.lookups[pool as usize];
-        self.nodes[slot as usize].allocated = false;
+        let n = &mut self.nodes[slot as usize];
+        n.allocated = false;
+        n.pending = false;
+        n.has_uses = false;
         let prev = self.nodes[slot as usize].prev;
         if prev != NIL && self.is_free(prev) {
             let (psize, paddr) = (
                 self.nodes[prev as usize].size,
                 self.nodes[prev as usize].addr,
             );
-            self.free_set(pool).remove(psize, paddr, prev);
+            self.free_set(pool, stream).remove(psize, paddr, prev);
             self.note_inactive(prev, psize, false);
             self.absorb_next(prev);
             slot = prev;
@@ -456,14 +552,14 @@ impl State {
                 self.nodes[next as usize].size,
                 self.nodes[next as usize].addr,
             );
-            self.free_set(pool).remove(nsize, naddr, next);
+            self.free_set(pool, stream).remove(nsize, naddr, next);
             self.note_inactive(next, nsize, false);
             self.absorb_next(slot);
         }
         let n = &mut self.nodes[slot as usize];
         n.freed_at = tick;
         let (size, addr) = (n.size, n.addr);
-        self.free_set(pool).insert(size, addr, slot);
+        self.free_set(pool, stream).insert(size, addr, slot);
         self.note_inactive(slot, size, true);
     }
 
@@ -486,14 +582,17 @@ impl State {
         self.spare_nodes.push(next);
     }
 
-    /// Asks `backend` for a fixed segment of `bytes` for `pool` (within `limit`) and adds it;
-    /// `false` when the limit or the backend refuses.
+    /// Asks `backend` for a fixed segment of `bytes` for `pool` on stream index `stream`
+    /// (within `limit`) and adds it; `false` when the limit or the backend refuses (a failure
+    /// other than a shortage is kept: [`State::note_failure`]).
+    #[allow(clippy::too_many_arguments)]
     pub fn new_segment<B: Backend + ?Sized>(
         &mut self,
         backend: &B,
         limit: Option<u64>,
         name: &str,
         pool: PoolKind,
+        stream: u32,
         bytes: usize,
     ) -> bool {
         if limit.is_some_and(|l| self.reserved() + bytes as u64 > l) {
@@ -504,16 +603,18 @@ impl State {
             Ok(addr) => {
                 tracing::warn!(device = %name, "segment at {addr:#x} lies above 2^48; not usable");
                 // SAFETY: just obtained from the backend with this size and never handed out.
-                unsafe { backend.free_segment(addr, bytes) };
+                if let Err(BackendError::Driver(f)) = unsafe { backend.free_segment(addr, bytes) } {
+                    self.note_failure(name, f);
+                }
                 return false;
             }
             Err(BackendError::OutOfMemory { .. }) => return false,
-            Err(e) => {
-                tracing::warn!(device = %name, "segment allocation failed: {e}");
+            Err(BackendError::Driver(f)) => {
+                self.note_failure(name, f);
                 return false;
             }
         };
-        self.add_segment(pool, addr, bytes, false);
+        self.add_segment(pool, stream, addr, bytes, false);
         self.stats.on_reserve(pool, bytes, true);
         if self.max_split.is_some_and(|ms| bytes >= ms) {
             self.stats.oversize_segments.increase(1);
@@ -531,34 +632,120 @@ impl State {
         }
     }
 
-    /// Returns the cache to the backend: every whole free granule of the expandable segment
-    /// and every fully free fixed segment. Returns the bytes released.
-    pub fn release_cached<B: Backend + ?Sized>(&mut self, backend: &B) -> u64 {
-        let mut released = self.unmap_free_granules(backend);
+    /// Returns the cache to the backend: first waits for the events of blocks freed while
+    /// other streams used them (so those return to the pool), then releases every whole free
+    /// granule of the expandable segment and every fully free fixed segment. Returns the bytes
+    /// released.
+    pub fn release_cached<B: Backend + ?Sized>(&mut self, backend: &B, name: &str) -> u64 {
+        self.synchronize_pending(backend, name);
+        let mut released = self.unmap_free_granules(backend, name);
         for i in 0..self.segs.len() {
             if self.is_idle_segment(i) {
-                released += self.release_segment(backend, i as u32);
+                released += self.release_segment(backend, name, i as u32);
             }
         }
         released
     }
 
-    /// Returns fully free fixed segment `i` to the backend; returns its bytes.
-    pub fn release_segment<B: Backend + ?Sized>(&mut self, backend: &B, i: u32) -> u64 {
+    /// Returns fully free fixed segment `i` to the backend; returns its bytes (0 when the
+    /// backend failed: the segment then stays, cached, and the failure is kept).
+    pub fn release_segment<B: Backend + ?Sized>(&mut self, backend: &B, name: &str, i: u32) -> u64 {
         let seg = self.segs[i as usize].clone();
-        self.free_set(seg.pool).remove(seg.size, seg.addr, seg.head);
+        // SAFETY: the segment came from `alloc_segment(seg.size)` and its only block is free,
+        // so nothing handed out by this allocator points into it.
+        if let Err(e) = unsafe { backend.free_segment(seg.addr, seg.size) } {
+            let failure = match e {
+                BackendError::Driver(f) => f,
+                BackendError::OutOfMemory { .. } => BackendFailure {
+                    op: format!("freeing the segment at {:#x}", seg.addr),
+                    error: e.to_string(),
+                },
+            };
+            self.note_failure(name, failure);
+            return 0;
+        }
+        self.free_set(seg.pool, seg.stream)
+            .remove(seg.size, seg.addr, seg.head);
         self.spare_nodes.push(seg.head);
         self.segs[i as usize].live = false;
         self.spare_segs.push(i);
-        // SAFETY: the segment came from `alloc_segment(seg.size)` and its only block is free,
-        // so nothing handed out by this allocator points into it.
-        unsafe { backend.free_segment(seg.addr, seg.size) };
         self.stats.on_release(seg.pool, seg.size, true);
         if self.max_split.is_some_and(|ms| seg.size >= ms) {
             self.stats.oversize_segments.decrease(1);
         }
         self.record(TraceEventKind::SegmentFree, seg.addr, seg.size as u64, None);
         seg.size as u64
+    }
+
+    /// Returns to the pool the pending blocks whose events have all completed (queried, not
+    /// waited for). A failed query poisons the block and is kept as the request's failure.
+    pub fn process_pending<B: Backend + ?Sized>(&mut self, backend: &B, name: &str) {
+        self.settle_pending(backend, name, |b, e| b.query_event(e));
+    }
+
+    /// Waits for the events of every pending block and returns the blocks to the pool (before
+    /// the cache is released: `empty_cache` and the out-of-memory retry).
+    pub fn synchronize_pending<B: Backend + ?Sized>(&mut self, backend: &B, name: &str) {
+        self.settle_pending(backend, name, |b, e| b.synchronize_event(e).map(|()| true));
+    }
+
+    fn settle_pending<B: Backend + ?Sized>(
+        &mut self,
+        backend: &B,
+        name: &str,
+        done: impl Fn(&B, EventId) -> Result<bool, BackendError>,
+    ) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let mut pending = std::mem::take(&mut self.pending);
+        let (mut failures, mut finished) = (Vec::new(), Vec::new());
+        pending.retain_mut(|p| {
+            if p.poisoned {
+                return true;
+            }
+            p.events.retain(|&e| match done(backend, e) {
+                Ok(true) => {
+                    backend.destroy_event(e);
+                    false
+                }
+                Ok(false) => true,
+                Err(err) => {
+                    failures.push(err);
+                    p.poisoned = true;
+                    true
+                }
+            });
+            let keep = !p.events.is_empty() || p.poisoned;
+            if !keep {
+                finished.push(p.slot);
+            }
+            keep
+        });
+        self.pending = pending;
+        for err in failures {
+            let failure = match err {
+                BackendError::Driver(f) => f,
+                e => BackendFailure {
+                    op: "waiting for a stream event".into(),
+                    error: e.to_string(),
+                },
+            };
+            self.note_failure(name, failure);
+        }
+        for slot in finished {
+            self.finish_free(slot);
+        }
+    }
+
+    /// Returns pending block `slot`, whose streams are done with it, to its pool.
+    pub fn finish_free(&mut self, slot: u32) {
+        let (pool, size) = (
+            self.nodes[slot as usize].pool,
+            self.nodes[slot as usize].size,
+        );
+        self.stats.on_deactivate(pool, size);
+        self.free_block(slot);
     }
 
     /// Records an event in the trace, if it is recording; `origin`: where the block of an
@@ -667,7 +854,12 @@ impl State {
             let mut prev_free = false;
             while at != NIL {
                 let n = &self.nodes[at as usize];
-                if n.addr != addr || n.seg != i as u32 || n.prev != prev || n.pool != s.pool {
+                if n.addr != addr
+                    || n.seg != i as u32
+                    || n.prev != prev
+                    || n.pool != s.pool
+                    || n.stream != s.stream
+                {
                     return Err(format!(
                         "segment {:#x}: block {:#x} out of place",
                         s.addr, n.addr
@@ -680,7 +872,9 @@ impl State {
                     reserved -= n.size as u64;
                 } else if n.allocated {
                     active += n.size as u64;
-                    allocated += n.size as u64;
+                    if !n.pending {
+                        allocated += n.size as u64;
+                    }
                     blocks += 1;
                     if n.rounded > n.size {
                         return Err(format!("block {:#x} smaller than its request", n.addr));
@@ -693,7 +887,10 @@ impl State {
                     if self.is_split(at) {
                         inactive_split += n.size as u64;
                     }
-                    if !self.pool_free(s.pool).contains(n.size, n.addr, at) {
+                    if !self
+                        .pool_free(s.pool, s.stream)
+                        .contains(n.size, n.addr, at)
+                    {
                         return Err(format!("free block {:#x} missing from its pool", n.addr));
                     }
                 }
@@ -710,6 +907,19 @@ impl State {
                 return Err(format!("segment {:#x}: wrong tail block", s.addr));
             }
         }
+        let pending_nodes = self
+            .nodes
+            .iter()
+            .filter(|n| n.allocated && n.pending)
+            .count();
+        if self.pending.len() != pending_nodes
+            || self.pending.iter().any(|p| {
+                let n = &self.nodes[p.slot as usize];
+                !(n.allocated && n.pending)
+            })
+        {
+            return Err("pending frees disagree with the blocks".into());
+        }
         let s = self.snapshot_stats();
         if inactive_split != self.stats.all.inactive_split_bytes.current {
             return Err(format!(
@@ -717,7 +927,12 @@ impl State {
                 self.stats.all.inactive_split_bytes.current
             ));
         }
-        if free_count != self.small_free.len() + self.large_free.len() {
+        let in_sets: usize = self
+            .free
+            .iter()
+            .flat_map(|sets| sets.iter().map(FreeSet::len))
+            .sum();
+        if free_count != in_sets {
             return Err("free sets hold blocks that are not free".into());
         }
         if (reserved, active, allocated, blocks, segments)

@@ -16,11 +16,17 @@
 //! The driver library is probed with `is_culib_present()` before any driver call: cudarc panics
 //! when it is missing, this module returns [`DeviceError::NoDriver`] instead.
 //!
-//! Segment calls are synchronous (`cuMemAlloc`/`cuMemFree` are not stream-ordered).
+//! Segment calls are synchronous (`cuMemAlloc`/`cuMemFree` are not stream-ordered). Every call
+//! makes the device's context current with `cuCtxPushCurrent` and restores the caller's with
+//! `cuCtxPopCurrent` ([`CurrentContext`]): cudarc's `bind_to_thread` would first report (and
+//! clear) an error cudarc recorded on the context earlier, so an unrelated failure would abort
+//! the call and be lost. Failures carry the driver's error name ([`BackendFailure`]). Events
+//! for stream-safe reuse are `cuEventRecord`ed on the streams that used a freed block.
 
-use super::{Backend, BackendError, SetupError, VirtualMemory};
+use super::{Backend, BackendError, BackendFailure, EventId, SetupError, StreamId, VirtualMemory};
 use cudarc::driver::{result, sys, CudaContext, DriverError};
 use std::collections::BTreeMap;
+use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
 /// A device that cannot be opened.
@@ -50,6 +56,12 @@ pub enum DeviceError {
     Config(#[from] SetupError),
 }
 
+/// The allocator's name for a cudarc stream: its `CUstream` handle (the default stream is
+/// [`StreamId::DEFAULT`]).
+pub fn stream_id(stream: &cudarc::driver::CudaStream) -> StreamId {
+    StreamId(stream.cu_stream() as usize as u64)
+}
+
 /// Whether the CUDA driver library (libcuda) can be loaded.
 pub fn driver_present() -> bool {
     // SAFETY: only tries to `dlopen` the library by its usual names; no driver call is made.
@@ -57,11 +69,33 @@ pub fn driver_present() -> bool {
 }
 
 fn driver_error(op: &'static str, e: DriverError) -> DeviceError {
-    let name = e
-        .error_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|_| format!("{:?}", e.0));
-    DeviceError::Driver { op, message: name }
+    DeviceError::Driver {
+        op,
+        message: error_name(e),
+    }
+}
+
+/// Loads the driver (probed first: cudarc panics without it), `cuInit`, checks the ordinal,
+/// retains GPU `ordinal`'s primary context and binds it to this thread.
+pub(crate) fn open_context(ordinal: usize) -> Result<Arc<CudaContext>, DeviceError> {
+    if !driver_present() {
+        return Err(DeviceError::NoDriver);
+    }
+    match result::init() {
+        Ok(()) => {}
+        Err(DriverError(sys::CUresult::CUDA_ERROR_NO_DEVICE)) => {
+            return Err(DeviceError::NoDevice { ordinal, count: 0 })
+        }
+        Err(e) => return Err(driver_error("cuInit", e)),
+    }
+    let count = result::device::get_count().map_err(|e| driver_error("cuDeviceGetCount", e))?;
+    if ordinal >= count.max(0) as usize {
+        return Err(DeviceError::NoDevice {
+            ordinal,
+            count: count.max(0) as usize,
+        });
+    }
+    CudaContext::new(ordinal).map_err(|e| driver_error("cuDevicePrimaryCtxRetain", e))
 }
 
 /// Device memory of one GPU, taken from the driver segment by segment.
@@ -122,26 +156,7 @@ impl CudaBackend {
     /// Opens GPU `ordinal`: loads the driver, `cuInit`, retains the primary context and binds it
     /// to this thread, and reads the capacity with `cuMemGetInfo`.
     pub fn new(ordinal: usize) -> Result<CudaBackend, DeviceError> {
-        if !driver_present() {
-            return Err(DeviceError::NoDriver);
-        }
-        match result::init() {
-            Ok(()) => {}
-            Err(DriverError(sys::CUresult::CUDA_ERROR_NO_DEVICE)) => {
-                return Err(DeviceError::NoDevice { ordinal, count: 0 })
-            }
-            Err(e) => return Err(driver_error("cuInit", e)),
-        }
-        let count = result::device::get_count().map_err(|e| driver_error("cuDeviceGetCount", e))?;
-        if ordinal >= count.max(0) as usize {
-            return Err(DeviceError::NoDevice {
-                ordinal,
-                count: count.max(0) as usize,
-            });
-        }
-        // Retains the primary context and binds it to this thread.
-        let context =
-            CudaContext::new(ordinal).map_err(|e| driver_error("cuDevicePrimaryCtxRetain", e))?;
+        let context = open_context(ordinal)?;
         let (_free, total) = result::mem_get_info().map_err(|e| driver_error("cuMemGetInfo", e))?;
         Ok(CudaBackend {
             ordinal,
@@ -163,60 +178,128 @@ impl CudaBackend {
     }
 }
 
+/// The failure of driver call `op`, with the driver's error name (`CUDA_ERROR_ILLEGAL_ADDRESS`).
+pub(crate) fn call_failure(op: impl Into<String>, e: DriverError) -> BackendFailure {
+    BackendFailure {
+        op: op.into(),
+        error: error_name(e),
+    }
+}
+
+/// The driver's name of `e` (`CUDA_ERROR_OUT_OF_MEMORY`), or its number when the driver has
+/// none.
+pub(crate) fn error_name(e: DriverError) -> String {
+    e.error_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| format!("{:?}", e.0))
+}
+
+fn call_error(op: impl Into<String>, e: DriverError) -> BackendError {
+    BackendError::Driver(call_failure(op, e))
+}
+
+/// A context made current on this thread by `cuCtxPushCurrent`, popped on drop, which makes the
+/// caller's context current again. Unlike cudarc's `bind_to_thread` it neither reads nor clears
+/// the error cudarc recorded on the context earlier (a failed free in a `Drop`), so that error
+/// is reported to whoever checks it, not to an unrelated allocator call.
+pub(crate) struct CurrentContext {
+    ordinal: usize,
+    /// A context stack entry belongs to the thread that pushed it.
+    _thread_bound: PhantomData<*const ()>,
+}
+
+impl CurrentContext {
+    /// Pushes `context` (of GPU `ordinal`) for the duration of `op`.
+    pub(crate) fn push(
+        context: &CudaContext,
+        ordinal: usize,
+        op: &str,
+    ) -> Result<CurrentContext, BackendError> {
+        // SAFETY: the context is the device's primary context, retained by `context` for as
+        // long as it lives, which outlives this guard at every call site.
+        unsafe { sys::cuCtxPushCurrent_v2(context.cu_ctx()) }
+            .result()
+            .map_err(|e| call_error(format!("cuCtxPushCurrent for {op}"), e))?;
+        Ok(CurrentContext {
+            ordinal,
+            _thread_bound: PhantomData,
+        })
+    }
+}
+
+impl Drop for CurrentContext {
+    fn drop(&mut self) {
+        let mut popped: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: pops the entry this guard pushed on this thread (the guard is not `Send`, and
+        // guards are dropped in the reverse order of their creation).
+        if let Err(e) = unsafe { sys::cuCtxPopCurrent_v2(&mut popped) }.result() {
+            tracing::warn!(
+                "cuda:{}: cuCtxPopCurrent failed: {}",
+                self.ordinal,
+                error_name(e)
+            );
+        }
+    }
+}
+
 impl CudaBackend {
-    fn bind(&self) -> Result<(), BackendError> {
-        self.context
-            .bind_to_thread()
-            .map_err(|e| BackendError::Driver(format!("binding the context: {e}")))
+    /// Makes the device's context current for `op`, until the guard drops.
+    fn current(&self, op: &str) -> Result<CurrentContext, BackendError> {
+        CurrentContext::push(&self.context, self.ordinal, op)
     }
 
-    /// Unmaps and releases the granules starting at `addrs` (all mapped by this backend).
-    /// Every granule is attempted; returns the first failure (also logged).
-    fn unmap_granules(&self, addrs: &[u64], granularity: usize) -> Result<(), String> {
+    /// Unmaps and releases the granules starting at `addrs` (all mapped by this backend), in
+    /// order. Stops at the first granule that cannot be unmapped and returns its failure with
+    /// the granules unmapped before it; a failed `cuMemRelease` after a successful unmap is
+    /// logged only (the granule is unmapped; its memory is lost to the process).
+    fn unmap_granules(
+        &self,
+        addrs: &[u64],
+        granularity: usize,
+    ) -> Result<(), (usize, BackendFailure)> {
         let mut mapped = self.mapped.lock().unwrap_or_else(|e| e.into_inner());
-        let mut first = Ok(());
-        for addr in addrs {
-            let Some(handle) = mapped.remove(addr) else {
+        for (done, addr) in addrs.iter().enumerate() {
+            let Some(&handle) = mapped.get(addr) else {
                 continue;
             };
-            // SAFETY: `addr` is a mapped granule of this backend that nothing uses; its handle is
-            // released once, after the unmap.
-            let steps = unsafe {
-                [
-                    ("cuMemUnmap", sys::cuMemUnmap(*addr, granularity).result()),
-                    ("cuMemRelease", sys::cuMemRelease(handle).result()),
-                ]
-            };
-            for (op, r) in steps {
-                if let Err(e) = r {
-                    tracing::warn!("cuda:{}: {op} failed: {e}", self.ordinal);
-                    if first.is_ok() {
-                        first = Err(format!("{op}: {e}"));
-                    }
-                }
+            // SAFETY: `addr` is a mapped granule of this backend that nothing uses.
+            if let Err(e) = unsafe { sys::cuMemUnmap(*addr, granularity) }.result() {
+                return Err((
+                    done,
+                    call_failure(format!("cuMemUnmap({addr:#x}, {granularity})"), e),
+                ));
+            }
+            mapped.remove(addr);
+            // SAFETY: the handle's only mapping was just removed; it is released once.
+            if let Err(e) = unsafe { sys::cuMemRelease(handle) }.result() {
+                tracing::warn!(
+                    "cuda:{}: cuMemRelease after unmapping {addr:#x} failed: {}",
+                    self.ordinal,
+                    error_name(e)
+                );
             }
         }
-        first
+        Ok(())
     }
 
-    /// Writes a different 32-bit pattern into each of the two granules at `addr` with the
+    /// Writes a distinct 32-bit pattern into each of the two granules at `addr` with the
     /// driver's memset, copies both back to the host and compares every word.
     fn check_pattern(&self, addr: u64, granularity: usize) -> Result<(), BackendError> {
         const PATTERNS: [u32; 2] = [0xa5c3_0f96, 0x5a3c_f069];
         let words = granularity / 4;
-        let fail = |op: &str, e: DriverError| BackendError::Driver(format!("{op}: {e}"));
+        let _current = self.current("the virtual memory self-test")?;
         for (i, &pattern) in PATTERNS.iter().enumerate() {
             let at = addr + (i * granularity) as u64;
             // SAFETY: `[at, at + granularity)` is mapped read-write by the caller and used by
-            // nothing else; the context is current (bound by `reserve_range`).
+            // nothing else; the context is current.
             unsafe { sys::cuMemsetD32_v2(at, pattern, words) }
                 .result()
-                .map_err(|e| fail("cuMemsetD32", e))?;
+                .map_err(|e| call_error("cuMemsetD32", e))?;
         }
         // SAFETY: plain synchronisation of the current context.
         unsafe { sys::cuCtxSynchronize() }
             .result()
-            .map_err(|e| fail("cuCtxSynchronize after cuMemsetD32", e))?;
+            .map_err(|e| call_error("cuCtxSynchronize after cuMemsetD32", e))?;
         let mut host = vec![0u32; 2 * words];
         // SAFETY: `host` holds exactly `2 * granularity` bytes, the size of the mapped range.
         unsafe {
@@ -227,14 +310,17 @@ impl CudaBackend {
             )
         }
         .result()
-        .map_err(|e| fail("cuMemcpyDtoH", e))?;
+        .map_err(|e| call_error("cuMemcpyDtoH", e))?;
         for (i, (chunk, &pattern)) in host.chunks(words).zip(PATTERNS.iter()).enumerate() {
             if let Some(at) = chunk.iter().position(|&w| w != pattern) {
-                return Err(BackendError::Driver(format!(
-                    "read back {:#010x} at byte {} of mapped granule {i}, wrote {pattern:#010x}",
-                    chunk[at],
-                    at * 4
-                )));
+                return Err(BackendError::driver(
+                    format!("reading back mapped granule {i}"),
+                    format!(
+                        "read {:#010x} at byte {}, wrote {pattern:#010x}",
+                        chunk[at],
+                        at * 4
+                    ),
+                ));
             }
         }
         Ok(())
@@ -248,25 +334,23 @@ unsafe impl VirtualMemory for CudaBackend {
         self.vmm_granularity.unwrap_or(2 << 20)
     }
     fn reserve_range(&self, bytes: usize) -> Result<u64, BackendError> {
-        self.bind()?;
+        let _current = self.current("cuMemAddressReserve")?;
         let mut ptr: sys::CUdeviceptr = 0;
         // SAFETY: valid out-pointer; reserving address space touches no memory.
         unsafe { sys::cuMemAddressReserve(&mut ptr, bytes, self.granularity(), 0, 0) }
             .result()
-            .map_err(|e| BackendError::Driver(format!("cuMemAddressReserve({bytes}): {e}")))?;
+            .map_err(|e| call_error(format!("cuMemAddressReserve({bytes})"), e))?;
         Ok(ptr)
     }
-    unsafe fn release_range(&self, addr: u64, bytes: usize) {
-        if self.bind().is_err() {
-            return;
-        }
+    unsafe fn release_range(&self, addr: u64, bytes: usize) -> Result<(), BackendError> {
+        let _current = self.current("cuMemAddressFree")?;
         // SAFETY: the caller passes a reserved range with nothing mapped.
-        if let Err(e) = unsafe { sys::cuMemAddressFree(addr, bytes) }.result() {
-            tracing::warn!("cuda:{}: cuMemAddressFree failed: {e}", self.ordinal);
-        }
+        unsafe { sys::cuMemAddressFree(addr, bytes) }
+            .result()
+            .map_err(|e| call_error(format!("cuMemAddressFree({addr:#x}, {bytes})"), e))
     }
     unsafe fn map(&self, addr: u64, bytes: usize) -> Result<(), BackendError> {
-        self.bind()?;
+        let _current = self.current("mapping pages")?;
         let g = self.granularity();
         let prop = allocation_prop(self.context.cu_device());
         let access = sys::CUmemAccessDesc {
@@ -281,9 +365,11 @@ unsafe impl VirtualMemory for CudaBackend {
             let step = unsafe {
                 sys::cuMemCreate(&mut handle, g, &prop, 0)
                     .result()
+                    .map_err(|e| ("cuMemCreate", e))
                     .and_then(|()| {
                         sys::cuMemMap(at, g, 0, handle, 0)
                             .result()
+                            .map_err(|e| ("cuMemMap", e))
                             .inspect_err(|_| {
                                 let _ = sys::cuMemRelease(handle);
                             })
@@ -296,36 +382,55 @@ unsafe impl VirtualMemory for CudaBackend {
                     .insert(at, handle);
                 done.push(at);
                 // SAFETY: `at` was just mapped.
-                unsafe { sys::cuMemSetAccess(at, g, &access, 1) }.result()
+                unsafe { sys::cuMemSetAccess(at, g, &access, 1) }
+                    .result()
+                    .map_err(|e| ("cuMemSetAccess", e))
             });
-            if let Err(e) = step {
-                // Already failing: the unmap's own failures are logged.
-                let _ = self.unmap_granules(&done, g);
+            if let Err((op, e)) = step {
+                // Already failing: undo what this call mapped; a failure there is logged.
+                if let Err((_, undo)) = self.unmap_granules(&done, g) {
+                    tracing::warn!("cuda:{}: undoing a failed map: {undo}", self.ordinal);
+                }
                 return Err(match e {
                     DriverError(sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY) => {
                         BackendError::OutOfMemory { requested: bytes }
                     }
-                    e => BackendError::Driver(format!("mapping {bytes} bytes: {e}")),
+                    e => call_error(format!("{op} while mapping {bytes} bytes at {addr:#x}"), e),
                 });
             }
         }
         Ok(())
     }
-    unsafe fn unmap(&self, addr: u64, bytes: usize) {
-        if self.bind().is_err() {
-            return;
-        }
-        // Kernels queued on any stream may still use the pages: let them finish first.
-        if let Err(e) = result::ctx::synchronize() {
-            tracing::warn!(
-                "cuda:{}: synchronize before unmap failed: {e}",
-                self.ordinal
-            );
-        }
+    unsafe fn unmap(&self, addr: u64, bytes: usize) -> Result<(), BackendError> {
+        let _current = self.current("unmapping pages")?;
+        // Kernels queued on any stream may still use the pages: let them finish first. A
+        // failure here (an earlier kernel's error) leaves every page mapped.
+        result::ctx::synchronize().map_err(|e| {
+            call_error(
+                format!("cuCtxSynchronize before unmapping {bytes} bytes"),
+                e,
+            )
+        })?;
         let g = self.granularity();
         let addrs: Vec<u64> = (addr..addr + bytes as u64).step_by(g).collect();
-        // Failures are logged; the pages are not used again either way.
-        let _ = self.unmap_granules(&addrs, g);
+        let Err((done, failure)) = self.unmap_granules(&addrs, g) else {
+            return Ok(());
+        };
+        // The contract: on failure the whole range is mapped. Map back what was unmapped.
+        for &at in &addrs[..done] {
+            // SAFETY: `at` was unmapped just above and lies in this backend's reserved range.
+            if let Err(e) = unsafe { self.map(at, g) } {
+                return Err(BackendError::driver(
+                    failure.op,
+                    format!(
+                        "{}; mapping back the granule at {at:#x} also failed ({e}): the \
+                         allocator's view of this range is wrong, do not use this device further",
+                        failure.error
+                    ),
+                ));
+            }
+        }
+        Err(BackendError::Driver(failure))
     }
     /// Reserves two granules, maps them, writes a pattern into each with `cuMemsetD32`, reads
     /// both back with `cuMemcpyDtoH`, unmaps and releases them. `Err` names the failed step.
@@ -336,16 +441,15 @@ unsafe impl VirtualMemory for CudaBackend {
         // SAFETY: `[addr, addr + bytes)` was just reserved and nothing is mapped in it.
         let checked = unsafe { self.map(addr, bytes) }.and_then(|()| {
             let pattern = self.check_pattern(addr, g);
-            let addrs = [addr, addr + g as u64];
             // The memset and copy were synchronised above; nothing else uses these pages.
-            let unmapped = self.unmap_granules(&addrs, g).map_err(BackendError::Driver);
+            let unmapped = self
+                .unmap_granules(&[addr, addr + g as u64], g)
+                .map_err(|(_, f)| BackendError::Driver(f));
             pattern.and(unmapped)
         });
         // SAFETY: the range is ours and nothing is mapped in it anymore (unmapped above, or
         // `map` undid its partial work when it failed).
-        let released = unsafe { sys::cuMemAddressFree(addr, bytes) }
-            .result()
-            .map_err(|e| BackendError::Driver(format!("cuMemAddressFree: {e}")));
+        let released = unsafe { self.release_range(addr, bytes) };
         checked.and(released)
     }
 }
@@ -367,9 +471,7 @@ unsafe impl Backend for CudaBackend {
         256
     }
     fn alloc_segment(&self, bytes: usize) -> Result<u64, BackendError> {
-        self.context
-            .bind_to_thread()
-            .map_err(|e| BackendError::Driver(format!("binding the context: {e}")))?;
+        let _current = self.current("cuMemAlloc")?;
         // SAFETY: the device's context is current on this thread; the memory is only handed out
         // as addresses.
         match unsafe { result::malloc_sync(bytes) } {
@@ -377,7 +479,7 @@ unsafe impl Backend for CudaBackend {
             Err(DriverError(sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY)) => {
                 Err(BackendError::OutOfMemory { requested: bytes })
             }
-            Err(e) => Err(BackendError::Driver(format!("cuMemAlloc({bytes}): {e}"))),
+            Err(e) => Err(call_error(format!("cuMemAlloc({bytes})"), e)),
         }
     }
     fn virtual_memory(&self) -> Option<&dyn VirtualMemory> {
@@ -385,20 +487,58 @@ unsafe impl Backend for CudaBackend {
     }
     fn free_memory(&self) -> Option<usize> {
         // The driver's view: memory held by other contexts and processes is not free.
-        self.context.bind_to_thread().ok()?;
+        let _current = self.current("cuMemGetInfo").ok()?;
         result::mem_get_info().ok().map(|(free, _total)| free)
     }
-    unsafe fn free_segment(&self, addr: u64, _bytes: usize) {
-        if let Err(e) = self.context.bind_to_thread() {
-            tracing::warn!(
-                "cuda:{}: cannot bind context to free a segment: {e}",
-                self.ordinal
-            );
-            return;
-        }
+    unsafe fn free_segment(&self, addr: u64, bytes: usize) -> Result<(), BackendError> {
+        let _current = self.current("cuMemFree")?;
         // SAFETY: the caller guarantees `addr` came from `alloc_segment` and is unused.
-        if let Err(e) = unsafe { result::free_sync(addr) } {
-            tracing::warn!("cuda:{}: cuMemFree failed: {e}", self.ordinal);
+        unsafe { result::free_sync(addr) }
+            .map_err(|e| call_error(format!("cuMemFree({addr:#x}, {bytes} bytes)"), e))
+    }
+    fn record_event(&self, stream: StreamId) -> Result<Option<EventId>, BackendError> {
+        let _current = self.current("recording a stream event")?;
+        let event = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+            .map_err(|e| call_error("cuEventCreate", e))?;
+        // SAFETY: `event` was just created in the current context; the stream handle is one the
+        // caller uses on this device (`StreamId` holds the `CUstream`).
+        let recorded = unsafe { result::event::record(event, stream.0 as usize as sys::CUstream) };
+        if let Err(e) = recorded {
+            // SAFETY: created above, never recorded, destroyed once.
+            let _ = unsafe { result::event::destroy(event) };
+            return Err(call_error(
+                format!("cuEventRecord on stream {:#x}", stream.0),
+                e,
+            ));
+        }
+        Ok(Some(EventId(event as usize as u64)))
+    }
+    fn query_event(&self, event: EventId) -> Result<bool, BackendError> {
+        let _current = self.current("cuEventQuery")?;
+        // SAFETY: the event came from `record_event` and was not destroyed yet.
+        match unsafe { result::event::query(event.0 as usize as sys::CUevent) } {
+            Ok(()) => Ok(true),
+            Err(DriverError(sys::CUresult::CUDA_ERROR_NOT_READY)) => Ok(false),
+            Err(e) => Err(call_error("cuEventQuery", e)),
+        }
+    }
+    fn synchronize_event(&self, event: EventId) -> Result<(), BackendError> {
+        let _current = self.current("cuEventSynchronize")?;
+        // SAFETY: the event came from `record_event` and was not destroyed yet.
+        unsafe { result::event::synchronize(event.0 as usize as sys::CUevent) }
+            .map_err(|e| call_error("cuEventSynchronize", e))
+    }
+    fn destroy_event(&self, event: EventId) {
+        let Ok(_current) = self.current("cuEventDestroy") else {
+            return;
+        };
+        // SAFETY: the event came from `record_event` and is destroyed once.
+        if let Err(e) = unsafe { result::event::destroy(event.0 as usize as sys::CUevent) } {
+            tracing::warn!(
+                "cuda:{}: cuEventDestroy failed: {}",
+                self.ordinal,
+                error_name(e)
+            );
         }
     }
 }

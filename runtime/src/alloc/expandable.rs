@@ -62,7 +62,9 @@ fn setup<B: Backend + ?Sized>(backend: &B, limit: Option<u64>) -> Result<Expanda
     })?;
     if addr.saturating_add(virt as u64) >= ADDR_LIMIT {
         // SAFETY: just reserved, nothing mapped.
-        unsafe { vm.release_range(addr, virt) };
+        if let Err(e) = unsafe { vm.release_range(addr, virt) } {
+            tracing::warn!("releasing an unusable address range: {e}");
+        }
         return Err(Unavailable::Reserve {
             bytes: virt,
             message: "the range lies above 2^48".into(),
@@ -227,14 +229,14 @@ impl State {
         let at = e.addr + mapped as u64;
         // SAFETY: `[at, at + need)` lies in the reserved range past the mapped prefix.
         if let Err(err) = unsafe { vm.map(at, need) } {
-            if let BackendError::Driver(msg) = err {
-                tracing::warn!(device = %name, "mapping pages failed: {msg}");
+            if let BackendError::Driver(f) = err {
+                self.note_failure(name, f);
             }
             return false;
         }
         match e.seg {
             None => {
-                let si = self.add_segment(super::PoolKind::Large, at, need, true);
+                let si = self.add_segment(super::PoolKind::Large, 0, at, need, true);
                 if let Some(x) = self.expandable.as_mut() {
                     x.seg = Some(si);
                 }
@@ -246,11 +248,10 @@ impl State {
                     (t.addr, t.size, !t.allocated)
                 };
                 if tfree {
-                    let pool = self.segs[si as usize].pool;
-                    self.free_set(pool).remove(tsize, taddr, tail);
+                    self.free_set_of(tail).remove(tsize, taddr, tail);
                     self.note_inactive(tail, tsize, false);
                     self.nodes[tail as usize].size += need;
-                    self.free_set(pool).insert(tsize + need, taddr, tail);
+                    self.free_set_of(tail).insert(tsize + need, taddr, tail);
                     self.note_inactive(tail, tsize + need, true);
                 } else {
                     let node = self.insert_free_node(at, need, si, tail, NIL);
@@ -270,13 +271,14 @@ impl State {
     /// Unmaps every whole granule of every free block of the expandable segment (PyTorch's
     /// `release_expandable_segment`): the granules inside a free block become an unmapped hole
     /// (the block's unaligned ends stay free and mapped), holes at the end are cut off the
-    /// segment, and a segment left without mapped pages goes. Returns the bytes unmapped.
-    pub fn unmap_free_granules<B: Backend + ?Sized>(&mut self, backend: &B) -> u64 {
+    /// segment, and a segment left without mapped pages goes. Returns the bytes unmapped. A
+    /// range the backend fails to unmap stays mapped and free (the failure is kept).
+    pub fn unmap_free_granules<B: Backend + ?Sized>(&mut self, backend: &B, name: &str) -> u64 {
         let (Some(e), Some(vm)) = (self.expandable, backend.virtual_memory()) else {
             return 0;
         };
         let Some(si) = e.seg else { return 0 };
-        let pool = self.segs[si as usize].pool;
+        let (pool, stream) = (self.segs[si as usize].pool, self.segs[si as usize].stream);
         let gran = e.granularity as u64;
         let mut released = 0u64;
         let mut at = self.segs[si as usize].head;
@@ -295,15 +297,27 @@ impl State {
             }
             // SAFETY: `[lo, hi)` is mapped (inside a mapped free block) and nothing handed
             // out uses it.
-            unsafe { vm.unmap(lo, (hi - lo) as usize) };
+            if let Err(err) = unsafe { vm.unmap(lo, (hi - lo) as usize) } {
+                let failure = match err {
+                    BackendError::Driver(f) => f,
+                    e => super::BackendFailure {
+                        op: format!("unmapping {} bytes at {lo:#x}", hi - lo),
+                        error: e.to_string(),
+                    },
+                };
+                self.note_failure(name, failure);
+                at = next;
+                continue;
+            }
             released += hi - lo;
-            self.free_set(pool).remove(size, addr, at);
+            self.free_set(pool, stream).remove(size, addr, at);
             self.note_inactive(at, size, false);
             // [addr, lo) stays free and mapped, [lo, hi) becomes the hole, [hi, end) free.
             let hole = if lo > addr {
                 self.nodes[at as usize].size = (lo - addr) as usize;
                 let h = self.insert_node_after(at, lo, (hi - lo) as usize);
-                self.free_set(pool).insert((lo - addr) as usize, addr, at);
+                self.free_set(pool, stream)
+                    .insert((lo - addr) as usize, addr, at);
                 self.note_inactive(at, (lo - addr) as usize, true);
                 h
             } else {
@@ -314,7 +328,8 @@ impl State {
             let end = addr + size as u64;
             if end > hi {
                 let rest = self.insert_node_after(hole, hi, (end - hi) as usize);
-                self.free_set(pool).insert((end - hi) as usize, hi, rest);
+                self.free_set(pool, stream)
+                    .insert((end - hi) as usize, hi, rest);
                 self.note_inactive(rest, (end - hi) as usize, true);
             }
             // A hole next to a hole is one hole.
@@ -386,8 +401,8 @@ impl State {
             let addr = self.nodes[at as usize].addr;
             // SAFETY: `[addr, addr + need)` lies in an unmapped hole of the reserved range.
             if let Err(err) = unsafe { vm.map(addr, need) } {
-                if let BackendError::Driver(msg) = err {
-                    tracing::warn!(device = %name, "mapping pages failed: {msg}");
+                if let BackendError::Driver(f) = err {
+                    self.note_failure(name, f);
                 }
                 // The end of the mapping may need fewer pages than this hole.
                 at = next;

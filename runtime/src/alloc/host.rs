@@ -82,16 +82,22 @@ unsafe impl VirtualMemory for HostBackend {
             )
         };
         if p == libc::MAP_FAILED {
-            return Err(BackendError::Driver(format!(
-                "mmap of {bytes} bytes of address space failed: {}",
-                std::io::Error::last_os_error()
-            )));
+            return Err(BackendError::driver(
+                format!("mmap of {bytes} bytes of address space"),
+                std::io::Error::last_os_error().to_string(),
+            ));
         }
         Ok(p as u64)
     }
-    unsafe fn release_range(&self, addr: u64, bytes: usize) {
+    unsafe fn release_range(&self, addr: u64, bytes: usize) -> Result<(), BackendError> {
         // SAFETY: the caller passes a range from `reserve_range` that nothing uses.
-        unsafe { libc::munmap(addr as *mut libc::c_void, bytes) };
+        if unsafe { libc::munmap(addr as *mut libc::c_void, bytes) } != 0 {
+            return Err(BackendError::driver(
+                format!("munmap of {bytes} bytes at {addr:#x}"),
+                std::io::Error::last_os_error().to_string(),
+            ));
+        }
+        Ok(())
     }
     unsafe fn map(&self, addr: u64, bytes: usize) -> Result<(), BackendError> {
         self.charge(bytes)?;
@@ -108,19 +114,29 @@ unsafe impl VirtualMemory for HostBackend {
             let err = std::io::Error::last_os_error();
             return Err(match err.raw_os_error() {
                 Some(libc::ENOMEM) => BackendError::OutOfMemory { requested: bytes },
-                _ => BackendError::Driver(format!("mprotect: {err}")),
+                _ => BackendError::driver(
+                    format!("mprotect of {bytes} bytes at {addr:#x}"),
+                    err.to_string(),
+                ),
             });
         }
         Ok(())
     }
-    unsafe fn unmap(&self, addr: u64, bytes: usize) {
+    unsafe fn unmap(&self, addr: u64, bytes: usize) -> Result<(), BackendError> {
         // SAFETY: the caller passes a mapped range nothing uses anymore: its pages may be
         // dropped and the range made inaccessible again.
-        unsafe {
-            libc::madvise(addr as *mut libc::c_void, bytes, libc::MADV_DONTNEED);
-            libc::mprotect(addr as *mut libc::c_void, bytes, libc::PROT_NONE);
+        let failed = unsafe {
+            libc::madvise(addr as *mut libc::c_void, bytes, libc::MADV_DONTNEED) != 0
+                || libc::mprotect(addr as *mut libc::c_void, bytes, libc::PROT_NONE) != 0
+        };
+        if failed {
+            return Err(BackendError::driver(
+                format!("madvise/mprotect(PROT_NONE) of {bytes} bytes at {addr:#x}"),
+                std::io::Error::last_os_error().to_string(),
+            ));
         }
         self.uncharge(bytes);
+        Ok(())
     }
 }
 
@@ -155,12 +171,14 @@ unsafe impl Backend for HostBackend {
     fn virtual_memory(&self) -> Option<&dyn VirtualMemory> {
         Some(self)
     }
-    unsafe fn free_segment(&self, addr: u64, bytes: usize) {
+    unsafe fn free_segment(&self, addr: u64, bytes: usize) -> Result<(), BackendError> {
+        let layout = Layout::from_size_align(bytes.max(1), HOST_ALIGN).map_err(|e| {
+            BackendError::driver(format!("freeing {bytes} bytes at {addr:#x}"), e.to_string())
+        })?;
         self.uncharge(bytes);
-        if let Ok(layout) = Layout::from_size_align(bytes.max(1), HOST_ALIGN) {
-            // SAFETY: the caller guarantees `addr` came from `alloc_segment(bytes)`, which used
-            // this same layout.
-            unsafe { std::alloc::dealloc(addr as *mut u8, layout) };
-        }
+        // SAFETY: the caller guarantees `addr` came from `alloc_segment(bytes)`, which used
+        // this same layout.
+        unsafe { std::alloc::dealloc(addr as *mut u8, layout) };
+        Ok(())
     }
 }

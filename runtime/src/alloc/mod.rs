@@ -103,7 +103,7 @@ mod timeline;
 mod trace;
 
 pub use allocator::{Block, CachingAllocator, DeviceAllocator};
-pub use backend::{Backend, BackendError, VirtualMemory};
+pub use backend::{Backend, BackendError, BackendFailure, EventId, StreamId, VirtualMemory};
 pub use bucket::{BucketError, SequenceBuckets};
 pub(crate) use config::env_config;
 pub use config::{
@@ -114,7 +114,7 @@ pub use expandable::DEFAULT_EXPANDABLE_RANGE;
 pub use host::{HostBackend, HOST_ALIGN, HOST_MAP_GRANULARITY};
 pub use html::html_report;
 pub use oom::{
-    human_bytes, ConfigSource, LargestLive, LiveAllocation, OomCause, OutOfMemory, SegmentMode,
+    human_bytes, ConfigSource, LiveAllocation, OomCause, OomContext, OutOfMemory, SegmentMode,
     OOM_LARGEST_LIVE,
 };
 pub(crate) use origin::enter_op;
@@ -130,5 +130,7 @@ pub use trace::{
     TraceEventKind, TraceLabel,
 };
 
+#[cfg(test)]
+mod fake_tests;
 #[cfg(test)]
 mod tests;

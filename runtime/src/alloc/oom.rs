@@ -3,6 +3,7 @@
 //! helps. It owns no allocator state; the allocator fills it in.
 
 use super::AllocOrigin;
+use super::BackendFailure;
 use std::fmt;
 
 /// Live allocations an [`OutOfMemory`] lists, largest first.
@@ -17,10 +18,15 @@ pub enum OomCause {
     LimitReached,
     /// The device itself has no room left.
     DeviceFull,
+    /// A backend call failed for another reason than a shortage of memory (for CUDA, often an
+    /// error left by an earlier kernel, such as `CUDA_ERROR_ILLEGAL_ADDRESS`):
+    /// [`OutOfMemory::backend_error`] names the call and the driver's error.
+    BackendFailed,
 }
 
 /// The allocation failed after every remedy was tried (releasing cached segments, pressure
-/// handlers). Its message says why and which setting helps.
+/// handlers). Its message says why and which setting helps. Despite the name, the cause may
+/// be a backend failure that is not a shortage ([`OomCause::BackendFailed`]).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct OutOfMemory {
     /// Device name.
@@ -54,29 +60,21 @@ pub struct OutOfMemory {
     /// Where the allocator's settings came from (so the advice names the environment variable
     /// or the builder method that changes them).
     pub config_source: ConfigSource,
+    /// What the error knows beyond the figures: what holds the memory, and the backend's
+    /// failure when that was the cause.
+    pub context: Box<OomContext>,
+}
+
+/// The part of an [`OutOfMemory`] beyond its figures (boxed, so that the error, returned by
+/// every allocating function, stays within 128 bytes).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct OomContext {
     /// The largest live allocations ([`OOM_LARGEST_LIVE`] at most), largest first: what holds
     /// the memory, and where each was made.
-    pub largest_live: LargestLive,
-}
-
-/// The largest live allocations of an [`OutOfMemory`], largest first; derefs to a slice.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-#[serde(transparent)]
-// Boxed so that the error (returned by every allocating function) stays within 128 bytes.
-#[allow(clippy::box_collection)]
-pub struct LargestLive(Box<Vec<LiveAllocation>>);
-
-impl LargestLive {
-    pub(crate) fn new(allocations: Vec<LiveAllocation>) -> Self {
-        LargestLive(Box::new(allocations))
-    }
-}
-
-impl std::ops::Deref for LargestLive {
-    type Target = [LiveAllocation];
-    fn deref(&self) -> &[LiveAllocation] {
-        &self.0
-    }
+    pub largest_live: Vec<LiveAllocation>,
+    /// The backend call that failed while serving the request, when the cause is
+    /// [`OomCause::BackendFailed`].
+    pub backend_error: Option<BackendFailure>,
 }
 
 /// One live allocation listed by an [`OutOfMemory`].
@@ -128,6 +126,21 @@ pub enum SegmentMode {
 
 impl fmt::Display for OutOfMemory {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let (OomCause::BackendFailed, Some(failure)) = (self.cause, &self.context.backend_error)
+        {
+            return write!(
+                f,
+                "allocation of {} ({} bytes) on {} failed, not for lack of memory: {failure} \
+                 (allocated {}, reserved {}). For CUDA this error is often left by an earlier \
+                 kernel (an out-of-bounds access) and makes the device unusable for this \
+                 process: run with CUDA_LAUNCH_BLOCKING=1 or compute-sanitizer to find it.",
+                human_bytes(self.rounded as u64),
+                self.requested,
+                self.device,
+                human_bytes(self.allocated),
+                human_bytes(self.reserved),
+            );
+        }
         write!(
             f,
             "out of memory on {}: cannot allocate {} ({} bytes); ",
@@ -161,7 +174,7 @@ impl fmt::Display for OutOfMemory {
                 human_bytes(self.reserved),
                 human_bytes(self.limit.unwrap_or(0))
             )?,
-            OomCause::DeviceFull => write!(f, "the device is full")?,
+            OomCause::DeviceFull | OomCause::BackendFailed => write!(f, "the device is full")?,
         }
         write!(
             f,
@@ -226,14 +239,14 @@ impl fmt::Display for OutOfMemory {
                 self.config_source
                     .setting("memory_fraction", "with_memory_fraction"),
             )?,
-            OomCause::DeviceFull => f.write_str(
+            OomCause::DeviceFull | OomCause::BackendFailed => f.write_str(
                 "Drop tensors that are no longer needed (the cache was already released), \
                  lower the batch size, or free memory held by other processes.",
             )?,
         }
-        if !self.largest_live.is_empty() {
+        if !self.context.largest_live.is_empty() {
             f.write_str("\nLargest live allocations (what holds the memory):")?;
-            for live in self.largest_live.iter() {
+            for live in self.context.largest_live.iter() {
                 write!(f, "\n  {:>10}  ", human_bytes(live.size))?;
                 match &live.origin {
                     Some(origin) => write!(f, "{origin}")?,

@@ -20,13 +20,13 @@ pub struct MemoryStats {
     pub reserved_bytes: u64,
     /// Highest `reserved_bytes`.
     pub peak_reserved_bytes: u64,
-    /// Bytes of the blocks holding live allocations (a block that was not split is counted
-    /// whole; PyTorch's active bytes also hold blocks waiting for stream events, which this
-    /// allocator does not have, so it equals `allocated_bytes`).
+    /// Bytes of the blocks holding live allocations and of freed blocks waiting for other
+    /// streams' events before they can be reused (see `Allocation::record_stream`), as
+    /// PyTorch counts them; equal to `allocated_bytes` when no block is waiting.
     pub active_bytes: u64,
     /// Highest `active_bytes`.
     pub peak_active_bytes: u64,
-    /// Live allocations.
+    /// Live allocations, and freed blocks waiting for other streams' events.
     pub active_blocks: u64,
     /// Highest `active_blocks`.
     pub peak_active_blocks: u64,
@@ -155,14 +155,22 @@ impl DetailedStats {
         }
     }
 
-    /// The block of [`DetailedStats::on_alloc`] returned.
+    /// The owner of a block of [`DetailedStats::on_alloc`] freed it: it is no longer
+    /// allocated, though it stays active while other streams' events are pending.
     #[inline]
-    pub(crate) fn on_free(&mut self, pool: PoolKind, block: usize, requested: usize) {
+    pub(crate) fn on_release_allocation(&mut self, pool: PoolKind, block: usize, requested: usize) {
         for p in self.pools(pool) {
             p.allocated_bytes.decrease(block as u64);
-            p.active_bytes.decrease(block as u64);
             p.requested_bytes.decrease(requested as u64);
             p.allocation.decrease(1);
+        }
+    }
+
+    /// A freed block of `block` bytes went back to the pool (no stream uses it anymore).
+    #[inline]
+    pub(crate) fn on_deactivate(&mut self, pool: PoolKind, block: usize) {
+        for p in self.pools(pool) {
+            p.active_bytes.decrease(block as u64);
             p.active.decrease(1);
         }
     }

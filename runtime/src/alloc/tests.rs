@@ -773,7 +773,7 @@ unsafe impl Backend for Plain {
     fn alloc_segment(&self, bytes: usize) -> Result<u64, BackendError> {
         self.0.alloc_segment(bytes)
     }
-    unsafe fn free_segment(&self, addr: u64, bytes: usize) {
+    unsafe fn free_segment(&self, addr: u64, bytes: usize) -> Result<(), BackendError> {
         // SAFETY: forwarded contract.
         unsafe { self.0.free_segment(addr, bytes) }
     }
@@ -930,7 +930,7 @@ unsafe impl VirtualMemory for SelfTested {
     fn reserve_range(&self, bytes: usize) -> Result<u64, BackendError> {
         self.host.reserve_range(bytes)
     }
-    unsafe fn release_range(&self, addr: u64, bytes: usize) {
+    unsafe fn release_range(&self, addr: u64, bytes: usize) -> Result<(), BackendError> {
         // SAFETY: forwarded contract.
         unsafe { self.host.release_range(addr, bytes) }
     }
@@ -938,14 +938,14 @@ unsafe impl VirtualMemory for SelfTested {
         // SAFETY: forwarded contract.
         unsafe { self.host.map(addr, bytes) }
     }
-    unsafe fn unmap(&self, addr: u64, bytes: usize) {
+    unsafe fn unmap(&self, addr: u64, bytes: usize) -> Result<(), BackendError> {
         // SAFETY: forwarded contract.
         unsafe { self.host.unmap(addr, bytes) }
     }
     fn self_test(&self) -> Result<(), BackendError> {
         self.runs.fetch_add(1, Ordering::SeqCst);
         match self.failure {
-            Some(f) => Err(BackendError::Driver(f.to_string())),
+            Some(f) => Err(BackendError::driver("self-test", f)),
             None => Ok(()),
         }
     }
@@ -966,7 +966,7 @@ unsafe impl Backend for SelfTested {
     fn alloc_segment(&self, bytes: usize) -> Result<u64, BackendError> {
         self.host.alloc_segment(bytes)
     }
-    unsafe fn free_segment(&self, addr: u64, bytes: usize) {
+    unsafe fn free_segment(&self, addr: u64, bytes: usize) -> Result<(), BackendError> {
         // SAFETY: forwarded contract.
         unsafe { self.host.free_segment(addr, bytes) }
     }
@@ -1014,7 +1014,7 @@ fn the_self_test_runs_once_at_creation_and_its_failure_means_fixed_segments_unde
         e,
         SetupError::ExpandableSelfTestFailed {
             device: "gpu-like".into(),
-            reason: format!("backend failure: {FAILURE}"),
+            reason: format!("self-test failed with {FAILURE}"),
         }
     );
     let msg = e.to_string();
@@ -1288,7 +1288,9 @@ fn a_host_pool_over_device_memory_gives_no_host_pointers() {
         fn alloc_segment(&self, bytes: usize) -> Result<u64, BackendError> {
             Ok(self.0.fetch_add(bytes as u64, Ordering::SeqCst))
         }
-        unsafe fn free_segment(&self, _addr: u64, _bytes: usize) {}
+        unsafe fn free_segment(&self, _addr: u64, _bytes: usize) -> Result<(), BackendError> {
+            Ok(())
+        }
     }
     let backend: Box<dyn Backend> = Box::new(Remote(AtomicU64::new(1 << 40)));
     let device = Device::HostPool(Arc::new(CachingAllocator::new(backend)));

@@ -2,12 +2,17 @@
 //! wherever cudarc takes a device pointer (kernel launches, cuBLAS). It owns an [`Allocation`]
 //! and the stream it is used on; the memory itself is the allocator's.
 //!
-//! The caching allocator does not track which stream last used a block, so `device_ptr` and
-//! `device_ptr_mut` hand cudarc a `SyncOnDrop::Sync` guard: the stream is synchronised once the
-//! launch that uses the pointer has been queued, and a block freed to the cache is never reused
-//! while a kernel may still touch it.
+//! A buffer belongs to a stream (the device's default stream, or the one given to
+//! [`CudaBuffer::new_on`]); its block returns to that stream's pool when the buffer drops and
+//! is reused in that stream's order, so launches on its own stream need no synchronisation.
+//! When cudarc asks for the pointer for another stream (`device_ptr(&other)`), that stream
+//! first waits for the buffer's stream (so it sees the buffer's contents), and the buffer
+//! records it ([`CudaBuffer::record_stream`]): a block freed while that stream may still use it
+//! stays out of the pool until an event on that stream completes. The pointer itself is only
+//! handed out with the borrow of the buffer that keeps it valid.
 
 use super::{Allocation, Device};
+use crate::alloc::cuda::{stream_id, CurrentContext};
 use cudarc::driver::{result, sys, CudaStream, DevicePtr, DevicePtrMut, DeviceSlice};
 use cudarc::driver::{DriverError, SyncOnDrop, ValidAsZeroBits};
 use std::marker::PhantomData;
@@ -56,19 +61,44 @@ impl<T: ValidAsZeroBits> CudaBuffer<T> {
         // SAFETY: the bytes are all zero before the buffer is returned, a valid `T` by
         // `ValidAsZeroBits`.
         let buffer = unsafe { Self::uninit(device, len) }?;
+        buffer.zeroed()
+    }
+
+    /// Allocates `len` zeroed values on `device` for use on `stream` (a stream of the device's
+    /// context): the block comes from, and returns to, that stream's pool.
+    pub fn new_on(
+        device: &Device,
+        len: usize,
+        stream: &Arc<CudaStream>,
+    ) -> Result<CudaBuffer<T>, CudaBufferError> {
+        // SAFETY: zeroed below before it is returned, a valid `T` by `ValidAsZeroBits`.
+        let buffer = unsafe { Self::uninit_on(device, len, stream) }?;
+        buffer.zeroed()
+    }
+
+    fn zeroed(self) -> Result<CudaBuffer<T>, CudaBufferError> {
+        let buffer = self;
+        let len = buffer.len;
         // Cannot overflow: `uninit` checked it.
         let bytes = len * std::mem::size_of::<T>();
         let driver = |op| {
             move |e: DriverError| CudaBufferError::Driver {
                 op,
-                message: e.to_string(),
+                message: crate::alloc::cuda::error_name(e),
             }
         };
         let stream = &buffer.stream;
-        stream
-            .context()
-            .bind_to_thread()
-            .map_err(driver("cuCtxSetCurrent"))?;
+        // Pushed, not bound: binding would report (and clear) an unrelated error cudarc
+        // recorded on the context earlier.
+        let _current = CurrentContext::push(
+            stream.context(),
+            stream.context().ordinal(),
+            "zeroing a CudaBuffer",
+        )
+        .map_err(|e| CudaBufferError::Driver {
+            op: "cuCtxPushCurrent",
+            message: e.to_string(),
+        })?;
         // SAFETY: the context is current on this thread and the range is the buffer's own
         // allocation (at least `bytes` long), which nothing else uses yet.
         unsafe { result::memset_d8_async(buffer.allocation.addr(), 0, bytes, stream.cu_stream()) }
@@ -93,14 +123,31 @@ impl<T> CudaBuffer<T> {
         let Some(context) = device.cuda_context() else {
             return Err(CudaBufferError::NotCuda(format!("{device:?}")));
         };
+        let stream = context.default_stream();
+        // SAFETY: forwarded contract.
+        unsafe { Self::uninit_on(device, len, &stream) }
+    }
+
+    /// Allocates `len` values on `device` for use on `stream`, without initialising them.
+    ///
+    /// # Safety
+    /// As [`CudaBuffer::uninit`].
+    pub unsafe fn uninit_on(
+        device: &Device,
+        len: usize,
+        stream: &Arc<CudaStream>,
+    ) -> Result<CudaBuffer<T>, CudaBufferError> {
+        if device.cuda_context().is_none() {
+            return Err(CudaBufferError::NotCuda(format!("{device:?}")));
+        }
         let bytes = len
             .checked_mul(std::mem::size_of::<T>())
             .ok_or(CudaBufferError::TooLarge(len))?;
-        let allocation = device.allocate(bytes)?;
+        let allocation = device.allocate_on(bytes, stream_id(stream))?;
         Ok(CudaBuffer {
             allocation,
             len,
-            stream: context.default_stream(),
+            stream: Arc::clone(stream),
             _values: PhantomData,
         })
     }
@@ -108,6 +155,33 @@ impl<T> CudaBuffer<T> {
     /// The allocation behind the buffer.
     pub fn allocation(&self) -> &Allocation {
         &self.allocation
+    }
+
+    /// Records that work queued on `stream` uses this buffer (PyTorch's `record_stream`): once
+    /// the buffer is dropped, its block is not reused until that work is done. `device_ptr`
+    /// does this for the stream cudarc passes it; call it yourself when the pointer reaches
+    /// another stream some other way.
+    pub fn record_stream(&self, stream: &CudaStream) {
+        self.allocation.record_stream(stream_id(stream));
+    }
+
+    /// Prepares a launch on `stream`: nothing for the buffer's own stream; for another, that
+    /// stream waits for the buffer's stream and is recorded as a user of the block. When the
+    /// wait cannot be queued, the buffer's stream is synchronised when cudarc drops the guard.
+    fn use_on<'a>(&'a self, stream: &'a CudaStream) -> SyncOnDrop<'a> {
+        if *stream == *self.stream {
+            return SyncOnDrop::Sync(None);
+        }
+        self.record_stream(stream);
+        match stream.join(&self.stream) {
+            Ok(()) => SyncOnDrop::Sync(None),
+            Err(e) => {
+                tracing::warn!("CudaBuffer: stream wait failed ({e}); synchronising instead");
+                // The launch must not read before the buffer's stream wrote: wait now.
+                let _ = self.stream.synchronize();
+                SyncOnDrop::sync_stream(stream)
+            }
+        }
     }
 }
 
@@ -122,7 +196,7 @@ impl<T> DeviceSlice<T> for CudaBuffer<T> {
 
 impl<T> DevicePtr<T> for CudaBuffer<T> {
     fn device_ptr<'a>(&'a self, stream: &'a CudaStream) -> (sys::CUdeviceptr, SyncOnDrop<'a>) {
-        (self.allocation.addr(), SyncOnDrop::sync_stream(stream))
+        (self.allocation.addr(), self.use_on(stream))
     }
 }
 
@@ -131,6 +205,6 @@ impl<T> DevicePtrMut<T> for CudaBuffer<T> {
         &'a mut self,
         stream: &'a CudaStream,
     ) -> (sys::CUdeviceptr, SyncOnDrop<'a>) {
-        (self.allocation.addr(), SyncOnDrop::sync_stream(stream))
+        (self.allocation.addr(), self.use_on(stream))
     }
 }
