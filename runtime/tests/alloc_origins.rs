@@ -43,6 +43,34 @@ fn a_constructor_records_the_callers_line_its_name_and_the_shape() {
 }
 
 #[test]
+fn layers_record_the_users_line_not_the_layer_code() {
+    use vramguard_runtime::nn::{EncoderLayer, Linear, Module};
+    let device = Device::isolated_host();
+    let linear = Linear::new(16, 8, true, 1, &device).unwrap();
+    let layer = EncoderLayer::new(16, 2, 32, 2, &device).unwrap();
+    let x = Tensor::ones(&[2, 4, 16], &device).unwrap();
+    memory::record_trace(&device, 4096);
+    let y = linear.forward(&x).unwrap();
+    let linear_line = line!() - 1;
+    let z = layer.forward(&x).unwrap();
+    let layer_line = line!() - 1;
+    let got: Vec<(&'static str, &'static str, u32)> = allocs(&device)
+        .iter()
+        .map(|ev| {
+            let o = origin_of(ev);
+            (o.file, o.op, o.line)
+        })
+        .collect();
+    // Every allocation inside a layer (its matmuls, softmax, layer norms) is the user's call.
+    assert_eq!(got[0], (file!(), "Linear::forward", linear_line));
+    assert!(got.len() > 10, "{got:?}");
+    assert!(got[1..]
+        .iter()
+        .all(|g| *g == (file!(), "EncoderLayer::forward", layer_line)));
+    drop((y, z));
+}
+
+#[test]
 fn ops_and_operators_record_the_users_line_not_the_library_s() {
     let device = Device::isolated_host();
     let a = Tensor::ones(&[8, 16], &device).unwrap();

@@ -146,7 +146,9 @@ impl Parameters for Linear {
 }
 
 impl Module for Linear {
+    #[track_caller]
     fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("Linear::forward");
         let wt = self.weight.t()?;
         let y = xs.matmul(&wt)?;
         match &self.bias {
@@ -189,7 +191,9 @@ impl Parameters for LayerNorm {
 }
 
 impl Module for LayerNorm {
+    #[track_caller]
     fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("LayerNorm::forward");
         xs.layer_norm(Some(&self.weight), Some(&self.bias), self.eps)
     }
 }
@@ -210,7 +214,9 @@ impl Embedding {
     }
 
     /// Vectors for `ids` (shape `ids_shape`); the result has shape `ids_shape + [dim]`.
+    #[track_caller]
     pub fn forward(&self, ids: &[u32], ids_shape: &[usize]) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("Embedding::forward");
         self.weight.embedding(ids, ids_shape)
     }
 }
@@ -266,7 +272,9 @@ impl Parameters for Dropout {
 }
 
 impl Module for Dropout {
+    #[track_caller]
     fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("Dropout::forward");
         if !self.is_training() || self.p == 0.0 {
             return Ok(xs.clone());
         }
@@ -309,7 +317,9 @@ pub enum Activation {
 
 impl Activation {
     /// Applies the activation (out of place).
+    #[track_caller]
     pub fn apply(self, xs: &Tensor) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("Activation::apply");
         match self {
             Activation::Relu => xs.relu(),
             Activation::Gelu => xs.gelu(),
@@ -319,7 +329,9 @@ impl Activation {
 
     /// Applies the activation to an owned tensor, reusing its buffer when nothing else can
     /// observe it and backward does not need the input (see [`Tensor::into_relu`]).
+    #[track_caller]
     pub fn apply_owned(self, xs: Tensor) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("Activation::apply_owned");
         match self {
             Activation::Relu => xs.into_relu(),
             Activation::Gelu => xs.into_gelu(),
@@ -355,7 +367,9 @@ impl Parameters for Mlp {
 }
 
 impl Module for Mlp {
+    #[track_caller]
     fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("Mlp::forward");
         // Consuming activation: under no-grad (or for relu/tanh, which keep their output) the
         // hidden activation is computed in the fc1 output's buffer.
         let h = self.fc1.forward(xs)?;
@@ -400,7 +414,9 @@ impl MultiHeadSelfAttention {
     }
 
     /// Attention over `xs` of shape `[batch, seq, dim]`, with an optional additive `mask`.
+    #[track_caller]
     pub fn forward_masked(&self, xs: &Tensor, mask: Option<&Tensor>) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("MultiHeadSelfAttention::forward_masked");
         let dims = xs.dims();
         if dims.len() != 3 {
             return Err(TensorError::InvalidArgument {
@@ -452,7 +468,9 @@ impl Parameters for MultiHeadSelfAttention {
 }
 
 impl Module for MultiHeadSelfAttention {
+    #[track_caller]
     fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("MultiHeadSelfAttention::forward");
         self.forward_masked(xs, None)
     }
 }
@@ -501,7 +519,9 @@ impl Parameters for EncoderLayer {
 }
 
 impl Module for EncoderLayer {
+    #[track_caller]
     fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("EncoderLayer::forward");
         let a = self.attention.forward(xs)?;
         // `a` is owned and unshared: the residual add reuses its buffer.
         let x = self.ln1.forward(&(a + xs)?)?;
