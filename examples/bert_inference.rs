@@ -36,7 +36,6 @@ use bert::{Batch, BertConfig, BertWeights};
 use device_arg::DeviceArg;
 use measure::{activation_peak, find_max_batch, liveness_bound, load, mib, Variant};
 use report::Args;
-use vramguard::alloc::{AllocatorConfig, MemoryLimit};
 use vramguard::nn::Parameters;
 use vramguard::{memory, Device};
 
@@ -139,18 +138,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     drop((weights, batch, device));
 
     println!("\nlargest batch in a {budget_mib} MiB budget (weights included; progress on stderr)");
-    let budget = if device_is_cuda {
-        let limited = AllocatorConfig {
-            memory_limit: Some(MemoryLimit::Bytes((budget_mib as u64) << 20)),
-            ..AllocatorConfig::default()
-        };
-        match DeviceArg::parse_with(args.value("device"), limited)? {
-            DeviceArg::Cuda(d) => d,
-            _ => return Err("the GPU went away between the two parts".into()),
-        }
-    } else {
-        devices::host_with_capacity(budget_mib << 20)?
-    };
+    let budget = device_arg::budget_device(args.value("device"), device_is_cuda, budget_mib)?;
     let weights = weights_on(config, &budget, weights_file.as_deref())?;
     let budget_bytes = (budget_mib << 20) as u64;
     let grad = find_max_batch(Variant::Grad, &weights, seq, &budget, budget_bytes, 1024)?;

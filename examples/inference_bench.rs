@@ -41,7 +41,6 @@ use measure::{
 };
 use report::{Args, Report, Unit};
 use std::time::Instant;
-use vramguard::alloc::{AllocatorConfig, MemoryLimit};
 use vramguard::memory;
 
 fn main() {
@@ -121,18 +120,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     eprintln!(
         "searching the largest batch in a {budget_mib} MiB budget (finder, then bisection) ..."
     );
-    let budget = if on_gpu {
-        let limited = AllocatorConfig {
-            memory_limit: Some(MemoryLimit::Bytes((budget_mib as u64) << 20)),
-            ..AllocatorConfig::default()
-        };
-        match DeviceArg::parse_with(args.value("device"), limited)? {
-            DeviceArg::Cuda(d) => d,
-            _ => return Err("the GPU went away between the two parts".into()),
-        }
-    } else {
-        devices::host_with_capacity(budget_mib << 20)?
-    };
+    let budget = device_arg::budget_device(args.value("device"), on_gpu, budget_mib)?;
     let weights = load(config, &budget)?;
     let budget_bytes = (budget_mib << 20) as u64;
     let found_grad = find_max_batch(Variant::Grad, &weights, seq, &budget, budget_bytes, 4096)?;

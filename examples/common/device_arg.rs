@@ -4,7 +4,7 @@
 //! machine without a usable GPU, `--device cuda` prints one line saying why and the program
 //! exits 0 (nothing to measure is not a failure).
 
-use vramguard::alloc::AllocatorConfig;
+use vramguard::alloc::{AllocatorConfig, MemoryLimit};
 use vramguard::Device;
 
 /// What `--device` asked for.
@@ -19,8 +19,10 @@ pub enum DeviceArg {
 
 impl DeviceArg {
     /// Parses the flag's value (`None` when absent). A value that names no device is an error.
+    /// A GPU's allocator starts from `VRAMGUARD_ALLOC_CONF`, as the host devices do.
     pub fn parse(value: Option<String>) -> Result<DeviceArg, String> {
-        Self::parse_with(value, AllocatorConfig::default())
+        let config = super::devices::env_config().map_err(|e| e.to_string())?;
+        Self::parse_with(value, config)
     }
 
     /// As [`DeviceArg::parse`], with the GPU's allocator built from `config` (e.g. a memory
@@ -52,6 +54,28 @@ impl DeviceArg {
                 "--device {value}: no usable GPU here ({e}); nothing measured"
             )),
         })
+    }
+}
+
+/// The device of a largest-batch search in a budget of `budget_mib` MiB (weights included): on
+/// a GPU (`on_gpu`, the device `value` names), an allocator whose memory limit is the budget; on
+/// the host, a host device of that capacity. Both start from `VRAMGUARD_ALLOC_CONF`.
+#[allow(dead_code)] // Shared: only the programs that search a batch size use it.
+pub fn budget_device(
+    value: Option<String>,
+    on_gpu: bool,
+    budget_mib: usize,
+) -> Result<Device, Box<dyn std::error::Error>> {
+    if !on_gpu {
+        return Ok(super::devices::host_with_capacity(budget_mib << 20)?);
+    }
+    let limited = AllocatorConfig {
+        memory_limit: Some(MemoryLimit::Bytes((budget_mib as u64) << 20)),
+        ..super::devices::env_config()?
+    };
+    match DeviceArg::parse_with(value, limited)? {
+        DeviceArg::Cuda(device) => Ok(device),
+        _ => Err("the GPU went away between the two parts".into()),
     }
 }
 
