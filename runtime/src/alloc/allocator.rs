@@ -599,11 +599,12 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             origin.as_ref(),
         );
         st.planner.on_free(block.id);
-        let uses = if st.nodes[slot as usize].has_uses {
-            st.stream_uses.remove(&slot).unwrap_or_default()
-        } else {
-            Vec::new()
-        };
+        // The common case: no other stream used the block, it goes back to its pool now.
+        if !st.nodes[slot as usize].has_uses {
+            st.finish_free(slot);
+            return;
+        }
+        let uses = st.stream_uses.remove(&slot).unwrap_or_default();
         let mut pending = PendingFree {
             slot,
             events: Vec::new(),

@@ -679,8 +679,12 @@ impl State {
 
     /// Returns to the pool the pending blocks whose events have all completed (queried, not
     /// waited for). A failed query poisons the block and is kept as the request's failure.
+    #[inline]
     pub fn process_pending<B: Backend + ?Sized>(&mut self, backend: &B, name: &str) {
-        self.settle_pending(backend, name, |b, e| b.query_event(e));
+        // Checked inline: every request passes here, and blocks rarely wait on other streams.
+        if !self.pending.is_empty() {
+            self.settle_pending(backend, name, |b, e| b.query_event(e));
+        }
     }
 
     /// Waits for the events of every pending block and returns the blocks to the pool (before
@@ -750,7 +754,7 @@ impl State {
 
     /// Records an event in the trace, if it is recording; `origin`: where the block of an
     /// alloc or free event was made.
-    #[inline]
+    #[inline(always)]
     pub fn record(
         &mut self,
         kind: TraceEventKind,
@@ -758,19 +762,32 @@ impl State {
         size: u64,
         origin: Option<&AllocOrigin>,
     ) {
+        // Checked inline: every alloc and free passes here, and the trace is usually off.
         if self.trace.enabled() {
-            let event = TraceEvent {
-                kind,
-                addr,
-                size,
-                time_ns: self.start.elapsed().as_nanos() as u64,
-                label: crate::scope::trace_label(),
-                origin: origin.cloned(),
-                allocated_bytes: self.stats.all.allocated_bytes.current,
-                reserved_bytes: self.reserved(),
-            };
-            self.trace.push(event);
+            self.push_event(kind, addr, size, origin);
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn push_event(
+        &mut self,
+        kind: TraceEventKind,
+        addr: u64,
+        size: u64,
+        origin: Option<&AllocOrigin>,
+    ) {
+        let event = TraceEvent {
+            kind,
+            addr,
+            size,
+            time_ns: self.start.elapsed().as_nanos() as u64,
+            label: crate::scope::trace_label(),
+            origin: origin.cloned(),
+            allocated_bytes: self.stats.all.allocated_bytes.current,
+            reserved_bytes: self.reserved(),
+        };
+        self.trace.push(event);
     }
 
     /// The `count` largest allocated blocks, largest first (by address among equals).

@@ -208,10 +208,21 @@ fn a_block_used_by_another_stream_is_not_handed_out_before_its_event_completes()
     assert_ne!(still.addr, addr);
     assert_eq!(a.pending_frees(), 1);
 
-    // Once it completed, the next allocation finds the block back in the pool.
+    // Once it completed, the next allocation finds the block back in the pool: it is handed
+    // out again or lies free (best fit may prefer an equal block at a lower address, and the
+    // host's segment addresses differ from run to run).
     ctl.complete(SIDE);
     let after = a.allocate(MIB).unwrap();
-    assert_eq!(after.addr, addr);
+    let back_in_pool = after.addr == addr
+        || a.snapshot()
+            .segments
+            .iter()
+            .flat_map(|s| &s.blocks)
+            .any(|b| b.addr == addr && !b.allocated && b.size >= MIB as u64);
+    assert!(
+        back_in_pool,
+        "the block at {addr:#x} is not back in the pool"
+    );
     assert_eq!(a.pending_frees(), 0);
     assert_eq!(ctl.destroyed.load(Ordering::SeqCst), 1);
     let s = a.stats();
