@@ -194,3 +194,30 @@ fn generated_size_stays_linear() {
     assert_eq!(corpus.len(), 520);
     assert!(ratio < 2.0, "generated code grew to {ratio:.2}x its input");
 }
+
+#[test]
+fn locals_whose_syntax_is_not_release_get_no_probe() {
+    let (text, _) = rewrite(
+        "fn f(a: T, n: usize) -> usize {
+            let count = 3;
+            let view = &a;
+            let width = n as u32;
+            let big = n > 2 && count < 9;
+            let span = 0..n;
+            let name: &str = \"x\";
+            let held = (a.relu()?);
+            let total = view.len() + width as usize + usize::from(big) + span.len() + name.len() + count;
+            g(&held);
+            total
+        }",
+        false,
+    );
+    for plain in ["count", "view", "width", "big", "span", "name"] {
+        assert!(
+            !text.contains(&format!("__VgProbe::of(&{plain})")),
+            "{plain} probed: {text}"
+        );
+    }
+    // A parenthesised call is not plain: its value may be `Release`.
+    assert!(text.contains("__VgProbe::of(&held)"), "{text}");
+}
