@@ -343,7 +343,11 @@ fn main() {
     let rounds = if args.quick { 40 } else { 400 };
     let steps = trace_steps(if args.quick { 100 } else { 400 });
     let sizes = mixed_sizes();
-    let mut report = Report::new("alloc");
+    // GPU runs report under their own name, so `--write` never replaces the host's figures.
+    let mut report = Report::new(if cuda { "alloc_cuda" } else { "alloc" });
+    if cuda {
+        report.cargo_args("--example alloc_bench");
+    }
 
     // Same run, side by side: cached pairs and system pairs, interleaved in blocks.
     // Fixed segments too, interleaved in the same blocks, to see what expandable segments cost.

@@ -19,8 +19,12 @@
 //! - `time_ratio_batch_scope_over_plain`: median time of `--steps` steps, interleaved.
 //!
 //! Flags: `--batch N` (64), `--steps N` (50), `--reps N` (7), `--quick` (tiny model, 10 steps),
-//! plus the shared `--json` and `--write`.
+//! plus the shared `--json` and `--write`. `--device cuda[:N]`: the same rows on a GPU, in
+//! device bytes (report `gan_cuda`; each measurement on a device with an allocator of its own);
+//! without a usable GPU it says so in one line and exits 0.
 
+#[path = "common/device_arg.rs"]
+mod device_arg;
 #[path = "common/devices.rs"]
 mod devices;
 #[path = "common/gan.rs"]
@@ -28,6 +32,7 @@ mod gan;
 #[path = "../benches/support/report.rs"]
 mod report;
 
+use device_arg::{synchronize, DeviceArg};
 use gan::{
     train_leaky, train_plain, train_plain_zero_grad, train_scoped, train_scoped_zero_grad, Gan,
     GanConfig,
@@ -49,7 +54,26 @@ fn main() {
     }
 }
 
+/// A new device with an allocator of its own (so that its statistics are one measurement's):
+/// the host's, or the GPU `--device` names.
+fn fresh_device(args: &Args) -> BoxResult<Device> {
+    match DeviceArg::parse(args.value("device"))? {
+        DeviceArg::Host => Ok(devices::isolated_host()?),
+        DeviceArg::Cuda(device) => Ok(device),
+        DeviceArg::Unavailable(why) => Err(why.into()),
+    }
+}
+
 fn run(args: &Args) -> BoxResult<()> {
+    let on_gpu = match DeviceArg::parse(args.value("device"))? {
+        DeviceArg::Host => false,
+        DeviceArg::Cuda(_) => true,
+        DeviceArg::Unavailable(why) => {
+            println!("{why}");
+            return Ok(());
+        }
+    };
+    let new_device = || fresh_device(args);
     let mut config = if args.quick {
         GanConfig::tiny()
     } else {
@@ -71,12 +95,17 @@ fn run(args: &Args) -> BoxResult<()> {
         config.batch, config.noise, config.hidden, config.data
     );
 
-    let peaks = measure_form(config, steps, train_plain, train_scoped)?;
-    let peaks_zero_grad =
-        measure_form(config, steps, train_plain_zero_grad, train_scoped_zero_grad)?;
+    let peaks = measure_form(&new_device, config, steps, train_plain, train_scoped)?;
+    let peaks_zero_grad = measure_form(
+        &new_device,
+        config,
+        steps,
+        train_plain_zero_grad,
+        train_scoped_zero_grad,
+    )?;
 
     eprintln!("running the leaky loop ...");
-    let leaky_dev = devices::isolated_host()?;
+    let leaky_dev = new_device()?;
     let mut leaky_gan = new_gan(config, train_plain, &leaky_dev)?;
     let mut history = Vec::new();
     scope::reset("gan-leaky");
@@ -88,7 +117,7 @@ fn run(args: &Args) -> BoxResult<()> {
     drop(history);
 
     eprintln!("timing {reps} interleaved runs of each variant ...");
-    let (plain_dev, scoped_dev) = (devices::isolated_host()?, devices::isolated_host()?);
+    let (plain_dev, scoped_dev) = (new_device()?, new_device()?);
     let mut plain_gan = new_gan(config, train_plain, &plain_dev)?;
     let mut scoped_gan = new_gan(config, train_plain, &scoped_dev)?;
     let (mut t_plain, mut t_scoped) = (Vec::new(), Vec::new());
@@ -96,14 +125,19 @@ fn run(args: &Args) -> BoxResult<()> {
         let first = 1 + steps * (rep + 1);
         let start = Instant::now();
         train_plain(&mut plain_gan, steps, first, &plain_dev)?;
+        synchronize(&plain_dev)?;
         t_plain.push(start.elapsed().as_secs_f64());
         let start = Instant::now();
         train_scoped(&mut scoped_gan, steps, first, &scoped_dev)?;
+        synchronize(&scoped_dev)?;
         t_scoped.push(start.elapsed().as_secs_f64());
     }
     let time_ratio = median(&mut t_scoped) / median(&mut t_plain);
 
-    let mut r = Report::new("gan");
+    let mut r = Report::new(if on_gpu { "gan_cuda" } else { "gan" });
+    if on_gpu {
+        r.cargo_args("--example gan_bench");
+    }
     peaks.report(&mut r, "", true);
     peaks_zero_grad.report(&mut r, "_zero_grad", false);
     r.metric("growth_bytes_per_iter_leaky", growth, Unit::Bytes);
@@ -132,7 +166,7 @@ fn run(args: &Args) -> BoxResult<()> {
     );
     r.note(&format!(
         "GAN (generator and discriminator MLPs, 3 layers each, least-squares loss, Adam), batch {}, noise {}, hidden {}, data {}, \
-         {steps} steps, host backend. Peaks are allocator bytes above the parameters and optimizer state (one warm-up step, \
+         {steps} steps, {}. Peaks are allocator bytes above the parameters and optimizer state (one warm-up step, \
          gradients then dropped). Headline rows: each update is `opt.backward_step(&loss)` (gradients for that optimizer's \
          parameters only, freed right after the update); `_zero_grad` rows: PyTorch's classic `zero_grad(); backward(); step()`, \
          where gradients stay in the parameters until the next `zero_grad` and the generator's backward also fills the \
@@ -143,7 +177,15 @@ fn run(args: &Args) -> BoxResult<()> {
          frees a loop body's locals at the end of each iteration — where the article's Python GAN lost its 40% (tensors kept \
          until reassigned). Times: median of {reps} interleaved runs of {steps} steps (backward_step form). \
          `losses_bit_identical` = 1 when every loss of both scoped loops equals its plain loop's bit for bit.",
-        config.batch, config.noise, config.hidden, config.data
+        config.batch,
+        config.noise,
+        config.hidden,
+        config.data,
+        if on_gpu {
+            "CUDA backend, device bytes"
+        } else {
+            "host backend"
+        }
     ));
     r.finish(args);
     if !identical {
@@ -177,12 +219,13 @@ struct FormPeaks {
 
 /// Peak allocated bytes of `train` above the bytes live before it, and its losses.
 fn peak_of(
+    new_device: &dyn Fn() -> BoxResult<Device>,
     config: GanConfig,
     steps: usize,
     train: TrainFn,
     record_bound: bool,
 ) -> BoxResult<(u64, Losses, Option<vramguard::tensor::LivenessBound>)> {
-    let device = devices::isolated_host()?;
+    let device = new_device()?;
     let mut gan = new_gan(config, train, &device)?;
     let before = memory::stats(&device).allocated_bytes;
     memory::reset_peak_stats(&device);
@@ -194,15 +237,16 @@ fn peak_of(
 }
 
 fn measure_form(
+    new_device: &dyn Fn() -> BoxResult<Device>,
     config: GanConfig,
     steps: usize,
     plain: TrainFn,
     scoped: TrainFn,
 ) -> BoxResult<FormPeaks> {
-    let (peak_plain, losses_plain, _) = peak_of(config, steps, plain, false)?;
-    let (peak_scoped, losses_scoped, _) = peak_of(config, steps, scoped, false)?;
+    let (peak_plain, losses_plain, _) = peak_of(new_device, config, steps, plain, false)?;
+    let (peak_scoped, losses_scoped, _) = peak_of(new_device, config, steps, scoped, false)?;
     // The bound: the plain loop's op sequence, recorded on a device of its own.
-    let (_, _, bound) = peak_of(config, steps, plain, true)?;
+    let (_, _, bound) = peak_of(new_device, config, steps, plain, true)?;
     let bound = bound.ok_or("no liveness recording")?;
     let losses_identical = losses_plain.len() == losses_scoped.len()
         && losses_plain
