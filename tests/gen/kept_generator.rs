@@ -18,23 +18,10 @@ pub const FILES: usize = 2;
 /// The fixed seed.
 pub const SEED: u64 = 0x5eed_2026_0009;
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        // xorshift64*
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-}
+// The seeded generator both corpus generators draw from.
+#[path = "rng.rs"]
+mod rng;
+use rng::Rng;
 
 /// What the corpus contains (also written into each file's header).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
