@@ -9,10 +9,14 @@
 //! the macro itself.
 //!
 //! `compile_time_ratio_no_drops` times a third crate with `#[vramguard::inference(drops =
-//! false)]`: the attribute parses each function and writes it back with only the no-grad
-//! guard. That is the cost of any attribute that rewrites a function body, before anything
-//! is released; the rest of `compile_time_ratio` is the release code and the analysis behind
+//! false)]`: the attribute parses each function, lints it and writes it back with only the
+//! no-grad guard; the rest of `compile_time_ratio` is the release code and the analysis behind
 //! it. (`macros/src/liveness/tests.rs` prints the size of the generated code.)
+//!
+//! `compile_time_ratio_syn_roundtrip` times a fourth crate whose attribute (a throwaway
+//! proc-macro crate the bench writes beside the others, on the same syn, quote and proc-macro2)
+//! parses each function with syn and prints it back unchanged: the floor of any syn-based
+//! attribute that reads a function body, which no work inside `#[inference]` can go below.
 //!
 //! The macro runs as built by the user's profile: in a debug build Cargo compiles proc macros
 //! unoptimized. `compile_time_ratio_optimized_macro` repeats the comparison with
@@ -61,10 +65,12 @@ fn run(args: &Args) -> Result<(), Error> {
         });
         let target_dir = bench_dir.join("target");
         let mut functions = 0;
+        write_roundtrip_macro(&bench_dir.join(ROUNDTRIP_MACRO))?;
         for (name, attribute) in [
             ("plain", None),
             ("annotated", Some("#[vramguard::inference]")),
             ("no-drops", Some("#[vramguard::inference(drops = false)]")),
+            ("syn-roundtrip", Some("#[vg_syn_roundtrip::roundtrip]")),
         ] {
             let dir = bench_dir.join(name);
             functions = write_crate(&root, &dir, files, attribute, optimized_macro)?;
@@ -73,7 +79,7 @@ fn run(args: &Args) -> Result<(), Error> {
         for name in CRATES {
             build(&bench_dir.join(name), &target_dir)?;
         }
-        let [plain, annotated, no_drops] = time_crates(&bench_dir, &target_dir, reps)?;
+        let [plain, annotated, no_drops, roundtrip] = time_crates(&bench_dir, &target_dir, reps)?;
         if !optimized_macro {
             report.metric("corpus_functions", functions as f64, Unit::Count);
         }
@@ -99,12 +105,20 @@ fn run(args: &Args) -> Result<(), Error> {
             no_drops / plain,
             Unit::Ratio,
         );
+        report.metric(
+            &format!("compile_time_ratio_syn_roundtrip{suffix}"),
+            roundtrip / plain,
+            Unit::Ratio,
+        );
     }
     report.note(&format!(
         "The generated corpus (every function of both modules of {files} corpus file(s), over \
          the logging type `T`), compiled as a crate of its own with no attribute and with \
          `#[vramguard::inference]` on every function (and, for `_no_drops`, with \
-         `#[vramguard::inference(drops = false)]`: parsed and written back, nothing released); \
+         `#[vramguard::inference(drops = false)]`: parsed, linted and written back with the \
+         no-grad guard, nothing released; for `_syn_roundtrip`, with an attribute that only \
+         parses each function with syn and prints it back, the floor of any syn-based \
+         attribute); \
          `cargo build`, dev profile, \
          CARGO_INCREMENTAL=0, dependencies prebuilt; median of {reps} interleaved builds each \
          (seconds, reported with unit `ratio` for want of a time unit). The annotated time \
@@ -115,12 +129,16 @@ fn run(args: &Args) -> Result<(), Error> {
     Ok(())
 }
 
-/// The crates compared: no attribute, `#[inference]`, `#[inference(drops = false)]`.
-const CRATES: [&str; 3] = ["plain", "annotated", "no-drops"];
+/// The crates compared: no attribute, `#[inference]`, `#[inference(drops = false)]`, and the
+/// syn round trip.
+const CRATES: [&str; 4] = ["plain", "annotated", "no-drops", "syn-roundtrip"];
+
+/// The directory of the throwaway proc-macro crate of the syn round trip.
+const ROUNDTRIP_MACRO: &str = "roundtrip-macro";
 
 /// Median build seconds of each of [`CRATES`], `reps` builds each, interleaved.
-fn time_crates(bench_dir: &Path, target_dir: &Path, reps: usize) -> Result<[f64; 3], Error> {
-    let mut times: [Vec<f64>; 3] = Default::default();
+fn time_crates(bench_dir: &Path, target_dir: &Path, reps: usize) -> Result<[f64; 4], Error> {
+    let mut times: [Vec<f64>; 4] = Default::default();
     for rep in 0..reps {
         for (name, times) in CRATES.iter().zip(times.iter_mut()) {
             let dir = bench_dir.join(name);
@@ -155,6 +173,32 @@ fn build(dir: &Path, target_dir: &Path) -> Result<(), Error> {
     Ok(())
 }
 
+/// Writes the proc-macro crate `vg_syn_roundtrip`: `#[roundtrip]` parses the function with syn
+/// (the features `vramguard-macros` enables) and prints it back unchanged.
+fn write_roundtrip_macro(dir: &Path) -> Result<(), Error> {
+    std::fs::create_dir_all(dir.join("src"))?;
+    std::fs::write(
+        dir.join("Cargo.toml"),
+        "[package]\nname = \"vg-syn-roundtrip\"\nversion = \"0.0.0\"\nedition = \"2021\"\n\
+         publish = false\n\n[lib]\nproc-macro = true\n\n[dependencies]\n\
+         syn = { version = \"3\", features = [\"full\", \"visit\", \"visit-mut\", \"extra-traits\"] }\n\
+         quote = \"1\"\nproc-macro2 = \"1\"\n\n[workspace]\n",
+    )?;
+    std::fs::write(
+        dir.join("src/lib.rs"),
+        "use quote::ToTokens;\n\n\
+         #[proc_macro_attribute]\n\
+         pub fn roundtrip(_: proc_macro::TokenStream, item: proc_macro::TokenStream) \
+         -> proc_macro::TokenStream {\n\
+         \x20   match syn::parse::<syn::ItemFn>(item) {\n\
+         \x20       Ok(function) => function.into_token_stream().into(),\n\
+         \x20       Err(error) => error.to_compile_error().into(),\n\
+         \x20   }\n\
+         }\n",
+    )?;
+    Ok(())
+}
+
 /// Writes a crate holding the corpus; returns the number of functions in it.
 fn write_crate(
     root: &Path,
@@ -172,7 +216,8 @@ fn write_crate(
         dir.join("Cargo.toml"),
         format!(
             "[package]\nname = \"corpus-{name}\"\nversion = \"0.0.0\"\nedition = \"2021\"\n\
-             publish = false\n\n[dependencies]\nvramguard = {{ path = {:?} }}\n\n[workspace]\n",
+             publish = false\n\n[dependencies]\nvramguard = {{ path = {:?} }}\n\
+             vg-syn-roundtrip = {{ path = \"../{ROUNDTRIP_MACRO}\" }}\n\n[workspace]\n",
             root.display().to_string()
         ) + if optimized_macro {
             "\n[profile.dev.build-override]\nopt-level = 3\n"

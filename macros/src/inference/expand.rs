@@ -20,7 +20,7 @@ pub(crate) fn expand(target: Target, options: &Options) -> TokenStream {
     let mut errors: Vec<syn::Error> = Vec::new();
     let tokens = match target {
         Target::Fn(mut function) => {
-            let block = std::mem::replace(&mut *function.block, syn::parse_quote!({}));
+            let block = std::mem::replace(&mut *function.block, empty_block());
             *function.block = body(
                 &function.attrs,
                 &mut function.sig,
@@ -57,7 +57,7 @@ pub(crate) fn expand(target: Target, options: &Options) -> TokenStream {
                             .is_some_and(|s| s.ident == "inference")
                     });
                     if method.sig.constness.is_none() && !own_attribute {
-                        let old = std::mem::replace(&mut method.block, syn::parse_quote!({}));
+                        let old = std::mem::replace(&mut method.block, empty_block());
                         // `#[vramguard::allow(..)]` on the impl block covers its methods.
                         let attrs: Vec<syn::Attribute> =
                             impl_attrs.iter().chain(&method.attrs).cloned().collect();
@@ -78,6 +78,14 @@ pub(crate) fn expand(target: Target, options: &Options) -> TokenStream {
     };
     let errors = errors.into_iter().map(|e| e.to_compile_error());
     quote! { #tokens #(#errors)* }
+}
+
+/// A placeholder while a body is rewritten.
+fn empty_block() -> syn::Block {
+    syn::Block {
+        brace_token: syn::token::Brace::default(),
+        stmts: Vec::new(),
+    }
 }
 
 /// The new body of one function.
@@ -115,11 +123,15 @@ fn body(
     // it, never re-parsed.
     let braces = block.brace_token;
     let stmts = std::mem::take(&mut block.stmts);
-    let mut new_stmts: Vec<syn::Stmt> = match syn::parse2::<syn::Block>(quote!({ #warnings })) {
-        Ok(parsed) => parsed.stmts,
-        Err(error) => {
-            errors.push(error);
-            Vec::new()
+    let mut new_stmts: Vec<syn::Stmt> = if warnings.is_empty() {
+        Vec::new()
+    } else {
+        match syn::parse2::<syn::Block>(quote!({ #warnings })) {
+            Ok(parsed) => parsed.stmts,
+            Err(error) => {
+                errors.push(error);
+                Vec::new()
+            }
         }
     };
     if sig.asyncness.is_some() {
@@ -182,15 +194,14 @@ fn body(
     } else {
         let guard = syn::Ident::new("__vg_no_grad", Span::mixed_site());
         let library_guard = syn::Ident::new("__vg_library_no_grad", Span::mixed_site());
-        new_stmts.insert(
-            0,
-            syn::parse_quote!(let #guard = #krate::__private::NoGradGuard::new();),
-        );
-        // The no-grad modes of the other libraries that have one (`tch`, with its feature).
-        new_stmts.insert(
-            1,
-            syn::parse_quote!(let #library_guard = #krate::__private::library_no_grad();),
-        );
+        // Emitted as written (nothing analyses the body after this point): parsing them back
+        // into trees once per function was measurable in an unoptimized macro. The second is
+        // the no-grad mode of the other libraries that have one (`tch`, with its feature).
+        let guards = quote! {
+            let #guard = #krate::__private::NoGradGuard::new();
+            let #library_guard = #krate::__private::library_no_grad();
+        };
+        new_stmts.insert(0, syn::Stmt::Expr(syn::Expr::Verbatim(guards), None));
         new_stmts.extend(stmts);
     }
     syn::Block {

@@ -3,14 +3,15 @@
 
 use super::names::{allowed_in, is_vramguard_allow, Lint};
 use super::syntax::{
-    classify, classify_local, idents_in, is_one_of, is_self_field, pattern_names, peel, peel_value,
-    shown, single_ident, stmt_attrs_mut, Holds,
+    classify, classify_local, idents_in, is_one_of, is_self_field, names_any_of, pattern_names,
+    peel, peel_value, shown, single_ident, stmt_attrs_mut, Holds,
 };
 use super::LintContext;
 use proc_macro2::Span;
 use quote::ToTokens;
 use std::collections::{HashMap, HashSet};
 use syn::spanned::Spanned;
+use syn::visit::Visit;
 use syn::visit_mut::{self, VisitMut};
 use syn::{BinOp, Block, Expr, ExprMethodCall, Stmt};
 
@@ -59,15 +60,14 @@ pub(crate) struct Walker<'c, 'a> {
 
 impl<'c, 'a> Walker<'c, 'a> {
     pub(crate) fn new(ctx: &'c LintContext<'a>, allowed: Vec<Lint>, body: &Block) -> Self {
-        let mut idents = HashSet::new();
-        idents_in(body.to_token_stream(), &mut idents);
+        let empty_cache = names_any_of(&["empty_cache"], |f| f.visit_block(body));
         Self {
             ctx,
             allowed,
             loops: Vec::new(),
             blocks: Vec::new(),
             no_grad: 0,
-            track_later_uses: idents.contains("empty_cache"),
+            track_later_uses: empty_cache,
             findings: Vec::new(),
             errors: Vec::new(),
         }
@@ -288,9 +288,9 @@ fn starts_no_grad(local: &syn::Local) -> bool {
     let Some(init) = &local.init else {
         return false;
     };
-    let mut idents = HashSet::new();
-    idents_in(init.expr.to_token_stream(), &mut idents);
-    idents.contains("NoGradGuard") || idents.contains("no_grad_guard")
+    names_any_of(&["NoGradGuard", "no_grad_guard"], |f| {
+        f.visit_expr(&init.expr)
+    })
 }
 
 /// For each statement, the names mentioned after it in the block (a `let` that re-binds a

@@ -20,12 +20,37 @@ const LAST_USE: &str = "__vg_last_use";
 /// block are visible in all of it, nested blocks and closures included.
 pub(super) fn imports(krate: &syn::Path) -> Stmt {
     let [probe, release, last_use] = [PROBE, RELEASE, LAST_USE].map(short_name);
-    syn::parse_quote! {
+    // Emitted as written: a `use` item needs no analysis after this point, and parsing it
+    // back into a tree once per function was measurable in an unoptimized macro.
+    Stmt::Item(syn::Item::Verbatim(quote::quote! {
         #[allow(unused_imports)]
         use #krate::__private::{
             CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
             Probe as #probe, release as #release, last_use as #last_use,
         };
+    }))
+}
+
+/// `#[allow(lints…)]`, spanned at `span`, built as a tree (one per rewritten binding).
+pub(super) fn allow(lints: &[&str], span: Span) -> syn::Attribute {
+    let mut tokens = proc_macro2::TokenStream::new();
+    for (index, lint) in lints.iter().enumerate() {
+        if index > 0 {
+            let mut comma = proc_macro2::Punct::new(',', proc_macro2::Spacing::Alone);
+            comma.set_span(span);
+            tokens.extend([proc_macro2::TokenTree::Punct(comma)]);
+        }
+        tokens.extend([proc_macro2::TokenTree::Ident(Ident::new(lint, span))]);
+    }
+    syn::Attribute {
+        pound_token: syn::Token![#](span),
+        style: syn::AttrStyle::Outer,
+        bracket_token: syn::token::Bracket(span),
+        meta: syn::Meta::List(syn::MetaList {
+            path: Ident::new("allow", span).into(),
+            delimiter: syn::MacroDelimiter::Paren(syn::token::Paren(span)),
+            tokens,
+        }),
     }
 }
 
@@ -102,8 +127,7 @@ pub(super) fn and(left: Expr, right: Expr, span: Span) -> Expr {
 /// `#[allow(unused_mut, unused_variables)] let [mut] x = __vg_last_use(x);`
 pub(super) fn rebind(target: Ident, mutable: bool, span: Span) -> Stmt {
     let value = call(helper(LAST_USE, span), vec![ident(target.clone())], span);
-    let allow: syn::Attribute =
-        syn::parse_quote_spanned!(span=> #[allow(unused_mut, unused_variables)]);
+    let allow = allow(&["unused_mut", "unused_variables"], span);
     Stmt::Local(syn::Local {
         attrs: vec![allow],
         let_token: syn::Token![let](span),

@@ -65,7 +65,6 @@ mod scan;
 use std::collections::{BTreeMap, BTreeSet};
 
 use proc_macro2::{Span, TokenStream, TokenTree};
-use quote::quote;
 use syn::ext::IdentExt;
 use syn::visit_mut::{self, VisitMut};
 use syn::{Block, Expr, Ident, Item, Stmt};
@@ -196,7 +195,7 @@ pub(crate) fn insert_drops(
     let mut rewriter = Rewriter {
         opts,
         local_macros,
-        mixed_hygiene: mixed_hygiene_names(block),
+        mixed_hygiene: mixed_hygiene_names(block, params),
         report: DropReport::default(),
         depth: 0,
         mut_decls: BTreeSet::new(),
@@ -261,32 +260,71 @@ pub(crate) fn contains_unsafe(block: &Block) -> bool {
     find.0
 }
 
-/// The names that occur with more than one hygiene context in `block`.
+/// The names of locals of `block` that occur with more than one hygiene context in it.
 ///
 /// Stable proc macros cannot compare hygiene, but the compiler's `Debug` of a span starts with
 /// its syntax context (`#3 bytes(10..11)`); outside the compiler (unit tests) there is none and
-/// every name counts as one context.
-fn mixed_hygiene_names(block: &Block) -> BTreeSet<String> {
-    fn walk(tokens: TokenStream, seen: &mut BTreeMap<String, BTreeSet<String>>) {
-        for token in tokens {
-            match token {
-                TokenTree::Ident(ident) => {
-                    let debug = format!("{:?}", ident.span());
-                    if let Some(context) = debug.strip_prefix('#').and_then(|d| d.split(' ').next())
-                    {
-                        seen.entry(ident.unraw().to_string())
-                            .or_default()
-                            .insert(context.to_string());
-                    }
+/// every name counts as one context. Only identifiers spelling a declared local are asked (the
+/// rule pins locals), and the tree is walked rather than printed: each `Debug` is a round trip
+/// to the compiler.
+fn mixed_hygiene_names(block: &Block, params: &[ParamBinding]) -> BTreeSet<String> {
+    struct Contexts<'d> {
+        declared: &'d BTreeSet<String>,
+        seen: BTreeMap<String, BTreeSet<String>>,
+    }
+    impl Contexts<'_> {
+        fn ident(&mut self, ident: &Ident) {
+            let name = ident.unraw().to_string();
+            if !self.declared.contains(&name) {
+                return;
+            }
+            let debug = format!("{:?}", ident.span());
+            if let Some(context) = debug.strip_prefix('#').and_then(|d| d.split(' ').next()) {
+                self.seen
+                    .entry(name)
+                    .or_default()
+                    .insert(context.to_string());
+            }
+        }
+        fn tokens(&mut self, tokens: TokenStream) {
+            for token in tokens {
+                match token {
+                    TokenTree::Ident(ident) => self.ident(&ident),
+                    TokenTree::Group(group) => self.tokens(group.stream()),
+                    _ => {}
                 }
-                TokenTree::Group(group) => walk(group.stream(), seen),
-                _ => {}
             }
         }
     }
-    let mut seen = BTreeMap::new();
-    walk(quote!(#block), &mut seen);
-    seen.into_iter()
+    impl<'ast> syn::visit::Visit<'ast> for Contexts<'_> {
+        fn visit_ident(&mut self, ident: &'ast Ident) {
+            self.ident(ident);
+        }
+        fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+            syn::visit::visit_macro(self, mac);
+            self.tokens(mac.tokens.clone());
+        }
+        fn visit_expr(&mut self, expr: &'ast Expr) {
+            match expr {
+                Expr::Verbatim(tokens) => self.tokens(tokens.clone()),
+                _ => syn::visit::visit_expr(self, expr),
+            }
+        }
+    }
+    let mut declared: BTreeSet<String> =
+        params.iter().map(|p| p.ident.unraw().to_string()).collect();
+    declared_names(block, &mut declared);
+    if declared.is_empty() {
+        return BTreeSet::new();
+    }
+    let mut contexts = Contexts {
+        declared: &declared,
+        seen: BTreeMap::new(),
+    };
+    syn::visit::Visit::visit_block(&mut contexts, block);
+    contexts
+        .seen
+        .into_iter()
         .filter(|(_, contexts)| contexts.len() > 1)
         .map(|(name, _)| name)
         .collect()
@@ -852,7 +890,9 @@ impl Rewriter<'_> {
     ) {
         for decl in std::mem::take(&mut self.mut_decls) {
             if let Some(Stmt::Local(local)) = block.stmts.get_mut(decl) {
-                local.attrs.push(syn::parse_quote!(#[allow(unused_mut)]));
+                local
+                    .attrs
+                    .push(build::allow(&["unused_mut"], Span::call_site()));
             }
         }
         for (index, drops) in plan.into_iter().rev() {

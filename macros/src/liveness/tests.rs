@@ -1,6 +1,7 @@
 //! Unit tests of the drop-at-last-use rewrite on source text.
 
 use super::*;
+use quote::quote;
 
 /// Rewrites the body of `fn` source and returns it pretty-printed, with the report.
 pub(crate) fn rewrite(source: &str, optimistic: bool) -> (String, DropReport) {
