@@ -52,6 +52,8 @@ fn run(args: &Args) -> Result<(), Error> {
         .max(1);
     let files = if args.quick { 1 } else { 4 };
     let mut report = Report::new("compile_bench");
+    // The program is `compile_bench` itself, not `<bench>_bench`.
+    report.cargo_args("--example compile_bench");
     for optimized_macro in [false, true] {
         let suffix = if optimized_macro {
             "_optimized_macro"

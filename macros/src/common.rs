@@ -1,6 +1,6 @@
 //! Helpers shared by the attribute macros.
 
-use proc_macro2::TokenStream;
+use proc_macro2::{TokenStream, TokenTree};
 use quote::quote;
 
 /// The default path of the facade crate in generated code.
@@ -13,4 +13,58 @@ pub(crate) fn default_crate_path() -> syn::Path {
 pub(crate) fn item_with_errors(item: TokenStream, errors: syn::Error) -> TokenStream {
     let errors = errors.to_compile_error();
     quote! { #item #errors }
+}
+
+/// Calls `each` on every identifier of the syntax tree that `walk` visits (macro arguments and
+/// unparsed tokens included) until it returns `false`. Walks the tree instead of printing it to
+/// tokens: the macro runs unoptimized in a user's debug build, where printing a whole body to
+/// look for names was a large part of its time.
+pub(crate) fn visit_idents(
+    each: &mut dyn FnMut(&syn::Ident) -> bool,
+    walk: impl FnOnce(&mut IdentVisitor<'_>),
+) {
+    walk(&mut IdentVisitor { each, done: false });
+}
+
+/// The visitor of [`visit_idents`].
+pub(crate) struct IdentVisitor<'f> {
+    each: &'f mut dyn FnMut(&syn::Ident) -> bool,
+    done: bool,
+}
+
+impl IdentVisitor<'_> {
+    fn ident(&mut self, ident: &syn::Ident) {
+        if !self.done {
+            self.done = !(self.each)(ident);
+        }
+    }
+
+    fn tokens(&mut self, tokens: TokenStream) {
+        for tree in tokens {
+            if self.done {
+                return;
+            }
+            match tree {
+                TokenTree::Ident(ident) => self.ident(&ident),
+                TokenTree::Group(group) => self.tokens(group.stream()),
+                _ => {}
+            }
+        }
+    }
+}
+
+impl<'ast> syn::visit::Visit<'ast> for IdentVisitor<'_> {
+    fn visit_ident(&mut self, ident: &'ast syn::Ident) {
+        self.ident(ident);
+    }
+    fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+        syn::visit::visit_macro(self, mac);
+        self.tokens(mac.tokens.clone());
+    }
+    fn visit_expr(&mut self, expr: &'ast syn::Expr) {
+        match expr {
+            syn::Expr::Verbatim(tokens) => self.tokens(tokens.clone()),
+            _ => syn::visit::visit_expr(self, expr),
+        }
+    }
 }

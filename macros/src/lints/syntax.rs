@@ -345,60 +345,20 @@ pub(crate) fn pattern_names(pat: &Pat, out: &mut Vec<syn::Ident>) {
     out.extend(names.into_iter().map(|(ident, _mutable)| ident));
 }
 
-/// Whether an identifier of the syntax tree visited by `walk` (macro arguments included) is one
-/// of `names`. Walks the tree instead of printing it to tokens: the macro runs unoptimized in a
-/// user's debug build, and printing a whole body for one name was a large part of its time.
-pub(crate) fn names_any_of(names: &[&str], walk: impl FnOnce(&mut NameFinder<'_>)) -> bool {
-    let mut finder = NameFinder {
-        names,
-        found: false,
-    };
-    walk(&mut finder);
-    finder.found
-}
-
-/// The visitor of [`names_any_of`].
-pub(crate) struct NameFinder<'n> {
-    names: &'n [&'n str],
-    found: bool,
-}
-
-impl NameFinder<'_> {
-    fn tokens(&mut self, tokens: TokenStream) {
-        for tree in tokens {
-            if self.found {
-                return;
-            }
-            match tree {
-                TokenTree::Ident(ident) => self.ident(&ident),
-                TokenTree::Group(group) => self.tokens(group.stream()),
-                _ => {}
-            }
-        }
-    }
-
-    fn ident(&mut self, ident: &syn::Ident) {
-        if !self.found {
-            let text = ident.to_string();
-            self.found = self.names.contains(&text.as_str());
-        }
-    }
-}
-
-impl<'ast> syn::visit::Visit<'ast> for NameFinder<'_> {
-    fn visit_ident(&mut self, ident: &'ast syn::Ident) {
-        self.ident(ident);
-    }
-    fn visit_macro(&mut self, mac: &'ast syn::Macro) {
-        syn::visit::visit_macro(self, mac);
-        self.tokens(mac.tokens.clone());
-    }
-    fn visit_expr(&mut self, expr: &'ast Expr) {
-        match expr {
-            Expr::Verbatim(tokens) => self.tokens(tokens.clone()),
-            _ => syn::visit::visit_expr(self, expr),
-        }
-    }
+/// Whether an identifier of the syntax tree that `walk` visits is one of `names`.
+pub(crate) fn names_any_of(
+    names: &[&str],
+    walk: impl FnOnce(&mut crate::common::IdentVisitor<'_>),
+) -> bool {
+    let mut found = false;
+    crate::common::visit_idents(
+        &mut |ident| {
+            found = names.contains(&ident.to_string().as_str());
+            !found
+        },
+        walk,
+    );
+    found
 }
 
 /// Every identifier in a token stream (a superset of the names an expression mentions).

@@ -268,63 +268,27 @@ pub(crate) fn contains_unsafe(block: &Block) -> bool {
 /// rule pins locals), and the tree is walked rather than printed: each `Debug` is a round trip
 /// to the compiler.
 fn mixed_hygiene_names(block: &Block, params: &[ParamBinding]) -> BTreeSet<String> {
-    struct Contexts<'d> {
-        declared: &'d BTreeSet<String>,
-        seen: BTreeMap<String, BTreeSet<String>>,
-    }
-    impl Contexts<'_> {
-        fn ident(&mut self, ident: &Ident) {
-            let name = ident.unraw().to_string();
-            if !self.declared.contains(&name) {
-                return;
-            }
-            let debug = format!("{:?}", ident.span());
-            if let Some(context) = debug.strip_prefix('#').and_then(|d| d.split(' ').next()) {
-                self.seen
-                    .entry(name)
-                    .or_default()
-                    .insert(context.to_string());
-            }
-        }
-        fn tokens(&mut self, tokens: TokenStream) {
-            for token in tokens {
-                match token {
-                    TokenTree::Ident(ident) => self.ident(&ident),
-                    TokenTree::Group(group) => self.tokens(group.stream()),
-                    _ => {}
-                }
-            }
-        }
-    }
-    impl<'ast> syn::visit::Visit<'ast> for Contexts<'_> {
-        fn visit_ident(&mut self, ident: &'ast Ident) {
-            self.ident(ident);
-        }
-        fn visit_macro(&mut self, mac: &'ast syn::Macro) {
-            syn::visit::visit_macro(self, mac);
-            self.tokens(mac.tokens.clone());
-        }
-        fn visit_expr(&mut self, expr: &'ast Expr) {
-            match expr {
-                Expr::Verbatim(tokens) => self.tokens(tokens.clone()),
-                _ => syn::visit::visit_expr(self, expr),
-            }
-        }
-    }
     let mut declared: BTreeSet<String> =
         params.iter().map(|p| p.ident.unraw().to_string()).collect();
     declared_names(block, &mut declared);
     if declared.is_empty() {
         return BTreeSet::new();
     }
-    let mut contexts = Contexts {
-        declared: &declared,
-        seen: BTreeMap::new(),
-    };
-    syn::visit::Visit::visit_block(&mut contexts, block);
-    contexts
-        .seen
-        .into_iter()
+    let mut seen: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    crate::common::visit_idents(
+        &mut |ident| {
+            let name = ident.unraw().to_string();
+            if declared.contains(&name) {
+                let debug = format!("{:?}", ident.span());
+                if let Some(context) = debug.strip_prefix('#').and_then(|d| d.split(' ').next()) {
+                    seen.entry(name).or_default().insert(context.to_string());
+                }
+            }
+            true
+        },
+        |visitor| syn::visit::Visit::visit_block(visitor, block),
+    );
+    seen.into_iter()
         .filter(|(_, contexts)| contexts.len() > 1)
         .map(|(name, _)| name)
         .collect()
