@@ -831,6 +831,8 @@ impl<'e, 'a> Walker<'e, 'a> {
     fn bind_from(&mut self, pat: &Pat, sources: Vec<Source>) {
         let mut names = Vec::new();
         pattern_bindings(pat, &mut names);
+        // Against the names bound so far, before these take theirs (see `substitute_bound`).
+        let sources = self.substitute_bound(sources);
         for (name, _) in names {
             self.bound_sources.insert(self.bound.len(), sources.clone());
             self.bound.push(name.unraw().to_string());
@@ -851,24 +853,31 @@ impl<'e, 'a> Walker<'e, 'a> {
     }
 
     /// Sources naming names bound inside the statement, replaced by what those hold.
+    ///
+    /// One step is enough: [`Self::bind_from`] stores each binding's sources already
+    /// substituted, against the names bound before it (a binding that shadows a name,
+    /// `let xs = xs.f()`, holds what the earlier `xs` held, never itself). Substituting again at
+    /// every use instead followed such a self-reference round and round, cloning lists until a
+    /// step cap dropped what was left: seconds of macro time on real attention code.
     fn substitute_bound(&self, sources: Vec<Source>) -> Vec<Source> {
-        let mut out = Vec::new();
-        let mut stack = sources;
-        let mut steps = 0;
-        while let Some(source) = stack.pop() {
+        let mut out = Vec::with_capacity(sources.len());
+        for source in sources {
             let name = match &source {
                 Source::Storage(name, ..) | Source::ValueOf(name) | Source::Contents(name) => name,
             };
             match self.bound.iter().rposition(|b| b == name) {
                 Some(index) => {
-                    steps += 1;
-                    if steps <= 256 {
-                        stack.extend(self.bound_sources.get(&index).cloned().unwrap_or_default());
+                    if let Some(held) = self.bound_sources.get(&index) {
+                        out.extend(held.iter().cloned());
                     }
                 }
                 None => out.push(source),
             }
         }
+        // A chain of bindings each holding an earlier one twice (`let b = (a, a);`) would
+        // otherwise double the list at every step.
+        out.sort();
+        out.dedup();
         out
     }
 

@@ -222,3 +222,38 @@ fn locals_whose_syntax_is_not_release_get_no_probe() {
     // A parenthesised call is not plain: its value may be `Release`.
     assert!(text.contains("__VgProbe::of(&held)"), "{text}");
 }
+
+/// A borrow carried through a name that an inner `let` shadows (`let a = a;`) reaches the
+/// collection it is stored in: each binding holds what the earlier one held, resolved when it
+/// is bound (see `scan::Walker::substitute_bound`).
+#[test]
+fn a_store_through_a_shadowed_inner_binding_keeps_its_origin() {
+    let stmt: Stmt = syn::parse_quote! {
+        {
+            let a = &x;
+            let a = a;
+            sink.push(a);
+        }
+    };
+    let local_macros = BTreeMap::new();
+    let env = scan::Env {
+        owned: &[],
+        borrows: &[],
+        local_macros: &local_macros,
+        optimistic: false,
+    };
+    let facts = env.scan_stmt(&stmt);
+    let stored: Vec<&Source> = facts
+        .stores
+        .iter()
+        .filter(|(target, _)| target == "sink")
+        .flat_map(|(_, sources)| sources)
+        .collect();
+    assert!(
+        stored
+            .iter()
+            .any(|s| matches!(s, Source::Storage(name, ..) if name == "x")),
+        "`sink` does not hold the borrow of `x`: {:?}",
+        facts.stores
+    );
+}
