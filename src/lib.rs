@@ -45,6 +45,28 @@
 //! assert_eq!(peak(guarded)?, 2 * mib); // only an op's input and output
 //! # Ok(()) }
 //! ```
+//!
+//! # Other libraries' tensors
+//!
+//! `#[inference]` and `#[batch_scope]` free a local at its last use when its type is
+//! [`Release`]: vramguard's [`Tensor`], and with the features `candle`, `burn`, `burn-021`,
+//! `ndarray` and `tch` those libraries' tensors. With [`TrackingAllocator`] as the global
+//! allocator, the rest of the toolkit sees every tensor that lives on Rust's heap ([`heap`]).
+//! What applies to which library (each "yes" names the test or example that shows it):
+//!
+//! | | vramguard `Tensor` | candle (CPU) | candle (CUDA) | burn (`burn-ndarray`) | ndarray | tch |
+//! | --- | --- | --- | --- | --- | --- | --- |
+//! | frees at last use | yes: `tests/inference_memory.rs` | yes: `tests/release_table.rs`, `candle_inference` | yes: the same tensor type | yes: `tests/release_table.rs`, `burn_inference` | yes: `tests/release_table.rs` | yes: `tests/release_table.rs` |
+//! | no-grad | yes: `runtime/tests/tensor_grad.rs` | no switch in candle: plain weights (notice: `tests/notices.rs`) | as CPU | no switch in burn: `model.valid()` | nothing to record | yes: tch's guard, `tests/release_table.rs` |
+//! | `#[batch_scope]` accounting | yes: `runtime/tests/scope_accounting.rs` | yes: `tests/heap_scopes.rs` | yes, through the driver's pool: `examples/candle_cuda_pool.rs` (GPU) | yes: `burn_inference` | yes: `tests/heap_scopes.rs` | no: libtorch's memory is C++'s |
+//! | statistics | yes: `memory::stats` | yes: `heap::stats`, `tests/heap_stats.rs` | yes: `cuda::DriverPool::stats` (GPU) | yes: `heap::stats` | yes: `heap::stats` | no (as above) |
+//! | timeline | yes: `memory::html_report` | yes: `heap::html_report`, `tests/heap_stats.rs` | no: the driver's pool has no per-allocation events | yes: `heap::html_report` | yes: `heap::html_report` | no |
+//! | OOM text | yes: `OutOfMemory` | yes: heap limit, `tests/heap_process.rs` | no: candle's own CUDA error | yes: heap limit | yes: heap limit | no |
+//! | `VRAMGUARD_ALLOC_CONF` | yes | yes: `memory_limit`, `trace_capacity`, `heap_tracking` | no: `DriverPool::set_release_threshold` in code | yes | yes | no |
+//! | largest batch | yes: `memory::max_batch`, `inference_bench` | yes: `heap::max_batch`, `candle_inference` | no | yes: `heap::max_batch`, `burn_inference` | yes: `heap::max_batch` | no |
+//!
+//! burn's GPU backends keep tensors in cubecl's own memory pools and libtorch allocates in C++:
+//! neither passes through Rust's allocator, so the heap tools cannot see them.
 #![warn(missing_docs)]
 
 mod library_grad;

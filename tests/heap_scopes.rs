@@ -178,3 +178,33 @@ mod candle {
         Ok(())
     }
 }
+
+#[cfg(feature = "ndarray")]
+mod ndarray_arrays {
+    use super::*;
+    use ndarray::Array2;
+
+    #[batch_scope(label = "ndarray-eval")]
+    fn eval(weight: &Array2<f32>, outputs: &mut Vec<Array2<f32>>) {
+        for i in 0..5 {
+            let x = Array2::<f32>::from_elem((8, 64), i as f32);
+            let h = x.dot(weight);
+            let y = h.mapv(|v| v.max(0.0));
+            #[vramguard::allow(accumulates_across_iterations)]
+            outputs.push(y);
+        }
+    }
+
+    #[test]
+    fn an_ndarray_loop_that_keeps_its_outputs_reports_each_kept_array() {
+        let weight = Array2::<f32>::ones((64, 32));
+        let mut outputs = Vec::with_capacity(8);
+        eval(&weight, &mut outputs);
+        let last = report("ndarray-eval");
+        // One [8, 32] f32 array kept per iteration: its buffer and nothing else.
+        assert_eq!(last.escaped_bytes, 8 * 32 * 4, "{last}");
+        assert_eq!(last.escaped_count, 1, "{last}");
+        assert_eq!(last.live_bytes, 5 * 8 * 32 * 4, "{last}");
+        assert_eq!(last.growth_streak, 4, "{last}");
+    }
+}

@@ -68,13 +68,29 @@ static PEAK: AtomicU64 = AtomicU64::new(0);
 pub(super) static LIMIT: AtomicU64 = AtomicU64::new(u64::MAX);
 static OOMS: AtomicU64 = AtomicU64::new(0);
 
-const SHARDS: usize = 16;
+/// Call-count shards: the first `SHARDS - 1` threads to allocate own one each (counted with a
+/// plain load and store, no read-modify-write); later threads share the last one.
+const SHARDS: usize = 64;
+const SHARED: usize = SHARDS - 1;
 
-/// Call counts of the threads that share a shard (on its own cache line).
+/// Call counts of one thread (or of the threads that share the last shard), on its own cache
+/// line.
 #[repr(align(128))]
 struct Shard {
     allocs: AtomicU64,
     frees: AtomicU64,
+}
+
+impl Shard {
+    #[inline]
+    fn bump(counter: &AtomicU64, owned: bool) {
+        if owned {
+            // Only this thread writes an owned shard: no other write can be lost.
+            counter.store(counter.load(Relaxed) + 1, Relaxed);
+        } else {
+            counter.fetch_add(1, Relaxed);
+        }
+    }
 }
 
 static COUNTS: [Shard; SHARDS] = [const {
@@ -124,19 +140,32 @@ impl Drop for ModeGuard {
     }
 }
 
+/// This thread's shard, and whether it owns it.
 #[inline]
-fn shard() -> &'static Shard {
+fn shard() -> (&'static Shard, bool) {
     let index = SHARD
         .try_with(|s| {
             let mut index = s.get();
             if index == usize::MAX {
-                index = NEXT_SHARD.fetch_add(1, Relaxed) % SHARDS;
+                index = NEXT_SHARD.fetch_add(1, Relaxed).min(SHARED);
                 s.set(index);
             }
             index
         })
-        .unwrap_or(0);
-    &COUNTS[index]
+        .unwrap_or(SHARED);
+    (&COUNTS[index], index != SHARED)
+}
+
+#[inline]
+fn count_alloc() {
+    let (shard, owned) = shard();
+    Shard::bump(&shard.allocs, owned);
+}
+
+#[inline]
+fn count_free() {
+    let (shard, owned) = shard();
+    Shard::bump(&shard.frees, owned);
 }
 
 /// Whether the tracking allocator is the global allocator and tracking (it has seen an
@@ -267,7 +296,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TrackingAllocator<A> {
             // address, and its record must not be the one removed here.
             records::before_free(ptr as usize, layout.size());
             remove_bytes(layout.size());
-            shard().frees.fetch_add(1, Relaxed);
+            count_free();
         }
         // SAFETY: the caller's contract for `dealloc`, passed on.
         unsafe { self.inner.dealloc(ptr, layout) }
@@ -296,9 +325,8 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TrackingAllocator<A> {
             return new;
         }
         remove_bytes(old_size.saturating_sub(new_size));
-        let shard = shard();
-        shard.allocs.fetch_add(1, Relaxed);
-        shard.frees.fetch_add(1, Relaxed);
+        count_alloc();
+        count_free();
         records::finish_take(ptr as usize, old_size, old_record);
         records::after_alloc(new as usize, new_size);
         new
@@ -311,6 +339,6 @@ fn after_alloc(ptr: *mut u8, size: usize) {
         remove_bytes(size);
         return;
     }
-    shard().allocs.fetch_add(1, Relaxed);
+    count_alloc();
     records::after_alloc(ptr as usize, size);
 }
