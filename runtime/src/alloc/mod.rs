@@ -76,6 +76,7 @@
 //! | `stats.rs` | [`MemoryStats`] |
 //! | `config.rs` | [`AllocatorConfig`] and `VRAMGUARD_ALLOC_CONF` |
 //! | `host.rs`, `cuda.rs` | the backends |
+//! | `granules.rs` | page mapping with one physical allocation per granule (CUDA's VMM), driver-neutral |
 //! | `origin.rs` | where each allocation was made: [`AllocOrigin`] and the tensor ops' frames |
 //! | `trace.rs` | the event trace, its labels and snapshots |
 //! | `timeline.rs`, `html.rs` (`timeline.js`, `timeline.css`) | lifetimes rebuilt from the trace, and the HTML page that draws them |
@@ -89,6 +90,7 @@ mod bucket;
 mod config;
 pub mod cuda;
 mod expandable;
+mod granules;
 mod host;
 mod html;
 mod memory_viz;
