@@ -82,6 +82,7 @@
 //! | `timeline.rs`, `html.rs` (`timeline.js`, `timeline.css`) | lifetimes rebuilt from the trace, and the HTML page that draws them |
 //! | `memory_viz.rs`, `pickle.rs` | the snapshot and trace as PyTorch's snapshot pickle |
 //! | `bucket.rs` | [`SequenceBuckets`] |
+//! | `stream_order.rs` | which streams wait for which before a buffer is used (`CudaBuffer`'s rule) |
 
 mod allocator;
 mod backend;
@@ -101,6 +102,7 @@ mod plan;
 mod policy;
 mod pressure;
 mod stats;
+pub(crate) mod stream_order;
 mod timeline;
 mod trace;
 
