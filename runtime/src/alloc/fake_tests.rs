@@ -61,7 +61,7 @@ impl Control {
     /// The granules of `[addr, addr + bytes)`, or a violation when it is not whole granules.
     fn granules(&self, what: &str, addr: u64, bytes: usize) -> Vec<u64> {
         let g = HOST_MAP_GRANULARITY as u64;
-        if bytes == 0 || addr % g != 0 || bytes as u64 % g != 0 {
+        if bytes == 0 || !addr.is_multiple_of(g) || !(bytes as u64).is_multiple_of(g) {
             self.violation(format!(
                 "{what} {bytes} bytes at {addr:#x}: not whole granules"
             ));

@@ -85,7 +85,7 @@ impl<H: Copy + std::fmt::Debug> GranuleMap<H> {
     /// `Err` unless `[addr, addr + bytes)` is a non-empty run of whole granules.
     fn check_whole(&self, what: &str, addr: u64, bytes: usize) -> Result<(), BackendError> {
         let g = self.granularity as u64;
-        if bytes == 0 || addr % g != 0 || bytes as u64 % g != 0 {
+        if bytes == 0 || !addr.is_multiple_of(g) || !(bytes as u64).is_multiple_of(g) {
             return Err(BackendError::driver(
                 format!("{what} {bytes} bytes at {addr:#x}"),
                 format!("not whole granules of {g} bytes (a bug in the caller: nothing was done)"),
