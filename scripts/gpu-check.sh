@@ -20,8 +20,9 @@
 # Time: `run` has an overall deadline (GPU_CHECK_DEADLINE, 540 s: 9 minutes) and a limit per
 # step; the limits, plus the 5 s each step may take to be killed, add up under the deadline
 # (the script prints the sum and refuses to start otherwise), and a step never gets more than
-# what is left of the deadline. Worst case with the defaults: setup 10 s, 5 test binaries ×
-# (45 + 5) s, 7 programs × (25 + 5) s, torch-compare (50 + 5) s: 525 s.
+# what is left of the deadline. Worst case with the defaults: setup 2 × (5 + 5) s (nvidia-smi,
+# finding cuBLAS), 5 test binaries × (40 + 5) s, 7 programs × (28 + 5) s, torch-compare
+# (45 + 5) s: 526 s.
 #
 # Output, written as it goes (a run cut short still returns what it did), 5 files:
 #   summary.txt      one line per step (ok / FAIL / timeout / not run), the GPU, the GEMM path
@@ -31,8 +32,8 @@
 #   torch-compare.txt  PyTorch beside vramguard (scripts/torch-compare.py)
 #
 # `run` runs every CUDA test binary (each integration test whose name contains "cuda": cuda_alloc,
-# cuda_fault, alloc_cuda, cuda_ops, ...), then the programs with `--device cuda --quick` (and
-# `--json` for the *_bench ones), then scripts/torch-compare.py. On the GPU machine cuBLAS is
+# cuda_fault, alloc_cuda, cuda_ops, ...), then the programs with `--device cuda` (and `--quick
+# --json` for the *_bench ones), then scripts/torch-compare.py. On the GPU machine cuBLAS is
 # PyTorch's wheel's copy (site-packages/nvidia/*/lib), linked under the name cudarc loads
 # (libcublas.so) in a temporary folder put on LD_LIBRARY_PATH; NVRTC is not needed (the PTX is
 # carried). When the CUDA driver is present the steps run with VRAMGUARD_REQUIRE_GPU=1: a test
@@ -128,9 +129,9 @@ run() {
     : > "$bench"
     : > "$VRAMGUARD_GPU_FIGURES"
     unset VRAMGUARD_ALLOC_CONF
-    local deadline="${GPU_CHECK_DEADLINE:-540}" setup_limit="${GPU_CHECK_SETUP_LIMIT:-10}"
-    local test_limit="${GPU_CHECK_TEST_LIMIT:-45}" program_limit="${GPU_CHECK_PROGRAM_LIMIT:-25}"
-    local torch_limit="${GPU_CHECK_TORCH_LIMIT:-50}" kill_after="${GPU_CHECK_KILL_AFTER:-5}"
+    local deadline="${GPU_CHECK_DEADLINE:-540}" setup_limit="${GPU_CHECK_SETUP_LIMIT:-5}"
+    local test_limit="${GPU_CHECK_TEST_LIMIT:-40}" program_limit="${GPU_CHECK_PROGRAM_LIMIT:-28}"
+    local torch_limit="${GPU_CHECK_TORCH_LIMIT:-45}" kill_after="${GPU_CHECK_KILL_AFTER:-5}"
     local started=$SECONDS
     # Lines for the summary: on stdout too.
     say() { echo "$*" | tee -a "$summary"; }
@@ -143,11 +144,11 @@ run() {
     for p in "${PROGRAMS[@]}"; do
         [ -x "$carry/programs/$p" ] && programs+=("$p")
     done
-    local plan=$((setup_limit + kill_after + ${#tests[@]} * (test_limit + kill_after) \
+    local plan=$((2 * (setup_limit + kill_after) + ${#tests[@]} * (test_limit + kill_after) \
         + ${#programs[@]} * (program_limit + kill_after) + torch_limit + kill_after))
     say "gpu-check run $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
     say "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-    say "plan: setup $setup_limit s + ${#tests[@]} tests × ($test_limit + $kill_after) s + ${#programs[@]} programs × ($program_limit + $kill_after) s + torch-compare ($torch_limit + $kill_after) s = $plan s worst case; deadline $deadline s"
+    say "plan: setup 2 × ($setup_limit + $kill_after) s + ${#tests[@]} tests × ($test_limit + $kill_after) s + ${#programs[@]} programs × ($program_limit + $kill_after) s + torch-compare ($torch_limit + $kill_after) s = $plan s worst case; deadline $deadline s"
     if [ "$plan" -gt "$deadline" ]; then
         say "FAIL  plan: the step limits add up to $plan s, over the $deadline s deadline"
         exit 1
@@ -193,17 +194,19 @@ run() {
             | tee -a "$summary" > /dev/null
     }
 
-    # ----- setup: the GPU, cuBLAS from PyTorch's wheels -----
+    # ----- setup: the GPU, cuBLAS from PyTorch's wheels (two calls, each with the setup limit) -----
+    local smi=""
     if [ "${GPU_CHECK_ASSUME_GPU:-}" = 1 ]; then
         gpu=1
         say "gpu: assumed (GPU_CHECK_ASSUME_GPU=1)"
     elif [ "${GPU_CHECK_ASSUME_GPU:-}" != 0 ] && command -v nvidia-smi >/dev/null 2>&1 \
-        && timeout "$setup_limit" nvidia-smi -L >> "$steplog" 2>&1; then
+        && smi=$(timeout -k "$kill_after" "$setup_limit" nvidia-smi \
+            --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1); then
         gpu=1
-        say "gpu: $(timeout "$setup_limit" nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1)"
+        say "gpu: $(head -n 1 <<< "$smi")"
     elif [ "${GPU_CHECK_ASSUME_GPU:-}" != 0 ] && ldconfig -p 2>/dev/null | grep -q 'libcuda\.so'; then
         gpu=1
-        say "gpu: libcuda present, nvidia-smi unavailable"
+        say "gpu: libcuda present, nvidia-smi unavailable ($smi)"
     else
         say "gpu: none (no nvidia-smi, no libcuda): every CUDA step may report its skip"
     fi
@@ -212,23 +215,20 @@ run() {
     else
         unset VRAMGUARD_REQUIRE_GPU
     fi
-    local libs cublas=""
+    local libs cublas="${GPU_CHECK_CUBLAS:-}"
     libs="$(mktemp -d)"
     trap "rm -rf '$libs'" EXIT
-    if [ -n "${GPU_CHECK_CUBLAS:-}" ]; then
-        cublas="$GPU_CHECK_CUBLAS"
-    elif command -v python3 >/dev/null; then
-        local sp
-        while read -r sp; do
-            [ -d "$sp/nvidia" ] || continue
-            cublas=$(timeout "$setup_limit" find "$sp/nvidia" -maxdepth 4 -name 'libcublas.so*' \
-                ! -name '*Lt*' 2>/dev/null | sort | tail -n 1)
-            [ -n "$cublas" ] && break
-        done < <(timeout "$setup_limit" python3 -c 'import site, sys
-print("\n".join(site.getsitepackages() + [site.getusersitepackages()] + sys.path))' 2>/dev/null)
+    if [ -z "$cublas" ] && command -v python3 >/dev/null; then
+        # PyTorch's NVIDIA wheels: site-packages/nvidia/cu13/lib/libcublas.so.13 (cu130) or
+        # site-packages/nvidia/cublas/lib/libcublas.so.12 (cu12x).
+        cublas=$(timeout -k "$kill_after" "$setup_limit" python3 -c '
+import glob, os, site, sys
+dirs = site.getsitepackages() + [site.getusersitepackages()] + sys.path
+found = sorted(p for d in dirs for p in glob.glob(os.path.join(d, "nvidia", "*", "lib", "libcublas.so*")))
+print(found[-1] if found else "")' 2>/dev/null)
     fi
     if [ -n "$cublas" ] && [ -e "$cublas" ]; then
-        # cudarc opens libcublas.so (or .so.12); the wheel has libcublas.so.13 (cu130).
+        # cudarc opens libcublas.so (or .so.12); the cu130 wheel has libcublas.so.13.
         ln -sf "$cublas" "$libs/libcublas.so"
         export LD_LIBRARY_PATH="$libs:$(dirname "$cublas")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
         say "cublas: $cublas (linked as libcublas.so)"
@@ -272,7 +272,8 @@ print("\n".join(site.getsitepackages() + [site.getusersitepackages()] + sys.path
         if [[ "$p" == *_bench ]]; then
             step "program-$p" "$program_limit" bash -c "set -o pipefail; '$exe' --device cuda --quick --json | tee -a '$bench'"
         else
-            step "program-$p" "$program_limit" "$exe" --device cuda --quick
+            # The examples take no --quick (fragmentation refuses it).
+            step "program-$p" "$program_limit" "$exe" --device cuda
         fi
     done
 
