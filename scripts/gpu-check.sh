@@ -11,7 +11,7 @@
 #                                  # built, within a deadline; output in $OUT
 #                                  # (target/gpu-check when $OUT is unset)
 #   scripts/gpu-check.sh dry-run   # HERE (CI): `run` on stub binaries without a GPU and with a
-#                                  # 30 s budget; checks the deadline, the per-step limits,
+#                                  # 40 s budget; checks the deadline, the per-step limits,
 #                                  # the files written and the verdicts
 #
 # With the device tool: run `prepare` here, then
@@ -187,6 +187,9 @@ run() {
         elif [ "$gpu" = 1 ] && [ "$skips" -gt 0 ]; then
             say "FAIL  $name (${secs}s): $skips skip lines on a GPU machine"
             status=1
+        elif [ "$gpu" = 1 ] && [[ "$name" == test-* ]] && ! grep -q -E "^test result: ok\. [1-9]" <<< "$own"; then
+            say "FAIL  $name (${secs}s): no test ran"
+            status=1
         else
             say "ok    $name (${secs}s, $skips skip lines)"
         fi
@@ -306,7 +309,7 @@ print(found[-1] if found else "")' 2>/dev/null)
     exit $status
 }
 
-# `run` on stub binaries, without a GPU, with a 30 s deadline: a test binary that passes, one
+# `run` on stub binaries, without a GPU, with a 40 s deadline: a test binary that passes, one
 # that skips, one that hangs (cut at its limit), programs that print figures; then the same
 # with a GPU assumed (the skip fails the run). Checks the verdicts, the deadline, and that at
 # most 8 files come back.
@@ -317,6 +320,7 @@ dry_run() {
     mkdir -p "$dir/carry/tests" "$dir/carry/programs"
     printf '#!/bin/sh\necho "test cuda_matmul_works ... ok"\necho "test result: ok. 1 passed"\n' > "$dir/carry/tests/cuda_ok"
     printf '#!/bin/sh\necho "cuda_x: skipped: no CUDA driver"\n' > "$dir/carry/tests/cuda_skips"
+    printf '#!/bin/sh\necho "running 0 tests"\necho "test result: ok. 0 passed"\n' > "$dir/carry/tests/cuda_empty"
     printf '#!/bin/sh\nexec sleep 60\n' > "$dir/carry/tests/cuda_hangs"
     printf '#!/bin/sh\necho "{\\"bench\\":\\"alloc_cuda\\",\\"metric\\":\\"trace_pair_ns\\",\\"value\\":50,\\"unit\\":\\"ns\\"}"\n' > "$dir/carry/programs/alloc_bench"
     printf '#!/bin/sh\nexec sleep 60\n' > "$dir/carry/programs/inference_bench"
@@ -346,7 +350,7 @@ dry_run() {
             fail=1
         fi
     }
-    local limits=(GPU_CHECK_DEADLINE=30 GPU_CHECK_SETUP_LIMIT=1 GPU_CHECK_TEST_LIMIT=2
+    local limits=(GPU_CHECK_DEADLINE=40 GPU_CHECK_SETUP_LIMIT=1 GPU_CHECK_TEST_LIMIT=2
         GPU_CHECK_PROGRAM_LIMIT=2 GPU_CHECK_TORCH_LIMIT=5 GPU_CHECK_KILL_AFTER=1
         GPU_CHECK_CARRY="$dir/carry")
     local start=$SECONDS rc
@@ -354,7 +358,7 @@ dry_run() {
     rc=$?
     local took=$((SECONDS - start))
     local s="$dir/out/summary.txt"
-    check "$s" "^plan: .* = [0-9]+ s worst case; deadline 30 s" "the plan adds up the limits"
+    check "$s" "^plan: .* = [0-9]+ s worst case; deadline 40 s" "the plan adds up the limits"
     check "$s" "^ok    test-cuda_ok" "a passing test binary is ok"
     check "$s" "^ok    test-cuda_skips .*1 skip lines" "without a GPU a skip is allowed"
     check "$s" "^FAIL  test-cuda_hangs \(timeout after 2s\)" "a hanging binary is cut at its limit"
@@ -366,7 +370,7 @@ dry_run() {
     check "$s" "^gemm: the fallback kernel" "the summary says the GEMM fell back"
     check "$s" "^elapsed: " "the summary ends with the time taken"
     if [ "$rc" = 1 ]; then echo "dry-run ok:   exit 1 (a test binary timed out)"; else echo "dry-run FAIL: exit $rc, expected 1"; fail=1; fi
-    if [ "$took" -le 32 ]; then echo "dry-run ok:   finished in ${took}s (deadline 30 s)"; else echo "dry-run FAIL: took ${took}s, deadline 30 s"; fail=1; fi
+    if [ "$took" -le 42 ]; then echo "dry-run ok:   finished in ${took}s (deadline 40 s)"; else echo "dry-run FAIL: took ${took}s, deadline 40 s"; fail=1; fi
     local files
     files=$(find "$dir/out" -type f | wc -l)
     if [ "$files" -le 8 ]; then echo "dry-run ok:   $files files in \$OUT (at most 8)"; else echo "dry-run FAIL: $files files in \$OUT"; fail=1; fi
@@ -378,6 +382,8 @@ dry_run() {
     rc=$?
     check "$dir/out2/summary.txt" "^FAIL  test-cuda_skips .*skip lines on a GPU machine" "with a GPU a skip is a failure"
     check "$dir/out2/summary.txt" "^FAIL  torch-compare" "with a GPU, torch-compare without PyTorch is a failure"
+    check "$dir/out2/summary.txt" "^FAIL  test-cuda_empty .*no test ran" "with a GPU, a binary that ran no test is a failure"
+    check "$dir/out2/summary.txt" "^ok    test-cuda_ok" "with a GPU, a binary whose tests ran and passed is ok"
     check "$dir/out2/summary.txt" "^gemm: cuBLAS .*libcublas.so.13" "the summary says cuBLAS ran"
     if [ "$rc" = 1 ]; then echo "dry-run ok:   exit 1 with a GPU assumed"; else echo "dry-run FAIL: exit $rc with a GPU assumed"; fail=1; fi
     env "${limits[@]}" GPU_CHECK_DEADLINE=5 OUT="$dir/out3" "$0" run > "$dir/run3.txt" 2>&1
@@ -396,7 +402,7 @@ case "${1:-}" in
     *)
         echo "usage: scripts/gpu-check.sh prepare   # here: build and collect the binaries in $CARRY" >&2
         echo "       scripts/gpu-check.sh run       # on the GPU machine: run them; output in \$OUT" >&2
-        echo "       scripts/gpu-check.sh dry-run   # here: run on stubs, no GPU, 30 s budget" >&2
+        echo "       scripts/gpu-check.sh dry-run   # here: run on stubs, no GPU, 40 s budget" >&2
         exit 2
         ;;
 esac
