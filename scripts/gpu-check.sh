@@ -177,7 +177,7 @@ run() {
         local own
         own=$(tail -n +"$((mark + 2))" "$steplog")
         local skips
-        skips=$(grep -c -i -E "skipped|nothing measured" <<< "$own")
+        skips=$(grep -c -i -E "skipped|skipping|nothing measured" <<< "$own")
         if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
             say "FAIL  $name (timeout after ${limit}s)"
             status=1
@@ -193,7 +193,7 @@ run() {
         else
             say "ok    $name (${secs}s, $skips skip lines)"
         fi
-        grep -i -E "skipped|nothing measured" <<< "$own" | sed "s/^/      $name: /" | head -n 10 \
+        grep -i -E "skipped|skipping|nothing measured" <<< "$own" | sed "s/^/      $name: /" | head -n 10 \
             | tee -a "$summary" > /dev/null
     }
 
