@@ -6,7 +6,9 @@
 //! ```
 //!
 //! `--html PATH` also writes the allocator's HTML page (timeline by step, segment map) for the
-//! first 40 steps of the trace.
+//! first 40 steps of the trace. `--export-trace PATH` only writes the trace (every allocation's
+//! size and every free, in order, as JSON; `--quick` for the 100-step one) and exits: what
+//! `scripts/torch-compare.py` replays through PyTorch's caching allocator.
 //!
 //! Metrics:
 //!
@@ -42,7 +44,8 @@
 //!   unmaps) in the second half of the trace (target 0). `_unplanned`: the same with
 //!   `iteration_planning:false`. `trace_requests_planned` / `trace_requests_left_plan`: the
 //!   large-pool requests a plan placed, and those of planned iterations that fell back to best
-//!   fit. `_fixed_segments`: the same with fixed segments. With fixed segments the trace
+//!   fit. `trace_pair_ns`: the replay's wall time over its alloc+free pairs (the figure
+//!   `scripts/torch-compare.py` sets beside PyTorch's). `_fixed_segments`: the same with fixed segments. With fixed segments the trace
 //!   is also replayed after a warm-up (one max-size batch first, the article's advice,
 //!   `_warmup_fixed_segments`) and (host only) with `max_split_size_mb:64`
 //!   (`_max_split_64mb_fixed_segments`).
@@ -184,7 +187,17 @@ const F32: usize = 4;
 
 /// Runs one forward pass of the trace's model as allocations.
 fn forward(device: &Device, b: usize, t: usize) -> Result<(), OutOfMemory> {
-    let alloc = |elems: usize| device.allocate(elems * F32);
+    forward_with(|bytes| device.allocate(bytes), b, t)
+}
+
+/// One forward pass as allocations from `allocate` (bytes in, a block out; dropping the block
+/// frees it): the device's, or the trace exporter's recorder.
+fn forward_with<B>(
+    allocate: impl Fn(usize) -> Result<B, OutOfMemory>,
+    b: usize,
+    t: usize,
+) -> Result<(), OutOfMemory> {
+    let alloc = |elems: usize| allocate(elems * F32);
     let mut x = alloc(b * t * D)?;
     for _ in 0..LAYERS {
         let qkv = alloc(b * t * 3 * D)?;
@@ -264,6 +277,8 @@ struct TraceResult {
     steady_calls: u64,
     peak_allocated: u64,
     peak_reserved: u64,
+    /// Wall time of the replay over its alloc+free pairs.
+    pair_ns: f64,
 }
 
 fn replay(device: &Device, steps: &[(usize, usize)], warmup: bool) -> TraceResult {
@@ -281,6 +296,8 @@ fn replay(device: &Device, steps: &[(usize, usize)], warmup: bool) -> TraceResul
         forward_unbounded(device, b, t);
     };
     let half = steps.len() / 2;
+    let start = memory::stats(device);
+    let clock = Instant::now();
     for &(b, t) in &steps[..half] {
         step(b, t);
     }
@@ -288,6 +305,7 @@ fn replay(device: &Device, steps: &[(usize, usize)], warmup: bool) -> TraceResul
     for &(b, t) in &steps[half..] {
         step(b, t);
     }
+    let elapsed = clock.elapsed().as_nanos() as f64;
     let end = memory::stats(device);
     TraceResult {
         ratio: end.peak_reserved_bytes as f64 / end.peak_allocated_bytes as f64,
@@ -295,7 +313,68 @@ fn replay(device: &Device, steps: &[(usize, usize)], warmup: bool) -> TraceResul
             + (end.backend_frees - mid.backend_frees),
         peak_allocated: end.peak_allocated_bytes,
         peak_reserved: end.peak_reserved_bytes,
+        pair_ns: elapsed / (end.num_allocs - start.num_allocs).max(1) as f64,
     }
+}
+
+/// A block of the trace exporter: its number, and the log its free goes to.
+struct Recorded<'a> {
+    id: i64,
+    log: &'a std::cell::RefCell<Vec<i64>>,
+}
+
+impl Drop for Recorded<'_> {
+    fn drop(&mut self) {
+        self.log.borrow_mut().push(-(self.id + 1));
+    }
+}
+
+/// Writes the trace's allocations and frees, in order, as JSON for scripts/torch-compare.py:
+/// `events` holds a positive number of bytes for an allocation (numbered 0, 1, ... in order),
+/// `-(i + 1)` for the free of allocation `i`, and 0 at the end of each step.
+fn export_trace(path: &str, steps: &[(usize, usize)]) -> std::io::Result<()> {
+    let log = std::cell::RefCell::new(Vec::new());
+    let next = std::cell::Cell::new(0i64);
+    for &(b, t) in steps {
+        let recorded = forward_with(
+            |bytes| {
+                let id = next.get();
+                next.set(id + 1);
+                log.borrow_mut().push(bytes as i64);
+                Ok::<_, OutOfMemory>(Recorded { id, log: &log })
+            },
+            b,
+            t,
+        );
+        if let Err(e) = recorded {
+            return Err(std::io::Error::other(e.to_string()));
+        }
+        log.borrow_mut().push(0);
+    }
+    let events = log.into_inner();
+    let (mut live, mut peak) = (0i64, 0i64);
+    let mut sizes = Vec::new();
+    for &e in &events {
+        if e > 0 {
+            sizes.push(e);
+            live += e;
+            peak = peak.max(live);
+        } else if e < 0 {
+            live -= sizes[(-e - 1) as usize];
+        }
+    }
+    let join = |v: &mut dyn Iterator<Item = String>| v.collect::<Vec<_>>().join(",");
+    let text = format!(
+        "{{\"format\":\"vramguard-alloc-trace\",\"version\":1,\
+         \"source\":\"examples/alloc_bench.rs: the replayed trace\",\
+         \"model\":{{\"layers\":{LAYERS},\"hidden\":{D},\"heads\":{HEADS},\"ffn\":{FFN},\"dtype\":\"f32\"}},\
+         \"steps\":{},\"allocs\":{},\"peak_live_bytes\":{peak},\"shapes\":[{}],\"events\":[{}]}}\n",
+        steps.len(),
+        sizes.len(),
+        join(&mut steps.iter().map(|(b, t)| format!("[{b},{t}]"))),
+        join(&mut events.iter().map(|e| e.to_string())),
+    );
+    std::fs::write(path, text)
 }
 
 /// A device with `config`: on the host a fresh allocator; with `--device cuda` the process-wide
@@ -333,6 +412,15 @@ fn fixed_segments() -> AllocatorConfig {
 
 fn main() {
     let args = Args::parse();
+    if let Some(path) = args.value::<String>("export-trace") {
+        let steps = trace_steps(if args.quick { 100 } else { 400 });
+        if let Err(e) = export_trace(&path, &steps) {
+            eprintln!("alloc_bench --export-trace {path}: {e}");
+            std::process::exit(1);
+        }
+        println!("wrote the trace of {} steps to {path}", steps.len());
+        return;
+    }
     let cuda = args.value::<String>("device").is_some_and(|d| d == "cuda");
     if cuda {
         if let Err(e) = Device::cuda(0) {
@@ -473,6 +561,7 @@ fn main() {
         base.peak_reserved as f64,
         Unit::Bytes,
     );
+    report.metric("trace_pair_ns", base.pair_ns, Unit::Ns);
 
     let unplanned = replay(
         &new_device(cuda, base_config().with_iteration_planning(false)),
@@ -494,6 +583,7 @@ fn main() {
         unplanned.peak_reserved as f64,
         Unit::Bytes,
     );
+    report.metric("trace_pair_ns_unplanned", unplanned.pair_ns, Unit::Ns);
 
     let fixed = replay(&new_device(cuda, fixed_segments()), &steps, false);
     report.metric(
@@ -511,6 +601,7 @@ fn main() {
         fixed.peak_reserved as f64,
         Unit::Bytes,
     );
+    report.metric("trace_pair_ns_fixed_segments", fixed.pair_ns, Unit::Ns);
     let warm = replay(&new_device(cuda, fixed_segments()), &steps, true);
     report.metric(
         "trace_peak_reserved_over_allocated_warmup_fixed_segments",

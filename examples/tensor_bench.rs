@@ -198,7 +198,12 @@ fn cuda(args: &Args, device: &Device) -> Result<(), Box<dyn std::error::Error>> 
     let stream = context.default_stream();
     // SAFETY: only probes whether the library can be loaded (cudarc panics otherwise).
     if !unsafe { cudarc::cublas::sys::is_culib_present() } {
-        println!("--device cuda: cuBLAS (libcublas.so.12) cannot be loaded here; nothing measured");
+        let why = "cuBLAS (libcublas.so or libcublas.so.12) cannot be loaded here";
+        // A GPU run that must measure (scripts/gpu-check.sh) fails instead of passing empty.
+        if std::env::var("VRAMGUARD_REQUIRE_GPU").is_ok_and(|v| v == "1") {
+            return Err(format!("VRAMGUARD_REQUIRE_GPU=1 but {why}; nothing measured").into());
+        }
+        println!("--device cuda: {why}; nothing measured");
         return Ok(());
     }
 

@@ -1,25 +1,46 @@
 #!/usr/bin/env bash
-# GPU check in two steps, for a lent GPU machine that has no network and little time:
+# GPU check in two steps, for a lent GPU machine that has no network and little time (15 min of
+# device time in all, at most 10 min a command, at most 8 files back from $OUT):
 #
 #   scripts/gpu-check.sh prepare   # HERE (with cargo): builds the CUDA test binaries and the
 #                                  # example/benchmark programs in release mode, copies just the
 #                                  # executables (debug info stripped) into target/gpu-carry/,
-#                                  # prints its size and the path to carry
+#                                  # with the kernels' PTX and alloc_bench's allocation trace
+#                                  # (for scripts/torch-compare.py); prints its size
 #   scripts/gpu-check.sh run       # ON THE GPU MACHINE (no cargo needed): runs what `prepare`
-#                                  # built; logs, JSON figures and summary.txt go to $OUT
+#                                  # built, within a deadline; output in $OUT
 #                                  # (target/gpu-check when $OUT is unset)
+#   scripts/gpu-check.sh dry-run   # HERE (CI): `run` on stub binaries without a GPU and with a
+#                                  # 40 s budget; checks the deadline, the per-step limits,
+#                                  # the files written and the verdicts
 #
 # With the device tool: run `prepare` here, then
-#   run(command="scripts/gpu-check.sh run", carry=["target/gpu-carry"], timeout_s=...)
+#   run(command="scripts/gpu-check.sh run", carry=["target/gpu-carry"], timeout_s=600)
 #
-# `run` runs every CUDA test binary (each integration test whose name contains "cuda", from any
-# helper: cuda_alloc, cuda_fault, alloc_cuda, cuda_ops, ...), the runtime's unit tests whose
-# name contains "cuda", and the programs that take `--device cuda` (alloc_bench, fragmentation,
-# and the others when built), each with a time limit. When the CUDA driver is present the tests
-# run with VRAMGUARD_REQUIRE_GPU=1, so a test that would skip fails instead; without a driver
-# every test reports its skip, the programs print their one line, and the script exits 0 after
-# writing its summary. Every step runs even if an earlier one failed; the exit status is 1 if
-# any failed.
+# Time: `run` has an overall deadline (GPU_CHECK_DEADLINE, 540 s: 9 minutes) and a limit per
+# step; the limits, plus the 5 s each step may take to be killed, add up under the deadline
+# (the script prints the sum and refuses to start otherwise), and a step never gets more than
+# what is left of the deadline. Worst case with the defaults: setup 2 × (5 + 5) s (nvidia-smi,
+# finding cuBLAS), 5 test binaries × (40 + 5) s, 7 programs × (28 + 5) s, torch-compare
+# (45 + 5) s: 526 s.
+#
+# Output, written as it goes (a run cut short still returns what it did), 5 files:
+#   summary.txt      one line per step (ok / FAIL / timeout / not run), the GPU, the GEMM path
+#   steps.log        every step's full output, appended in order
+#   figures.jsonl    the CUDA tests' figures (VRAMGUARD_GPU_FIGURES)
+#   bench.jsonl      the programs' --json figures
+#   torch-compare.txt  PyTorch beside vramguard (scripts/torch-compare.py)
+#
+# `run` runs every CUDA test binary (each integration test whose name contains "cuda": cuda_alloc,
+# cuda_fault, alloc_cuda, cuda_ops, ...), then the programs with `--device cuda` (and `--quick
+# --json` for the *_bench ones), then scripts/torch-compare.py. On the GPU machine cuBLAS is
+# PyTorch's wheel's copy (site-packages/nvidia/*/lib), linked under the name cudarc loads
+# (libcublas.so) in a temporary folder put on LD_LIBRARY_PATH; NVRTC is not needed (the PTX is
+# carried). When the CUDA driver is present the steps run with VRAMGUARD_REQUIRE_GPU=1: a test
+# that would skip fails, matmul without cuBLAS fails instead of falling back, and any skip line
+# in a step's output makes that step fail. Without a driver every step may report its skip and
+# only the tests decide the exit status. Every step runs even if an earlier one failed; the exit
+# status is 1 if any failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,9 +49,6 @@ CARRY="target/gpu-carry"
 # source mentions `--device cuda` are carried by `prepare` (the others would only repeat their
 # host runs).
 PROGRAMS=(alloc_bench fragmentation tensor_bench inference_bench gan_bench bert_inference inplace)
-# Time limits (seconds) per test binary and per program on the GPU machine.
-TEST_LIMIT=${GPU_CHECK_TEST_LIMIT:-240}
-PROGRAM_LIMIT=${GPU_CHECK_PROGRAM_LIMIT:-120}
 
 prepare() {
     command -v cargo >/dev/null || { echo "gpu-check prepare: cargo not found" >&2; exit 1; }
@@ -51,8 +69,8 @@ prepare() {
             gpu_programs+=("$p")
         fi
     done
-    # Test binaries whose name contains "cuda", the runtime's unit-test binary, and the
-    # programs, by target name.
+    # Test binaries whose name contains "cuda" and the programs, by target name. (The runtime's
+    # unit tests are not carried: none of them touches a GPU.)
     python3 - "$msgs" "$CARRY" "${gpu_programs[@]}" <<'EOF'
 import json, shutil, sys
 msgs, carry, programs = sys.argv[1], sys.argv[2], set(sys.argv[3:])
@@ -68,8 +86,6 @@ for line in open(msgs):
     kinds, name = t["kind"], t["name"]
     if m.get("profile", {}).get("test") and "test" in kinds and "cuda" in name:
         shutil.copy(exe, f"{carry}/tests/{name}")
-    elif m.get("profile", {}).get("test") and "lib" in kinds and name == "vramguard_runtime":
-        shutil.copy(exe, f"{carry}/tests/lib-vramguard_runtime")
     elif "example" in kinds and name in programs:
         shutil.copy(exe, f"{carry}/programs/{name}")
 EOF
@@ -80,6 +96,12 @@ EOF
     scripts/kernels-check.sh || { echo "gpu-check prepare: the kernel check failed" >&2; exit 1; }
     cp target/kernels-ptx/vramguard_kernels.ptx "$CARRY/" \
         || { echo "gpu-check prepare: no PTX from kernels-check.sh" >&2; exit 1; }
+    # The allocation trace alloc_bench --quick replays, for scripts/torch-compare.py.
+    echo "== alloc_bench --quick --export-trace (the trace PyTorch replays on the GPU machine)"
+    "$CARRY/programs/alloc_bench" --quick --export-trace "$CARRY/alloc-trace.json" \
+        || { echo "gpu-check prepare: exporting the allocation trace failed" >&2; exit 1; }
+    python3 scripts/torch-compare.py --check-trace "$CARRY/alloc-trace.json" \
+        || { echo "gpu-check prepare: the exported trace does not parse" >&2; exit 1; }
     if command -v strip >/dev/null; then
         strip --strip-debug "$CARRY"/tests/* "$CARRY"/programs/* 2>/dev/null
     fi
@@ -98,125 +120,289 @@ EOF
 
 run() {
     local out="${OUT:-target/gpu-check}"
+    local carry="${GPU_CHECK_CARRY:-$CARRY}"
     mkdir -p "$out"
-    local logs
-    logs="$(mktemp -d)"
-    local summary="$out/summary.txt"
+    local summary="$out/summary.txt" steplog="$out/steps.log" bench="$out/bench.jsonl"
     export VRAMGUARD_GPU_FIGURES="$out/figures.jsonl"
     : > "$summary"
+    : > "$steplog"
+    : > "$bench"
     : > "$VRAMGUARD_GPU_FIGURES"
     unset VRAMGUARD_ALLOC_CONF
-    if [ -f "$CARRY/vramguard_kernels.ptx" ]; then
-        VRAMGUARD_KERNELS_PTX="$(pwd)/$CARRY/vramguard_kernels.ptx"
+    local deadline="${GPU_CHECK_DEADLINE:-540}" setup_limit="${GPU_CHECK_SETUP_LIMIT:-5}"
+    local test_limit="${GPU_CHECK_TEST_LIMIT:-40}" program_limit="${GPU_CHECK_PROGRAM_LIMIT:-28}"
+    local torch_limit="${GPU_CHECK_TORCH_LIMIT:-45}" kill_after="${GPU_CHECK_KILL_AFTER:-5}"
+    local started=$SECONDS
+    # Lines for the summary: on stdout too.
+    say() { echo "$*" | tee -a "$summary"; }
+    [ -d "$carry/tests" ] || { say "gpu-check run: $carry missing: run 'scripts/gpu-check.sh prepare' first and carry it"; exit 1; }
+    if [ -f "$carry/vramguard_kernels.ptx" ]; then
+        VRAMGUARD_KERNELS_PTX="$(cd "$carry" && pwd)/vramguard_kernels.ptx"
         export VRAMGUARD_KERNELS_PTX
     fi
-    [ -d "$CARRY/tests" ] || { echo "gpu-check run: $CARRY missing: run 'scripts/gpu-check.sh prepare' first and carry it" | tee -a "$summary"; exit 1; }
+    local tests=("$carry"/tests/*) programs=() p
+    for p in "${PROGRAMS[@]}"; do
+        [ -x "$carry/programs/$p" ] && programs+=("$p")
+    done
+    local plan=$((2 * (setup_limit + kill_after) + ${#tests[@]} * (test_limit + kill_after) \
+        + ${#programs[@]} * (program_limit + kill_after) + torch_limit + kill_after))
+    say "gpu-check run $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
+    say "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    say "plan: setup 2 × ($setup_limit + $kill_after) s + ${#tests[@]} tests × ($test_limit + $kill_after) s + ${#programs[@]} programs × ($program_limit + $kill_after) s + torch-compare ($torch_limit + $kill_after) s = $plan s worst case; deadline $deadline s"
+    if [ "$plan" -gt "$deadline" ]; then
+        say "FAIL  plan: the step limits add up to $plan s, over the $deadline s deadline"
+        exit 1
+    fi
 
-    {
-        echo "gpu-check run $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
-        echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-    } >> "$summary"
-    local gpu=0
-    if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L > "$logs/nvidia-smi.txt" 2>&1; then
+    local status=0 gpu=0
+    # step NAME LIMIT COMMAND...: runs COMMAND with LIMIT (cut to what is left of the deadline),
+    # appends its output to steps.log as it runs, records the outcome in summary.txt.
+    step() {
+        local name="$1" limit="$2"
+        shift 2
+        local left=$((deadline - (SECONDS - started) - kill_after))
+        if [ "$left" -le 0 ]; then
+            say "FAIL  $name: not run (the $deadline s deadline was reached)"
+            status=1
+            return
+        fi
+        [ "$limit" -gt "$left" ] && limit=$left
+        local start=$SECONDS rc mark
+        mark=$(wc -l < "$steplog")
+        echo "== $name (limit ${limit}s): $*" | tee -a "$steplog"
+        timeout --kill-after=$kill_after "$limit" "$@" >> "$steplog" 2>&1
+        rc=$?
+        local secs=$((SECONDS - start))
+        # This step's lines of steps.log.
+        local own
+        own=$(tail -n +"$((mark + 2))" "$steplog")
+        local skips
+        skips=$(grep -c -i -E "skipped|skipping|nothing measured" <<< "$own")
+        if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+            say "FAIL  $name (timeout after ${limit}s)"
+            status=1
+        elif [ $rc -ne 0 ]; then
+            say "FAIL  $name (exit $rc, ${secs}s)"
+            status=1
+        elif [ "$gpu" = 1 ] && [ "$skips" -gt 0 ]; then
+            say "FAIL  $name (${secs}s): $skips skip lines on a GPU machine"
+            status=1
+        elif [ "$gpu" = 1 ] && [[ "$name" == test-* ]] && ! grep -q -E "^test result: ok\. [1-9]" <<< "$own"; then
+            say "FAIL  $name (${secs}s): no test ran"
+            status=1
+        else
+            say "ok    $name (${secs}s, $skips skip lines)"
+        fi
+        grep -i -E "skipped|skipping|nothing measured" <<< "$own" | sed "s/^/      $name: /" | head -n 10 \
+            | tee -a "$summary" > /dev/null
+    }
+
+    # ----- setup: the GPU, cuBLAS from PyTorch's wheels (two calls, each with the setup limit) -----
+    local smi=""
+    if [ "${GPU_CHECK_ASSUME_GPU:-}" = 1 ]; then
         gpu=1
-        nvidia-smi >> "$logs/nvidia-smi.txt" 2>&1
-        echo "gpu: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1)" >> "$summary"
-    elif ldconfig -p 2>/dev/null | grep -q 'libcuda\.so'; then
+        say "gpu: assumed (GPU_CHECK_ASSUME_GPU=1)"
+    elif [ "${GPU_CHECK_ASSUME_GPU:-}" != 0 ] && command -v nvidia-smi >/dev/null 2>&1 \
+        && smi=$(timeout -k "$kill_after" "$setup_limit" nvidia-smi \
+            --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1); then
         gpu=1
-        echo "gpu: libcuda present, nvidia-smi unavailable" >> "$summary"
+        say "gpu: $(head -n 1 <<< "$smi")"
+    elif [ "${GPU_CHECK_ASSUME_GPU:-}" != 0 ] && ldconfig -p 2>/dev/null | grep -q 'libcuda\.so'; then
+        gpu=1
+        say "gpu: libcuda present, nvidia-smi unavailable ($smi)"
     else
-        echo "gpu: none (no nvidia-smi, no libcuda): every CUDA test must report its skip" >> "$summary"
+        say "gpu: none (no nvidia-smi, no libcuda): every CUDA step may report its skip"
     fi
     if [ "$gpu" = 1 ]; then
         export VRAMGUARD_REQUIRE_GPU=1
     else
         unset VRAMGUARD_REQUIRE_GPU
     fi
+    local libs cublas="${GPU_CHECK_CUBLAS:-}"
+    libs="$(mktemp -d)"
+    trap "rm -rf '$libs'" EXIT
+    if [ -z "$cublas" ] && command -v python3 >/dev/null; then
+        # PyTorch's NVIDIA wheels: site-packages/nvidia/cu13/lib/libcublas.so.13 (cu130) or
+        # site-packages/nvidia/cublas/lib/libcublas.so.12 (cu12x).
+        cublas=$(timeout -k "$kill_after" "$setup_limit" python3 -c '
+import glob, os, site, sys
+dirs = site.getsitepackages() + [site.getusersitepackages()] + sys.path
+found = sorted(p for d in dirs for p in glob.glob(os.path.join(d, "nvidia", "*", "lib", "libcublas.so*")))
+print(found[-1] if found else "")' 2>/dev/null)
+    fi
+    if [ -n "$cublas" ] && [ -e "$cublas" ]; then
+        # cudarc opens libcublas.so (or .so.12); the cu130 wheel has libcublas.so.13.
+        ln -sf "$cublas" "$libs/libcublas.so"
+        export LD_LIBRARY_PATH="$libs:$(dirname "$cublas")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+        say "cublas: $cublas (linked as libcublas.so)"
+    else
+        say "cublas: not found in Python's site-packages/nvidia (matmul falls back, which fails on a GPU)"
+    fi
 
-    local status=0
-    # step NAME LIMIT COMMAND...: runs COMMAND with a time limit, logs it, records the outcome.
-    step() {
-        local name="$1" limit="$2"
-        shift 2
-        local log="$logs/$name.log" start=$SECONDS rc
-        echo "== $name: $*"
-        timeout --kill-after=10 "$limit" "$@" > "$log" 2>&1
-        rc=$?
-        local secs=$((SECONDS - start))
-        local skips
-        skips=$(grep -c "skipp" "$log")
-        if [ $rc -eq 0 ]; then
-            echo "ok    $name (${secs}s, $skips skip lines)" | tee -a "$summary"
-        else
-            [ $rc -eq 124 ] && rc="timeout after ${limit}s"
-            echo "FAIL  $name ($rc, ${secs}s)" | tee -a "$summary"
-            tail -n 40 "$log"
-            status=1
-        fi
-        grep -h "skipp" "$log" | sed "s/^/      $name: /" | head -n 20 | tee -a "$summary" > /dev/null
-    }
-
+    # ----- the CUDA tests -----
     local ran=0 t
-    for t in "$CARRY"/tests/*; do
-        local name
-        name="$(basename "$t")"
-        if [ "$name" = lib-vramguard_runtime ]; then
-            step "unit-cuda" "$TEST_LIMIT" "$t" cuda --nocapture --test-threads=1
-        else
-            step "test-$name" "$TEST_LIMIT" "$t" --nocapture --test-threads=1
-            ran=$((ran + 1))
-        fi
+    for t in "${tests[@]}"; do
+        [ -x "$t" ] || continue
+        step "test-$(basename "$t")" "$test_limit" "$t" --nocapture --test-threads=1
+        ran=$((ran + 1))
     done
     if [ "$ran" -eq 0 ]; then
-        echo "FAIL  no CUDA test binaries in $CARRY/tests" | tee -a "$summary"
+        say "FAIL  no CUDA test binaries in $carry/tests"
         status=1
     fi
     # With a GPU, the default settings must pick expandable segments and their pages must read
     # back what was written: make sure that test really ran and passed.
     if [ "$gpu" = 1 ]; then
         local auto="auto_on_a_gpu_picks_expandable_segments_and_its_pages_read_back_what_was_written"
-        if grep -q "^test $auto \.\.\. ok" "$logs/test-alloc_cuda.log" 2>/dev/null; then
-            echo "ok    default-expandable-segments-on-gpu" | tee -a "$summary"
+        if grep -q "^test $auto \.\.\. ok" "$steplog"; then
+            say "ok    default-expandable-segments-on-gpu"
         else
-            echo "FAIL  default-expandable-segments-on-gpu: $auto did not pass" | tee -a "$summary"
+            say "FAIL  default-expandable-segments-on-gpu: $auto did not pass"
             status=1
         fi
     fi
 
-    # Without a GPU the programs' GPU paths cannot run: their outcome is recorded, but only
-    # the tests decide the exit status.
-    local tests_status=$status p
+    # ----- the programs -----
+    # Without a GPU the programs' GPU paths cannot run: their outcome is recorded, but only the
+    # tests decide the exit status.
+    local tests_status=$status
     for p in "${PROGRAMS[@]}"; do
-        local exe="$CARRY/programs/$p"
+        local exe="$carry/programs/$p"
         if [ ! -x "$exe" ]; then
-            echo "--    $p: not carried (its source does not mention --device cuda)" >> "$summary"
+            say "--    $p: not carried (its source does not mention --device cuda)"
             continue
         fi
         if [[ "$p" == *_bench ]]; then
-            step "program-$p" "$PROGRAM_LIMIT" bash -c "set -o pipefail; '$exe' --device cuda --json | tee '$out/$p.cuda.jsonl'"
+            step "program-$p" "$program_limit" bash -c "set -o pipefail; '$exe' --device cuda --quick --json | tee -a '$bench'"
         else
-            step "program-$p" "$PROGRAM_LIMIT" "$exe" --device cuda
+            # The examples take no --quick (fragmentation refuses it).
+            step "program-$p" "$program_limit" "$exe" --device cuda
         fi
     done
 
+    # ----- PyTorch beside vramguard -----
+    # inference_bench --quick's configuration: 2 layers, seq 64, batch 2.
+    local torch_out="$out/torch-compare.txt"
+    if [ -f "$carry/alloc-trace.json" ] && command -v python3 >/dev/null; then
+        step "torch-compare" "$torch_limit" bash -c "set -o pipefail; python3 scripts/torch-compare.py --trace '$carry/alloc-trace.json' --vramguard '$bench' --inference '$bench' --layers 2 --seq 64 --batch 2 --json '$bench' | tee '$torch_out'"
+    else
+        say "FAIL  torch-compare: no $carry/alloc-trace.json or no python3"
+        status=1
+    fi
     if [ "$gpu" = 0 ] && [ "$status" != "$tests_status" ]; then
-        echo "note: no GPU, so the failures of programs above do not fail this run" | tee -a "$summary"
+        say "note: no GPU, so the failures of programs above do not fail this run"
         status=$tests_status
     fi
-    tar -czf "$out/gpu-check-logs.tar.gz" -C "$logs" .
-    rm -rf "$logs"
+
+    # ----- which GEMM path ran -----
+    if grep -q -E "matmul uses vramguard's own \(slow\) GEMM kernel|cuBLAS \(libcublas" "$steplog"; then
+        say "gemm: the fallback kernel (cuBLAS could not be loaded; see steps.log)"
+    elif [ -n "$cublas" ] && grep -q "^test .*matmul.* \.\.\. ok" "$steplog"; then
+        say "gemm: cuBLAS ($cublas): the matmul tests passed and nothing fell back"
+    else
+        say "gemm: not exercised (no matmul test passed on a GPU)"
+    fi
+    say "elapsed: $((SECONDS - started)) s of the $deadline s deadline"
     echo
     echo "gpu-check summary ($out):"
     cat "$summary"
     exit $status
 }
 
+# `run` on stub binaries, without a GPU, with a 40 s deadline: a test binary that passes, one
+# that skips, one that hangs (cut at its limit), programs that print figures; then the same
+# with a GPU assumed (the skip fails the run). Checks the verdicts, the deadline, and that at
+# most 8 files come back.
+dry_run() {
+    local dir fail=0
+    dir="$(mktemp -d)"
+    trap "rm -rf '$dir'" EXIT
+    mkdir -p "$dir/carry/tests" "$dir/carry/programs"
+    printf '#!/bin/sh\necho "test cuda_matmul_works ... ok"\necho "test result: ok. 1 passed"\n' > "$dir/carry/tests/cuda_ok"
+    printf '#!/bin/sh\necho "cuda_x: skipped: no CUDA driver"\n' > "$dir/carry/tests/cuda_skips"
+    printf '#!/bin/sh\necho "running 0 tests"\necho "test result: ok. 0 passed"\n' > "$dir/carry/tests/cuda_empty"
+    printf '#!/bin/sh\nexec sleep 60\n' > "$dir/carry/tests/cuda_hangs"
+    printf '#!/bin/sh\necho "{\\"bench\\":\\"alloc_cuda\\",\\"metric\\":\\"trace_pair_ns\\",\\"value\\":50,\\"unit\\":\\"ns\\"}"\n' > "$dir/carry/programs/alloc_bench"
+    printf '#!/bin/sh\nexec sleep 60\n' > "$dir/carry/programs/inference_bench"
+    printf '#!/bin/sh\necho "warning: vramguard: cuBLAS cannot be loaded; matmul uses vramguard'"'"'s own (slow) GEMM kernel" >&2\n' > "$dir/carry/programs/tensor_bench"
+    : > "$dir/libcublas.so.13"
+    chmod +x "$dir"/carry/tests/* "$dir"/carry/programs/*
+    # The trace as `prepare` exports it, from the alloc_bench that `cargo test --workspace`
+    # builds (or a release build), and the parser's own checks.
+    local exporter
+    exporter=$(ls -t target/debug/examples/alloc_bench target/release/examples/alloc_bench 2>/dev/null | head -n 1)
+    if [ -z "$exporter" ]; then
+        echo "dry-run FAIL: no alloc_bench built (cargo test --workspace builds it)"
+        exit 1
+    fi
+    if ! timeout 60 "$exporter" --quick --export-trace "$dir/carry/alloc-trace.json" > /dev/null \
+        || [ ! -s "$dir/carry/alloc-trace.json" ]; then
+        echo "dry-run FAIL: $exporter wrote no trace (built before --export-trace? rebuild it)"
+        exit 1
+    fi
+    python3 scripts/torch-compare.py --check-trace "$dir/carry/alloc-trace.json" || fail=1
+    python3 scripts/torch-compare.py --self-test || fail=1
+    check() {
+        if grep -q -E "$2" "$1"; then
+            echo "dry-run ok:   $3"
+        else
+            echo "dry-run FAIL: $3 (no /$2/ in $1)"
+            fail=1
+        fi
+    }
+    local limits=(GPU_CHECK_DEADLINE=40 GPU_CHECK_SETUP_LIMIT=1 GPU_CHECK_TEST_LIMIT=2
+        GPU_CHECK_PROGRAM_LIMIT=2 GPU_CHECK_TORCH_LIMIT=5 GPU_CHECK_KILL_AFTER=1
+        GPU_CHECK_CARRY="$dir/carry")
+    local start=$SECONDS rc
+    env "${limits[@]}" GPU_CHECK_ASSUME_GPU=0 OUT="$dir/out" "$0" run > "$dir/run.txt" 2>&1
+    rc=$?
+    local took=$((SECONDS - start))
+    local s="$dir/out/summary.txt"
+    check "$s" "^plan: .* = [0-9]+ s worst case; deadline 40 s" "the plan adds up the limits"
+    check "$s" "^ok    test-cuda_ok" "a passing test binary is ok"
+    check "$s" "^ok    test-cuda_skips .*1 skip lines" "without a GPU a skip is allowed"
+    check "$s" "^FAIL  test-cuda_hangs \(timeout after 2s\)" "a hanging binary is cut at its limit"
+    check "$s" "^FAIL  program-inference_bench \(timeout" "a hanging program is cut at its limit"
+    check "$s" "^(ok|FAIL) +torch-compare" "torch-compare ran"
+    check "$dir/out/steps.log" "^trace: 100 steps, 12200 allocations" "torch-compare parsed the exported trace"
+    check "$dir/out/steps.log" "torch-compare: skipped: |allocation trace on" "torch-compare ran PyTorch or said why not"
+    check "$dir/out/bench.jsonl" "trace_pair_ns" "programs' figures land in bench.jsonl as they run"
+    check "$s" "^gemm: the fallback kernel" "the summary says the GEMM fell back"
+    check "$s" "^elapsed: " "the summary ends with the time taken"
+    if [ "$rc" = 1 ]; then echo "dry-run ok:   exit 1 (a test binary timed out)"; else echo "dry-run FAIL: exit $rc, expected 1"; fail=1; fi
+    if [ "$took" -le 42 ]; then echo "dry-run ok:   finished in ${took}s (deadline 40 s)"; else echo "dry-run FAIL: took ${took}s, deadline 40 s"; fail=1; fi
+    local files
+    files=$(find "$dir/out" -type f | wc -l)
+    if [ "$files" -le 8 ]; then echo "dry-run ok:   $files files in \$OUT (at most 8)"; else echo "dry-run FAIL: $files files in \$OUT"; fail=1; fi
+
+    # A GPU assumed: the skip fails; a deadline shorter than the plan refuses to start.
+    rm -f "$dir/carry/tests/cuda_hangs" "$dir/carry/programs/inference_bench" "$dir/carry/programs/tensor_bench"
+    env "${limits[@]}" GPU_CHECK_ASSUME_GPU=1 GPU_CHECK_CUBLAS="$dir/libcublas.so.13" OUT="$dir/out2" \
+        "$0" run > "$dir/run2.txt" 2>&1
+    rc=$?
+    check "$dir/out2/summary.txt" "^FAIL  test-cuda_skips .*skip lines on a GPU machine" "with a GPU a skip is a failure"
+    check "$dir/out2/summary.txt" "^FAIL  torch-compare" "with a GPU, torch-compare without PyTorch is a failure"
+    check "$dir/out2/summary.txt" "^FAIL  test-cuda_empty .*no test ran" "with a GPU, a binary that ran no test is a failure"
+    check "$dir/out2/summary.txt" "^ok    test-cuda_ok" "with a GPU, a binary whose tests ran and passed is ok"
+    check "$dir/out2/summary.txt" "^gemm: cuBLAS .*libcublas.so.13" "the summary says cuBLAS ran"
+    if [ "$rc" = 1 ]; then echo "dry-run ok:   exit 1 with a GPU assumed"; else echo "dry-run FAIL: exit $rc with a GPU assumed"; fail=1; fi
+    env "${limits[@]}" GPU_CHECK_DEADLINE=5 OUT="$dir/out3" "$0" run > "$dir/run3.txt" 2>&1
+    check "$dir/out3/summary.txt" "^FAIL  plan: the step limits add up to" "limits over the deadline refuse to start"
+    if [ "$fail" != 0 ]; then
+        echo "--- run output:"; cat "$dir/run.txt"
+        exit 1
+    fi
+    echo "gpu-check dry run: ok"
+}
+
 case "${1:-}" in
     prepare) prepare ;;
     run) run ;;
+    dry-run) dry_run ;;
     *)
         echo "usage: scripts/gpu-check.sh prepare   # here: build and collect the binaries in $CARRY" >&2
         echo "       scripts/gpu-check.sh run       # on the GPU machine: run them; output in \$OUT" >&2
+        echo "       scripts/gpu-check.sh dry-run   # here: run on stubs, no GPU, 40 s budget" >&2
         exit 2
         ;;
 esac

@@ -20,7 +20,7 @@
 mod gpu;
 
 use cudarc::driver::{result, sys, DriverError};
-use gpu::{context, driver_free, exclusive, figure, fill, own_device, read, Kernels};
+use gpu::{context, driver_free, exclusive, figure, fill, own_device, read, skip, Kernels};
 use vramguard_runtime::alloc::cuda::stream_id;
 use vramguard_runtime::alloc::{AllocatorConfig, OomCause};
 use vramguard_runtime::memory;
@@ -196,7 +196,7 @@ fn cuda_patterns_survive_a_shrink_and_a_regrowth_at_the_same_address() {
             .allocator()
             .fixed_segments_reason()
             .unwrap_or("unknown");
-        println!("{TEST}: skipped: no expandable segments on this GPU ({why})");
+        skip(TEST, &format!("no expandable segments on this GPU ({why})"));
         return;
     }
     let ctx = context(&device);

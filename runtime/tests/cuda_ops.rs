@@ -31,13 +31,37 @@ fn gpu() -> Option<Device> {
         Ok(d) => d,
         Err(e) => return skip(format!("no usable CUDA device ({e})")),
     };
-    // The first op compiles the kernels; without NVRTC that is a typed error, not a panic.
+    // The first op compiles the kernels; without NVRTC (and without a prebuilt PTX file) that
+    // is a typed error, not a panic. Only that is a skip: any other failure mentioning NVRTC
+    // (a PTX file from other sources, a compile error) is a failure.
     match Tensor::zeros(&[1], &device) {
         Ok(_) => Some(device),
-        Err(e @ TensorError::Backend { .. }) if e.to_string().contains("NVRTC") => {
+        Err(e @ TensorError::Backend { .. }) if nvrtc_missing(&e.to_string()) => {
             skip(format!("the CUDA kernels cannot be compiled here ({e})"))
         }
         Err(e) => panic!("the first op on the GPU failed: {e}"),
+    }
+}
+
+/// Whether a backend error says only that NVRTC cannot be loaded (no PTX file given either).
+fn nvrtc_missing(error: &str) -> bool {
+    error.contains("NVRTC (")
+        && error.contains("cannot be loaded, so the kernels cannot be compiled")
+}
+
+#[test]
+fn only_a_missing_nvrtc_is_a_reason_to_skip() {
+    assert!(nvrtc_missing(
+        "backend error: NVRTC (libnvrtc.so.12) cannot be loaded, so the kernels cannot be \
+         compiled; install ..."
+    ));
+    for other in [
+        "VRAMGUARD_KERNELS_PTX=/x.ptx was compiled from other kernel sources than this build's; \
+         rebuild it with scripts/kernels-check.sh, or unset VRAMGUARD_KERNELS_PTX to compile \
+         with NVRTC",
+        "NVRTC could not compile vramguard_kernels.cu: NVRTC_ERROR_COMPILATION",
+    ] {
+        assert!(!nvrtc_missing(other), "{other}");
     }
 }
 

@@ -823,22 +823,36 @@ impl<B: Backend + ?Sized> Drop for CachingAllocator<B> {
         let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
         st.synchronize_pending(&self.backend, &self.name);
         let warn = |what: &str, e: super::BackendError| {
-            tracing::warn!(device = %self.name, "dropping the allocator: {what}: {e}");
+            crate::diagnostics::warn(
+                crate::scope::WarningOutput::Auto,
+                &format!("{}: dropping the allocator: {what}: {e}", self.name),
+            );
         };
         if let (Some(e), Some(vm)) = (st.expandable, self.backend.virtual_memory()) {
             let mut all_unmapped = true;
+            // Unmapped by runs of adjacent mapped blocks, not block by block: blocks start and
+            // end anywhere inside a granule, runs on granule boundaries (holes are whole
+            // granules, and so is the mapped end of the segment).
+            let mut runs: Vec<(u64, usize)> = Vec::new();
             if let Some(si) = e.seg {
                 let mut at = st.segs[si as usize].head;
                 while at != super::blocks::NIL {
                     let n = &st.nodes[at as usize];
                     if n.mapped {
-                        // SAFETY: mapped pages of the range, unused from now on (see above).
-                        if let Err(err) = unsafe { vm.unmap(n.addr, n.size) } {
-                            warn("unmapping pages", err);
-                            all_unmapped = false;
+                        match runs.last_mut() {
+                            Some((start, len)) if *start + *len as u64 == n.addr => *len += n.size,
+                            _ => runs.push((n.addr, n.size)),
                         }
                     }
                     at = n.next;
+                }
+            }
+            for (addr, bytes) in runs {
+                // SAFETY: mapped pages of the range, whole granules, unused from now on (see
+                // above).
+                if let Err(err) = unsafe { vm.unmap(addr, bytes) } {
+                    warn(&format!("unmapping {bytes} bytes at {addr:#x}"), err);
+                    all_unmapped = false;
                 }
             }
             if all_unmapped {
@@ -846,6 +860,15 @@ impl<B: Backend + ?Sized> Drop for CachingAllocator<B> {
                 if let Err(err) = unsafe { vm.release_range(e.addr, e.virt) } {
                     warn("releasing the address range", err);
                 }
+            } else {
+                crate::diagnostics::warn(
+                    crate::scope::WarningOutput::Auto,
+                    &format!(
+                        "{}: dropping the allocator: {} bytes of address space at {:#x} stay \
+                         reserved because pages in it could not be unmapped",
+                        self.name, e.virt, e.addr
+                    ),
+                );
             }
         }
         for seg in st.segs.iter().filter(|s| s.live && !s.expandable) {

@@ -273,7 +273,10 @@ impl State {
     /// Keeps a backend failure for the request being served and for
     /// [`super::CachingAllocator::last_backend_error`], and logs it.
     pub fn note_failure(&mut self, name: &str, failure: BackendFailure) {
-        tracing::warn!(device = %name, "{failure}");
+        crate::diagnostics::warn(
+            crate::scope::WarningOutput::Auto,
+            &format!("{name}: {failure}"),
+        );
         self.request_failure = Some(failure.clone());
         self.last_failure = Some(failure);
     }
@@ -601,7 +604,10 @@ impl State {
         let addr = match backend.alloc_segment(bytes) {
             Ok(addr) if addr.saturating_add(bytes as u64) < ADDR_LIMIT => addr,
             Ok(addr) => {
-                tracing::warn!(device = %name, "segment at {addr:#x} lies above 2^48; not usable");
+                crate::diagnostics::warn(
+                    crate::scope::WarningOutput::Auto,
+                    &format!("{name}: segment at {addr:#x} lies above 2^48; not usable"),
+                );
                 // SAFETY: just obtained from the backend with this size and never handed out.
                 if let Err(BackendError::Driver(f)) = unsafe { backend.free_segment(addr, bytes) } {
                     self.note_failure(name, f);

@@ -6,7 +6,8 @@
 //! memory into a reserved address range through the driver's virtual memory management
 //! (`cuMemAddressReserve`, `cuMemCreate`, `cuMemMap`, `cuMemSetAccess`; `cuMemUnmap` +
 //! `cuMemRelease` to give pages back), one handle per granule (2 MiB or the device's minimum
-//! granularity if larger), on GPUs that report
+//! granularity if larger) and one `cuMemSetAccess` per mapped range (the bookkeeping and the
+//! order of calls are `granules.rs`'s), on GPUs that report
 //! `CU_DEVICE_ATTRIBUTE_VIRTUAL_ADDRESS_MANAGEMENT_SUPPORTED`. Before an allocator uses them, a
 //! self-test ([`VirtualMemory::self_test`]) reserves two granules, maps them, writes a pattern
 //! into each with `cuMemsetD32`, reads it back with `cuMemcpyDtoH`, and unmaps and releases
@@ -23,11 +24,12 @@
 //! the call and be lost. Failures carry the driver's error name ([`BackendFailure`]). Events
 //! for stream-safe reuse are `cuEventRecord`ed on the streams that used a freed block.
 
+use super::granules::{CallError, GranuleMap, PageDriver};
 use super::{Backend, BackendError, BackendFailure, EventId, SetupError, StreamId, VirtualMemory};
+use crate::scope::WarningOutput;
 use cudarc::driver::{result, sys, CudaContext, DriverError};
-use std::collections::BTreeMap;
 use std::marker::PhantomData;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// A device that cannot be opened.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -107,7 +109,7 @@ pub struct CudaBackend {
     /// Mapping granularity, when the GPU supports virtual memory management.
     vmm_granularity: Option<usize>,
     /// Physical allocation handle of each mapped granule, by address.
-    mapped: Mutex<BTreeMap<u64, sys::CUmemGenericAllocationHandle>>,
+    pages: GranuleMap<sys::CUmemGenericAllocationHandle>,
 }
 
 fn allocation_prop(device: sys::CUdevice) -> sys::CUmemAllocationProp {
@@ -158,12 +160,13 @@ impl CudaBackend {
     pub fn new(ordinal: usize) -> Result<CudaBackend, DeviceError> {
         let context = open_context(ordinal)?;
         let (_free, total) = result::mem_get_info().map_err(|e| driver_error("cuMemGetInfo", e))?;
+        let vmm_granularity = vmm_granularity(context.cu_device());
         Ok(CudaBackend {
             ordinal,
-            vmm_granularity: vmm_granularity(context.cu_device()),
+            vmm_granularity,
             context,
             capacity: total,
-            mapped: Mutex::new(BTreeMap::new()),
+            pages: GranuleMap::new(vmm_granularity.unwrap_or(2 << 20)),
         })
     }
 
@@ -233,10 +236,13 @@ impl Drop for CurrentContext {
         // SAFETY: pops the entry this guard pushed on this thread (the guard is not `Send`, and
         // guards are dropped in the reverse order of their creation).
         if let Err(e) = unsafe { sys::cuCtxPopCurrent_v2(&mut popped) }.result() {
-            tracing::warn!(
-                "cuda:{}: cuCtxPopCurrent failed: {}",
-                self.ordinal,
-                error_name(e)
+            crate::diagnostics::warn(
+                WarningOutput::Auto,
+                &format!(
+                    "cuda:{}: cuCtxPopCurrent failed: {}",
+                    self.ordinal,
+                    error_name(e)
+                ),
             );
         }
     }
@@ -246,40 +252,6 @@ impl CudaBackend {
     /// Makes the device's context current for `op`, until the guard drops.
     fn current(&self, op: &str) -> Result<CurrentContext, BackendError> {
         CurrentContext::push(&self.context, self.ordinal, op)
-    }
-
-    /// Unmaps and releases the granules starting at `addrs` (all mapped by this backend), in
-    /// order. Stops at the first granule that cannot be unmapped and returns its failure with
-    /// the granules unmapped before it; a failed `cuMemRelease` after a successful unmap is
-    /// logged only (the granule is unmapped; its memory is lost to the process).
-    fn unmap_granules(
-        &self,
-        addrs: &[u64],
-        granularity: usize,
-    ) -> Result<(), (usize, BackendFailure)> {
-        let mut mapped = self.mapped.lock().unwrap_or_else(|e| e.into_inner());
-        for (done, addr) in addrs.iter().enumerate() {
-            let Some(&handle) = mapped.get(addr) else {
-                continue;
-            };
-            // SAFETY: `addr` is a mapped granule of this backend that nothing uses.
-            if let Err(e) = unsafe { sys::cuMemUnmap(*addr, granularity) }.result() {
-                return Err((
-                    done,
-                    call_failure(format!("cuMemUnmap({addr:#x}, {granularity})"), e),
-                ));
-            }
-            mapped.remove(addr);
-            // SAFETY: the handle's only mapping was just removed; it is released once.
-            if let Err(e) = unsafe { sys::cuMemRelease(handle) }.result() {
-                tracing::warn!(
-                    "cuda:{}: cuMemRelease after unmapping {addr:#x} failed: {}",
-                    self.ordinal,
-                    error_name(e)
-                );
-            }
-        }
-        Ok(())
     }
 
     /// Writes a distinct 32-bit pattern into each of the two granules at `addr` with the
@@ -327,6 +299,68 @@ impl CudaBackend {
     }
 }
 
+/// The driver calls of [`GranuleMap`] on one GPU; the caller makes its context current.
+struct VmmDriver {
+    prop: sys::CUmemAllocationProp,
+}
+
+impl CudaBackend {
+    fn driver(&self) -> VmmDriver {
+        VmmDriver {
+            prop: allocation_prop(self.context.cu_device()),
+        }
+    }
+}
+
+fn vmm_error(op: &'static str) -> impl Fn(DriverError) -> CallError {
+    move |e| CallError {
+        op,
+        out_of_memory: e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+        error: error_name(e),
+    }
+}
+
+// SAFETY: each call is the driver function it names, on the current context.
+unsafe impl PageDriver for VmmDriver {
+    type Handle = sys::CUmemGenericAllocationHandle;
+    fn create(&self, bytes: usize) -> Result<Self::Handle, CallError> {
+        let mut handle: sys::CUmemGenericAllocationHandle = 0;
+        // SAFETY: valid out-pointer and property struct.
+        unsafe { sys::cuMemCreate(&mut handle, bytes, &self.prop, 0) }
+            .result()
+            .map_err(vmm_error("cuMemCreate"))?;
+        Ok(handle)
+    }
+    unsafe fn map(&self, addr: u64, bytes: usize, handle: Self::Handle) -> Result<(), CallError> {
+        // SAFETY: the caller passes an unmapped part of a reserved range.
+        unsafe { sys::cuMemMap(addr, bytes, 0, handle, 0) }
+            .result()
+            .map_err(vmm_error("cuMemMap"))
+    }
+    unsafe fn set_access(&self, addr: u64, bytes: usize) -> Result<(), CallError> {
+        let access = sys::CUmemAccessDesc {
+            location: self.prop.location,
+            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+        };
+        // SAFETY: the caller passes a fully mapped range.
+        unsafe { sys::cuMemSetAccess(addr, bytes, &access, 1) }
+            .result()
+            .map_err(vmm_error("cuMemSetAccess"))
+    }
+    unsafe fn unmap(&self, addr: u64, bytes: usize) -> Result<(), CallError> {
+        // SAFETY: the caller passes one mapped allocation nothing uses.
+        unsafe { sys::cuMemUnmap(addr, bytes) }
+            .result()
+            .map_err(vmm_error("cuMemUnmap"))
+    }
+    unsafe fn release(&self, handle: Self::Handle) -> Result<(), CallError> {
+        // SAFETY: the caller releases each handle once.
+        unsafe { sys::cuMemRelease(handle) }
+            .result()
+            .map_err(vmm_error("cuMemRelease"))
+    }
+}
+
 // SAFETY: ranges come from `cuMemAddressReserve` and pages from `cuMemCreate`/`cuMemMap`, owned
 // by this backend until unmapped; the backend is not host-addressable.
 unsafe impl VirtualMemory for CudaBackend {
@@ -351,55 +385,8 @@ unsafe impl VirtualMemory for CudaBackend {
     }
     unsafe fn map(&self, addr: u64, bytes: usize) -> Result<(), BackendError> {
         let _current = self.current("mapping pages")?;
-        let g = self.granularity();
-        let prop = allocation_prop(self.context.cu_device());
-        let access = sys::CUmemAccessDesc {
-            location: prop.location,
-            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-        };
-        let mut done: Vec<u64> = Vec::new();
-        for at in (addr..addr + bytes as u64).step_by(g) {
-            let mut handle: sys::CUmemGenericAllocationHandle = 0;
-            // SAFETY: valid out-pointer and property struct; `at` is an unmapped granule of a
-            // range this backend reserved (the caller's contract).
-            let step = unsafe {
-                sys::cuMemCreate(&mut handle, g, &prop, 0)
-                    .result()
-                    .map_err(|e| ("cuMemCreate", e))
-                    .and_then(|()| {
-                        sys::cuMemMap(at, g, 0, handle, 0)
-                            .result()
-                            .map_err(|e| ("cuMemMap", e))
-                            .inspect_err(|_| {
-                                let _ = sys::cuMemRelease(handle);
-                            })
-                    })
-            };
-            let step = step.and_then(|()| {
-                self.mapped
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(at, handle);
-                done.push(at);
-                // SAFETY: `at` was just mapped.
-                unsafe { sys::cuMemSetAccess(at, g, &access, 1) }
-                    .result()
-                    .map_err(|e| ("cuMemSetAccess", e))
-            });
-            if let Err((op, e)) = step {
-                // Already failing: undo what this call mapped; a failure there is logged.
-                if let Err((_, undo)) = self.unmap_granules(&done, g) {
-                    tracing::warn!("cuda:{}: undoing a failed map: {undo}", self.ordinal);
-                }
-                return Err(match e {
-                    DriverError(sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY) => {
-                        BackendError::OutOfMemory { requested: bytes }
-                    }
-                    e => call_error(format!("{op} while mapping {bytes} bytes at {addr:#x}"), e),
-                });
-            }
-        }
-        Ok(())
+        // SAFETY: forwarded contract; the context is current.
+        unsafe { self.pages.map(&self.driver(), &self.name(), addr, bytes) }
     }
     unsafe fn unmap(&self, addr: u64, bytes: usize) -> Result<(), BackendError> {
         let _current = self.current("unmapping pages")?;
@@ -411,26 +398,8 @@ unsafe impl VirtualMemory for CudaBackend {
                 e,
             )
         })?;
-        let g = self.granularity();
-        let addrs: Vec<u64> = (addr..addr + bytes as u64).step_by(g).collect();
-        let Err((done, failure)) = self.unmap_granules(&addrs, g) else {
-            return Ok(());
-        };
-        // The contract: on failure the whole range is mapped. Map back what was unmapped.
-        for &at in &addrs[..done] {
-            // SAFETY: `at` was unmapped just above and lies in this backend's reserved range.
-            if let Err(e) = unsafe { self.map(at, g) } {
-                return Err(BackendError::driver(
-                    failure.op,
-                    format!(
-                        "{}; mapping back the granule at {at:#x} also failed ({e}): the \
-                         allocator's view of this range is wrong, do not use this device further",
-                        failure.error
-                    ),
-                ));
-            }
-        }
-        Err(BackendError::Driver(failure))
+        // SAFETY: forwarded contract; the context is current.
+        unsafe { self.pages.unmap(&self.driver(), &self.name(), addr, bytes) }
     }
     /// Reserves two granules, maps them, writes a pattern into each with `cuMemsetD32`, reads
     /// both back with `cuMemcpyDtoH`, unmaps and releases them. `Err` names the failed step.
@@ -442,8 +411,10 @@ unsafe impl VirtualMemory for CudaBackend {
         let checked = unsafe { self.map(addr, bytes) }.and_then(|()| {
             let pattern = self.check_pattern(addr, g);
             // The memset and copy were synchronised above; nothing else uses these pages.
+            let _current = self.current("the virtual memory self-test")?;
             let unmapped = self
-                .unmap_granules(&[addr, addr + g as u64], g)
+                .pages
+                .unmap_granules(&self.driver(), &self.name(), &[addr, addr + g as u64])
                 .map_err(|(_, f)| BackendError::Driver(f));
             pattern.and(unmapped)
         });
@@ -534,10 +505,13 @@ unsafe impl Backend for CudaBackend {
         };
         // SAFETY: the event came from `record_event` and is destroyed once.
         if let Err(e) = unsafe { result::event::destroy(event.0 as usize as sys::CUevent) } {
-            tracing::warn!(
-                "cuda:{}: cuEventDestroy failed: {}",
-                self.ordinal,
-                error_name(e)
+            crate::diagnostics::warn(
+                WarningOutput::Auto,
+                &format!(
+                    "cuda:{}: cuEventDestroy failed: {}",
+                    self.ordinal,
+                    error_name(e)
+                ),
             );
         }
     }

@@ -9,6 +9,7 @@ use super::policy::ADDR_LIMIT;
 use super::{
     Backend, BackendError, ExpandableSegments, PoolKind, SegmentMode, SetupError, TraceEventKind,
 };
+use crate::scope::WarningOutput;
 
 /// The large pool's expandable segment: a reserved address range whose mapped prefix is a
 /// segment that grows (map at the end) and shrinks (unmap free granules).
@@ -63,7 +64,10 @@ fn setup<B: Backend + ?Sized>(backend: &B, limit: Option<u64>) -> Result<Expanda
     if addr.saturating_add(virt as u64) >= ADDR_LIMIT {
         // SAFETY: just reserved, nothing mapped.
         if let Err(e) = unsafe { vm.release_range(addr, virt) } {
-            tracing::warn!("releasing an unusable address range: {e}");
+            crate::diagnostics::warn(
+                WarningOutput::Auto,
+                &format!("releasing an unusable address range: {e}"),
+            );
         }
         return Err(Unavailable::Reserve {
             bytes: virt,
@@ -76,6 +80,13 @@ fn setup<B: Backend + ?Sized>(backend: &B, limit: Option<u64>) -> Result<Expanda
         granularity,
         seg: None,
     })
+}
+
+/// Whether the device can back `need` more bytes right now ([`Backend::free_memory`]; `true`
+/// when it does not say). Asked before mapping, so that a request larger than the device is
+/// refused at once instead of after mapping (and unmapping) the device page by page.
+fn device_has_room<B: Backend + ?Sized>(backend: &B, need: usize) -> bool {
+    backend.free_memory().is_none_or(|free| need <= free)
 }
 
 /// What [`resolve`] chose: the expandable segment, or fixed segments and why.
@@ -130,7 +141,10 @@ pub(crate) fn resolve<B: Backend + ?Sized>(
         }
         Unavailable::SelfTest(reason) => {
             let reason = format!("the virtual memory self-test of {name} failed: {reason}");
-            tracing::warn!("{reason}; using fixed segments");
+            crate::diagnostics::warn(
+                WarningOutput::Auto,
+                &format!("{reason}; using fixed segments"),
+            );
             reason
         }
         Unavailable::Reserve { bytes, message } => {
@@ -138,7 +152,10 @@ pub(crate) fn resolve<B: Backend + ?Sized>(
                 "{name} could not reserve {bytes} bytes of address space for expandable \
                  segments: {message}"
             );
-            tracing::warn!("{reason}; using fixed segments (set `memory_limit` to reserve less)");
+            crate::diagnostics::warn(
+                WarningOutput::Auto,
+                &format!("{reason}; using fixed segments (set `memory_limit` to reserve less)"),
+            );
             reason
         }
     };
@@ -163,7 +180,8 @@ impl State {
         let (Some(e), Some(vm)) = (self.expandable, backend.virtual_memory()) else {
             return false;
         };
-        if let Some(mapped) = self.map_into_hole(vm, e, limit, name, size) {
+        let free = backend.free_memory();
+        if let Some(mapped) = self.map_into_hole(vm, e, limit, free, name, size) {
             return mapped;
         }
         let tail_free = match e.seg {
@@ -184,6 +202,9 @@ impl State {
             // The free tail already fits the request.
             return true;
         }
+        if !device_has_room(backend, need) {
+            return false;
+        }
         self.map_at_end(vm, e, limit, name, need)
     }
 
@@ -203,13 +224,11 @@ impl State {
         let Some(missing) = end.checked_sub(e.addr + mapped).filter(|&m| m > 0) else {
             return true;
         };
-        self.map_at_end(
-            vm,
-            e,
-            limit,
-            name,
-            (missing as usize).next_multiple_of(e.granularity),
-        )
+        let need = (missing as usize).next_multiple_of(e.granularity);
+        if !device_has_room(backend, need) {
+            return false;
+        }
+        self.map_at_end(vm, e, limit, name, need)
     }
 
     /// Maps `need` bytes (whole granules) at the end of the mapped part of the range: the free
@@ -360,6 +379,7 @@ impl State {
         vm: &dyn super::VirtualMemory,
         e: Expandable,
         limit: Option<u64>,
+        device_free: Option<usize>,
         name: &str,
         size: usize,
     ) -> Option<bool> {
@@ -391,10 +411,12 @@ impl State {
             } else {
                 None
             };
-            // A hole whose pages would cross the limit is skipped: the end may need fewer.
-            let Some(need) =
-                need.filter(|&n| limit.is_none_or(|l| self.reserved() + n as u64 <= l))
-            else {
+            // A hole whose pages would cross the limit, or that the device cannot back, is
+            // skipped: the end may need fewer.
+            let Some(need) = need.filter(|&n| {
+                limit.is_none_or(|l| self.reserved() + n as u64 <= l)
+                    && device_free.is_none_or(|f| n <= f)
+            }) else {
                 at = next;
                 continue;
             };

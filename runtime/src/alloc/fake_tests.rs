@@ -26,6 +26,15 @@ struct Control {
     next_event: AtomicU64,
     synchronized: AtomicU64,
     destroyed: AtomicU64,
+    /// `map` calls that reached the backend (failed ones too).
+    maps: AtomicU64,
+    /// Granules mapped now, by address.
+    mapped: Mutex<std::collections::BTreeSet<u64>>,
+    /// Ranges released with `release_range`.
+    released_ranges: AtomicU64,
+    /// Calls that broke the `VirtualMemory` contract (a range not whole granules, mapped
+    /// twice, unmapped while not mapped, released while mapped).
+    violations: Mutex<Vec<String>>,
 }
 
 impl Control {
@@ -45,6 +54,20 @@ impl Control {
     }
     fn recorded(&self) -> usize {
         self.events.lock().unwrap().len()
+    }
+    fn violation(&self, what: String) {
+        self.violations.lock().unwrap().push(what);
+    }
+    /// The granules of `[addr, addr + bytes)`, or a violation when it is not whole granules.
+    fn granules(&self, what: &str, addr: u64, bytes: usize) -> Vec<u64> {
+        let g = HOST_MAP_GRANULARITY as u64;
+        if bytes == 0 || !addr.is_multiple_of(g) || !(bytes as u64).is_multiple_of(g) {
+            self.violation(format!(
+                "{what} {bytes} bytes at {addr:#x}: not whole granules"
+            ));
+            return Vec::new();
+        }
+        (addr..addr + bytes as u64).step_by(g as usize).collect()
     }
 }
 
@@ -79,16 +102,51 @@ unsafe impl VirtualMemory for Fake {
         self.host.reserve_range(bytes)
     }
     unsafe fn release_range(&self, addr: u64, bytes: usize) -> Result<(), BackendError> {
+        let still = self
+            .ctl
+            .mapped
+            .lock()
+            .unwrap()
+            .range(addr..addr + bytes as u64)
+            .count();
+        if still > 0 {
+            self.ctl.violation(format!(
+                "releasing the range at {addr:#x} with {still} granules mapped"
+            ));
+            return Err(BackendError::driver(
+                "cuMemAddressFree",
+                "CUDA_ERROR_INVALID_VALUE",
+            ));
+        }
+        self.ctl.released_ranges.fetch_add(1, Ordering::SeqCst);
         // SAFETY: forwarded contract.
         unsafe { self.host.release_range(addr, bytes) }
     }
     unsafe fn map(&self, addr: u64, bytes: usize) -> Result<(), BackendError> {
+        self.ctl.maps.fetch_add(1, Ordering::SeqCst);
         self.failure(&self.ctl.fail_alloc, "cuMemCreate")?;
+        let granules = self.ctl.granules("mapping", addr, bytes);
         // SAFETY: forwarded contract.
-        unsafe { self.host.map(addr, bytes) }
+        unsafe { self.host.map(addr, bytes) }?;
+        let mut mapped = self.ctl.mapped.lock().unwrap();
+        for g in granules {
+            if !mapped.insert(g) {
+                self.ctl.violation(format!("mapping {g:#x} twice"));
+            }
+        }
+        Ok(())
     }
     unsafe fn unmap(&self, addr: u64, bytes: usize) -> Result<(), BackendError> {
         self.failure(&self.ctl.fail_free, "cuMemUnmap")?;
+        let granules = self.ctl.granules("unmapping", addr, bytes);
+        let mut mapped = self.ctl.mapped.lock().unwrap();
+        for g in &granules {
+            if !mapped.remove(g) {
+                self.ctl
+                    .violation(format!("unmapping {g:#x}, which is not mapped"));
+            }
+        }
+        drop(mapped);
         // SAFETY: forwarded contract.
         unsafe { self.host.unmap(addr, bytes) }
     }
@@ -408,4 +466,110 @@ fn a_real_shortage_is_still_a_full_device_after_an_earlier_driver_error() {
     let e = a.allocate(2 << 30).unwrap_err();
     assert_eq!(e.cause, OomCause::DeviceFull);
     assert_eq!(e.context.backend_error, None);
+}
+
+#[test]
+fn a_request_larger_than_the_device_is_refused_before_any_page_is_mapped() {
+    let (a, ctl) = fake(true);
+    assert!(a.uses_expandable_segments());
+    let keep = a.allocate(30 * MIB).unwrap();
+    let maps = ctl.maps.load(Ordering::SeqCst);
+    // The fake holds 1 GiB: 1.5 GiB more cannot be backed, whatever the reserved range allows.
+    let e = a.allocate(1536 * MIB).unwrap_err();
+    assert_eq!(e.cause, OomCause::DeviceFull);
+    assert_eq!(
+        ctl.maps.load(Ordering::SeqCst),
+        maps,
+        "pages were mapped for a request the device cannot hold"
+    );
+    assert_eq!(a.stats().reserved_bytes, 30 * MIB as u64);
+    // Within what the device still holds, the segment grows as before.
+    let more = a.allocate(500 * MIB).unwrap();
+    assert!(ctl.maps.load(Ordering::SeqCst) > maps);
+    a.free(keep);
+    a.free(more);
+    a.check_invariants().unwrap();
+    assert!(ctl.violations.lock().unwrap().is_empty());
+}
+
+#[test]
+fn dropping_the_allocator_unmaps_every_page_even_when_blocks_straddle_granules() {
+    let (a, ctl) = fake(true);
+    assert!(a.uses_expandable_segments());
+    // Blocks of 3 MiB + 512 B: most start and end inside a granule.
+    let mut blocks: Vec<Block> = (0..5).map(|_| a.allocate(3 * MIB + 512).unwrap()).collect();
+    assert!(blocks
+        .iter()
+        .any(|b| b.addr % HOST_MAP_GRANULARITY as u64 != 0));
+    // Holes: unmapped granules between mapped ones. The other blocks stay live (raw blocks
+    // are plain data; the allocator goes with them).
+    a.free(blocks.remove(2));
+    a.free(blocks.remove(0));
+    assert!(a.empty_cache() > 0);
+    assert!(!ctl.mapped.lock().unwrap().is_empty());
+    drop(a);
+    assert_eq!(
+        *ctl.violations.lock().unwrap(),
+        Vec::<String>::new(),
+        "contract broken on drop"
+    );
+    assert!(
+        ctl.mapped.lock().unwrap().is_empty(),
+        "granules left mapped: {:?}",
+        ctl.mapped.lock().unwrap()
+    );
+    assert_eq!(ctl.released_ranges.load(Ordering::SeqCst), 1);
+}
+
+/// Runs the test `name` of this binary alone in a child process whose environment has
+/// `VRAMGUARD_TEST_CHILD=name`, checks that it passed there, and returns its stderr.
+fn child_stderr(name: &str) -> String {
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new(exe)
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env("VRAMGUARD_TEST_CHILD", name)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "the child ran the case and it passed: {stdout}\n{stderr}"
+    );
+    stderr
+}
+
+#[test]
+fn backend_failures_reach_stderr_without_a_tracing_subscriber() {
+    const NAME: &str =
+        "alloc::fake_tests::backend_failures_reach_stderr_without_a_tracing_subscriber";
+    if std::env::var("VRAMGUARD_TEST_CHILD").as_deref() == Ok(NAME) {
+        // In the child: a failed free, a failed unmap on drop (the range stays reserved).
+        let (a, ctl) = fake(true);
+        let b = a.allocate(30 * MIB).unwrap();
+        a.free(b);
+        Control::set(&ctl.fail_free, Some(ILLEGAL));
+        assert_eq!(a.empty_cache(), 0);
+        drop(a);
+        return;
+    }
+    let stderr = child_stderr(NAME);
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("warning: vramguard: ") && l.contains(ILLEGAL))
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("cuMemUnmap") && !l.contains("dropping")),
+        "the failed release is not on stderr: {stderr}"
+    );
+    assert!(
+        lines.iter().any(|l| l.contains("dropping the allocator")),
+        "the failed unmap on drop is not on stderr: {stderr}"
+    );
+    assert!(
+        stderr.contains("stay reserved"),
+        "the range left reserved is not on stderr: {stderr}"
+    );
 }

@@ -76,11 +76,13 @@
 //! | `stats.rs` | [`MemoryStats`] |
 //! | `config.rs` | [`AllocatorConfig`] and `VRAMGUARD_ALLOC_CONF` |
 //! | `host.rs`, `cuda.rs` | the backends |
+//! | `granules.rs` | page mapping with one physical allocation per granule (CUDA's VMM), driver-neutral |
 //! | `origin.rs` | where each allocation was made: [`AllocOrigin`] and the tensor ops' frames |
 //! | `trace.rs` | the event trace, its labels and snapshots |
 //! | `timeline.rs`, `html.rs` (`timeline.js`, `timeline.css`) | lifetimes rebuilt from the trace, and the HTML page that draws them |
 //! | `memory_viz.rs`, `pickle.rs` | the snapshot and trace as PyTorch's snapshot pickle |
 //! | `bucket.rs` | [`SequenceBuckets`] |
+//! | `stream_order.rs` | which streams wait for which before a buffer is used (`CudaBuffer`'s rule) |
 
 mod allocator;
 mod backend;
@@ -89,6 +91,7 @@ mod bucket;
 mod config;
 pub mod cuda;
 mod expandable;
+mod granules;
 mod host;
 mod html;
 mod memory_viz;
@@ -99,6 +102,7 @@ mod plan;
 mod policy;
 mod pressure;
 mod stats;
+pub(crate) mod stream_order;
 mod timeline;
 mod trace;
 

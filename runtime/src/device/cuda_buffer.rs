@@ -5,18 +5,29 @@
 //! A buffer belongs to a stream (the device's default stream, or the one given to
 //! [`CudaBuffer::new_on`]); its block returns to that stream's pool when the buffer drops and
 //! is reused in that stream's order, so launches on its own stream need no synchronisation.
-//! When cudarc asks for the pointer for another stream (`device_ptr(&other)`), that stream
-//! first waits for the buffer's stream (so it sees the buffer's contents), and the buffer
-//! records it ([`CudaBuffer::record_stream`]): a block freed while that stream may still use it
-//! stays out of the pool until an event on that stream completes. The pointer itself is only
-//! handed out with the borrow of the buffer that keeps it valid.
+//! Launches on several streams are ordered both ways, as cudarc's `CudaSlice` orders them: a
+//! launch that reads waits for the last write, on whichever stream it was queued (the buffer's
+//! own stream waits for another stream's write just as another stream waits for the own
+//! stream's), and one that writes waits for the reads since (`alloc/stream_order.rs` holds the
+//! rule). A wait is an event recorded on the earlier stream and waited for by the later one. A
+//! stream other than the buffer's own is recorded ([`CudaBuffer::record_stream`]): a block freed
+//! while that stream may still use it stays out of the pool until an event on that stream
+//! completes. The pointer itself is only handed out with the borrow of the buffer that keeps
+//! it valid.
+//!
+//! Every driver call here makes the context current with `cuCtxPushCurrent` (see
+//! `alloc/cuda.rs`), never with cudarc's `bind_to_thread`, which would replace the caller's
+//! context and report (and clear) an error recorded on the context earlier.
 
 use super::{Allocation, Device};
-use crate::alloc::cuda::{stream_id, CurrentContext};
+use crate::alloc::cuda::{error_name, stream_id, CurrentContext};
+use crate::alloc::stream_order::{Access, StreamOrder};
+use crate::alloc::StreamId;
+use crate::scope::WarningOutput;
 use cudarc::driver::{result, sys, CudaStream, DevicePtr, DevicePtrMut, DeviceSlice};
 use cudarc::driver::{DriverError, SyncOnDrop, ValidAsZeroBits};
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Why a [`CudaBuffer`] could not be made.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -47,6 +58,8 @@ pub struct CudaBuffer<T> {
     allocation: Allocation,
     len: usize,
     stream: Arc<CudaStream>,
+    /// The streams that wrote and read the buffer last.
+    order: Mutex<StreamOrder>,
     _values: PhantomData<T>,
 }
 
@@ -104,9 +117,10 @@ impl<T: ValidAsZeroBits> CudaBuffer<T> {
         unsafe { result::memset_d8_async(buffer.allocation.addr(), 0, bytes, stream.cu_stream()) }
             .map_err(driver("cuMemsetD8Async"))?;
         // Finished before the buffer is handed out, so work queued later on any stream (cudarc's
-        // own streams do not wait for the default one) sees the zeros.
-        stream
-            .synchronize()
+        // own streams do not wait for the default one) sees the zeros. The raw call, under the
+        // pushed context: cudarc's `synchronize` would bind the context instead.
+        // SAFETY: the stream belongs to the current context.
+        unsafe { result::stream::synchronize(stream.cu_stream()) }
             .map_err(driver("cuStreamSynchronize"))?;
         Ok(buffer)
     }
@@ -148,6 +162,7 @@ impl<T> CudaBuffer<T> {
             allocation,
             len,
             stream: Arc::clone(stream),
+            order: Mutex::new(StreamOrder::new(stream_id(stream))),
             _values: PhantomData,
         })
     }
@@ -165,24 +180,80 @@ impl<T> CudaBuffer<T> {
         self.allocation.record_stream(stream_id(stream));
     }
 
-    /// Prepares a launch on `stream`: nothing for the buffer's own stream; for another, that
-    /// stream waits for the buffer's stream and is recorded as a user of the block. When the
-    /// wait cannot be queued, the buffer's stream is synchronised when cudarc drops the guard.
-    fn use_on<'a>(&'a self, stream: &'a CudaStream) -> SyncOnDrop<'a> {
-        if *stream == *self.stream {
-            return SyncOnDrop::Sync(None);
+    /// Prepares a launch on `stream` that reads or writes the buffer: `stream` waits for the
+    /// streams the ordering rule names, and a stream other than the buffer's own is recorded as
+    /// a user of the block. When a wait cannot be queued, the earlier stream is synchronised
+    /// instead (and the failure reported on stderr).
+    fn use_on(&self, stream: &CudaStream, access: Access) -> SyncOnDrop<'static> {
+        let this = stream_id(stream);
+        let waits = self
+            .order
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .access(this, access);
+        if this != stream_id(&self.stream) {
+            self.record_stream(stream);
         }
-        self.record_stream(stream);
-        match stream.join(&self.stream) {
-            Ok(()) => SyncOnDrop::Sync(None),
-            Err(e) => {
-                tracing::warn!("CudaBuffer: stream wait failed ({e}); synchronising instead");
-                // The launch must not read before the buffer's stream wrote: wait now.
-                let _ = self.stream.synchronize();
-                SyncOnDrop::sync_stream(stream)
+        for on in waits {
+            if let Err(e) = queue_wait(stream, on) {
+                crate::diagnostics::warn(
+                    WarningOutput::Auto,
+                    &format!(
+                        "CudaBuffer: making stream {this:?} wait for stream {on:?} failed ({e}); \
+                         synchronising stream {on:?} instead"
+                    ),
+                );
+                if let Err(e) = synchronize(stream, on) {
+                    crate::diagnostics::error(&format!(
+                        "CudaBuffer: synchronising stream {on:?} failed too ({e}): the launch \
+                         on stream {this:?} may see the buffer before that stream's work is done"
+                    ));
+                }
             }
         }
+        SyncOnDrop::Sync(None)
     }
+}
+
+/// Queues on `waiter` a wait for the work queued so far on stream `on` (of the same context):
+/// an event recorded on `on`, waited for by `waiter`, then destroyed (the driver keeps it until
+/// the wait is done).
+fn queue_wait(waiter: &CudaStream, on: StreamId) -> Result<(), String> {
+    let context = waiter.context();
+    let _current = CurrentContext::push(context, context.ordinal(), "ordering streams")
+        .map_err(|e| e.to_string())?;
+    let name =
+        |op: &'static str| move |e: DriverError| format!("{op} failed with {}", error_name(e));
+    let event = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+        .map_err(name("cuEventCreate"))?;
+    // SAFETY: the event was just created in the current context and `on` is a stream of it
+    // (a `CUstream` the buffer saw); the event is destroyed once, after the wait is queued.
+    let queued = unsafe {
+        result::event::record(event, on.0 as usize as sys::CUstream)
+            .map_err(name("cuEventRecord"))
+            .and_then(|()| {
+                result::stream::wait_event(
+                    waiter.cu_stream(),
+                    event,
+                    sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+                )
+                .map_err(name("cuStreamWaitEvent"))
+            })
+    };
+    // SAFETY: created above; destroying a recorded event the driver still waits on is allowed
+    // (its resources go once the wait completes).
+    let destroyed = unsafe { result::event::destroy(event) }.map_err(name("cuEventDestroy"));
+    queued.and(destroyed)
+}
+
+/// Waits on the host for the work queued on stream `on` (of `stream`'s context).
+fn synchronize(stream: &CudaStream, on: StreamId) -> Result<(), String> {
+    let context = stream.context();
+    let _current = CurrentContext::push(context, context.ordinal(), "synchronising a stream")
+        .map_err(|e| e.to_string())?;
+    // SAFETY: `on` is a stream of the current context.
+    unsafe { result::stream::synchronize(on.0 as usize as sys::CUstream) }
+        .map_err(|e| format!("cuStreamSynchronize failed with {}", error_name(e)))
 }
 
 impl<T> DeviceSlice<T> for CudaBuffer<T> {
@@ -196,7 +267,7 @@ impl<T> DeviceSlice<T> for CudaBuffer<T> {
 
 impl<T> DevicePtr<T> for CudaBuffer<T> {
     fn device_ptr<'a>(&'a self, stream: &'a CudaStream) -> (sys::CUdeviceptr, SyncOnDrop<'a>) {
-        (self.allocation.addr(), self.use_on(stream))
+        (self.allocation.addr(), self.use_on(stream, Access::Read))
     }
 }
 
@@ -205,6 +276,6 @@ impl<T> DevicePtrMut<T> for CudaBuffer<T> {
         &'a mut self,
         stream: &'a CudaStream,
     ) -> (sys::CUdeviceptr, SyncOnDrop<'a>) {
-        (self.allocation.addr(), self.use_on(stream))
+        (self.allocation.addr(), self.use_on(stream, Access::Write))
     }
 }

@@ -11,6 +11,7 @@
 use super::super::ops::broadcast_strides;
 use super::super::{contiguous_strides, Layout, Result, Storage, Tensor, TensorError};
 use super::{MapOp, MatmulShape, ZipOp};
+use crate::alloc::cuda::CurrentContext;
 use crate::device::CudaDevice;
 use crate::Device;
 use cudarc::driver::{result as driver, PushKernelArg};
@@ -275,12 +276,13 @@ impl DeviceLauncher {
                 // SAFETY: only probes whether the library can be loaded.
                 if !unsafe { cudarc::cublas::sys::is_culib_present() } {
                     return Err(
-                        "cuBLAS (libcublas.so.12) cannot be loaded; install the CUDA 12 \
-                                toolkit's cuBLAS or put its directory on LD_LIBRARY_PATH"
+                        "cuBLAS (libcublas.so or libcublas.so.12) cannot be loaded; install \
+                         the CUDA toolkit's cuBLAS or put its directory on LD_LIBRARY_PATH \
+                         (scripts/gpu-check.sh links PyTorch's wheel's copy)"
                             .into(),
                     );
                 }
-                self.bind()?;
+                let _current = self.current()?;
                 let handle = cudarc::cublas::result::create_handle()
                     .map_err(|e| format!("cublasCreate failed: {e}"))?;
                 let blas = Blas(handle);
@@ -293,13 +295,23 @@ impl DeviceLauncher {
             .map_err(Clone::clone)
     }
 
-    fn bind(&self) -> Result<(), String> {
-        self.stream
-            .context()
-            .bind_to_thread()
+    /// Makes the stream's context current until the guard drops, pushed (see
+    /// `alloc/cuda.rs`): cudarc's `bind_to_thread` would replace the caller's context and
+    /// report (and clear) an error recorded on the context earlier.
+    fn current(&self) -> Result<CurrentContext, String> {
+        let context = self.stream.context();
+        CurrentContext::push(context, context.ordinal(), "a launcher call")
             .map_err(|e| format!("making the CUDA context current failed: {e}"))
     }
 }
+
+/// Set to `1` where a GPU run must not fall back (scripts/gpu-check.sh sets it on the GPU
+/// machine): a missing cuBLAS is then an error instead of the slow GEMM kernel.
+pub(crate) const REQUIRE_GPU_ENV: &str = "VRAMGUARD_REQUIRE_GPU";
+
+/// The end of the warning printed when matmul falls back to the GEMM kernel (the GPU check
+/// looks for it in its logs to say which GEMM path ran).
+pub(crate) const GEMM_FALLBACK_NOTICE: &str = "matmul uses vramguard's own (slow) GEMM kernel";
 
 /// Names a PTX file of the kernels built beforehand (`scripts/kernels-check.sh` writes
 /// `target/kernels-ptx/vramguard_kernels.ptx`), loaded instead of compiling with NVRTC: for a
@@ -394,10 +406,22 @@ impl Launcher for DeviceLauncher {
         let blas = match self.blas() {
             Ok(blas) => blas,
             Err(why) => {
-                // Without cuBLAS the product still runs, through the simple kernel.
+                // A run that must measure the GPU (scripts/gpu-check.sh) must not pass on the
+                // fallback: there the missing library is an error.
+                if std::env::var(REQUIRE_GPU_ENV).is_ok_and(|v| v == "1") {
+                    return Err(format!(
+                        "{REQUIRE_GPU_ENV}=1 but {why}; matmul would use vramguard's own \
+                         (slow) GEMM kernel"
+                    ));
+                }
+                // Without cuBLAS the product still runs, through the simple kernel; said once,
+                // on stderr unless a tracing subscriber takes it.
                 static WARNED: std::sync::Once = std::sync::Once::new();
                 WARNED.call_once(|| {
-                    tracing::warn!("{why}; matmul uses vramguard's own (slow) GEMM kernel")
+                    crate::diagnostics::warn(
+                        crate::scope::WarningOutput::Auto,
+                        &format!("{why}; {GEMM_FALLBACK_NOTICE}"),
+                    )
                 });
                 let (items, args) = g.kernel_args();
                 return self.launch(Kernel::Gemm, items, &args);
@@ -409,7 +433,7 @@ impl Launcher for DeviceLauncher {
         let op = |t: bool| if t { CUBLAS_OP_T } else { CUBLAS_OP_N };
         let (alpha, beta) = (1.0f32, 0.0f32);
         let _serial = BLAS_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        self.bind()?;
+        let _current = self.current()?;
         // SAFETY: the pointers are live device allocations sized for the given dimensions,
         // leading dimensions and batch strides (checked by `matmul`); alpha and beta are host
         // values read during the call; the handle runs on this launcher's stream.
@@ -442,7 +466,7 @@ impl Launcher for DeviceLauncher {
         if src.is_empty() {
             return Ok(());
         }
-        self.bind()?;
+        let _current = self.current()?;
         // SAFETY: `dst` is a live allocation of at least `src.len()` bytes on this device; the
         // driver copies pageable memory out before returning, so `src` may be reused after.
         unsafe { driver::memcpy_htod_async(dst, src, self.stream.cu_stream()) }
@@ -453,13 +477,13 @@ impl Launcher for DeviceLauncher {
         if dst.is_empty() {
             return Ok(());
         }
-        self.bind()?;
+        let _current = self.current()?;
         // SAFETY: `src` is a live allocation of at least `dst.len()` bytes; the stream is
         // synchronised before `dst` is read or dropped.
         unsafe { driver::memcpy_dtoh_async(dst, src, self.stream.cu_stream()) }
             .map_err(|e| format!("cuMemcpyDtoHAsync failed: {e}"))?;
-        self.stream
-            .synchronize()
+        // SAFETY: the stream belongs to the current context.
+        unsafe { driver::stream::synchronize(self.stream.cu_stream()) }
             .map_err(|e| format!("cuStreamSynchronize failed: {e}"))
     }
 }
