@@ -462,7 +462,15 @@ struct Search {
     fitted: Vec<BatchRun>,
     runs: Vec<BatchRun>,
     mode: Mode,
+    /// The smallest batch that completed over the budget: its peak is whole (an out-of-memory
+    /// run's is not), so the model can be refitted between it and the largest batch that fits.
+    over: Option<BatchRun>,
+    /// Predicted runs so far: after [`MAX_PREDICTIONS`], the search bisects.
+    predictions: u32,
 }
+
+/// Predictions before the search stops refitting and bisects (a peak far from affine).
+const MAX_PREDICTIONS: u32 = 4;
 
 /// How the next batch is chosen.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -487,19 +495,30 @@ impl Search {
             self.fitted.insert(at, run);
         } else {
             self.hi = Some(self.hi.map_or(run.batch, |h| h.min(run.batch)));
+            if run.outcome == RunOutcome::OverBudget
+                && self.over.is_none_or(|o| run.batch < o.batch)
+            {
+                self.over = Some(run);
+            }
         }
     }
 
     /// The largest batch the affine model says fits: the allocated peak through the smallest
-    /// and the largest batch that fitted, plus the pool's overhead. `None` with fewer than two
-    /// fitted batches or a peak that does not grow.
+    /// and the largest batch that fitted — or, once a run completed over the budget, through
+    /// the largest that fitted and that one (a secant across the answer, where a peak that is
+    /// not affine at small batches, such as one led by a fixed scratch buffer, is affine
+    /// again) — plus the pool's overhead. `None` with fewer than two measured batches or a peak
+    /// that does not grow.
     ///
     /// The overhead is the smallest reserved-minus-allocated figure of the runs that fitted: a
     /// run's figure mixes slack that memory pressure would reclaim (cached free blocks, which a
     /// run far below the budget keeps) with slack it cannot (partly used pages, the small
     /// pool's segments); the smallest is the closest to the second.
     fn predict(&self, budget: u64) -> Option<usize> {
-        let (first, last) = (self.fitted.first()?, self.fitted.last()?);
+        let (first, last) = match (self.fitted.last(), self.over) {
+            (Some(fitted), Some(over)) if self.hi == Some(over.batch) => (fitted, over),
+            _ => (self.fitted.first()?, *self.fitted.last()?),
+        };
         let growth = i128::from(last.peak_allocated_bytes) - i128::from(first.peak_allocated_bytes);
         let span = last.batch as i128 - first.batch as i128;
         if span <= 0 || growth <= 0 {
@@ -512,9 +531,9 @@ impl Search {
             .min()
             .unwrap_or(0);
         let headroom =
-            i128::from(budget) - i128::from(overhead) - i128::from(last.peak_allocated_bytes);
+            i128::from(budget) - i128::from(overhead) - i128::from(first.peak_allocated_bytes);
         // Exact rational arithmetic, rounded down (also when the headroom is negative).
-        let predicted = last.batch as i128 + (headroom * span).div_euclid(growth);
+        let predicted = first.batch as i128 + (headroom * span).div_euclid(growth);
         Some(usize::try_from(predicted.max(0)).unwrap_or(usize::MAX))
     }
 
@@ -561,6 +580,15 @@ impl Search {
             },
             // Crossed to the other side: the answer lies in the bracket.
             (Mode::Gallop { .. }, _) => Mode::Bisect,
+            // Refitting creeps towards the answer: bisect instead.
+            (Mode::Guided, RunReason::Predicted) => {
+                self.predictions += 1;
+                if self.predictions >= MAX_PREDICTIONS {
+                    Mode::Bisect
+                } else {
+                    Mode::Guided
+                }
+            }
             (mode, _) => mode,
         };
     }
