@@ -249,3 +249,37 @@ fn progress_sees_every_run_in_order() {
     let line = found.runs[0].to_string();
     assert!(line.contains("batch") && line.contains("measure") && line.contains("fits"));
 }
+
+#[test]
+fn a_peak_led_by_a_scratch_buffer_at_small_batches_is_refitted_across_the_answer() {
+    // Each run first takes a scratch buffer of 100 MiB + 2 MiB per item, frees it, then holds
+    // 4 MiB per item: batches 1 and 2 peak in the scratch, so their line predicts far too much
+    // (150). That run completes over the budget (which is below the device), so the model is
+    // refitted between it and the largest batch that fits, where the peak is affine again.
+    // Whole 2 MiB pages throughout: reserved equals allocated, as on the heap.
+    let device = Device::isolated_host();
+    let budget = 400 * MIB as u64;
+    let run = |batch: usize| -> Result<Allocation, OutOfMemory> {
+        drop(device.allocate((100 + 2 * batch) * MIB)?);
+        device.allocate(4 * batch * MIB)
+    };
+    let found = MaxBatchSearch::new(budget)
+        .on_run(|_| {})
+        .run(&device, run)
+        .expect("no other errors");
+    let brute = (1..)
+        .find(|&batch| {
+            empty_cache(&device);
+            reset_peak_stats(&device);
+            let _ = run(batch);
+            stats(&device).peak_reserved_bytes > budget
+        })
+        .expect("a batch exceeds the budget")
+        - 1;
+    assert_eq!(found.batch, brute, "{found}: {:#?}", found.runs);
+    assert_eq!(found.batch, 100, "4 MiB per item within 400 MiB");
+    assert_eq!(found.first_prediction, Some(150));
+    let batches: Vec<usize> = found.runs.iter().map(|r| r.batch).collect();
+    // Stepping down from 150 and bisecting, as before the refit, took 14 runs.
+    assert_eq!(batches, [1, 2, 150, 90, 100, 101], "{found}");
+}
