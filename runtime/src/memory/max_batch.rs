@@ -20,6 +20,12 @@
 //! 3. **Confirm**: the predicted batch must fit and the next one must not. When the
 //!    prediction is exact or one too high, that is 4 runs in all.
 //!
+//! A run that completes over the budget (a budget below what the device can hold, or the
+//! heap, which never refuses) has a whole peak, unlike a run that ran out of memory: the model
+//! is then refitted through it and the largest batch that fits, a secant across the answer. A
+//! peak led by a fixed scratch buffer at small batches is affine again there, and the next
+//! prediction is exact. After 4 predictions the search bisects.
+//!
 //! When the peak is *not* affine (the overhead grows with the batch, a model switches kernels
 //! at some size, rounding adds up), a confirmation fails: the model is off by more than one.
 //! The search then steps away from the confirmed side, doubling the step, until a run lands on
