@@ -235,6 +235,10 @@ pub enum MaxBatchError<E> {
         /// The peak allocated bytes of both runs.
         allocated_bytes: u64,
     },
+    /// A search on the heap ([`crate::heap::max_batch`]) in a program whose global allocator is
+    /// not [`crate::heap::TrackingAllocator`] (or with `heap_tracking:false`): no peak to read.
+    #[error("max_batch on the heap needs vramguard's tracking allocator: add `#[global_allocator] static ALLOC: vramguard::TrackingAllocator = vramguard::TrackingAllocator::system();` to the binary (and remove `heap_tracking:false` from VRAMGUARD_ALLOC_CONF, if set)")]
+    HeapNotTracked,
 }
 
 /// The largest batch size whose run fits in `budget_bytes` of `device` (everything the device
@@ -320,6 +324,9 @@ impl<'a> MaxBatchSearch<'a> {
         self,
         mut run: impl FnMut(usize) -> Result<T, E>,
     ) -> Result<MaxBatch, MaxBatchError<E>> {
+        if !crate::heap::is_tracking() {
+            return Err(MaxBatchError::HeapNotTracked);
+        }
         self.search_with(Meter::Heap, |batch| run(batch).map_err(NotOutOfMemory))
             .map_err(|e| match e {
                 MaxBatchError::Run { batch, source } => MaxBatchError::Run {
@@ -329,6 +336,7 @@ impl<'a> MaxBatchSearch<'a> {
                 MaxBatchError::PeakDoesNotGrow { allocated_bytes } => {
                     MaxBatchError::PeakDoesNotGrow { allocated_bytes }
                 }
+                MaxBatchError::HeapNotTracked => MaxBatchError::HeapNotTracked,
             })
     }
 
