@@ -35,6 +35,13 @@
 //!
 //! ## Tensors that are not vramguard's
 //!
+//! With [`crate::heap::TrackingAllocator`] as the global allocator, every heap allocation
+//! made on the thread while an iteration is its innermost scope is that iteration's, exactly
+//! as a block of vramguard's allocator is (candle's and burn's CPU tensors, ndarray's arrays,
+//! any `Vec`): the report's figures are the sum of both. (Peaks are summed too: the sum of the
+//! device's and the heap's peaks, an upper bound of their joint peak when both are used.)
+//! vramguard's own bookkeeping (scope state, labels, reports) is never counted as the scope's.
+//!
 //! Memory of other libraries (candle's CUDA tensors come from the driver's memory pool) never
 //! passes through vramguard's allocator, so the scope would see nothing. A thread can instead
 //! account its scopes with the figures of such a pool ([`account_with`]; `vramguard::cuda`'s
