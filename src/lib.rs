@@ -48,6 +48,7 @@
 #![warn(missing_docs)]
 
 mod library_grad;
+mod notices;
 mod release;
 
 pub use release::Release;
