@@ -70,6 +70,7 @@
 #![warn(missing_docs)]
 
 mod library_grad;
+mod notices;
 mod release;
 
 pub use release::Release;

@@ -59,6 +59,26 @@
 /// (candle-core 0.11, ndarray 0.17, burn-tensor 0.22 or 0.21, tch 0.26): a tensor of another
 /// version is another type to the compiler, and is simply kept.
 ///
+/// # Notices in debug builds
+///
+/// Two mistakes would make the attribute free nothing with no other sign, so in debug builds
+/// (`debug_assertions` on; never in release builds) vramguard says so on stderr, one line
+/// starting `warning: vramguard:`, at the first release point where it happens:
+///
+/// - **a supported library's tensor is kept**: a `candle_core::Tensor`, an owned `ndarray`
+///   array of numbers, a burn or a tch tensor, or a `Vec`, `Box`, `Option`, `VecDeque`, array
+///   or slice of them, reached a release point while vramguard's feature for that library is
+///   off. The line names the type and the `Cargo.toml` line that turns the feature on
+///   (`vramguard = { version = "…", features = ["candle"] }`). With the feature on, such a
+///   type is kept only when it comes from another version of the library (or is a generic
+///   parameter without a `Release` bound), and the line says that instead. Once per type.
+///   References, `Rc`/`Arc` and views are kept with the feature on too, and are not noticed.
+/// - **a released candle tensor records candle's graph** (`Tensor::track_op()`: a `Var`, or a
+///   tensor computed from one) while grad mode is off, as under `#[inference]`: releasing it
+///   frees nothing, since every tensor computed from it holds it. The line says to load the
+///   weights as plain tensors or `detach()` them (see "No-grad with other libraries" below).
+///   Once per process; never with grad mode on (a training loop records on purpose).
+///
 /// # No-grad with other libraries
 ///
 /// `#[inference]` enters vramguard's own no-grad guard, and, with the `tch` feature, tch's
@@ -88,17 +108,87 @@
     note = "only types whose drop frees memory and does nothing else are `Release` (see the docs of `vramguard::Release`); a struct deriving it needs every field to be `Release`",
     note = "if this points at a statement that `#[inference]` or `#[batch_scope]` rewrote, the local's type was not known yet where the attribute asked for it: give its `let` a type annotation, or mark the `let` with `#[keep]`"
 )]
-pub trait Release {}
+pub trait Release {
+    /// Whether the value is or holds a candle tensor that records candle's graph, which
+    /// releasing does not free (for the debug-build notice; not API). Only candle's tensor and
+    /// the containers of `Release` values answer anything but `false`.
+    #[doc(hidden)]
+    #[inline(always)]
+    fn __vg_records_graph(&self) -> bool {
+        false
+    }
+
+    /// Whether a value of this type may answer `true` to `__vg_records_graph`, so that a
+    /// container walks its elements only when one might (not API).
+    #[doc(hidden)]
+    #[inline(always)]
+    fn __vg_may_record_graph() -> bool
+    where
+        Self: Sized,
+    {
+        false
+    }
+}
 
 impl Release for vramguard_runtime::tensor::Tensor {}
 
-impl<T: Release> Release for Vec<T> {}
-impl<T: Release + ?Sized> Release for Box<T> {}
-impl<T: Release> Release for Option<T> {}
-impl<T: Release, E: Release> Release for Result<T, E> {}
-impl<T: Release, const N: usize> Release for [T; N] {}
-impl<T: Release> Release for [T] {}
-impl<T: Release> Release for std::collections::VecDeque<T> {}
+impl<T: Release> Release for Vec<T> {
+    fn __vg_records_graph(&self) -> bool {
+        T::__vg_may_record_graph() && self.iter().any(T::__vg_records_graph)
+    }
+    fn __vg_may_record_graph() -> bool {
+        T::__vg_may_record_graph()
+    }
+}
+impl<T: Release + ?Sized> Release for Box<T> {
+    fn __vg_records_graph(&self) -> bool {
+        (**self).__vg_records_graph()
+    }
+    // `T` may be unsized (`Box<[T]>`), which cannot be asked: assume it may.
+    fn __vg_may_record_graph() -> bool {
+        true
+    }
+}
+impl<T: Release> Release for Option<T> {
+    fn __vg_records_graph(&self) -> bool {
+        self.as_ref().is_some_and(T::__vg_records_graph)
+    }
+    fn __vg_may_record_graph() -> bool {
+        T::__vg_may_record_graph()
+    }
+}
+impl<T: Release, E: Release> Release for Result<T, E> {
+    fn __vg_records_graph(&self) -> bool {
+        match self {
+            Ok(value) => value.__vg_records_graph(),
+            Err(error) => error.__vg_records_graph(),
+        }
+    }
+    fn __vg_may_record_graph() -> bool {
+        T::__vg_may_record_graph() || E::__vg_may_record_graph()
+    }
+}
+impl<T: Release, const N: usize> Release for [T; N] {
+    fn __vg_records_graph(&self) -> bool {
+        T::__vg_may_record_graph() && self.iter().any(T::__vg_records_graph)
+    }
+    fn __vg_may_record_graph() -> bool {
+        T::__vg_may_record_graph()
+    }
+}
+impl<T: Release> Release for [T] {
+    fn __vg_records_graph(&self) -> bool {
+        T::__vg_may_record_graph() && self.iter().any(T::__vg_records_graph)
+    }
+}
+impl<T: Release> Release for std::collections::VecDeque<T> {
+    fn __vg_records_graph(&self) -> bool {
+        T::__vg_may_record_graph() && self.iter().any(T::__vg_records_graph)
+    }
+    fn __vg_may_record_graph() -> bool {
+        T::__vg_may_record_graph()
+    }
+}
 
 macro_rules! numeric_buffers {
     ($($element:ty),*) => {$(
@@ -111,25 +201,42 @@ macro_rules! numeric_buffers {
 numeric_buffers!(f32, f64, i8, i16, i32, i64, i128, isize, u8, u16, u32, u64, u128, usize);
 
 macro_rules! tuples {
-    ($(($($name:ident),+)),*) => {$(
-        impl<$($name: Release),+> Release for ($($name,)+) {}
+    ($(($($name:ident $field:ident),+)),*) => {$(
+        impl<$($name: Release),+> Release for ($($name,)+) {
+            fn __vg_records_graph(&self) -> bool {
+                let ($($field,)+) = self;
+                false $(|| $field.__vg_records_graph())+
+            }
+            fn __vg_may_record_graph() -> bool {
+                false $(|| $name::__vg_may_record_graph())+
+            }
+        }
     )*};
 }
 tuples!(
-    (A),
-    (A, B),
-    (A, B, C),
-    (A, B, C, D),
-    (A, B, C, D, E),
-    (A, B, C, D, E, F),
-    (A, B, C, D, E, F, G),
-    (A, B, C, D, E, F, G, H)
+    (A a),
+    (A a, B b),
+    (A a, B b, C c),
+    (A a, B b, C c, D d),
+    (A a, B b, C c, D d, E e),
+    (A a, B b, C c, D d, E e, F f),
+    (A a, B b, C c, D d, E e, F f, G g),
+    (A a, B b, C c, D d, E e, F f, G g, H h)
 );
 
 #[cfg(feature = "candle")]
 // A handle on shared, reference-counted storage, like vramguard's own tensor: dropping one frees
 // the storage when no other handle (a view, a clone, a saved activation) still holds it.
-impl Release for candle_core::Tensor {}
+impl Release for candle_core::Tensor {
+    // A tensor that tracks ops (a `Var`, or computed from one) is held by every tensor computed
+    // from it: releasing it frees nothing.
+    fn __vg_records_graph(&self) -> bool {
+        self.track_op()
+    }
+    fn __vg_may_record_graph() -> bool {
+        true
+    }
+}
 
 #[cfg(feature = "ndarray")]
 mod ndarray_arrays {
@@ -138,7 +245,14 @@ mod ndarray_arrays {
 
     // Owned arrays only: a view's drop frees nothing, an `ArcArray` shares its data with other
     // handles, and a `CowArray` may be a view. Elements are held to the rule of `Vec`'s.
-    impl<A: Release, D: Dimension> Release for Array<A, D> {}
+    impl<A: Release, D: Dimension> Release for Array<A, D> {
+        fn __vg_records_graph(&self) -> bool {
+            A::__vg_may_record_graph() && self.iter().any(A::__vg_records_graph)
+        }
+        fn __vg_may_record_graph() -> bool {
+            A::__vg_may_record_graph()
+        }
+    }
 
     macro_rules! numeric_arrays {
         ($($element:ty),*) => {$(
@@ -173,14 +287,17 @@ impl Release for tch::Tensor {}
 /// - `__vg_releasable()`: is `T: Release`? (may the value be freed here);
 /// - `__vg_movable()`: is `T: Release` or `T: Copy`? (may an immutable binding be moved into
 ///   the statement of its last use: moving a `Copy` value copies it, which nobody can observe).
+///
+/// The probe holds the value's reference for the debug-build notices (`crate::notices`): the
+/// answers themselves come from the type alone.
 #[doc(hidden)]
-pub struct Probe<T: ?Sized>(core::marker::PhantomData<fn(&T)>);
+pub struct Probe<'a, T: ?Sized>(&'a T);
 
-impl<T: ?Sized> Probe<T> {
-    /// A probe for the type of `value` (only its type is used).
+impl<'a, T: ?Sized> Probe<'a, T> {
+    /// A probe for the type of `value`.
     #[inline(always)]
-    pub fn of(_value: &T) -> Self {
-        Probe(core::marker::PhantomData)
+    pub fn of(value: &'a T) -> Self {
+        Probe(value)
     }
 }
 
@@ -188,17 +305,26 @@ impl<T: ?Sized> Probe<T> {
 #[doc(hidden)]
 pub trait ReleaseAtLastUse {
     /// `true`: the value may be freed at its last use.
+    fn __vg_releasable(&self) -> bool;
+    /// `true`: the value may be moved into the statement of its last use.
+    fn __vg_movable(&self) -> bool;
+}
+impl<T: Release + ?Sized> ReleaseAtLastUse for &&Probe<'_, T> {
     #[inline(always)]
     fn __vg_releasable(&self) -> bool {
+        if cfg!(debug_assertions) {
+            crate::notices::released_with_graph(self.0);
+        }
         true
     }
-    /// `true`: the value may be moved into the statement of its last use.
     #[inline(always)]
     fn __vg_movable(&self) -> bool {
+        if cfg!(debug_assertions) {
+            crate::notices::released_with_graph(self.0);
+        }
         true
     }
 }
-impl<T: Release + ?Sized> ReleaseAtLastUse for &&Probe<T> {}
 
 /// Second step: `T: Copy` (answers only `__vg_movable`).
 #[doc(hidden)]
@@ -209,20 +335,30 @@ pub trait CopyAtLastUse {
         true
     }
 }
-impl<T: Copy> CopyAtLastUse for &Probe<T> {}
+impl<T: Copy> CopyAtLastUse for &Probe<'_, T> {}
 
 /// Last step: every other type keeps its drop point.
 #[doc(hidden)]
 pub trait KeepToScopeEnd {
     /// `false`: the value is not freed early.
+    fn __vg_releasable(&self) -> bool;
+    /// `false`: the value is not moved.
+    fn __vg_movable(&self) -> bool;
+}
+// The bodies are here, not in the trait, to see `T` (its name, for the notice).
+impl<T: ?Sized> KeepToScopeEnd for Probe<'_, T> {
     #[inline(always)]
     fn __vg_releasable(&self) -> bool {
+        if cfg!(debug_assertions) {
+            crate::notices::kept_tensor(core::any::type_name::<T>());
+        }
         false
     }
-    /// `false`: the value is not moved.
     #[inline(always)]
     fn __vg_movable(&self) -> bool {
+        if cfg!(debug_assertions) {
+            crate::notices::kept_tensor(core::any::type_name::<T>());
+        }
         false
     }
 }
-impl<T: ?Sized> KeepToScopeEnd for Probe<T> {}

@@ -60,6 +60,14 @@ use proc_macro::TokenStream;
 ///    the locals they declare. A local declared outside a loop and used inside is freed after
 ///    the loop.
 /// 3. **Lints** the body (`.backward()` here is a warning: there is no graph to differentiate).
+/// 4. **Notices in debug builds** (never in release builds), one `warning: vramguard:` line on
+///    stderr each, for the two cases where the drops would free nothing without another sign:
+///    a tensor of a supported library (or a `Vec`, `Box`, `Option`… of them) reaches a release
+///    point while the facade's feature for that library is off, or is another version of the
+///    library (once per type; the line names the type and the `Cargo.toml` change); and a
+///    released candle tensor still records candle's graph (`Tensor::track_op()`: a `Var`, or
+///    computed from one), so nothing it holds is freed (once; the line says to load the
+///    weights as plain tensors or `detach()` them). See `vramguard::Release`.
 ///
 /// # The contract
 ///
