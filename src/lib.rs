@@ -57,7 +57,7 @@
 //! | | vramguard `Tensor` | candle (CPU) | candle (CUDA) | burn (`burn-ndarray`) | ndarray | tch |
 //! | --- | --- | --- | --- | --- | --- | --- |
 //! | frees at last use | yes: `tests/inference_memory.rs` | yes: `tests/release_table.rs`, `candle_inference` | yes: the same tensor type | yes: `tests/release_table.rs`, `burn_inference` | yes: `tests/release_table.rs` | yes: `tests/release_table.rs` |
-//! | no-grad | yes: `runtime/tests/tensor_grad.rs` | no switch in candle: plain weights (notice: `tests/notices.rs`) | as CPU | no switch in burn: `model.valid()` | nothing to record | yes: tch's guard, `tests/release_table.rs` |
+//! | no-grad | yes: `runtime/tests/tensor_grad.rs` | no switch in candle: plain weights (notice: `tests/debug_notices.rs`) | as CPU | no switch in burn: `model.valid()` | nothing to record | yes: tch's guard, `tests/release_table.rs` |
 //! | `#[batch_scope]` accounting | yes: `runtime/tests/scope_accounting.rs` | yes: `tests/heap_scopes.rs` | yes, through the driver's pool: `examples/candle_cuda_pool.rs` (GPU) | yes: `burn_inference` | yes: `tests/heap_scopes.rs` | no: libtorch's memory is C++'s |
 //! | statistics | yes: `memory::stats` | yes: `heap::stats`, `tests/heap_stats.rs` | yes: `cuda::DriverPool::stats` (GPU) | yes: `heap::stats` | yes: `heap::stats` | no (as above) |
 //! | timeline | yes: `memory::html_report` | yes: `heap::html_report`, `tests/heap_stats.rs` | no: the driver's pool has no per-allocation events | yes: `heap::html_report` | yes: `heap::html_report` | no |
