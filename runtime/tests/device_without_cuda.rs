@@ -36,7 +36,9 @@ fn the_error_reaches_tensor_code_through_question_mark() -> Result<(), TensorErr
     }
     assert!(matches!(
         on_gpu(),
-        Err(TensorError::Device(DeviceError::CudaFeatureDisabled { ordinal: 0 }))
+        Err(TensorError::Device(DeviceError::CudaFeatureDisabled {
+            ordinal: 0
+        }))
     ));
     // The host backend is all there is, and it computes.
     let device = Device::isolated_host();
