@@ -76,7 +76,16 @@ pub(crate) fn prepare(
     let has_lib = doc.contains_key("lib") || src.join("src/lib.rs").is_file();
     let declared = take_facade(&mut doc);
     let facade = FacadeConfig::merge(&declared, features);
-    let warnings = missing_features(&doc, &declared, &facade);
+    let mut warnings = missing_features(&doc, &declared, &facade);
+    for renamed in declared.iter().filter(|d| d.name != "vramguard") {
+        // Cargo refuses one package under two names, and the attribute's expansion names
+        // `::vramguard`: code that uses the rename does not build in the copy.
+        warnings.push(format!(
+            "warning: the crate names vramguard `{}` (in [{}]); the copy names it `vramguard`, \
+             the name the attribute's expansion uses, so code that says `{}::` does not build",
+            renamed.name, renamed.table, renamed.name
+        ));
+    }
     make_paths_absolute(&mut doc, src);
     add_facade(&mut doc, vramguard_path, &facade);
     if doc.get("workspace").is_none() {
