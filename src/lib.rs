@@ -109,21 +109,30 @@ pub mod alloc {
         TraceEvent, TraceEventKind, TraceLabel, VirtualMemory, DEFAULT_EXPANDABLE_RANGE, ENV_VAR,
     };
 
-    /// The CUDA backend (driver API through cudarc, loaded at run time).
+    /// The CUDA backend (driver API through cudarc, loaded at run time). Only with the `cuda`
+    /// feature (on by default).
+    #[cfg(feature = "cuda")]
     pub mod cuda {
         pub use vramguard_runtime::alloc::cuda::{driver_present, stream_id, CudaBackend};
     }
 }
 
 /// The CUDA driver's own memory pool for code whose tensors are not vramguard's (candle's):
-/// release threshold, statistics, peaks, trimming, and batch-scope accounting.
+/// release threshold, statistics, peaks, trimming, and batch-scope accounting. Only with the
+/// `cuda` feature (on by default).
+#[cfg(feature = "cuda")]
 pub mod cuda {
     pub use vramguard_runtime::cuda::{DriverPool, KEEP_ALL_CACHED};
 }
 
-/// Allocations and GPU buffers ([`crate::Device`] itself is at the crate root).
+/// Allocations and GPU buffers ([`crate::Device`] itself is at the crate root). The GPU items
+/// (`CudaBuffer`, `CudaBufferError`, `CudaDevice`) exist only with the `cuda` feature (on by
+/// default); without it [`crate::Device::cuda`] returns
+/// [`DeviceError::CudaFeatureDisabled`](crate::DeviceError).
 pub mod device {
-    pub use vramguard_runtime::device::{Allocation, CudaBuffer, CudaBufferError, CudaDevice};
+    pub use vramguard_runtime::device::Allocation;
+    #[cfg(feature = "cuda")]
+    pub use vramguard_runtime::device::{CudaBuffer, CudaBufferError, CudaDevice};
 }
 
 /// Grad mode beyond the guards at the crate root.

@@ -68,6 +68,9 @@ pub(crate) fn run(options: &Options) -> Result<Outcome> {
         copy.version,
         copy.dir.display()
     ));
+    for warning in &copy.warnings {
+        progress(format_args!("{warning}"));
+    }
     let files = annotate::collect_files(&copy.dir, options.test)?;
     let selection = annotate::Selection {
         attr: options.attr,
@@ -202,7 +205,9 @@ pub(crate) fn run(options: &Options) -> Result<Outcome> {
         krate: copy.name,
         version: copy.version,
         attr: options.attr,
-        features: options.features.clone(),
+        features: copy.features,
+        default_features: copy.default_features,
+        warnings: copy.warnings,
         total: states.len(),
         compiled: states.iter().filter(|s| s.step == Step::Plain).count(),
         rounds,

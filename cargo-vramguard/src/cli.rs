@@ -25,7 +25,10 @@ OPTIONS:
                                     only on functions that contain a loop
     --fns <GLOB>                    only functions whose name or `Type::name` matches
                                     (`*` and `?`), e.g. --fns 'forward*'
-    --features <F,..>               features of the vramguard facade (e.g. candle, ndarray)
+    --features <F,..>               features of the vramguard facade (e.g. candle, ndarray),
+                                    added to the `features` (and `default-features`) the
+                                    crate declares for vramguard; a tensor library the crate
+                                    uses whose feature stays off is a warning
     --crate-features <F,..>         features of the checked crate
     --vramguard-path <DIR>          the vramguard facade to use [default: the workspace this
                                     tool was built from]
@@ -89,7 +92,7 @@ pub(crate) struct Options {
     pub attr: Attr,
     /// Only functions matching this pattern.
     pub fns: Option<glob::Pattern>,
-    /// Features of the vramguard facade.
+    /// Features of the vramguard facade from `--features` (the crate's own are added to them).
     pub features: Vec<String>,
     /// Features of the checked crate.
     pub crate_features: Vec<String>,

@@ -68,8 +68,12 @@ pub(crate) struct Outcome {
     pub version: String,
     /// The attribute tried.
     pub attr: Attr,
-    /// Facade features.
+    /// Facade features in the copy: the crate's own, then `--features`.
     pub features: Vec<String>,
+    /// Whether the facade's default features are on (off when the crate turns them off).
+    pub default_features: bool,
+    /// Tensor libraries the crate uses whose vramguard feature is off, one line each.
+    pub warnings: Vec<String>,
     /// Functions annotated at first.
     pub total: usize,
     /// Functions that compile with the bare attribute.
@@ -114,11 +118,14 @@ impl Outcome {
     /// The human report.
     pub(crate) fn human(&self) -> String {
         let mut out = String::new();
-        let features = if self.features.is_empty() {
+        let mut features = if self.features.is_empty() {
             String::new()
         } else {
             format!(", features {}", self.features.join(","))
         };
+        if !self.default_features {
+            features.push_str(", no default features");
+        }
         let _ = writeln!(
             out,
             "{} {} (#[{}]{features}): {}/{} functions compile",
@@ -206,6 +213,9 @@ impl Outcome {
             for error in &self.unmapped {
                 let _ = writeln!(out, "{}", error.rendered.trim_end());
             }
+        }
+        for warning in &self.warnings {
+            let _ = writeln!(out, "{warning}");
         }
         for skipped in &self.skipped_files {
             let _ = writeln!(out, "note: {skipped}");

@@ -1,6 +1,11 @@
 //! The work copy: the crate copied into the work directory, its manifest given a path
 //! dependency on the vramguard facade and a `[workspace]` table of its own (so it never joins
 //! a parent workspace). Owns the copy and `Cargo.toml`; the `.rs` files are `annotate`'s.
+//!
+//! The facade dependency keeps the configuration the crate declares (`features`,
+//! `default-features`, from every table that names vramguard, renamed or target-specific),
+//! merged with `--features`; a tensor library the crate depends on whose vramguard feature is
+//! off is a warning naming the `Cargo.toml` change.
 
 use std::path::{Path, PathBuf};
 
@@ -19,6 +24,12 @@ pub(crate) struct WorkCopy {
     pub version: String,
     /// Whether it has a library target.
     pub has_lib: bool,
+    /// The facade's features in the copy: the crate's own, then `--features`.
+    pub features: Vec<String>,
+    /// Whether the facade's default features (`cuda`) are on in the copy.
+    pub default_features: bool,
+    /// One line each: a tensor library the crate uses whose vramguard feature is off.
+    pub warnings: Vec<String>,
 }
 
 /// Copies `src` into `work_dir/NAME-VERSION` (replacing an older copy) and edits its manifest.
@@ -63,8 +74,20 @@ pub(crate) fn prepare(
         return Err(inherits(&manifest_path, &key));
     }
     let has_lib = doc.contains_key("lib") || src.join("src/lib.rs").is_file();
+    let declared = take_facade(&mut doc);
+    let facade = FacadeConfig::merge(&declared, features);
+    let mut warnings = missing_features(&doc, &declared, &facade);
+    for renamed in declared.iter().filter(|d| d.name != "vramguard") {
+        // Cargo refuses one package under two names, and the attribute's expansion names
+        // `::vramguard`: code that uses the rename does not build in the copy.
+        warnings.push(format!(
+            "warning: the crate names vramguard `{}` (in [{}]); the copy names it `vramguard`, \
+             the name the attribute's expansion uses, so code that says `{}::` does not build",
+            renamed.name, renamed.table, renamed.name
+        ));
+    }
     make_paths_absolute(&mut doc, src);
-    add_facade(&mut doc, vramguard_path, features);
+    add_facade(&mut doc, vramguard_path, &facade);
     if doc.get("workspace").is_none() {
         doc.insert("workspace", Item::Table(Table::new()));
     }
@@ -81,6 +104,9 @@ pub(crate) fn prepare(
         name,
         version,
         has_lib,
+        features: facade.features,
+        default_features: facade.default_features,
+        warnings,
     })
 }
 
@@ -132,9 +158,35 @@ fn inherited_key(doc: &DocumentMut) -> Option<String> {
     })
 }
 
+/// The dependency tables: `[dependencies]`, `[dev-dependencies]`, `[build-dependencies]` and
+/// their `[target.<cfg>.*]` forms, each with its name as written in the manifest.
+fn visit_dependency_tables(
+    doc: &mut DocumentMut,
+    mut visit: impl FnMut(&str, &mut dyn toml_edit::TableLike),
+) {
+    const KINDS: [&str; 3] = ["dependencies", "dev-dependencies", "build-dependencies"];
+    for kind in KINDS {
+        if let Some(deps) = doc.get_mut(kind).and_then(Item::as_table_like_mut) {
+            visit(kind, deps);
+        }
+    }
+    if let Some(targets) = doc.get_mut("target").and_then(Item::as_table_like_mut) {
+        for (target, item) in targets.iter_mut() {
+            let Some(item) = item.as_table_like_mut() else {
+                continue;
+            };
+            for kind in KINDS {
+                if let Some(deps) = item.get_mut(kind).and_then(Item::as_table_like_mut) {
+                    visit(&format!("target.'{}'.{kind}", target.get()), deps);
+                }
+            }
+        }
+    }
+}
+
 /// Relative `path = ".."` dependencies point at the original location after the copy.
 fn make_paths_absolute(doc: &mut DocumentMut, src: &Path) {
-    fn fix(deps: &mut dyn toml_edit::TableLike, src: &Path) {
+    visit_dependency_tables(doc, |_, deps| {
         for (_, dep) in deps.iter_mut() {
             let Some(dep) = dep.as_table_like_mut() else {
                 continue;
@@ -147,34 +199,222 @@ fn make_paths_absolute(doc: &mut DocumentMut, src: &Path) {
                 dep.insert("path", value(absolute));
             }
         }
-    }
-    const KINDS: [&str; 3] = ["dependencies", "dev-dependencies", "build-dependencies"];
-    for kind in KINDS {
-        if let Some(deps) = doc.get_mut(kind).and_then(Item::as_table_like_mut) {
-            fix(deps, src);
-        }
-    }
-    if let Some(targets) = doc.get_mut("target").and_then(Item::as_table_like_mut) {
-        for (_, target) in targets.iter_mut() {
-            let Some(target) = target.as_table_like_mut() else {
+    });
+}
+
+/// The package a dependency entry names: its `package` key, else its own name.
+fn package_of<'a>(name: &'a str, dep: &'a Item) -> &'a str {
+    dep.as_table_like()
+        .and_then(|t| t.get("package"))
+        .and_then(Item::as_str)
+        .unwrap_or(name)
+}
+
+/// One vramguard dependency the crate declares.
+#[derive(Debug, Clone)]
+pub(crate) struct DeclaredFacade {
+    /// The table it is in (`dependencies`, `target.'cfg(unix)'.dependencies`, …).
+    pub table: String,
+    /// Its name in that table (`vramguard`, or the rename of `package = "vramguard"`).
+    pub name: String,
+    /// The entry's keys (`"0.1"` is `{ version = "0.1" }`).
+    pub entry: InlineTable,
+    /// Its `features`.
+    pub features: Vec<String>,
+    /// Its `default-features` (true when absent).
+    pub default_features: bool,
+}
+
+/// Removes every dependency on vramguard from the manifest (the copy gets one path dependency
+/// instead) and returns what each declared.
+fn take_facade(doc: &mut DocumentMut) -> Vec<DeclaredFacade> {
+    let mut declared = Vec::new();
+    visit_dependency_tables(doc, |table, deps| {
+        let names: Vec<String> = deps
+            .iter()
+            .filter(|(name, dep)| package_of(name, dep) == "vramguard")
+            .map(|(name, _)| name.to_string())
+            .collect();
+        for name in names {
+            let Some(dep) = deps.remove(&name) else {
                 continue;
             };
-            for kind in KINDS {
-                if let Some(deps) = target.get_mut(kind).and_then(Item::as_table_like_mut) {
-                    fix(deps, src);
-                }
+            let fields = dep.as_table_like();
+            let features = fields
+                .and_then(|t| t.get("features"))
+                .and_then(Item::as_array)
+                .map(|list| {
+                    list.iter()
+                        .filter_map(|f| f.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let default_features = fields
+                .and_then(|t| {
+                    t.get("default-features")
+                        .or_else(|| t.get("default_features"))
+                })
+                .and_then(Item::as_bool)
+                .unwrap_or(true);
+            declared.push(DeclaredFacade {
+                table: table.to_string(),
+                name,
+                entry: inline(&dep),
+                features,
+                default_features,
+            });
+        }
+    });
+    declared
+}
+
+/// A dependency entry as an inline table (`"0.1"` becomes `{ version = "0.1" }`).
+fn inline(dep: &Item) -> InlineTable {
+    let mut table = InlineTable::new();
+    if let Some(version) = dep.as_str() {
+        table.insert("version", version.into());
+    } else if let Some(fields) = dep.as_table_like() {
+        for (key, item) in fields.iter() {
+            if let Some(v) = item.as_value() {
+                table.insert(key, v.clone());
             }
         }
     }
+    table.fmt();
+    table
 }
 
-/// `vramguard = { path = "…", features = [..] }` under `[dependencies]` (replacing any).
-fn add_facade(doc: &mut DocumentMut, vramguard_path: &Path, features: &[String]) {
+/// The facade's configuration in the copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FacadeConfig {
+    /// Every declared feature, then those of `--features`, each once.
+    pub features: Vec<String>,
+    /// On unless every declaration turns it off (cargo unifies them the same way).
+    pub default_features: bool,
+}
+
+impl FacadeConfig {
+    /// What the declarations and the command line ask for together.
+    pub(crate) fn merge(declared: &[DeclaredFacade], cli: &[String]) -> FacadeConfig {
+        let mut features: Vec<String> = Vec::new();
+        for feature in declared.iter().flat_map(|d| &d.features).chain(cli) {
+            if !features.contains(feature) {
+                features.push(feature.clone());
+            }
+        }
+        FacadeConfig {
+            features,
+            default_features: declared.is_empty() || declared.iter().any(|d| d.default_features),
+        }
+    }
+
+    /// Whether `feature` is on, directly or through a feature that implies it.
+    fn enables(&self, feature: &str) -> bool {
+        self.features
+            .iter()
+            .any(|f| f == feature || (f == "candle-cuda" && feature == "candle"))
+    }
+}
+
+/// The vramguard feature that makes a tensor library's tensors known to vramguard, for a
+/// dependency on `package` at version requirement `version`.
+fn feature_for(package: &str, version: Option<&str>) -> Option<&'static str> {
+    match package {
+        "candle-core" => Some("candle"),
+        "burn" | "burn-tensor" => {
+            let version = version
+                .unwrap_or_default()
+                .trim_start_matches(['=', '^', '~', ' ']);
+            Some(if version.starts_with("0.21") {
+                "burn-021"
+            } else {
+                "burn"
+            })
+        }
+        "ndarray" => Some("ndarray"),
+        "tch" => Some("tch"),
+        _ => None,
+    }
+}
+
+/// The facade's major.minor, for the suggested `version = "…"`.
+fn facade_version() -> String {
+    let version = env!("CARGO_PKG_VERSION");
+    version
+        .rsplit_once('.')
+        .map_or(version, |(head, _)| head)
+        .to_string()
+}
+
+/// One warning line per tensor library the crate depends on (normal, dev or target-specific
+/// dependencies) whose vramguard feature `facade` leaves off, with the `Cargo.toml` change.
+fn missing_features(
+    doc: &DocumentMut,
+    declared: &[DeclaredFacade],
+    facade: &FacadeConfig,
+) -> Vec<String> {
+    let mut libraries: Vec<(String, &'static str)> = Vec::new();
+    let mut doc = doc.clone();
+    visit_dependency_tables(&mut doc, |table, deps| {
+        if table.ends_with("build-dependencies") {
+            return;
+        }
+        for (name, dep) in deps.iter() {
+            let package = package_of(name, dep);
+            let version = dep
+                .as_str()
+                .or_else(|| dep.as_table_like()?.get("version")?.as_str());
+            if let Some(feature) = feature_for(package, version) {
+                if !libraries.iter().any(|(_, f)| *f == feature) {
+                    libraries.push((package.to_string(), feature));
+                }
+            }
+        }
+    });
+    libraries
+        .into_iter()
+        .filter(|(_, feature)| !facade.enables(feature))
+        .map(|(package, feature)| {
+            let change = match declared.first() {
+                Some(first) => {
+                    let mut entry = first.entry.clone();
+                    let mut list = Array::new();
+                    for f in first.features.iter().map(String::as_str).chain([feature]) {
+                        list.push(f);
+                    }
+                    entry.insert("features", list.into());
+                    entry.fmt();
+                    format!(
+                        "in [{}] of Cargo.toml write `{} = {}`",
+                        first.table, first.name, entry
+                    )
+                }
+                None => format!(
+                    "add `vramguard = {{ version = \"{}\", features = [\"{feature}\"] }}` to \
+                     [dependencies] in Cargo.toml",
+                    facade_version()
+                ),
+            };
+            format!(
+                "warning: the crate depends on `{package}` but vramguard's `{feature}` feature \
+                 is off, so vramguard does not know its tensors: {change} (or pass \
+                 --features {feature} to this check)"
+            )
+        })
+        .collect()
+}
+
+/// `vramguard = { path = "…", default-features = false, features = [..] }` under
+/// `[dependencies]` (replacing any).
+fn add_facade(doc: &mut DocumentMut, vramguard_path: &Path, facade: &FacadeConfig) {
     let mut dep = InlineTable::new();
     dep.insert("path", vramguard_path.display().to_string().into());
-    if !features.is_empty() {
+    if !facade.default_features {
+        dep.insert("default-features", false.into());
+    }
+    if !facade.features.is_empty() {
         let mut list = Array::new();
-        for feature in features {
+        for feature in &facade.features {
             list.push(feature.as_str());
         }
         dep.insert("features", list.into());
@@ -229,13 +469,110 @@ mod tests {
                 .parse()
                 .expect("test manifest parses");
         make_paths_absolute(&mut doc, Path::new("/src/x"));
-        add_facade(&mut doc, Path::new("/vg"), &["candle".to_string()]);
+        let facade = FacadeConfig::merge(&[], &["candle".to_string()]);
+        add_facade(&mut doc, Path::new("/vg"), &facade);
         let text = doc.to_string();
         assert!(text.contains("path = \"/src/x/../helper\""), "{text}");
         assert!(
             text.contains("vramguard = { path = \"/vg\", features = [\"candle\"] }"),
             "{text}"
         );
+    }
+
+    fn manifest(text: &str) -> DocumentMut {
+        text.parse().expect("test manifest parses")
+    }
+
+    #[test]
+    fn declared_features_and_default_features_are_kept_and_merged_with_the_command_line() {
+        let mut doc = manifest(
+            "[package]\nname = \"x\"\n\n[dependencies]\nserde = \"1\"\n\
+             vramguard = { version = \"0.1\", default-features = false, features = [\"ndarray\"] }\n\
+             \n[target.'cfg(unix)'.dependencies.vg]\npackage = \"vramguard\"\nversion = \"0.1\"\n\
+             default-features = false\nfeatures = [\"tch\", \"ndarray\"]\n",
+        );
+        let declared = take_facade(&mut doc);
+        assert_eq!(declared.len(), 2, "{declared:?}");
+        assert_eq!(declared[0].table, "dependencies");
+        assert_eq!(declared[0].name, "vramguard");
+        assert_eq!(declared[1].table, "target.'cfg(unix)'.dependencies");
+        assert_eq!(declared[1].name, "vg");
+        assert_eq!(declared[1].features, ["tch", "ndarray"]);
+        let facade = FacadeConfig::merge(&declared, &["candle".to_string(), "tch".to_string()]);
+        assert_eq!(facade.features, ["ndarray", "tch", "candle"]);
+        assert!(!facade.default_features, "every declaration turns them off");
+        add_facade(&mut doc, Path::new("/vg"), &facade);
+        let text = doc.to_string();
+        assert!(
+            text.contains(
+                "vramguard = { path = \"/vg\", default-features = false, features = [\"ndarray\", \"tch\", \"candle\"] }"
+            ),
+            "{text}"
+        );
+        assert!(
+            !text.contains("package = \"vramguard\""),
+            "the rename is gone: {text}"
+        );
+        assert!(text.contains("serde = \"1\""), "{text}");
+    }
+
+    #[test]
+    fn default_features_stay_on_when_one_declaration_keeps_them() {
+        let mut doc = manifest(
+            "[package]\nname = \"x\"\n[dependencies]\nvramguard = \"0.1\"\n\
+             [dev-dependencies]\nvramguard = { version = \"0.1\", default-features = false }\n",
+        );
+        let declared = take_facade(&mut doc);
+        assert_eq!(declared.len(), 2);
+        assert!(FacadeConfig::merge(&declared, &[]).default_features);
+        assert!(FacadeConfig::merge(&[], &[]).default_features);
+    }
+
+    #[test]
+    fn a_tensor_library_without_its_feature_is_one_warning_with_the_cargo_toml_change() {
+        let mut doc = manifest(
+            "[package]\nname = \"x\"\n[dependencies]\ncandle = { package = \"candle-core\", version = \"0.11\" }\n\
+             burn-tensor = \"0.21.0\"\nndarray = \"0.17\"\n\
+             vramguard = { version = \"0.1\", features = [\"ndarray\"] }\n\
+             [build-dependencies]\ntch = \"0.26\"\n",
+        );
+        let declared = take_facade(&mut doc);
+        let facade = FacadeConfig::merge(&declared, &[]);
+        let warnings = missing_features(&doc, &declared, &facade);
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(warnings[0].starts_with("warning: the crate depends on `candle-core` but vramguard's `candle` feature is off"), "{warnings:?}");
+        assert!(
+            warnings[0].contains(
+                "in [dependencies] of Cargo.toml write `vramguard = { version = \"0.1\", features = [\"ndarray\", \"candle\"] }`"
+            ),
+            "{warnings:?}"
+        );
+        assert!(warnings[1].contains("`burn-tensor`"), "{warnings:?}");
+        assert!(
+            warnings[1].contains("`burn-021` feature"),
+            "0.21 is the older line: {warnings:?}"
+        );
+        // candle-cuda implies candle; the command line counts too.
+        let cuda = FacadeConfig::merge(&declared, &["candle-cuda".into(), "burn-021".into()]);
+        assert_eq!(
+            missing_features(&doc, &declared, &cuda),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn without_a_declared_vramguard_the_warning_says_what_to_add() {
+        let doc = manifest("[package]\nname = \"x\"\n[dependencies]\nburn = \"0.22\"\n");
+        let warnings = missing_features(&doc, &[], &FacadeConfig::merge(&[], &[]));
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains(&format!(
+                "add `vramguard = {{ version = \"{}\", features = [\"burn\"] }}` to [dependencies]",
+                facade_version()
+            )),
+            "{warnings:?}"
+        );
+        assert!(warnings[0].contains("--features burn"), "{warnings:?}");
     }
 
     #[test]

@@ -104,6 +104,59 @@ fn a_crate_broken_without_the_attribute_is_an_error_saying_so() {
 }
 
 #[test]
+fn the_features_the_crate_declares_for_vramguard_are_kept() {
+    // `keeps_features` declares `default-features = false, features = ["ndarray"]`; its code
+    // compiles only with the `ndarray` feature, so a build that dropped it fails.
+    let output = check("keeps_features", &["--json"]);
+    let stdout = text(&output.stdout);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON object");
+    assert_eq!(
+        report["features"],
+        serde_json::json!(["ndarray"]),
+        "{stdout}"
+    );
+    assert_eq!(report["default_features"], false, "{stdout}");
+    assert_eq!(report["total"], 2, "{stdout}");
+    assert_eq!(report["compiled"], 2, "{stdout}");
+    assert_eq!(report["warnings"], serde_json::json!([]), "{stdout}");
+    let copy = report["copy_dir"].as_str().expect("copy_dir");
+    let manifest = std::fs::read_to_string(PathBuf::from(copy).join("Cargo.toml"))
+        .expect("the copy's manifest");
+    assert!(
+        manifest.contains("default-features = false, features = [\"ndarray\"] }"),
+        "{manifest}"
+    );
+}
+
+#[test]
+fn a_tensor_library_without_its_vramguard_feature_is_a_warning_with_the_fix() {
+    let output = check("misses_feature", &[]);
+    let stdout = text(&output.stdout);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
+    let expected = "warning: the crate depends on `ndarray` but vramguard's `ndarray` feature is \
+                    off, so vramguard does not know its tensors: in [dependencies] of Cargo.toml \
+                    write `vramguard = { path = \"../../../..\", features = [\"ndarray\"] }` (or \
+                    pass --features ndarray to this check)";
+    let on_stderr: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("warning: the crate"))
+        .collect();
+    assert_eq!(on_stderr, [expected], "one line on stderr: {stderr}");
+    assert!(
+        stdout.lines().any(|l| l == expected),
+        "and in the report: {stdout}"
+    );
+    // The command line turns it on: no warning.
+    let output = check("misses_feature", &["--features", "ndarray"]);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("warning: the crate"), "{stderr}");
+}
+
+#[test]
 fn usage_errors_exit_with_2_and_say_what_to_do() {
     let output = Command::new(env!("CARGO_BIN_EXE_cargo-vramguard"))
         .args(["vramguard", "check", "--attr", "everything", "x@1.0.0"])

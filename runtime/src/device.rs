@@ -1,27 +1,47 @@
 //! Devices and the allocations made on them: a [`Device`] owns one caching allocator (the
 //! process-wide host and GPU devices read `VRAMGUARD_ALLOC_CONF`), an [`Allocation`] returns its
-//! block on drop and tells the innermost batch scope about it, and [`CudaBuffer`] wraps one for
-//! cudarc. The allocator itself is `crate::alloc`'s.
+//! block on drop and tells the innermost batch scope about it, and `CudaBuffer` wraps one for
+//! cudarc (with the `cuda` feature). The allocator itself is `crate::alloc`'s.
 
+#[cfg(feature = "cuda")]
 mod cuda_buffer;
 
+#[cfg(feature = "cuda")]
 pub use cuda_buffer::{CudaBuffer, CudaBufferError};
 
+#[cfg(feature = "cuda")]
 use crate::alloc::cuda::CudaBackend;
 use crate::alloc::{
     AllocOrigin, AllocatorConfig, Backend, Block, CachingAllocator, DeviceAllocator, HostBackend,
     OutOfMemory, SetupError, StreamId,
 };
 use crate::scope::ScopeTracker;
+#[cfg(feature = "cuda")]
 use cudarc::driver::CudaContext;
+#[cfg(feature = "cuda")]
 use std::collections::HashMap;
 use std::fmt;
 use std::panic::Location;
 use std::sync::{Arc, Mutex, OnceLock};
 
+#[cfg(feature = "cuda")]
 pub use crate::alloc::cuda::DeviceError;
 
+/// A device that cannot be opened: in a build without the `cuda` feature, every CUDA device.
+#[cfg(not(feature = "cuda"))]
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum DeviceError {
+    /// vramguard was built without its CUDA backend (the `cuda` feature, on by default).
+    #[error("no CUDA device {ordinal}: vramguard was built without its `cuda` feature; enable it in Cargo.toml (`vramguard = {{ version = \"0.1\", features = [\"cuda\"] }}`, keeping your other features), or use Device::Host")]
+    CudaFeatureDisabled {
+        /// Ordinal asked for.
+        ordinal: usize,
+    },
+}
+
 /// A CUDA device: its ordinal, its allocator and its cudarc context.
+#[cfg(feature = "cuda")]
 #[derive(Clone)]
 pub struct CudaDevice {
     ordinal: usize,
@@ -29,6 +49,7 @@ pub struct CudaDevice {
     context: Arc<CudaContext>,
 }
 
+#[cfg(feature = "cuda")]
 impl CudaDevice {
     /// The device ordinal.
     pub fn ordinal(&self) -> usize {
@@ -49,6 +70,7 @@ pub enum Device {
     /// Tests and benchmarks use one each so that no other code touches their statistics.
     HostPool(Arc<DeviceAllocator>),
     /// A GPU, through the CUDA driver. One allocator per GPU, shared by every `Device::cuda(n)`.
+    #[cfg(feature = "cuda")]
     Cuda(CudaDevice),
 }
 
@@ -92,8 +114,10 @@ impl Device {
     ///
     /// A bad `VRAMGUARD_ALLOC_CONF` (an unknown key, a value that does not parse, a setting this
     /// GPU cannot use) is [`DeviceError::Config`], naming the key, on every call until it is
-    /// fixed. Without the driver library this returns [`DeviceError::NoDriver`] (cudarc would
-    /// panic).
+    /// fixed. Without the driver library this returns `DeviceError::NoDriver` (cudarc would
+    /// panic). In a build without the `cuda` feature it returns
+    /// `DeviceError::CudaFeatureDisabled`, whose message names the `Cargo.toml` change.
+    #[cfg(feature = "cuda")]
     pub fn cuda(ordinal: usize) -> Result<Device, DeviceError> {
         static DEVICES: OnceLock<Mutex<HashMap<usize, CudaDevice>>> = OnceLock::new();
         let devices = DEVICES.get_or_init(|| Mutex::new(HashMap::new()));
@@ -116,9 +140,17 @@ impl Device {
         Ok(Device::Cuda(device))
     }
 
+    /// GPU `ordinal`: in this build (without the `cuda` feature) always
+    /// [`DeviceError::CudaFeatureDisabled`], whose message names the `Cargo.toml` change.
+    #[cfg(not(feature = "cuda"))]
+    pub fn cuda(ordinal: usize) -> Result<Device, DeviceError> {
+        Err(DeviceError::CudaFeatureDisabled { ordinal })
+    }
+
     /// A second allocator on GPU `ordinal`, configured by `config` instead of
     /// `VRAMGUARD_ALLOC_CONF` (e.g. expandable segments). Its statistics are its own; the GPU's
     /// memory is shared with every other allocator on it. Tests and benchmarks use it.
+    #[cfg(feature = "cuda")]
     pub fn cuda_with_config(
         ordinal: usize,
         config: AllocatorConfig,
@@ -134,7 +166,18 @@ impl Device {
         }))
     }
 
+    /// A second allocator on GPU `ordinal`: in this build (without the `cuda` feature) always
+    /// [`DeviceError::CudaFeatureDisabled`], whose message names the `Cargo.toml` change.
+    #[cfg(not(feature = "cuda"))]
+    pub fn cuda_with_config(
+        ordinal: usize,
+        _config: AllocatorConfig,
+    ) -> Result<Device, DeviceError> {
+        Err(DeviceError::CudaFeatureDisabled { ordinal })
+    }
+
     /// The cudarc context of a CUDA device.
+    #[cfg(feature = "cuda")]
     pub fn cuda_context(&self) -> Option<&Arc<CudaContext>> {
         match self {
             Device::Cuda(d) => Some(&d.context),
@@ -147,6 +190,7 @@ impl Device {
         match self {
             Device::Host => global_host(),
             Device::HostPool(a) => a,
+            #[cfg(feature = "cuda")]
             Device::Cuda(d) => &d.allocator,
         }
     }
@@ -157,13 +201,18 @@ impl Device {
         match self {
             Device::Host => true,
             Device::HostPool(a) => a.backend().host_addressable(),
+            #[cfg(feature = "cuda")]
             Device::Cuda(_) => false,
         }
     }
 
     /// Whether this is a CUDA device.
     pub fn is_cuda(&self) -> bool {
-        matches!(self, Device::Cuda(_))
+        match self {
+            #[cfg(feature = "cuda")]
+            Device::Cuda(_) => true,
+            Device::Host | Device::HostPool(_) => false,
+        }
     }
 
     /// Allocates `bytes` bytes on this device, attributed to the innermost batch scope (whose
@@ -288,6 +337,7 @@ impl fmt::Debug for Device {
         match self {
             Device::Host => f.write_str("Host"),
             Device::HostPool(a) => write!(f, "HostPool({:p})", Arc::as_ptr(a)),
+            #[cfg(feature = "cuda")]
             Device::Cuda(d) => write!(f, "Cuda({})", d.ordinal),
         }
     }

@@ -5,6 +5,7 @@
 #![warn(missing_docs)]
 
 pub mod alloc;
+#[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod device;
 mod diagnostics;

@@ -160,6 +160,7 @@ pub fn html_report(device: &Device, title: &str) -> String {
 /// ```
 pub fn dump_snapshot(device: &Device, path: impl AsRef<std::path::Path>) -> std::io::Result<()> {
     let index = match device {
+        #[cfg(feature = "cuda")]
         Device::Cuda(d) => u32::try_from(d.ordinal()).unwrap_or(u32::MAX),
         Device::Host | Device::HostPool(_) => 0,
     };

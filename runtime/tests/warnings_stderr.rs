@@ -5,6 +5,7 @@
 
 use std::process::Command;
 use vramguard_runtime::alloc::{ConfigError, SetupError};
+#[cfg(feature = "cuda")]
 use vramguard_runtime::device::DeviceError;
 use vramguard_runtime::scope::{BatchScope, ScopeOptions, WarningOutput};
 use vramguard_runtime::{memory, Device};
@@ -73,6 +74,8 @@ fn a_bad_value_for_the_host_device_is_printed_once_on_stderr() {
     assert!(lines[0].contains("default allocator settings"), "{stderr}");
 }
 
+// Without the CUDA backend `Device::cuda` reads no settings (`DeviceError::CudaFeatureDisabled`).
+#[cfg(feature = "cuda")]
 #[test]
 fn an_unknown_key_fails_the_first_use_of_a_gpu_with_the_typed_error() {
     const NAME: &str = "an_unknown_key_fails_the_first_use_of_a_gpu_with_the_typed_error";

@@ -89,6 +89,7 @@ mod backend;
 mod blocks;
 mod bucket;
 mod config;
+#[cfg(feature = "cuda")]
 pub mod cuda;
 mod expandable;
 mod granules;

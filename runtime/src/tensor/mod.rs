@@ -303,12 +303,14 @@ impl Storage {
 
     /// Address of the first element in the device's address space (a host pointer on host
     /// devices), for the device backends.
+    #[cfg(feature = "cuda")]
     pub(crate) fn device_addr(&self) -> u64 {
         self.allocation.addr()
     }
 
     /// Ends a use of the storage by a device kernel (for the liveness bound, as dropping a host
     /// read or write does).
+    #[cfg(feature = "cuda")]
     pub(crate) fn note_use_end(&self) {
         liveness::on_use_end(self.id);
     }

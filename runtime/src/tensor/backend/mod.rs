@@ -1,17 +1,36 @@
 //! Where tensor ops compute: one dispatch per primitive, to the host backend ([`host`], slices
-//! of host memory) or the CUDA backend ([`cuda`], NVRTC kernels and cuBLAS on the device's
+//! of host memory) or, with the `cuda` feature, the CUDA backend (`cuda`, NVRTC kernels and cuBLAS on the device's
 //! stream). Ops in `ops.rs` keep their shape checks and autograd there, written once, and call
 //! the primitives here for the arithmetic; every output comes from [`crate::Device::allocate`]
 //! on the operands' device either way.
 
-#[cfg(test)]
+#[cfg(all(test, feature = "cuda"))]
 mod checks;
+#[cfg(feature = "cuda")]
 pub(crate) mod cuda;
 pub(crate) mod host;
 
 use super::ops::BinOp;
 use super::{Result, Tensor, TensorError};
 use crate::Device;
+
+/// `dispatch!(device, op, host_closure, |l| cuda_expr)`: one primitive, computed by the host
+/// backend or, with the `cuda` feature, by the CUDA backend (`l` its launcher). Without the
+/// feature the CUDA arm is not compiled at all.
+#[cfg(feature = "cuda")]
+macro_rules! dispatch {
+    ($device:expr, $op:expr, $host:expr, |$l:ident| $cuda:expr $(,)?) => {
+        dispatch_to($device, $op, $host, |$l: &dyn cuda::Launcher| $cuda)
+    };
+}
+
+/// `dispatch!` without the CUDA backend: the host arm only.
+#[cfg(not(feature = "cuda"))]
+macro_rules! dispatch {
+    ($device:expr, $op:expr, $host:expr, |$l:ident| $cuda:expr $(,)?) => {
+        dispatch_to($device, $op, $host)
+    };
+}
 
 /// An element-wise function of one value (the kernel's `VG_MAP_*` code in `code`).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -30,6 +49,7 @@ pub(crate) enum MapOp {
     Fill(f32),
 }
 
+#[cfg(feature = "cuda")]
 impl MapOp {
     /// `(op, s0, s1)` for `vg_map` (runtime/kernels/elementwise.cu).
     pub(crate) fn code(self) -> (i32, f32, f32) {
@@ -68,6 +88,7 @@ pub(crate) enum ZipOp {
     SigmoidBackward,
 }
 
+#[cfg(feature = "cuda")]
 impl ZipOp {
     /// `op` for `vg_zip` (runtime/kernels/elementwise.cu).
     pub(crate) fn code(self) -> i32 {
@@ -104,7 +125,8 @@ impl MatmulShape {
 }
 
 /// Runs `host` on host-addressable devices and `cuda` with the launcher of a CUDA device.
-fn dispatch<R>(
+#[cfg(feature = "cuda")]
+fn dispatch_to<R>(
     device: &Device,
     op: &'static str,
     host: impl FnOnce() -> Result<R>,
@@ -123,32 +145,44 @@ fn dispatch<R>(
             cuda(&*launcher)
         }
         _ if device.is_host() => host(),
-        _ => Err(TensorError::Unsupported {
-            op,
-            device: format!("{device:?}"),
-        }),
+        _ => Err(unsupported(device, op)),
+    }
+}
+
+/// Runs `host` on host-addressable devices (a build without the CUDA backend has no other).
+#[cfg(not(feature = "cuda"))]
+fn dispatch_to<R>(
+    device: &Device,
+    op: &'static str,
+    host: impl FnOnce() -> Result<R>,
+) -> Result<R> {
+    if device.is_host() {
+        host()
+    } else {
+        Err(unsupported(device, op))
+    }
+}
+
+fn unsupported(device: &Device, op: &'static str) -> TensorError {
+    TensorError::Unsupported {
+        op,
+        device: format!("{device:?}"),
     }
 }
 
 /// `f(src)` into a new contiguous tensor.
 pub(crate) fn map(src: &Tensor, op: &'static str, f: MapOp) -> Result<Tensor> {
-    dispatch(
-        src.device(),
-        op,
-        || host::map(src, op, f),
-        |l| cuda::map(l, src, op, f),
-    )
+    dispatch!(src.device(), op, || host::map(src, op, f), |l| cuda::map(
+        l, src, op, f
+    ),)
 }
 
 /// `dst = f(dst)` in `dst`'s own layout. Does not bump the version (callers that write a
 /// shared storage do).
 pub(crate) fn map_inplace(dst: &Tensor, op: &'static str, f: MapOp) -> Result<()> {
-    dispatch(
-        dst.device(),
-        op,
-        || host::map_inplace(dst, op, f),
-        |l| cuda::map_inplace(l, dst, op, f),
-    )
+    dispatch!(dst.device(), op, || host::map_inplace(dst, op, f), |l| {
+        cuda::map_inplace(l, dst, op, f)
+    },)
 }
 
 /// `f(a, b)` element-wise with broadcasting, into a new contiguous tensor of `shape`.
@@ -159,18 +193,15 @@ pub(crate) fn zip(
     op: &'static str,
     f: ZipOp,
 ) -> Result<Tensor> {
-    dispatch(
-        a.device(),
-        op,
-        || host::zip(a, b, shape, op, f),
-        |l| cuda::zip(l, a, b, shape, op, f),
-    )
+    dispatch!(a.device(), op, || host::zip(a, b, shape, op, f), |l| {
+        cuda::zip(l, a, b, shape, op, f)
+    },)
 }
 
 /// `dst = f(dst, src)` with `src` broadcast to `dst`'s shape; `src` must not share `dst`'s
 /// storage. Does not bump the version.
 pub(crate) fn zip_inplace(dst: &Tensor, src: &Tensor, op: &'static str, f: ZipOp) -> Result<()> {
-    dispatch(
+    dispatch!(
         dst.device(),
         op,
         || host::zip_inplace(dst, src, op, f),
@@ -180,22 +211,16 @@ pub(crate) fn zip_inplace(dst: &Tensor, src: &Tensor, op: &'static str, f: ZipOp
 
 /// `a · b` for shapes already checked.
 pub(crate) fn matmul(a: &Tensor, b: &Tensor, shape: &MatmulShape) -> Result<Tensor> {
-    dispatch(
-        a.device(),
-        "matmul",
-        || host::matmul(a, b, shape),
-        |l| cuda::matmul(l, a, b, shape),
-    )
+    dispatch!(a.device(), "matmul", || host::matmul(a, b, shape), |l| {
+        cuda::matmul(l, a, b, shape)
+    },)
 }
 
 /// Softmax (or log-softmax) along `dim`, into a new contiguous tensor.
 pub(crate) fn softmax(x: &Tensor, dim: usize, log: bool, op: &'static str) -> Result<Tensor> {
-    dispatch(
-        x.device(),
-        op,
-        || host::softmax(x, dim, log, op),
-        |l| cuda::softmax(l, x, dim, log, op),
-    )
+    dispatch!(x.device(), op, || host::softmax(x, dim, log, op), |l| {
+        cuda::softmax(l, x, dim, log, op)
+    },)
 }
 
 /// Layer norm of contiguous `x` over its last dimension (`d` values); also the per-row mean and
@@ -207,7 +232,7 @@ pub(crate) fn layer_norm(
     eps: f32,
     stats: bool,
 ) -> Result<(Tensor, Option<(Tensor, Tensor)>)> {
-    dispatch(
+    dispatch!(
         x.device(),
         "layer_norm",
         || host::layer_norm(x, weight, bias, eps, stats),
@@ -226,7 +251,7 @@ pub(crate) fn layer_norm_backward(
     need_w: bool,
     need_b: bool,
 ) -> Result<(Tensor, Option<Tensor>, Option<Tensor>)> {
-    dispatch(
+    dispatch!(
         x.device(),
         "layer_norm_backward",
         || host::layer_norm_backward(g, x, mean, rstd, weight, need_w, need_b),
@@ -236,7 +261,7 @@ pub(crate) fn layer_norm_backward(
 
 /// Rows `ids` (checked against the vocabulary) of the `[vocab, dim]` table.
 pub(crate) fn embedding(table: &Tensor, ids: &[u32], out_shape: &[usize]) -> Result<Tensor> {
-    dispatch(
+    dispatch!(
         table.device(),
         "embedding",
         || host::embedding(table, ids, out_shape),
@@ -246,7 +271,7 @@ pub(crate) fn embedding(table: &Tensor, ids: &[u32], out_shape: &[usize]) -> Res
 
 /// Gradient of an embedding lookup with respect to the table (rows scatter-added).
 pub(crate) fn embedding_backward(g: &Tensor, ids: &[u32], table_shape: &[usize]) -> Result<Tensor> {
-    dispatch(
+    dispatch!(
         g.device(),
         "embedding_backward",
         || host::embedding_backward(g, ids, table_shape),
@@ -258,12 +283,13 @@ pub(crate) fn embedding_backward(g: &Tensor, ids: &[u32], table_shape: &[usize])
 /// dims kept as size 1).
 pub(crate) fn reduce(
     x: &Tensor,
-    dims: &[usize],
+    // The host backend reads the reduced dims from `keep_shape`; the CUDA backend takes both.
+    #[cfg_attr(not(feature = "cuda"), allow(unused_variables))] dims: &[usize],
     keep_shape: &[usize],
     scale: f32,
     op: &'static str,
 ) -> Result<Tensor> {
-    dispatch(
+    dispatch!(
         x.device(),
         op,
         || host::reduce(x, keep_shape, scale, op),
@@ -273,7 +299,7 @@ pub(crate) fn reduce(
 
 /// Mean cross-entropy (a scalar tensor) from contiguous log-probabilities `[rows, classes]`.
 pub(crate) fn cross_entropy(logp: &Tensor, targets: &[u32]) -> Result<Tensor> {
-    dispatch(
+    dispatch!(
         logp.device(),
         "cross_entropy",
         || host::cross_entropy(logp, targets),
@@ -287,7 +313,7 @@ pub(crate) fn cross_entropy_backward(
     probs: &Tensor,
     targets: &[u32],
 ) -> Result<Tensor> {
-    dispatch(
+    dispatch!(
         probs.device(),
         "cross_entropy_backward",
         || host::cross_entropy_backward(g, probs, targets),
@@ -297,22 +323,16 @@ pub(crate) fn cross_entropy_backward(
 
 /// `sum(diff²) / n` (a scalar tensor) of contiguous `diff`.
 pub(crate) fn mean_square(diff: &Tensor, op: &'static str) -> Result<Tensor> {
-    dispatch(
-        diff.device(),
-        op,
-        || host::mean_square(diff, op),
-        |l| cuda::mean_square(l, diff, op),
-    )
+    dispatch!(diff.device(), op, || host::mean_square(diff, op), |l| {
+        cuda::mean_square(l, diff, op)
+    },)
 }
 
 /// The elements in row-major order.
 pub(crate) fn to_vec(t: &Tensor, op: &'static str) -> Result<Vec<f32>> {
-    dispatch(
-        t.device(),
-        op,
-        || host::to_vec(t, op),
-        |l| cuda::to_vec(l, t, op),
-    )
+    dispatch!(t.device(), op, || host::to_vec(t, op), |l| cuda::to_vec(
+        l, t, op
+    ),)
 }
 
 /// A new contiguous tensor filled by `fill` (on the host, then copied for a GPU).
@@ -324,6 +344,7 @@ pub(crate) fn alloc_with(
     fill: impl FnOnce(&mut [f32]) -> Result<()>,
 ) -> Result<Tensor> {
     match device {
+        #[cfg(feature = "cuda")]
         Device::Cuda(_) => {
             let numel = super::checked_numel(op, shape)?;
             let mut data = vec![0.0f32; numel];
@@ -341,7 +362,7 @@ pub(crate) fn upload(
     op: &'static str,
     data: &[f32],
 ) -> Result<Tensor> {
-    dispatch(
+    dispatch!(
         device,
         op,
         || {
@@ -356,7 +377,7 @@ pub(crate) fn upload(
 
 /// A tensor of `value`s.
 pub(crate) fn full(device: &Device, shape: &[usize], value: f32) -> Result<Tensor> {
-    dispatch(
+    dispatch!(
         device,
         "full",
         || {
@@ -383,7 +404,7 @@ pub(crate) struct AdamStep {
 /// One fused Adam update of `[param, grad, m, v]` (contiguous, same element count, four
 /// storages); the caller bumps the versions.
 pub(crate) fn adam_step(state: [&Tensor; 4], hyper: &AdamStep) -> Result<()> {
-    dispatch(
+    dispatch!(
         state[0].device(),
         "Adam::step",
         || host::adam_step(state, hyper),
