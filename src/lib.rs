@@ -57,8 +57,19 @@ pub use vramguard_runtime::grad::{
     enable_grad, is_grad_enabled, no_grad, no_grad_future, EnableGradGuard, NoGradGuard,
     WithGradMode,
 };
+pub use vramguard_runtime::heap::TrackingAllocator;
 pub use vramguard_runtime::tensor::{DType, Rhs, Tensor, TensorError};
 pub use vramguard_runtime::{nn, scope};
+
+/// The process's heap, for tensors of any library (candle's and burn's CPU tensors, ndarray's
+/// arrays): statistics, batch-scope reports, the trace and its timeline, a soft memory limit
+/// and the largest-batch finder, once [`TrackingAllocator`] is the global allocator.
+pub mod heap {
+    pub use vramguard_runtime::heap::{
+        html_report, is_tracking, max_batch, memory_limit, record_trace, reset_peak_stats,
+        set_memory_limit, snapshot, stats, trace,
+    };
+}
 
 /// Memory tools per device: statistics, peaks, cache release, preallocation, snapshots, traces.
 pub mod memory {

@@ -257,12 +257,16 @@ fn global_host() -> &'static Arc<DeviceAllocator> {
         let allocator = match configured {
             Ok(a) => a,
             Err(e) => {
-                // `Device::Host` cannot return the error: say it once where it is seen.
-                crate::diagnostics::error(&format!(
-                    "{}: {e}; the host device uses the default allocator settings \
-                     (memory::config_error() returns this error)",
-                    crate::alloc::ENV_VAR
-                ));
+                // `Device::Host` cannot return the error: say it once where it is seen (a
+                // value that does not parse is said once for all of vramguard).
+                match &e {
+                    SetupError::Config(config) => crate::alloc::report_env_error_once(config),
+                    other => crate::diagnostics::error(&format!(
+                        "{}: {other}; the host device uses the default allocator settings \
+                         (memory::config_error() returns this error)",
+                        crate::alloc::ENV_VAR
+                    )),
+                }
                 let mut first = SETUP_ERROR.lock().unwrap_or_else(|e| e.into_inner());
                 first.get_or_insert(e);
                 CachingAllocator::new(backend())

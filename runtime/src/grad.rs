@@ -59,6 +59,9 @@ pub struct NoGradGuard(#[allow(dead_code)] GradModeGuard);
 impl NoGradGuard {
     /// Disables grad recording on this thread until the guard is dropped.
     pub fn new() -> Self {
+        // `#[inference]` enters this guard: a bad `VRAMGUARD_ALLOC_CONF` is reported even in a
+        // program that uses nothing else of vramguard.
+        crate::alloc::check_env_once();
         Self(GradModeGuard::new(false))
     }
 }

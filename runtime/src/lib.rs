@@ -9,6 +9,7 @@ pub mod cuda;
 pub mod device;
 mod diagnostics;
 pub mod grad;
+pub mod heap;
 pub mod memory;
 pub mod nn;
 pub mod scope;

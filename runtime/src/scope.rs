@@ -48,11 +48,13 @@
 //! allocations.
 
 use crate::alloc::{DeviceAllocator, IterationId, TraceLabel};
+use crate::heap;
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// Growing iterations before a warning (and, in strict mode, a panic) by default.
@@ -224,6 +226,8 @@ impl BatchScope {
         label: impl Into<Cow<'static, str>>,
         options: ScopeOptions,
     ) -> BatchScopeGuard {
+        let _bookkeeping = heap::Bookkeeping::enter();
+        crate::alloc::check_env_once();
         let label = label.into();
         let tracker = tracker_for(&label);
         let mut snapshot = tracker.begin_iteration();
@@ -233,9 +237,11 @@ impl BatchScope {
         }
         STACK.with(|stack| stack.borrow_mut().push(Arc::clone(&tracker)));
         let previous_label = push_label(Arc::clone(&tracker.label), Some(snapshot.iteration));
+        let heap = heap::begin_iteration(tracker.id, snapshot.iteration);
         BatchScopeGuard {
             tracker,
             snapshot,
+            heap,
             previous_label,
             options,
             finished: false,
@@ -251,6 +257,8 @@ impl BatchScope {
 pub struct BatchScopeGuard {
     tracker: Arc<ScopeTracker>,
     snapshot: IterationStart,
+    /// Where the iteration's heap figures start, when the tracking allocator tracks.
+    heap: Option<heap::IterationStart>,
     /// This thread's label before the iteration (restored when it ends).
     previous_label: Option<TraceLabel>,
     options: ScopeOptions,
@@ -283,6 +291,8 @@ impl BatchScopeGuard {
 
     fn finish(&mut self) -> ScopeReport {
         self.finished = true;
+        let heap = self.heap.take().map(heap::end_iteration);
+        let _bookkeeping = heap::Bookkeeping::enter();
         STACK.with(|stack| {
             let mut stack = stack.borrow_mut();
             // Guards are normally dropped innermost first; search in case one was moved.
@@ -291,7 +301,9 @@ impl BatchScopeGuard {
             }
         });
         restore_label(self.previous_label.take());
-        let (mut report, devices) = self.tracker.end_iteration(&self.snapshot, &self.options);
+        let (mut report, devices) =
+            self.tracker
+                .end_iteration(&self.snapshot, &self.options, heap.as_ref());
         // The allocators plan the scope's next iteration from this one.
         let touched: Vec<Arc<DeviceAllocator>> = self
             .tracker
@@ -381,6 +393,7 @@ pub fn current_label() -> Option<String> {
 /// timeline, and escape reports group escaped allocations by their innermost tag (e.g.
 /// `"generator"`, `"history"`).
 pub fn tag(name: impl Into<Cow<'static, str>>) -> TagGuard {
+    let _bookkeeping = heap::Bookkeeping::enter();
     let name: Arc<str> = Arc::from(name.into().as_ref());
     TagGuard {
         previous: push_label(name, None),
@@ -403,6 +416,7 @@ impl fmt::Debug for TagGuard {
 
 impl Drop for TagGuard {
     fn drop(&mut self) {
+        let _bookkeeping = heap::Bookkeeping::enter();
         restore_label(self.previous.take());
     }
 }
@@ -426,8 +440,10 @@ fn restore_label(previous: Option<TraceLabel>) {
 
 /// This thread's label (tags and batch-scope iterations), recorded with allocator events.
 pub(crate) fn trace_label() -> Option<TraceLabel> {
+    // `try_borrow`: the tracking allocator asks from inside allocations, which may be made
+    // while the label is being replaced.
     LABEL
-        .try_with(|label| label.borrow().clone())
+        .try_with(|label| label.try_borrow().ok().and_then(|l| l.clone()))
         .ok()
         .flatten()
 }
@@ -436,6 +452,8 @@ pub(crate) fn trace_label() -> Option<TraceLabel> {
 /// it is the innermost scope of the current thread, and their frees (from any thread).
 pub struct ScopeTracker {
     label: Arc<str>,
+    /// Unique in the process (the heap's books are kept by it).
+    id: u64,
     state: Mutex<TrackerState>,
 }
 
@@ -481,6 +499,26 @@ struct TrackerState {
     touched: HashMap<usize, Arc<DeviceAllocator>>,
 }
 
+/// [`ScopeTracker::state`]: the lock, then (dropped after it) the bookkeeping mark.
+struct TrackerStateGuard<'a> {
+    state: MutexGuard<'a, TrackerState>,
+    #[allow(dead_code)] // Held for its drop.
+    bookkeeping: heap::Bookkeeping,
+}
+
+impl std::ops::Deref for TrackerStateGuard<'_> {
+    type Target = TrackerState;
+    fn deref(&self) -> &TrackerState {
+        &self.state
+    }
+}
+
+impl std::ops::DerefMut for TrackerStateGuard<'_> {
+    fn deref_mut(&mut self) -> &mut TrackerState {
+        &mut self.state
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 struct IterationStart {
     iteration: u64,
@@ -518,14 +556,20 @@ fn external_figures() -> Option<Arc<dyn ExternalFigures>> {
 
 impl ScopeTracker {
     fn new(label: Arc<str>) -> Self {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         Self {
             label,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             state: Mutex::new(TrackerState::default()),
         }
     }
 
-    fn state(&self) -> MutexGuard<'_, TrackerState> {
-        lock(&self.state)
+    /// The state, locked; what is allocated meanwhile is bookkeeping, never the scope's own.
+    fn state(&self) -> TrackerStateGuard<'_> {
+        TrackerStateGuard {
+            bookkeeping: heap::Bookkeeping::enter(),
+            state: lock(&self.state),
+        }
     }
 
     /// Called when a block of `bytes` bytes with id `id` is allocated inside this scope.
@@ -626,12 +670,14 @@ impl ScopeTracker {
         &self,
         start: &IterationStart,
         options: &ScopeOptions,
+        heap: Option<&heap::IterationFigures>,
     ) -> (ScopeReport, Vec<Arc<DeviceAllocator>>) {
         // The external pool's figures at the end: (used at start, used now, peak).
         let external = start.external_used.and_then(|at_start| {
             let figures = external_figures()?;
             Some((at_start, figures.used_bytes()?, figures.peak_used_bytes()?))
         });
+        let heap_figures = heap.cloned().unwrap_or_default();
         let mut state = self.state();
         let iteration = start.iteration;
         let (escaped_count, escaped_bytes) = state
@@ -639,15 +685,30 @@ impl ScopeTracker {
             .get(&iteration)
             .copied()
             .unwrap_or((0, 0));
-        let escaped_by_tag = if escaped_count > 0 {
-            group_escapes(&state.live, iteration, &self.label)
+        let escaped_by_tag = if escaped_count + heap_figures.escaped_count > 0 {
+            group_escapes(
+                &state.live,
+                iteration,
+                &self.label,
+                &heap_figures.escaped_by_tag,
+            )
         } else {
             Vec::new()
         };
-        let older_iterations_alive = state.alive_by_iteration.range(..iteration).count() as u64;
+        let older_iterations_alive = {
+            let mut older: Vec<u64> = state
+                .alive_by_iteration
+                .range(..iteration)
+                .map(|(older, _)| *older)
+                .collect();
+            older.extend(&heap_figures.older_iterations_alive);
+            older.sort_unstable();
+            older.dedup();
+            older.len() as u64
+        };
         let live_bytes = match external {
             Some((_, used, _)) => used,
-            None => state.live_bytes,
+            None => state.live_bytes + heap_figures.live_bytes,
         };
         match state.last_live_at_end {
             None => state.high_mark = live_bytes,
@@ -669,14 +730,16 @@ impl ScopeTracker {
         let mut report = ScopeReport {
             label: self.label.to_string(),
             iterations: iteration,
-            allocated_bytes: state.total_allocated_bytes - start.allocated_bytes,
-            allocated_count: state.total_allocated_count - start.allocated_count,
-            peak_live_bytes,
-            escaped_bytes,
-            escaped_count,
+            allocated_bytes: state.total_allocated_bytes - start.allocated_bytes
+                + heap_figures.allocated_bytes,
+            allocated_count: state.total_allocated_count - start.allocated_count
+                + heap_figures.allocated_count,
+            peak_live_bytes: peak_live_bytes + heap_figures.peak_live_bytes,
+            escaped_bytes: escaped_bytes + heap_figures.escaped_bytes,
+            escaped_count: escaped_count + heap_figures.escaped_count,
             escaped_by_tag,
             live_bytes,
-            live_count: state.live.len() as u64,
+            live_count: state.live.len() as u64 + heap_figures.live_count,
             older_iterations_alive,
             growth_streak: state.growth_streak,
             cache_released_bytes: None,
@@ -706,6 +769,7 @@ fn group_escapes(
     live: &HashMap<AllocKey, LiveAlloc>,
     iteration: u64,
     label: &Arc<str>,
+    heap_escapes: &[(Option<Arc<str>>, u64, u64)],
 ) -> Vec<EscapeGroup> {
     let mut groups: HashMap<&str, (u64, u64)> = HashMap::new();
     for alloc in live.values().filter(|a| a.iteration == iteration) {
@@ -713,6 +777,11 @@ fn group_escapes(
         let group = groups.entry(tag).or_default();
         group.0 += 1;
         group.1 += alloc.bytes;
+    }
+    for (tag, count, bytes) in heap_escapes {
+        let group = groups.entry(tag.as_deref().unwrap_or(label)).or_default();
+        group.0 += count;
+        group.1 += bytes;
     }
     let mut groups: Vec<EscapeGroup> = groups
         .into_iter()

@@ -18,8 +18,15 @@
 //! | `preallocate` | bytes (same forms as `memory_limit`) | reserve this much once, at start |
 //! | `iteration_planning` | `true` (the default) or `false` | lay out each `#[batch_scope]` iteration from the previous one's allocations (expandable segments only) |
 //! | `trace_capacity` | events (0, the default, disables the trace) | length of the bounded event trace |
+//! | `heap_tracking` | `true` (the default) or `false` | `false` makes [`crate::heap::TrackingAllocator`] a plain pass-through for the whole process |
+//!
+//! The tracking allocator ([`crate::heap`]) reads the same variable once, at the process's
+//! first allocation: `memory_limit` (or `memory_fraction` of the machine's physical memory)
+//! becomes its soft limit on live heap bytes, `trace_capacity` starts its trace, and
+//! `heap_tracking:false` turns it off; the other keys concern the device allocators only.
 
 use serde::Serialize;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 /// Name of the environment variable read by the process-wide devices.
@@ -41,6 +48,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "preallocate",
     "trace_capacity",
     "iteration_planning",
+    "heap_tracking",
 ];
 
 /// Whether the large pool uses an expandable segment (one reserved address range whose pages
@@ -131,6 +139,9 @@ pub struct AllocatorConfig {
     /// Lay out each batch-scope iteration from the recording of the scope's previous one
     /// (offline planning made online; expandable segments only). On by default.
     pub iteration_planning: bool,
+    /// Whether [`crate::heap::TrackingAllocator`], when it is the global allocator, tracks the
+    /// heap (`heap_tracking:false` makes it a plain pass-through). Device allocators ignore it.
+    pub heap_tracking: bool,
 }
 
 impl Default for AllocatorConfig {
@@ -145,6 +156,7 @@ impl Default for AllocatorConfig {
             preallocate: 0,
             trace_capacity: DEFAULT_TRACE_CAPACITY,
             iteration_planning: true,
+            heap_tracking: true,
         }
     }
 }
@@ -508,6 +520,13 @@ impl AllocatorConfig {
             "trace_capacity" => {
                 self.trace_capacity = value.parse().map_err(|_| bad(COUNT_FORM))?;
             }
+            "heap_tracking" => {
+                self.heap_tracking = match value {
+                    "true" | "True" | "1" => true,
+                    "false" | "False" | "0" => false,
+                    _ => return Err(bad(PLANNING_FORM)),
+                }
+            }
             _ => {
                 return Err(ConfigError::UnknownKey {
                     key: key.to_string(),
@@ -552,6 +571,43 @@ const MIB: usize = 1 << 20;
 pub(crate) fn env_config() -> Result<AllocatorConfig, ConfigError> {
     static CONFIG: OnceLock<Result<AllocatorConfig, ConfigError>> = OnceLock::new();
     CONFIG.get_or_init(AllocatorConfig::from_env).clone()
+}
+
+/// Whether a bad [`ENV_VAR`] has been reported (on stderr or to `tracing`) in this process.
+static ENV_ERROR_REPORTED: AtomicBool = AtomicBool::new(false);
+/// Whether [`check_env_once`] has run.
+static ENV_CHECKED: AtomicBool = AtomicBool::new(false);
+
+/// Says once per process that [`ENV_VAR`] is unusable and that the defaults apply. Every place
+/// that reads the variable reports through here, so the message appears once wherever
+/// vramguard is linked: the host device, the macros' guards, batch scopes, the tracking
+/// allocator.
+pub(crate) fn report_env_error_once(error: &ConfigError) {
+    if !ENV_ERROR_REPORTED.swap(true, Ordering::Relaxed) {
+        crate::diagnostics::error(&format!(
+            "{ENV_VAR}: {error}; vramguard uses the default settings \
+             (memory::config_error() returns this error)"
+        ));
+    }
+}
+
+/// Reads [`ENV_VAR`] the first time it is called and reports a bad value
+/// ([`report_env_error_once`]); after that, one relaxed load. The code the macros generate
+/// reaches it through the no-grad guard and batch scopes, so a program that uses only the
+/// macros hears about a typo too.
+#[inline]
+pub(crate) fn check_env_once() {
+    if !ENV_CHECKED.load(Ordering::Relaxed) {
+        check_env_slow();
+    }
+}
+
+#[cold]
+fn check_env_slow() {
+    ENV_CHECKED.store(true, Ordering::Relaxed);
+    if let Err(e) = env_config() {
+        report_env_error_once(&e);
+    }
 }
 
 /// Splits `key:value,key:[a:b,c:d]` at the commas outside brackets.

@@ -5,7 +5,7 @@
 //! what expandable segments use.
 
 use super::{Backend, BackendError, VirtualMemory};
-use std::alloc::Layout;
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Alignment of host segments; matches what CUDA guarantees for device allocations.
@@ -156,8 +156,10 @@ unsafe impl Backend for HostBackend {
         let oom = BackendError::OutOfMemory { requested: bytes };
         let layout = Layout::from_size_align(bytes.max(1), HOST_ALIGN).map_err(|_| oom.clone())?;
         self.charge(bytes)?;
+        // `System`, not the global allocator: with `heap::TrackingAllocator` installed, the
+        // device's memory is counted by the device alone, not a second time as heap.
         // SAFETY: the layout has a non-zero size.
-        let ptr = unsafe { std::alloc::alloc(layout) };
+        let ptr = unsafe { System.alloc(layout) };
         if ptr.is_null() {
             self.uncharge(bytes);
             return Err(oom);
@@ -178,7 +180,7 @@ unsafe impl Backend for HostBackend {
         self.uncharge(bytes);
         // SAFETY: the caller guarantees `addr` came from `alloc_segment(bytes)`, which used
         // this same layout.
-        unsafe { std::alloc::dealloc(addr as *mut u8, layout) };
+        unsafe { System.dealloc(addr as *mut u8, layout) };
         Ok(())
     }
 }

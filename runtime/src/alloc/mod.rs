@@ -105,7 +105,7 @@ mod trace;
 pub use allocator::{Block, CachingAllocator, DeviceAllocator};
 pub use backend::{Backend, BackendError, BackendFailure, EventId, StreamId, VirtualMemory};
 pub use bucket::{BucketError, SequenceBuckets};
-pub(crate) use config::env_config;
+pub(crate) use config::{check_env_once, env_config, report_env_error_once};
 pub use config::{
     parse_bytes, AllocatorConfig, ConfigError, ExpandableSegments, MemoryLimit, RoundupInterval,
     SetupError, DEFAULT_TRACE_CAPACITY, ENV_VAR, KNOWN_KEYS,
@@ -125,6 +125,7 @@ pub use policy::{
 };
 pub use pressure::PressureHandlerId;
 pub use stats::{DetailedStats, MemoryStats, PoolStats, Stat};
+pub(crate) use trace::TraceRing;
 pub use trace::{
     BlockSnapshot, LabelFrame, MemorySnapshot, PoolKind, SegmentSnapshot, Trace, TraceEvent,
     TraceEventKind, TraceLabel,

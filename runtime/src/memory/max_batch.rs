@@ -29,7 +29,7 @@
 //!
 //! The search assumes that fitting is monotone: if a batch fits, every smaller one does.
 
-use super::{empty_cache, reset_peak_stats, stats, OutOfMemory};
+use super::{empty_cache, reset_peak_stats, stats, MemoryStats, OutOfMemory};
 use crate::tensor::TensorError;
 use crate::Device;
 use std::fmt;
@@ -301,13 +301,39 @@ impl<'a> MaxBatchSearch<'a> {
 
     /// Runs the search on `device` (see [`max_batch`]). Releases the cache when done.
     pub fn run<T, E: MaybeOutOfMemory>(
-        mut self,
+        self,
         device: &Device,
+        run: impl FnMut(usize) -> Result<T, E>,
+    ) -> Result<MaxBatch, MaxBatchError<E>> {
+        self.search_with(Meter::Device(device), run)
+    }
+
+    /// Runs the search against the process's heap (see [`crate::heap::max_batch`]): a run fits
+    /// when the heap's peak during it is within the budget. Any error from `run` ends the search.
+    pub fn run_on_heap<T, E>(
+        self,
+        mut run: impl FnMut(usize) -> Result<T, E>,
+    ) -> Result<MaxBatch, MaxBatchError<E>> {
+        self.search_with(Meter::Heap, |batch| run(batch).map_err(NotOutOfMemory))
+            .map_err(|e| match e {
+                MaxBatchError::Run { batch, source } => MaxBatchError::Run {
+                    batch,
+                    source: Box::new(source.0),
+                },
+                MaxBatchError::PeakDoesNotGrow { allocated_bytes } => {
+                    MaxBatchError::PeakDoesNotGrow { allocated_bytes }
+                }
+            })
+    }
+
+    fn search_with<T, E: MaybeOutOfMemory>(
+        mut self,
+        meter: Meter<'_>,
         mut run: impl FnMut(usize) -> Result<T, E>,
     ) -> Result<MaxBatch, MaxBatchError<E>> {
         let mut state = Search::default();
-        let searched = self.search(device, &mut run, &mut state);
-        empty_cache(device);
+        let searched = self.search(meter, &mut run, &mut state);
+        meter.release_cache();
         let first_prediction = searched?;
         Ok(MaxBatch {
             batch: state.lo,
@@ -320,18 +346,15 @@ impl<'a> MaxBatchSearch<'a> {
     /// Measures, predicts and confirms; returns the first prediction.
     fn search<T, E: MaybeOutOfMemory>(
         &mut self,
-        device: &Device,
+        meter: Meter<'_>,
         run: &mut impl FnMut(usize) -> Result<T, E>,
         state: &mut Search,
     ) -> Result<Option<usize>, MaxBatchError<E>> {
-        if !self
-            .probe(device, run, 1, RunReason::Measure, state)?
-            .fits()
-        {
+        if !self.probe(meter, run, 1, RunReason::Measure, state)?.fits() {
             return Ok(None);
         }
         if self.limit >= 2 {
-            self.probe(device, run, 2, RunReason::Measure, state)?;
+            self.probe(meter, run, 2, RunReason::Measure, state)?;
         }
         let first = state.predict(self.budget_bytes);
         if first.is_none() && state.hi.is_none() && self.limit == usize::MAX {
@@ -341,7 +364,7 @@ impl<'a> MaxBatchSearch<'a> {
         while let Some((batch, reason, expect_fit)) =
             state.next_probe(self.budget_bytes, self.limit)
         {
-            let fits = self.probe(device, run, batch, reason, state)?.fits();
+            let fits = self.probe(meter, run, batch, reason, state)?.fits();
             state.learn(fits, expect_fit, reason);
         }
         Ok(first)
@@ -349,17 +372,17 @@ impl<'a> MaxBatchSearch<'a> {
 
     fn probe<T, E: MaybeOutOfMemory>(
         &mut self,
-        device: &Device,
+        meter: Meter<'_>,
         run: &mut impl FnMut(usize) -> Result<T, E>,
         batch: usize,
         reason: RunReason,
         state: &mut Search,
     ) -> Result<BatchRun, MaxBatchError<E>> {
         // Every run starts from the same pool: nothing cached from the run before.
-        empty_cache(device);
-        reset_peak_stats(device);
+        meter.release_cache();
+        meter.reset_peak();
         let output = run(batch);
-        let after = stats(device);
+        let after = meter.stats();
         let outcome = match output {
             Ok(value) => {
                 drop(value);
@@ -387,6 +410,44 @@ impl<'a> MaxBatchSearch<'a> {
         (self.on_run)(&result);
         state.record(result);
         Ok(result)
+    }
+}
+
+/// Where a search reads its peaks.
+#[derive(Clone, Copy)]
+enum Meter<'d> {
+    /// A device's allocator.
+    Device(&'d Device),
+    /// The process's heap, through [`crate::heap::TrackingAllocator`].
+    Heap,
+}
+
+impl Meter<'_> {
+    fn release_cache(self) {
+        if let Meter::Device(device) = self {
+            empty_cache(device);
+        }
+    }
+    fn reset_peak(self) {
+        match self {
+            Meter::Device(device) => reset_peak_stats(device),
+            Meter::Heap => crate::heap::reset_peak_stats(),
+        }
+    }
+    fn stats(self) -> MemoryStats {
+        match self {
+            Meter::Device(device) => stats(device),
+            Meter::Heap => crate::heap::stats(),
+        }
+    }
+}
+
+/// An error of a heap run: never an out-of-memory (the heap has no such error to return).
+struct NotOutOfMemory<E>(E);
+
+impl<E> MaybeOutOfMemory for NotOutOfMemory<E> {
+    fn is_out_of_memory(&self) -> bool {
+        false
     }
 }
 
