@@ -150,7 +150,11 @@ pub fn tracking_time_ratio(rounds: usize) -> Result<TrackingTimes, BoxError> {
             if !output.status.success() {
                 return Err(format!(
                     "the timing child ({}) failed: {}",
-                    if tracking { "tracking on" } else { "tracking off" },
+                    if tracking {
+                        "tracking on"
+                    } else {
+                        "tracking off"
+                    },
                     String::from_utf8_lossy(&output.stderr).trim()
                 )
                 .into());
