@@ -171,6 +171,11 @@ pub fn tracking_time_ratio(rounds: usize) -> Result<TrackingTimes, BoxError> {
                 )
                 .into());
             }
+            eprintln!(
+                "  tracking {}: median forward pass {:.2} ms",
+                if tracking { "on " } else { "off" },
+                ns / 1e6
+            );
             if tracking {
                 times.with_tracking_ns.push(ns);
             } else {
