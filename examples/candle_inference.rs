@@ -19,8 +19,9 @@
 //! 2. **A leak, named**: an evaluation loop under `#[vramguard::batch_scope(label = "eval")]`
 //!    that keeps every batch's output in a `Vec` (the article's
 //!    `intermediate_results.append(out)`). The scope's report says how many bytes each
-//!    iteration left behind (`leak_bytes_per_iter`); that figure is checked against the bytes
-//!    freed when the `Vec` is dropped, divided by the iterations (`leak_exact`).
+//!    iteration left behind; the growth of its live bytes per iteration
+//!    (`leak_bytes_per_iter`) is checked against the bytes freed when a `Vec` of the same
+//!    outputs is dropped, divided by the iterations (`leak_exact`).
 //! 3. **The largest batch in a RAM budget** (`--budget-mib`, weights included), plain and
 //!    annotated, with `vramguard::heap::max_batch`; `max_batch_exact` is 1 when its answers equal
 //!    those of a plain doubling-then-bisection over the same fits-predicate.
@@ -33,8 +34,8 @@
 //! after its last use.
 //!
 //! Flags: `--layers N` (6), `--hidden N` (384), `--heads N` (6), `--batch N` (4), `--seq N`
-//! (128), `--reps N` (2), `--eval-batches N` (6), `--budget-mib N` (160), `--time-rounds N` (5),
-//! `--quick` (2 layers, hidden 128, heads 2, batch 2, seq 32, budget 24 MiB, 3 time rounds),
+//! (128), `--reps N` (2), `--eval-batches N` (6), `--budget-mib N` (160), `--time-rounds N`
+//! (7), `--quick` (2 layers, hidden 128, heads 2, batch 2, seq 32, budget 24 MiB, 3 time rounds),
 //! plus the shared `--json` and `--write` (which rewrites the `candle` section of
 //! BENCHMARKS.md).
 
@@ -380,7 +381,7 @@ impl Settings {
                 .unwrap_or(if quick { 24 } else { 160 }),
             time_rounds: args
                 .value::<usize>("time-rounds")
-                .unwrap_or(if quick { 3 } else { 5 })
+                .unwrap_or(if quick { 3 } else { 7 })
                 .max(1),
         })
     }
@@ -500,22 +501,24 @@ fn run(args: &Args) -> std::result::Result<(), Box<dyn std::error::Error>> {
     let budget_mib = settings.budget_mib;
     let budget = budget_mib << 20;
     eprintln!("largest batch in {budget_mib} MiB of heap (finder, then bisection) ...");
-    let mut found = Vec::new();
-    for variant in [Variant::Plain, Variant::Annotated] {
+    // The finder's answer, and the bisection's answer and run count, for one variant.
+    let search = |variant: Variant| -> std::result::Result<_, Box<dyn std::error::Error>> {
         let mut run_batch = |b: usize| -> Result<()> {
             let batch = Batch::synthetic(b, seq, config.vocab, &device)?;
             forward(variant, &weights, &batch).map(drop)
         };
         let finder = heap::max_batch(budget, &mut run_batch)?;
         eprintln!("  {variant:?}: {finder}");
-        // The bisection never needs more than twice the finder's answer.
+        // Doubling stops past twice the finder's answer: were the finder low, the two would
+        // still disagree.
         let cap = 2 * finder.batch.max(1) + 2;
         let (bisected, bisection_runs) =
             heap_measure::bisection(cap, |b| heap_measure::heap_fits(budget, b, &mut run_batch))?;
-        found.push((finder, bisected, bisection_runs));
-    }
-    let [(finder_plain, bisected_plain, bisection_runs_plain), (finder_annotated, bisected_annotated, bisection_runs_annotated)] =
-        <[_; 2]>::try_from(found).map_err(|_| "two searches expected")?;
+        Ok((finder, bisected, bisection_runs))
+    };
+    let (finder_plain, bisected_plain, bisection_runs_plain) = search(Variant::Plain)?;
+    let (finder_annotated, bisected_annotated, bisection_runs_annotated) =
+        search(Variant::Annotated)?;
     let max_batch_exact =
         finder_plain.batch == bisected_plain && finder_annotated.batch == bisected_annotated;
     drop((weights, batch));
@@ -638,10 +641,10 @@ fn run(args: &Args) -> std::result::Result<(), Box<dyn std::error::Error>> {
          size at sequence {seq}; `max_batch_runs` is the larger run count of \
          `vramguard::heap::max_batch`'s two searches, `max_batch_exact` = 1 when both answers \
          equal a doubling-then-bisection over the same predicate (its runs: \
-         `max_batch_bisection_runs_*`). `tracking_time_ratio`: median annotated forward time \
+         `max_batch_bisection_runs_*`). `tracking_time_ratio`: annotated forward time \
          (batch {batch_size}) with tracking over without (`VRAMGUARD_ALLOC_CONF=heap_tracking:false`), \
-         {rounds} child processes each, interleaved, each child's figure the median of its \
-         {TIMED_PASSES} passes."
+         the median over {rounds} rounds of two child processes run back to back, each child's \
+         time the median of its {TIMED_PASSES} passes."
     ));
     r.finish(args);
     if !identical {

@@ -110,9 +110,17 @@ pub struct TrackingTimes {
 }
 
 impl TrackingTimes {
-    /// Median time with tracking over median time without.
+    /// The median over the rounds of each round's time with tracking over its time without:
+    /// the two children of a round ran back to back, so a change in the machine's load between
+    /// rounds cancels out.
     pub fn ratio(&self) -> f64 {
-        median(&mut self.with_tracking_ns.clone()) / median(&mut self.without_tracking_ns.clone())
+        let mut ratios: Vec<f64> = self
+            .with_tracking_ns
+            .iter()
+            .zip(&self.without_tracking_ns)
+            .map(|(with, without)| with / without)
+            .collect();
+        median(&mut ratios)
     }
 }
 
