@@ -472,9 +472,6 @@ fn main() {
     }
 }
 
-/// Forward passes each timing child times (after one warm-up pass).
-const TIMED_PASSES: usize = 5;
-
 /// A timing child of `tracking_time_ratio`: the annotated forward pass, timed.
 fn time_child(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let settings = Settings::parse(args)?;
@@ -486,7 +483,7 @@ fn time_child(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         settings.config.vocab,
         &device,
     );
-    heap_measure::time_child(TIMED_PASSES, || {
+    heap_measure::time_child(|| {
         drop(forward(Variant::Annotated, &weights, &batch));
         Ok::<(), std::convert::Infallible>(())
     })?;
@@ -687,6 +684,10 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         "≤ 1.05",
         time_ratio <= 1.05,
     );
+    let (min_passes, min_seconds) = (
+        heap_measure::MIN_TIMED_PASSES,
+        heap_measure::MIN_TIMED_SECONDS,
+    );
     r.note(&format!(
         "BERT-style encoder written with burn 0.22's tensor API ({shape}), f32 on the \
          burn-ndarray backend (`Device::ndarray()`, no autodiff), weights random from the same \
@@ -715,7 +716,8 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
          `max_batch_bisection_runs_*`). `tracking_time_ratio`: annotated forward time \
          (batch {batch_size}) with tracking over without (`VRAMGUARD_ALLOC_CONF=heap_tracking:false`), \
          the median over {rounds} rounds of two child processes run back to back, each child's \
-         time the median of its {TIMED_PASSES} passes."
+         time the median of its passes (at least {min_passes}, as many as fit in \
+         {min_seconds} s)."
     ));
     r.finish(args);
     if !identical {

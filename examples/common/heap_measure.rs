@@ -81,12 +81,16 @@ pub fn bytes_held_by<T>(kept: Vec<T>) -> u64 {
     before.saturating_sub(after).saturating_sub(buffer)
 }
 
-/// The child's side of [`tracking_time_ratio`]: one warm-up pass, then `reps` timed passes of
-/// `forward`; prints `tracking=<0|1> forward_ns=<median>` on stdout.
-pub fn time_child<E>(reps: usize, mut forward: impl FnMut() -> Result<(), E>) -> Result<(), E> {
+/// The child's side of [`tracking_time_ratio`]: one warm-up pass, then at least
+/// [`MIN_TIMED_PASSES`] timed passes of `forward`, more when they are short (as many as fit in
+/// [`MIN_TIMED_SECONDS`], at most 1000); prints `tracking=<0|1> forward_ns=<median>` on stdout.
+pub fn time_child<E>(mut forward: impl FnMut() -> Result<(), E>) -> Result<(), E> {
+    let start = Instant::now();
     forward()?;
-    let mut times = Vec::with_capacity(reps);
-    for _ in 0..reps.max(1) {
+    let warm_up = start.elapsed().as_secs_f64();
+    let passes = ((MIN_TIMED_SECONDS / warm_up.max(1e-9)) as usize).clamp(MIN_TIMED_PASSES, 1000);
+    let mut times = Vec::with_capacity(passes);
+    for _ in 0..passes {
         let start = Instant::now();
         forward()?;
         times.push(start.elapsed().as_secs_f64() * 1e9);
@@ -98,6 +102,13 @@ pub fn time_child<E>(reps: usize, mut forward: impl FnMut() -> Result<(), E>) ->
     );
     Ok(())
 }
+
+/// The fewest passes a timing child times.
+pub const MIN_TIMED_PASSES: usize = 5;
+
+/// The least time a timing child spends on timed passes (short passes are repeated more: the
+/// median of a few millisecond-long passes is mostly the machine's noise).
+pub const MIN_TIMED_SECONDS: f64 = 0.5;
 
 /// Forward-pass times with the tracking allocator on and off, from `rounds` pairs of child
 /// processes run one after the other (the order alternates between rounds).
