@@ -614,6 +614,17 @@ fn run(args: &Args) -> std::result::Result<(), Box<dyn std::error::Error>> {
         "≤ 1.05",
         time_ratio <= 1.05,
     );
+    let round_ratios = times.round_ratios();
+    r.metric(
+        "tracking_time_ratio_lowest_round",
+        round_ratios.first().copied().unwrap_or(f64::NAN),
+        Unit::Ratio,
+    );
+    r.metric(
+        "tracking_time_ratio_highest_round",
+        round_ratios.last().copied().unwrap_or(f64::NAN),
+        Unit::Ratio,
+    );
     let (min_passes, min_seconds) = (
         heap_measure::MIN_TIMED_PASSES,
         heap_measure::MIN_TIMED_SECONDS,
@@ -644,7 +655,8 @@ fn run(args: &Args) -> std::result::Result<(), Box<dyn std::error::Error>> {
          (batch {batch_size}) with tracking over without (`VRAMGUARD_ALLOC_CONF=heap_tracking:false`), \
          the median over {rounds} rounds of two child processes run back to back, each child's \
          time the median of its passes (at least {min_passes}, as many as fit in \
-         {min_seconds} s)."
+         {min_seconds} s); `_lowest_round` and `_highest_round`: the extreme rounds, whose \
+         spread is the machine's noise."
     ));
     r.finish(args);
     if !identical {

@@ -125,13 +125,20 @@ impl TrackingTimes {
     /// the two children of a round ran back to back, so a change in the machine's load between
     /// rounds cancels out.
     pub fn ratio(&self) -> f64 {
+        median(&mut self.round_ratios())
+    }
+
+    /// Each round's time with tracking over its time without, smallest first: their spread is
+    /// the machine's noise.
+    pub fn round_ratios(&self) -> Vec<f64> {
         let mut ratios: Vec<f64> = self
             .with_tracking_ns
             .iter()
             .zip(&self.without_tracking_ns)
             .map(|(with, without)| with / without)
             .collect();
-        median(&mut ratios)
+        ratios.sort_by(f64::total_cmp);
+        ratios
     }
 }
 
