@@ -1,106 +1,57 @@
-//! `#[vramguard::inference]` on candle code: a BERT-style encoder written with candle-core and
-//! candle-nn the way candle users write it (candle-transformers' `bert.rs`: one `let` per step,
-//! shadowed names, `?`), run once plain and once with the same functions under the attribute.
+//! `#[vramguard::inference]` and `#[vramguard::batch_scope]` on candle code, measured with
+//! vramguard's tracking allocator: a BERT-style encoder written with candle-core and candle-nn
+//! the way candle users write it (candle-transformers' `bert.rs`: one `let` per step, shadowed
+//! names, `?`).
 //!
 //! ```sh
 //! cargo run --release --features candle --example candle_inference
 //! cargo run --release --features candle --example candle_inference -- --layers 6 --hidden 384 --batch 4 --seq 128 --json
 //! ```
 //!
-//! What is measured: the heap peak of each forward pass above the bytes live before it (weights,
-//! inputs, candle's and rayon's warmed-up caches), counted by a global allocator that wraps
-//! `System` and keeps the current and peak bytes in atomics (candle's CPU matmul runs on rayon
-//! threads; every thread's allocations count). Each variant runs `--reps` times, interleaved;
-//! the larger peak of its runs is reported. Outputs are compared bit for bit.
+//! The heap is measured by one line, the one a candle user adds to their own program:
+//! `#[global_allocator] static ALLOC: vramguard::TrackingAllocator = ...::system();` (every
+//! thread's allocations count: candle's CPU matmul runs on rayon threads). Four things:
+//!
+//! 1. **Peaks**: the forward pass run once plain and once with the same functions under
+//!    `#[vramguard::inference]`; the heap peak of each above the bytes live before it (weights,
+//!    inputs, candle's and rayon's warmed-up caches). Each variant runs `--reps` times,
+//!    interleaved; the larger peak of its runs is reported. Outputs are compared bit for bit.
+//! 2. **A leak, named**: an evaluation loop under `#[vramguard::batch_scope(label = "eval")]`
+//!    that keeps every batch's output in a `Vec` (the article's
+//!    `intermediate_results.append(out)`). The scope's report says how many bytes each
+//!    iteration left behind; the growth of its live bytes per iteration
+//!    (`leak_bytes_per_iter`) is checked against the bytes freed when a `Vec` of the same
+//!    outputs is dropped, divided by the iterations (`leak_exact`).
+//! 3. **The largest batch in a RAM budget** (`--budget-mib`, weights included), plain and
+//!    annotated, with `vramguard::heap::max_batch`; `max_batch_exact` is 1 when its answers equal
+//!    those of a plain doubling-then-bisection over the same fits-predicate.
+//! 4. **What tracking costs**: the example re-runs itself as child processes, alternately with
+//!    and without `VRAMGUARD_ALLOC_CONF=heap_tracking:false`, and compares their median forward
+//!    times (`tracking_time_ratio`).
 //!
 //! candle has no no-grad mode: the weights are plain tensors (not `Var`s), so nothing records a
 //! graph in either run, and the attribute's only effect here is that each local is freed right
 //! after its last use.
 //!
 //! Flags: `--layers N` (6), `--hidden N` (384), `--heads N` (6), `--batch N` (4), `--seq N`
-//! (128), `--reps N` (2), `--quick` (2 layers, hidden 128, heads 2, batch 2, seq 32), plus the
-//! shared `--json` and `--write` (which rewrites the `candle` section of BENCHMARKS.md).
+//! (128), `--reps N` (2), `--eval-batches N` (6), `--budget-mib N` (160), `--time-rounds N`
+//! (7), `--quick` (2 layers, hidden 128, heads 2, batch 2, seq 32, budget 24 MiB, 3 time rounds),
+//! plus the shared `--json` and `--write` (which rewrites the `candle` section of
+//! BENCHMARKS.md).
 
+#[path = "common/heap_measure.rs"]
+mod heap_measure;
 #[path = "../benches/support/report.rs"]
 mod report;
 
 use candle_core::{DType, Device, Module, Result, Tensor, D};
 use candle_nn::{Embedding, LayerNorm, Linear};
 use report::{Args, Report, Unit};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use vramguard::heap;
 
-/// `System`, counting the bytes currently allocated and their peak, across all threads.
-struct CountingAlloc;
-
-static CURRENT: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-impl CountingAlloc {
-    fn grew(by: usize) {
-        let now = CURRENT.fetch_add(by, Ordering::Relaxed) + by;
-        PEAK.fetch_max(now, Ordering::Relaxed);
-    }
-
-    fn shrank(by: usize) {
-        CURRENT.fetch_sub(by, Ordering::Relaxed);
-    }
-
-    /// Starts a measurement: the peak restarts from the bytes live now, which it returns.
-    fn reset_peak() -> usize {
-        let now = CURRENT.load(Ordering::SeqCst);
-        PEAK.store(now, Ordering::SeqCst);
-        now
-    }
-
-    fn peak() -> usize {
-        PEAK.load(Ordering::SeqCst)
-    }
-}
-
-// SAFETY: every call is forwarded to `System` with the same arguments; the counters are only
-// bookkeeping.
-unsafe impl GlobalAlloc for CountingAlloc {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded as is.
-        let ptr = unsafe { System.alloc(layout) };
-        if !ptr.is_null() {
-            Self::grew(layout.size());
-        }
-        ptr
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded as is.
-        let ptr = unsafe { System.alloc_zeroed(layout) };
-        if !ptr.is_null() {
-            Self::grew(layout.size());
-        }
-        ptr
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded as is.
-        unsafe { System.dealloc(ptr, layout) };
-        Self::shrank(layout.size());
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: forwarded as is.
-        let new = unsafe { System.realloc(ptr, layout, new_size) };
-        if !new.is_null() {
-            if new_size >= layout.size() {
-                Self::grew(new_size - layout.size());
-            } else {
-                Self::shrank(layout.size() - new_size);
-            }
-        }
-        new
-    }
-}
-
+// The one line a user adds: every heap allocation of the process is counted from here on.
 #[global_allocator]
-static ALLOCATOR: CountingAlloc = CountingAlloc;
+static ALLOC: vramguard::TrackingAllocator = vramguard::TrackingAllocator::system();
 
 /// Model shape.
 #[derive(Debug, Clone, Copy)]
@@ -329,55 +280,169 @@ fn forward(variant: Variant, weights: &BertWeights, batch: &Batch) -> Result<Ten
     }
 }
 
+/// Runs both variants until three rounds in a row leave the heap's live bytes as they found
+/// them (at most 20 rounds), so that what is created once exists before anything is measured:
+/// rayon's pool, and gemm's per-thread buffers, which a rayon thread allocates the first time
+/// it gets work (with small matrices, maybe only after several passes).
+fn warm_up(weights: &BertWeights, batch: &Batch) -> Result<()> {
+    let mut quiet_rounds = 0;
+    for _ in 0..20 {
+        let before = heap::stats().allocated_bytes;
+        drop(forward(Variant::Plain, weights, batch)?);
+        drop(forward(Variant::Annotated, weights, batch)?);
+        quiet_rounds = if heap::stats().allocated_bytes == before {
+            quiet_rounds + 1
+        } else {
+            0
+        };
+        if quiet_rounds == 3 {
+            break;
+        }
+    }
+    Ok(())
+}
+
 /// The forward pass's heap peak above what was live before it, and its output.
-fn measure(variant: Variant, weights: &BertWeights, batch: &Batch) -> Result<(usize, Tensor)> {
-    let base = CountingAlloc::reset_peak();
+fn measure(variant: Variant, weights: &BertWeights, batch: &Batch) -> Result<(u64, Tensor)> {
+    heap::reset_peak_stats();
+    let base = heap::stats().allocated_bytes;
     let out = forward(variant, weights, batch)?;
-    Ok((CountingAlloc::peak() - base, out))
+    Ok((heap::stats().peak_allocated_bytes - base, out))
+}
+
+/// The article's evaluation loop, with its leak: every batch's output is kept, so each
+/// iteration leaves its output behind, and the scope's report says so. `live` receives each
+/// finished iteration's `live_bytes` (read at the top of the next one) for the check in `run`;
+/// it is reserved, so pushing to it allocates nothing.
+#[vramguard::batch_scope(label = "eval", warn_after = 4)]
+// The leak is what this loop is here to show: the compile-time lint that flags `kept.push` is
+// silenced so that the run-time report is what names it.
+#[vramguard::allow(accumulates_across_iterations)]
+fn eval_keeping_outputs(
+    weights: &BertWeights,
+    batches: &[Batch],
+    kept: &mut Vec<Tensor>,
+    live: &mut Vec<u64>,
+) -> Result<()> {
+    for batch in batches {
+        if let Some(previous) = vramguard::scope::last_report("eval") {
+            live.push(previous.live_bytes);
+        }
+        let output = annotated::Bert(weights).forward(&batch.input_ids, &batch.attention_mask)?;
+        kept.push(output);
+    }
+    Ok(())
+}
+
+/// Shape and measurement settings from the command line.
+struct Settings {
+    config: Config,
+    batch_size: usize,
+    seq: usize,
+    reps: usize,
+    eval_batches: usize,
+    budget_mib: u64,
+    time_rounds: usize,
+}
+
+impl Settings {
+    fn parse(args: &Args) -> std::result::Result<Settings, String> {
+        let quick = args.quick;
+        let layers: usize = args.value("layers").unwrap_or(if quick { 2 } else { 6 });
+        let hidden: usize = args
+            .value("hidden")
+            .unwrap_or(if quick { 128 } else { 384 });
+        let heads: usize = args.value("heads").unwrap_or(if quick { 2 } else { 6 });
+        let batch_size: usize = args.value("batch").unwrap_or(if quick { 2 } else { 4 });
+        let seq: usize = args.value("seq").unwrap_or(if quick { 32 } else { 128 });
+        if layers == 0 || batch_size == 0 || seq == 0 || heads == 0 || !hidden.is_multiple_of(heads)
+        {
+            return Err(
+                "--layers, --batch, --seq and --heads must be at least 1, and --hidden a \
+                        multiple of --heads"
+                    .into(),
+            );
+        }
+        Ok(Settings {
+            config: Config {
+                vocab: 8192,
+                hidden,
+                heads,
+                ffn: 4 * hidden,
+                layers,
+                max_positions: seq.max(512),
+            },
+            batch_size,
+            seq,
+            reps: args.value::<usize>("reps").unwrap_or(2).max(1),
+            eval_batches: args.value::<usize>("eval-batches").unwrap_or(6).max(2),
+            budget_mib: args
+                .value("budget-mib")
+                .unwrap_or(if quick { 24 } else { 160 }),
+            time_rounds: args
+                .value::<usize>("time-rounds")
+                .unwrap_or(if quick { 3 } else { 7 })
+                .max(1),
+        })
+    }
 }
 
 fn main() {
     let args = Args::parse();
-    if let Err(e) = run(&args) {
+    let result = if args.rest.iter().any(|a| a == heap_measure::TIME_CHILD_FLAG) {
+        time_child(&args)
+    } else {
+        run(&args)
+    };
+    if let Err(e) = result {
         eprintln!("candle_inference failed: {e}");
         std::process::exit(1);
     }
 }
 
+/// A timing child of `tracking_time_ratio`: the annotated forward pass, timed.
+fn time_child(args: &Args) -> std::result::Result<(), Box<dyn std::error::Error>> {
+    let settings = Settings::parse(args)?;
+    let device = Device::Cpu;
+    let weights = BertWeights::new(settings.config, 42, &device)?;
+    let batch = Batch::synthetic(
+        settings.batch_size,
+        settings.seq,
+        settings.config.vocab,
+        &device,
+    )?;
+    heap_measure::time_child(|| forward(Variant::Annotated, &weights, &batch).map(drop))?;
+    Ok(())
+}
+
 fn run(args: &Args) -> std::result::Result<(), Box<dyn std::error::Error>> {
-    let quick = args.quick;
-    let layers: usize = args.value("layers").unwrap_or(if quick { 2 } else { 6 });
-    let hidden: usize = args
-        .value("hidden")
-        .unwrap_or(if quick { 128 } else { 384 });
-    let heads: usize = args.value("heads").unwrap_or(if quick { 2 } else { 6 });
-    let batch_size: usize = args.value("batch").unwrap_or(if quick { 2 } else { 4 });
-    let seq: usize = args.value("seq").unwrap_or(if quick { 32 } else { 128 });
-    let reps: usize = args.value::<usize>("reps").unwrap_or(2).max(1);
-    if layers == 0 || batch_size == 0 || seq == 0 || heads == 0 || !hidden.is_multiple_of(heads) {
-        return Err("--layers, --batch, --seq and --heads must be at least 1, and --hidden a multiple of --heads".into());
+    let settings = Settings::parse(args)?;
+    let Settings {
+        config,
+        batch_size,
+        seq,
+        reps,
+        ..
+    } = settings;
+    let hidden = config.hidden;
+    if !heap::is_tracking() {
+        return Err("the tracking allocator is off (VRAMGUARD_ALLOC_CONF has \
+                    heap_tracking:false?): this example measures with it; unset that key"
+            .into());
     }
-    let config = Config {
-        vocab: 8192,
-        hidden,
-        heads,
-        ffn: 4 * hidden,
-        layers,
-        max_positions: seq.max(512),
-    };
     let shape = format!(
-        "{layers} layers, hidden {hidden}, {heads} heads, FFN {}, batch {batch_size}, sequence {seq}",
-        config.ffn
+        "{} layers, hidden {hidden}, {} heads, FFN {}, batch {batch_size}, sequence {seq}",
+        config.layers, config.heads, config.ffn
     );
     eprintln!("BERT-style encoder in candle (CPU): {shape}");
 
     let device = Device::Cpu;
     let weights = BertWeights::new(config, 42, &device)?;
     let batch = Batch::synthetic(batch_size, seq, config.vocab, &device)?;
-    // One pass first, so rayon's pool and gemm's per-thread buffers exist before measuring.
-    drop(forward(Variant::Plain, &weights, &batch)?);
+    warm_up(&weights, &batch)?;
     let weight_bytes = weights_bytes(&weights);
 
+    eprintln!("peaks: {reps} interleaved forward passes of each variant ...");
     let (mut peak_plain, mut peak_annotated) = (0, 0);
     let (mut out_plain, mut out_annotated) = (None, None);
     for _ in 0..reps {
@@ -396,16 +461,74 @@ fn run(args: &Args) -> std::result::Result<(), Box<dyn std::error::Error>> {
     };
     let ratio = peak_annotated as f64 / peak_plain.max(1) as f64;
 
+    let iterations = settings.eval_batches;
+    eprintln!("eval loop: {iterations} batches under #[batch_scope], every output kept ...");
+    let batches = (0..iterations)
+        .map(|_| Batch::synthetic(batch_size, seq, config.vocab, &device))
+        .collect::<Result<Vec<_>>>()?;
+    // Reserved up front: the Vecs' own growth is not part of the figures.
+    let mut kept = Vec::with_capacity(iterations);
+    let mut live = Vec::with_capacity(iterations);
+    eval_keeping_outputs(&weights, &batches, &mut kept, &mut live)?;
+    let report =
+        vramguard::scope::last_report("eval").ok_or("the eval loop left no batch-scope report")?;
+    eprintln!("{report}");
+    live.push(report.live_bytes);
+    drop(kept);
+    // What the loop keeps per iteration: the median growth of the scope's live bytes from one
+    // iteration's end to the next. (An iteration's `escaped_bytes` can also count a buffer of
+    // the backend's own that a later iteration frees: with candle, a 1520-byte block of rayon's
+    // job queue, allocated on the calling thread every 63 jobs; the median skips those.)
+    let mut growth: Vec<i64> = live.windows(2).map(|w| w[1] as i64 - w[0] as i64).collect();
+    growth.sort_unstable();
+    let leak_per_iter = growth.get(growth.len() / 2).copied().unwrap_or(0).max(0) as u64;
+    // The independent measure: the same outputs made outside any scope, kept in a Vec, and the
+    // heap bytes freed when it is dropped (no scope bookkeeping is freed with them).
+    let mut unscoped = Vec::with_capacity(iterations);
+    for batch in &batches {
+        unscoped.push(forward(Variant::Annotated, &weights, batch)?);
+    }
+    let freed = heap_measure::bytes_held_by(unscoped);
+    let freed_per_iter = freed / iterations as u64;
+    let leak_exact = leak_per_iter * iterations as u64 == freed;
+    drop(batches);
+
+    let budget_mib = settings.budget_mib;
+    let budget = budget_mib << 20;
+    eprintln!("largest batch in {budget_mib} MiB of heap (finder, then bisection) ...");
+    // The finder's answer, and the bisection's answer and run count, for one variant.
+    let search = |variant: Variant| -> std::result::Result<_, Box<dyn std::error::Error>> {
+        let mut run_batch = |b: usize| -> Result<()> {
+            let batch = Batch::synthetic(b, seq, config.vocab, &device)?;
+            forward(variant, &weights, &batch).map(drop)
+        };
+        let finder = heap::max_batch(budget, &mut run_batch)?;
+        eprintln!("  {variant:?}: {finder}");
+        // Doubling stops past twice the finder's answer: were the finder low, the two would
+        // still disagree.
+        let cap = 2 * finder.batch.max(1) + 2;
+        let (bisected, bisection_runs) =
+            heap_measure::bisection(cap, |b| heap_measure::heap_fits(budget, b, &mut run_batch))?;
+        Ok((finder, bisected, bisection_runs))
+    };
+    let (finder_plain, bisected_plain, bisection_runs_plain) = search(Variant::Plain)?;
+    let (finder_annotated, bisected_annotated, bisection_runs_annotated) =
+        search(Variant::Annotated)?;
+    let max_batch_exact =
+        finder_plain.batch == bisected_plain && finder_annotated.batch == bisected_annotated;
+    drop((weights, batch));
+
+    let rounds = settings.time_rounds;
+    eprintln!("time: {rounds} rounds of a child process with tracking and one without ...");
+    let times = heap_measure::tracking_time_ratio(rounds)?;
+    let time_ratio = times.ratio();
+
     let mut r = Report::new("candle");
     r.cargo_args("--features candle --example candle_inference");
-    r.metric("candle_peak_bytes_plain", peak_plain as f64, Unit::Bytes);
-    r.metric(
-        "candle_peak_bytes_annotated",
-        peak_annotated as f64,
-        Unit::Bytes,
-    );
+    r.metric("peak_bytes_plain", peak_plain as f64, Unit::Bytes);
+    r.metric("peak_bytes_annotated", peak_annotated as f64, Unit::Bytes);
     r.metric_with_target(
-        "candle_peak_annotated_over_plain",
+        "peak_annotated_over_plain",
         ratio,
         Unit::Ratio,
         "≤ 0.70",
@@ -421,33 +544,124 @@ fn run(args: &Args) -> std::result::Result<(), Box<dyn std::error::Error>> {
     // One `[batch, seq, hidden]` f32 activation: the unit the peaks are easiest to read in.
     let activation = (batch_size * seq * hidden * 4) as f64;
     r.metric(
-        "candle_peak_plain_in_activations",
+        "peak_plain_in_activations",
         peak_plain as f64 / activation,
         Unit::Ratio,
     );
     r.metric(
-        "candle_peak_annotated_in_activations",
+        "peak_annotated_in_activations",
         peak_annotated as f64 / activation,
         Unit::Ratio,
     );
     r.metric("weight_bytes", weight_bytes as f64, Unit::Bytes);
+    r.metric("leak_bytes_per_iter", leak_per_iter as f64, Unit::Bytes);
+    r.metric(
+        "leak_bytes_freed_per_iter",
+        freed_per_iter as f64,
+        Unit::Bytes,
+    );
+    r.metric_with_target(
+        "leak_exact",
+        f64::from(u8::from(leak_exact)),
+        Unit::Count,
+        "= 1",
+        leak_exact,
+    );
+    r.metric(
+        "leak_escaped_bytes_last_iter",
+        report.escaped_bytes as f64,
+        Unit::Bytes,
+    );
+    r.metric(
+        "leak_growth_streak",
+        f64::from(report.growth_streak),
+        Unit::Count,
+    );
+    r.metric("max_batch_plain", finder_plain.batch as f64, Unit::Batch);
+    r.metric(
+        "max_batch_annotated",
+        finder_annotated.batch as f64,
+        Unit::Batch,
+    );
+    r.metric(
+        "max_batch_annotated_over_plain",
+        finder_annotated.batch as f64 / finder_plain.batch.max(1) as f64,
+        Unit::Ratio,
+    );
+    let finder_runs = finder_plain.run_count().max(finder_annotated.run_count());
+    r.metric("max_batch_runs", finder_runs as f64, Unit::Count);
+    r.metric(
+        "max_batch_bisection_runs_plain",
+        bisection_runs_plain as f64,
+        Unit::Count,
+    );
+    r.metric(
+        "max_batch_bisection_runs_annotated",
+        bisection_runs_annotated as f64,
+        Unit::Count,
+    );
+    r.metric_with_target(
+        "max_batch_exact",
+        f64::from(u8::from(max_batch_exact)),
+        Unit::Count,
+        "= 1",
+        max_batch_exact,
+    );
+    r.metric_with_target(
+        "tracking_time_ratio",
+        time_ratio,
+        Unit::Ratio,
+        "≤ 1.05",
+        time_ratio <= 1.05,
+    );
+    let round_ratios = times.round_ratios();
+    r.metric(
+        "tracking_time_ratio_lowest_round",
+        round_ratios.first().copied().unwrap_or(f64::NAN),
+        Unit::Ratio,
+    );
+    r.metric(
+        "tracking_time_ratio_highest_round",
+        round_ratios.last().copied().unwrap_or(f64::NAN),
+        Unit::Ratio,
+    );
+    let (min_passes, min_seconds) = (
+        heap_measure::MIN_TIMED_PASSES,
+        heap_measure::MIN_TIMED_SECONDS,
+    );
     r.note(&format!(
         "BERT-style encoder written with candle-core and candle-nn ({shape}), f32 on candle's CPU \
          device, weights random from a fixed seed as plain tensors (candle records no graph for \
-         them). Peaks: heap bytes counted by a global allocator wrapping `System` (atomics, every \
-         thread), above the bytes live before each forward pass (weights, inputs and warmed-up \
-         rayon/gemm buffers excluded; the output is included); the larger of {reps} interleaved \
-         runs per variant. `plain`: the functions without an attribute; `annotated`: the same \
-         functions, stamped from one macro, under `#[vramguard::inference]`. \
-         `outputs_bit_identical` = 1 when every output element has the same bits. \
-         `_in_activations`: the peak over one `[batch, seq, hidden]` f32 activation. With the \
-         default shape the annotated peak is 10.00 of them, the floor of this code: at the FFN's \
-         GELU, its input and output (4 each), the attention output, and the layer's input that \
-         the caller still holds. Without the attribute the peak is in self-attention, where \
-         q, k, v, their per-head copies, the scaled, masked and softmaxed scores and the \
-         context all stay alive until the function returns."
+         them). Every figure comes from `vramguard::TrackingAllocator`, installed as the global \
+         allocator (every thread's allocations, Layout sizes). Peaks: above the bytes live \
+         before each forward pass (weights, inputs and warmed-up rayon/gemm buffers excluded; \
+         the output is included); the larger of {reps} interleaved runs per variant. `plain`: \
+         the functions without an attribute; `annotated`: the same functions, stamped from one \
+         macro, under `#[vramguard::inference]`. `outputs_bit_identical` = 1 when every output \
+         element has the same bits. `_in_activations`: the peak over one `[batch, seq, hidden]` \
+         f32 activation. Leak: {iterations} iterations of a `#[batch_scope(label = \"eval\")]` \
+         loop that pushes each annotated output into a reserved `Vec`; `leak_bytes_per_iter` is \
+         the median growth of the scope's `live_bytes` from one iteration's report to the next; \
+         `leak_escaped_bytes_last_iter` the last report's `escaped_bytes` (it \
+         also counts what the backend allocates in one iteration and frees in a later one); \
+         `leak_bytes_freed_per_iter` the heap bytes freed when a `Vec` of the \
+         same outputs, made outside any scope, is dropped (its own buffer left out), over the \
+         iterations; `leak_exact` = 1 when the two agree to the byte. \
+         Max batch: the process's heap peak within {budget_mib} MiB, weights included, batch \
+         size at sequence {seq}; `max_batch_runs` is the larger run count of \
+         `vramguard::heap::max_batch`'s two searches, `max_batch_exact` = 1 when both answers \
+         equal a doubling-then-bisection over the same predicate (its runs: \
+         `max_batch_bisection_runs_*`). `tracking_time_ratio`: annotated forward time \
+         (batch {batch_size}) with tracking over without (`VRAMGUARD_ALLOC_CONF=heap_tracking:false`), \
+         the median over {rounds} rounds of two child processes run back to back, each child's \
+         time the median of its passes (at least {min_passes}, as many as fit in \
+         {min_seconds} s); `_lowest_round` and `_highest_round`: the extreme rounds, whose \
+         spread is the machine's noise."
     ));
     r.finish(args);
+    if !identical {
+        return Err("the annotated output differs from the plain output".into());
+    }
     Ok(())
 }
 

@@ -3,6 +3,11 @@
 # need a feature or measure the macro itself) becomes a module of one throwaway library crate
 # under target/examples-check, and every function in it gets #[vramguard::inference].
 # Prints `M/N functions compile`; exits non-zero unless N/N.
+#
+# Then the two examples a candle or burn user would copy, `candle_inference` and
+# `burn_inference`, run in `--quick --json` mode (release build; the first build of candle and
+# burn takes minutes), and each must report `outputs_bit_identical`, `max_batch_exact` and
+# `leak_exact` equal to 1. `EXAMPLES_CHECK_SKIP_RUNS=1` skips this part.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -11,8 +16,9 @@ rm -rf "$dir"
 mkdir -p "$dir/src" "$dir/benches"
 cp -r examples/. "$dir/src/"
 cp -r benches/support "$dir/benches/"
-# candle_inference needs the `candle` feature; compile_bench builds other crates.
-rm -f "$dir/src/candle_inference.rs" "$dir/src/compile_bench.rs"
+# candle_inference and burn_inference need the `candle` and `burn` features; compile_bench
+# builds other crates.
+rm -f "$dir/src/candle_inference.rs" "$dir/src/burn_inference.rs" "$dir/src/compile_bench.rs"
 cat > "$dir/Cargo.toml" <<TOML
 [package]
 name = "vramguard-examples-check"
@@ -41,3 +47,20 @@ cargo build --release -q -p cargo-vramguard
 target/release/cargo-vramguard vramguard check "$dir" \
     --target-dir "$root/target/examples-check/target" \
     --work-dir "$root/target/examples-check/work"
+
+[[ "${EXAMPLES_CHECK_SKIP_RUNS:-0}" == 1 ]] && exit 0
+status=0
+for example in candle:candle_inference burn:burn_inference; do
+    feature=${example%%:*}
+    name=${example#*:}
+    echo "== $name --quick --json"
+    out=$(cargo run --release -q --features "$feature" --example "$name" -- --quick --json)
+    echo "$out"
+    for metric in outputs_bit_identical max_batch_exact leak_exact; do
+        if ! grep -q "\"metric\":\"$metric\",\"value\":1," <<<"$out"; then
+            echo "$name: $metric is not 1" >&2
+            status=1
+        fi
+    done
+done
+exit $status
