@@ -3,8 +3,8 @@
 //! burn 0.22's tensor API on the `burn-ndarray` backend.
 //!
 //! ```sh
-//! cargo run --release --features burn --example burn_inference
-//! cargo run --release --features burn --example burn_inference -- --quick --json
+//! cargo run --release --features burn-ndarray --example burn_inference
+//! cargo run --release --features burn-ndarray --example burn_inference -- --quick --json
 //! ```
 //!
 //! Measured as `candle_inference` measures candle, every figure from `vramguard::TrackingAllocator`
@@ -600,7 +600,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let time_ratio = times.ratio();
 
     let mut r = Report::new("burn");
-    r.cargo_args("--features burn --example burn_inference");
+    r.cargo_args("--features burn-ndarray --example burn_inference");
     r.metric("peak_bytes_plain", peak_plain as f64, Unit::Bytes);
     r.metric("peak_bytes_annotated", peak_annotated as f64, Unit::Bytes);
     r.metric("peak_annotated_over_plain", ratio, Unit::Ratio);

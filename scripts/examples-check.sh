@@ -50,7 +50,7 @@ target/release/cargo-vramguard vramguard check "$dir" \
 
 [[ "${EXAMPLES_CHECK_SKIP_RUNS:-0}" == 1 ]] && exit 0
 status=0
-for example in candle:candle_inference burn:burn_inference; do
+for example in candle:candle_inference burn-ndarray:burn_inference; do
     feature=${example%%:*}
     name=${example#*:}
     echo "== $name --quick --json"

@@ -30,7 +30,7 @@ fn main() {
     let ok = output.status.success()
         && text.matches("error: vramguard:").count() == 1
         && text.contains("`trace_capacity`")
-        && text.contains("uses the default settings");
+        && text.contains("uses the default allocator settings");
     println!("test {name} ... {}", if ok { "ok" } else { "FAILED" });
     if !ok {
         println!("child's stderr:\n{text}");

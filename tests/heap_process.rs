@@ -142,7 +142,10 @@ fn a_malformed_setting_is_reported_once() {
         text.contains("malformed entry `memory_limit=64MiB`"),
         "{text}"
     );
-    assert!(text.contains("uses the default settings"), "{text}");
+    assert!(
+        text.contains("uses the default allocator settings"),
+        "{text}"
+    );
 }
 
 fn heap_tracking_false_turns_tracking_off() {

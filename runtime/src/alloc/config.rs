@@ -585,7 +585,7 @@ static ENV_CHECKED: AtomicBool = AtomicBool::new(false);
 pub(crate) fn report_env_error_once(error: &ConfigError) {
     if !ENV_ERROR_REPORTED.swap(true, Ordering::Relaxed) {
         crate::diagnostics::error(&format!(
-            "{ENV_VAR}: {error}; vramguard uses the default settings \
+            "{ENV_VAR}: {error}; vramguard uses the default allocator settings \
              (memory::config_error() returns this error)"
         ));
     }
