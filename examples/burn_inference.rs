@@ -43,7 +43,7 @@ mod heap_measure;
 mod report;
 
 use burn_tensor::{activation, module::embedding, Device, Int, Tensor, TensorData};
-use report::{Args, Report, Unit};
+use report::{Args, Report};
 use vramguard::heap;
 
 // The one line a user adds: every heap allocation of the process is counted from here on.
@@ -534,7 +534,6 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         }
         _ => false,
     };
-    let ratio = peak_annotated as f64 / peak_plain.max(1) as f64;
 
     let iterations = settings.eval_batches;
     eprintln!("eval loop: {iterations} batches under #[batch_scope], every output kept ...");
@@ -597,104 +596,27 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let rounds = settings.time_rounds;
     eprintln!("time: {rounds} rounds of a child process with tracking and one without ...");
     let times = heap_measure::tracking_time_ratio(rounds)?;
-    let time_ratio = times.ratio();
 
     let mut r = Report::new("burn");
     r.cargo_args("--features burn-ndarray --example burn_inference");
-    r.metric("peak_bytes_plain", peak_plain as f64, Unit::Bytes);
-    r.metric("peak_bytes_annotated", peak_annotated as f64, Unit::Bytes);
-    r.metric("peak_annotated_over_plain", ratio, Unit::Ratio);
-    r.metric_with_target(
-        "outputs_bit_identical",
-        f64::from(u8::from(identical)),
-        Unit::Count,
-        "= 1",
+    heap_measure::HeapMetrics {
+        peak_plain,
+        peak_annotated,
+        peak_ratio_target: None,
         identical,
-    );
-    // One `[batch, seq, hidden]` f32 activation: the unit the peaks are easiest to read in.
-    let activation = (batch_size * seq * hidden * 4) as f64;
-    r.metric(
-        "peak_plain_in_activations",
-        peak_plain as f64 / activation,
-        Unit::Ratio,
-    );
-    r.metric(
-        "peak_annotated_in_activations",
-        peak_annotated as f64 / activation,
-        Unit::Ratio,
-    );
-    r.metric("weight_bytes", weight_bytes as f64, Unit::Bytes);
-    r.metric("leak_bytes_per_iter", leak_per_iter as f64, Unit::Bytes);
-    r.metric(
-        "leak_bytes_freed_per_iter",
-        freed_per_iter as f64,
-        Unit::Bytes,
-    );
-    r.metric_with_target(
-        "leak_exact",
-        f64::from(u8::from(leak_exact)),
-        Unit::Count,
-        "= 1",
+        // One `[batch, seq, hidden]` f32 activation: the unit the peaks are easiest to read in.
+        activation_bytes: (batch_size * seq * hidden * 4) as f64,
+        weight_bytes,
+        leak_per_iter,
+        freed_per_iter,
         leak_exact,
-    );
-    r.metric(
-        "leak_escaped_bytes_last_iter",
-        report.escaped_bytes as f64,
-        Unit::Bytes,
-    );
-    r.metric(
-        "leak_growth_streak",
-        f64::from(report.growth_streak),
-        Unit::Count,
-    );
-    r.metric("max_batch_plain", finder_plain.batch as f64, Unit::Batch);
-    r.metric(
-        "max_batch_annotated",
-        finder_annotated.batch as f64,
-        Unit::Batch,
-    );
-    r.metric(
-        "max_batch_annotated_over_plain",
-        finder_annotated.batch as f64 / finder_plain.batch.max(1) as f64,
-        Unit::Ratio,
-    );
-    let finder_runs = finder_plain.run_count().max(finder_annotated.run_count());
-    r.metric("max_batch_runs", finder_runs as f64, Unit::Count);
-    r.metric(
-        "max_batch_bisection_runs_plain",
-        bisection_runs_plain as f64,
-        Unit::Count,
-    );
-    r.metric(
-        "max_batch_bisection_runs_annotated",
-        bisection_runs_annotated as f64,
-        Unit::Count,
-    );
-    r.metric_with_target(
-        "max_batch_exact",
-        f64::from(u8::from(max_batch_exact)),
-        Unit::Count,
-        "= 1",
+        last_report: &report,
+        finders: [&finder_plain, &finder_annotated],
+        bisection_runs: [bisection_runs_plain, bisection_runs_annotated],
         max_batch_exact,
-    );
-    r.metric_with_target(
-        "tracking_time_ratio",
-        time_ratio,
-        Unit::Ratio,
-        "≤ 1.05",
-        time_ratio <= 1.05,
-    );
-    let round_ratios = times.round_ratios();
-    r.metric(
-        "tracking_time_ratio_lowest_round",
-        round_ratios.first().copied().unwrap_or(f64::NAN),
-        Unit::Ratio,
-    );
-    r.metric(
-        "tracking_time_ratio_highest_round",
-        round_ratios.last().copied().unwrap_or(f64::NAN),
-        Unit::Ratio,
-    );
+        times: &times,
+    }
+    .add_to(&mut r);
     let (min_passes, min_seconds) = (
         heap_measure::MIN_TIMED_PASSES,
         heap_measure::MIN_TIMED_SECONDS,

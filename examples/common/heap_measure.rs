@@ -228,3 +228,152 @@ pub fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
 }
+
+/// The metrics both heap examples print, in order (candle's and burn's `--json` lines).
+pub struct HeapMetrics<'a> {
+    /// Heap peak of the plain forward pass, above the bytes live before it.
+    pub peak_plain: u64,
+    /// The same under `#[vramguard::inference]`.
+    pub peak_annotated: u64,
+    /// The target of `peak_annotated_over_plain`, if the example sets one.
+    pub peak_ratio_target: Option<f64>,
+    /// Whether every output element has the same bits in both variants.
+    pub identical: bool,
+    /// Bytes of one `[batch, seq, hidden]` f32 activation.
+    pub activation_bytes: f64,
+    /// Bytes of the model's weights.
+    pub weight_bytes: usize,
+    /// The leak loop's growth per iteration, from the scope's reports.
+    pub leak_per_iter: u64,
+    /// The bytes a `Vec` of the same outputs, made outside any scope, frees per iteration.
+    pub freed_per_iter: u64,
+    /// Whether the two leak figures agree to the byte (over all iterations).
+    pub leak_exact: bool,
+    /// The leak loop's last report.
+    pub last_report: &'a vramguard::scope::ScopeReport,
+    /// `heap::max_batch` on the plain and the annotated forward pass.
+    pub finders: [&'a vramguard::memory::MaxBatch; 2],
+    /// The bisection's run counts, plain and annotated.
+    pub bisection_runs: [usize; 2],
+    /// Whether both finders' answers equal the bisection's.
+    pub max_batch_exact: bool,
+    /// The tracking time ratio's rounds.
+    pub times: &'a TrackingTimes,
+}
+
+impl HeapMetrics<'_> {
+    /// Adds the metrics to `r`.
+    pub fn add_to(&self, r: &mut crate::report::Report) {
+        use crate::report::Unit;
+        let flag = |ok: bool| f64::from(u8::from(ok));
+        r.metric("peak_bytes_plain", self.peak_plain as f64, Unit::Bytes);
+        r.metric(
+            "peak_bytes_annotated",
+            self.peak_annotated as f64,
+            Unit::Bytes,
+        );
+        let ratio = self.peak_annotated as f64 / self.peak_plain.max(1) as f64;
+        match self.peak_ratio_target {
+            Some(target) => r.metric_with_target(
+                "peak_annotated_over_plain",
+                ratio,
+                Unit::Ratio,
+                &format!("≤ {target:.2}"),
+                ratio <= target,
+            ),
+            None => r.metric("peak_annotated_over_plain", ratio, Unit::Ratio),
+        }
+        r.metric_with_target(
+            "outputs_bit_identical",
+            flag(self.identical),
+            Unit::Count,
+            "= 1",
+            self.identical,
+        );
+        r.metric(
+            "peak_plain_in_activations",
+            self.peak_plain as f64 / self.activation_bytes,
+            Unit::Ratio,
+        );
+        r.metric(
+            "peak_annotated_in_activations",
+            self.peak_annotated as f64 / self.activation_bytes,
+            Unit::Ratio,
+        );
+        r.metric("weight_bytes", self.weight_bytes as f64, Unit::Bytes);
+        let leak_exact = self.leak_exact;
+        r.metric(
+            "leak_bytes_per_iter",
+            self.leak_per_iter as f64,
+            Unit::Bytes,
+        );
+        r.metric(
+            "leak_bytes_freed_per_iter",
+            self.freed_per_iter as f64,
+            Unit::Bytes,
+        );
+        r.metric_with_target(
+            "leak_exact",
+            flag(leak_exact),
+            Unit::Count,
+            "= 1",
+            leak_exact,
+        );
+        r.metric(
+            "leak_escaped_bytes_last_iter",
+            self.last_report.escaped_bytes as f64,
+            Unit::Bytes,
+        );
+        r.metric(
+            "leak_growth_streak",
+            f64::from(self.last_report.growth_streak),
+            Unit::Count,
+        );
+        let [plain, annotated] = self.finders;
+        r.metric("max_batch_plain", plain.batch as f64, Unit::Batch);
+        r.metric("max_batch_annotated", annotated.batch as f64, Unit::Batch);
+        r.metric(
+            "max_batch_annotated_over_plain",
+            annotated.batch as f64 / plain.batch.max(1) as f64,
+            Unit::Ratio,
+        );
+        let finder_runs = plain.run_count().max(annotated.run_count());
+        r.metric("max_batch_runs", finder_runs as f64, Unit::Count);
+        r.metric(
+            "max_batch_bisection_runs_plain",
+            self.bisection_runs[0] as f64,
+            Unit::Count,
+        );
+        r.metric(
+            "max_batch_bisection_runs_annotated",
+            self.bisection_runs[1] as f64,
+            Unit::Count,
+        );
+        r.metric_with_target(
+            "max_batch_exact",
+            flag(self.max_batch_exact),
+            Unit::Count,
+            "= 1",
+            self.max_batch_exact,
+        );
+        let time_ratio = self.times.ratio();
+        r.metric_with_target(
+            "tracking_time_ratio",
+            time_ratio,
+            Unit::Ratio,
+            "≤ 1.05",
+            time_ratio <= 1.05,
+        );
+        let round_ratios = self.times.round_ratios();
+        r.metric(
+            "tracking_time_ratio_lowest_round",
+            round_ratios.first().copied().unwrap_or(f64::NAN),
+            Unit::Ratio,
+        );
+        r.metric(
+            "tracking_time_ratio_highest_round",
+            round_ratios.last().copied().unwrap_or(f64::NAN),
+            Unit::Ratio,
+        );
+    }
+}
