@@ -137,8 +137,12 @@ pub(super) fn before_free(addr: usize, size: usize) {
 #[cold]
 fn record_free(addr: usize, size: usize, tracing: bool) {
     let _internal = ModeGuard::enter(Mode::Internal);
-    let removed = remove(addr);
-    if let Some(record) = &removed {
+    account_free(addr, size, remove(addr), tracing);
+}
+
+/// The books and the trace for a freed block whose record (if any) is already out of the map.
+fn account_free(addr: usize, size: usize, record: Option<Record>, tracing: bool) {
+    if let Some(record) = &record {
         book_free_of(record);
     }
     if tracing {
@@ -190,17 +194,7 @@ pub(super) fn finish_take(addr: usize, size: usize, record: Option<Record>) {
         return;
     }
     let _internal = ModeGuard::enter(Mode::Internal);
-    if let Some(record) = &record {
-        book_free_of(record);
-    }
-    if tracing {
-        push_event(
-            TraceEventKind::Free,
-            addr,
-            size,
-            crate::scope::trace_label(),
-        );
-    }
+    account_free(addr, size, record, tracing);
 }
 
 fn book_alloc(scope: ScopeIteration, size: usize) {
