@@ -92,6 +92,9 @@ mod config;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 mod expandable;
+// GPU-neutral page bookkeeping and stream ordering, used only by the CUDA backend (tested on the
+// host either way).
+#[cfg(any(test, feature = "cuda"))]
 mod granules;
 mod host;
 mod html;
@@ -103,6 +106,7 @@ mod plan;
 mod policy;
 mod pressure;
 mod stats;
+#[cfg(any(test, feature = "cuda"))]
 pub(crate) mod stream_order;
 mod timeline;
 mod trace;
