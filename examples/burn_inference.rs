@@ -37,6 +37,8 @@
 //! (7), `--quick` (2 layers, hidden 128, heads 2, batch 2, seq 32, budget 24 MiB, 3 time rounds),
 //! plus the shared `--json` and `--write` (which rewrites the `burn` section of BENCHMARKS.md).
 
+#[path = "common/bisection.rs"]
+mod bisection;
 #[path = "common/heap_measure.rs"]
 mod heap_measure;
 #[path = "../benches/support/report.rs"]
@@ -583,7 +585,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         // still disagree.
         let cap = 2 * finder.batch.max(1) + 2;
         let (bisected, bisection_runs) =
-            heap_measure::bisection(cap, |b| heap_measure::heap_fits(budget, b, &mut run_batch))?;
+            bisection::bisection(cap, |b| heap_measure::heap_fits(budget, b, &mut run_batch))?;
         Ok((finder, bisected, bisection_runs))
     };
     let (finder_plain, bisected_plain, bisection_runs_plain) = search(Variant::Plain)?;

@@ -39,6 +39,8 @@
 //! plus the shared `--json` and `--write` (which rewrites the `candle` section of
 //! BENCHMARKS.md).
 
+#[path = "common/bisection.rs"]
+mod bisection;
 #[path = "common/heap_measure.rs"]
 mod heap_measure;
 #[path = "../benches/support/report.rs"]
@@ -507,7 +509,7 @@ fn run(args: &Args) -> std::result::Result<(), Box<dyn std::error::Error>> {
         // still disagree.
         let cap = 2 * finder.batch.max(1) + 2;
         let (bisected, bisection_runs) =
-            heap_measure::bisection(cap, |b| heap_measure::heap_fits(budget, b, &mut run_batch))?;
+            bisection::bisection(cap, |b| heap_measure::heap_fits(budget, b, &mut run_batch))?;
         Ok((finder, bisected, bisection_runs))
     };
     let (finder_plain, bisected_plain, bisection_runs_plain) = search(Variant::Plain)?;

@@ -25,6 +25,8 @@
 
 #[path = "common/bert.rs"]
 mod bert;
+#[path = "common/bisection.rs"]
+mod bisection;
 #[path = "common/device_arg.rs"]
 mod device_arg;
 #[path = "common/devices.rs"]

@@ -36,42 +36,6 @@ pub fn heap_fits<T, E>(
     Ok(heap::stats().peak_allocated_bytes <= budget_bytes)
 }
 
-/// The largest batch for which `fits` holds, by doubling from 1 and then bisecting (the
-/// reference the finder is checked against), and how many times `fits` ran. Stops doubling at
-/// `cap`.
-pub fn bisection<E>(
-    cap: usize,
-    mut fits: impl FnMut(usize) -> Result<bool, E>,
-) -> Result<(usize, usize), E> {
-    let mut runs = 0;
-    let mut probe = |batch: usize| {
-        runs += 1;
-        fits(batch)
-    };
-    let (mut good, mut bad) = (0usize, None::<usize>);
-    let mut batch = 1;
-    while batch <= cap {
-        if probe(batch)? {
-            good = batch;
-            batch *= 2;
-        } else {
-            bad = Some(batch);
-            break;
-        }
-    }
-    if let Some(mut bad) = bad {
-        while bad - good > 1 {
-            let mid = good + (bad - good) / 2;
-            if probe(mid)? {
-                good = mid;
-            } else {
-                bad = mid;
-            }
-        }
-    }
-    Ok((good, runs))
-}
-
 /// The heap bytes freed by dropping `kept`, its own buffer left out: what the kept values held.
 pub fn bytes_held_by<T>(kept: Vec<T>) -> u64 {
     let buffer = (kept.capacity() * std::mem::size_of::<T>()) as u64;

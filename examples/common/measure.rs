@@ -132,9 +132,7 @@ pub fn max_batch_bisection(
     device: &Device,
     cap: usize,
 ) -> Result<(usize, usize)> {
-    let mut runs = 0;
-    let mut probe = |b: usize| -> Result<bool> {
-        runs += 1;
+    let probe = |b: usize| -> Result<bool> {
         let ok = fits(variant, weights, b, seq, device)?;
         eprintln!(
             "  [{}] bisection: batch {b:>4}: {}",
@@ -143,28 +141,7 @@ pub fn max_batch_bisection(
         );
         Ok(ok)
     };
-    let (mut good, mut bad) = (0usize, None::<usize>);
-    let mut b = 1;
-    while b <= cap {
-        if probe(b)? {
-            good = b;
-            b *= 2;
-        } else {
-            bad = Some(b);
-            break;
-        }
-    }
-    if let Some(mut bad) = bad {
-        while bad - good > 1 {
-            let mid = good + (bad - good) / 2;
-            if probe(mid)? {
-                good = mid;
-            } else {
-                bad = mid;
-            }
-        }
-    }
-    Ok((good, runs))
+    crate::bisection::bisection(cap, probe)
 }
 
 /// Loads weights for `config` onto `device`.
