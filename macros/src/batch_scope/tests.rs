@@ -72,6 +72,54 @@ fn golden_marked_loop_with_label_and_crate() {
 }
 
 #[test]
+fn golden_loop_and_while_let() {
+    check_golden(
+        "loop_shapes",
+        quote!(warn_after = 2),
+        quote! {
+            fn drain(model: &mut Model, mut queue: Queue) -> usize {
+                let mut steps = 0;
+                while let Some(batch) = queue.pop() {
+                    let out = model.forward(&batch);
+                    model.record(out);
+                }
+                loop {
+                    let probe = model.probe();
+                    steps += 1;
+                    if probe.done() {
+                        break;
+                    }
+                }
+                steps
+            }
+        },
+    );
+}
+
+#[test]
+fn golden_marker_options_over_function_options() {
+    check_golden(
+        "marker_options",
+        quote!(strict, every = 4, warnings = "stderr"),
+        quote! {
+            fn train(model: &mut Model, epochs: usize, data: &[Batch]) {
+                for epoch in 0..epochs {
+                    #[batch_scope(label = "step", every = 2, warn_after = 5, warnings = "tracing")]
+                    for batch in data {
+                        let loss = model.step(batch);
+                        loss.backward();
+                    }
+                    #[batch_scope]
+                    while model.needs_eval(epoch) {
+                        model.evaluate();
+                    }
+                }
+            }
+        },
+    );
+}
+
+#[test]
 fn errors_come_with_the_original_item() {
     let out = expand(
         quote!(bogus),
