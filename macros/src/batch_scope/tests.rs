@@ -170,3 +170,47 @@ fn warnings_option_routes_the_scope_warning() {
     .to_string();
     assert!(bad.contains("unknown `warnings` output `loud`"), "{bad}");
 }
+
+/// Each loop gets its own marker's settings: the loops `parse` records and the loops the
+/// expansion rewrites are matched by visit order, through closures, nested items and `const`
+/// blocks.
+#[test]
+fn each_marker_reaches_its_own_loop() {
+    let out = expand(
+        quote!(),
+        quote! {
+            fn f(xs: &[u32]) {
+                fn helper() { for _ in 0..1 {} }
+                let n = const { let mut i = 0; while i < 3 { i += 1; } i };
+                #[batch_scope(label = "outer")]
+                for a in xs {
+                    let run = || {
+                        #[batch_scope(label = "in_closure")]
+                        loop { break; }
+                    };
+                    run();
+                    #[batch_scope(label = "inner")]
+                    while n > *a { g(a); }
+                }
+            }
+        },
+    )
+    .to_string();
+    for (head, label) in [
+        ("for a in xs {", "outer"),
+        ("loop {", "in_closure"),
+        ("while n > * a {", "inner"),
+    ] {
+        let at = out
+            .find(head)
+            .unwrap_or_else(|| panic!("no `{head}`: {out}"));
+        let guard = &out[at + head.len()..];
+        assert!(
+            guard.trim_start().starts_with(&format!(
+                "let __vramguard_scope = :: vramguard :: __private :: BatchScope :: enter_with (\"{label}\""
+            )),
+            "`{head}` should open with the `{label}` scope: {out}"
+        );
+    }
+    assert_eq!(out.matches("enter_with").count(), 3, "{out}");
+}
