@@ -13,26 +13,33 @@ use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream};
 use syn::{Ident, Token};
 
-/// The keywords of the options (`crate` is Rust's own keyword).
-pub(crate) mod kw {
-    syn::custom_keyword!(keep);
-    syn::custom_keyword!(drops);
-    syn::custom_keyword!(owned);
-    syn::custom_keyword!(borrows);
-    syn::custom_keyword!(label);
-    syn::custom_keyword!(strict);
-    syn::custom_keyword!(every);
-    syn::custom_keyword!(warn_after);
-    syn::custom_keyword!(warnings);
-}
-
-/// An option that remembers where it was written, for "given twice" and misplacement errors.
+/// An option (or an option's keyword) that remembers where it was written, for "given twice"
+/// errors.
 pub(crate) trait NamedOption {
     /// The option's name as written in the attribute.
     const NAME: &'static str;
     /// The span of the option's keyword.
     fn span(&self) -> Span;
 }
+
+macro_rules! keywords {
+    ($($keyword:ident),*) => {
+        /// The keywords of the options (`crate` is Rust's own keyword).
+        pub(crate) mod kw {
+            $(syn::custom_keyword!($keyword);)*
+        }
+        $(
+            impl NamedOption for kw::$keyword {
+                const NAME: &'static str = stringify!($keyword);
+                fn span(&self) -> Span {
+                    self.span
+                }
+            }
+        )*
+    };
+}
+
+keywords!(keep, drops, owned, borrows, label, strict, every, warn_after, warnings);
 
 /// `crate = path` (or `crate = "path"`): the path of the facade crate when it is renamed.
 pub(crate) struct CrateOption {

@@ -77,7 +77,7 @@ fn scope_options(
     site: Site,
 ) -> syn::Result<(ScopeSettings, Option<CrateOption>)> {
     let mut label: Option<LabelOption> = None;
-    let mut strict: Option<StrictOption> = None;
+    let mut strict: Option<kw::strict> = None;
     let mut every: Option<Iterations<kw::every>> = None;
     let mut warn_after: Option<Iterations<kw::warn_after>> = None;
     let mut warnings: Option<WarningsOption> = None;
@@ -157,52 +157,13 @@ impl NamedOption for LabelOption {
     }
 }
 
-/// `strict`.
-struct StrictOption {
-    span: Span,
-}
-
-impl Parse for StrictOption {
-    fn parse(input: ParseStream) -> syn::Result<Self> {
-        let keyword: kw::strict = input.parse()?;
-        Ok(StrictOption { span: keyword.span })
-    }
-}
-
-impl NamedOption for StrictOption {
-    const NAME: &'static str = "strict";
-    fn span(&self) -> Span {
-        self.span
-    }
-}
-
-/// The keyword of an option that counts iterations.
-trait IterationsKeyword: Parse {
-    const NAME: &'static str;
-    fn span(&self) -> Span;
-}
-
-impl IterationsKeyword for kw::every {
-    const NAME: &'static str = "every";
-    fn span(&self) -> Span {
-        self.span
-    }
-}
-
-impl IterationsKeyword for kw::warn_after {
-    const NAME: &'static str = "warn_after";
-    fn span(&self) -> Span {
-        self.span
-    }
-}
-
 /// `every = N`, `warn_after = N`: a number of iterations from 1 to `u32::MAX`.
 struct Iterations<K> {
     keyword: K,
     value: u32,
 }
 
-impl<K: IterationsKeyword> Parse for Iterations<K> {
+impl<K: NamedOption + Parse> Parse for Iterations<K> {
     fn parse(input: ParseStream) -> syn::Result<Self> {
         let keyword: K = input.parse()?;
         let expected = format!(
@@ -218,7 +179,7 @@ impl<K: IterationsKeyword> Parse for Iterations<K> {
     }
 }
 
-impl<K: IterationsKeyword> NamedOption for Iterations<K> {
+impl<K: NamedOption> NamedOption for Iterations<K> {
     const NAME: &'static str = K::NAME;
     fn span(&self) -> Span {
         self.keyword.span()

@@ -107,32 +107,13 @@ impl NamedOption for DropsOption {
     }
 }
 
-/// The keyword of an option that takes a list of names.
-trait ListKeyword: Parse {
-    const NAME: &'static str;
-    fn span(&self) -> Span;
-}
-
-macro_rules! list_keyword {
-    ($($keyword:ident),*) => {$(
-        impl ListKeyword for kw::$keyword {
-            const NAME: &'static str = stringify!($keyword);
-            fn span(&self) -> Span {
-                self.span
-            }
-        }
-    )*};
-}
-
-list_keyword!(keep, owned, borrows);
-
 /// `keep(a, b)`, `owned(a, ..)`, `borrows(a, ..)`: a keyword and a parenthesized list of names.
 struct NameList<K> {
     keyword: K,
     names: Vec<syn::Ident>,
 }
 
-impl<K: ListKeyword> Parse for NameList<K> {
+impl<K: NamedOption + Parse> Parse for NameList<K> {
     fn parse(input: ParseStream) -> syn::Result<Self> {
         let keyword: K = input.parse()?;
         let value = format!(
@@ -162,7 +143,7 @@ impl<K: ListKeyword> Parse for NameList<K> {
     }
 }
 
-impl<K: ListKeyword> NamedOption for NameList<K> {
+impl<K: NamedOption> NamedOption for NameList<K> {
     const NAME: &'static str = K::NAME;
     fn span(&self) -> Span {
         self.keyword.span()
