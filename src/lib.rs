@@ -89,9 +89,22 @@ pub use vramguard_runtime::{nn, scope};
 /// and the largest-batch finder, once [`TrackingAllocator`] is the global allocator.
 pub mod heap {
     pub use vramguard_runtime::heap::{
-        html_report, is_tracking, max_batch, memory_limit, record_trace, reset_peak_stats,
-        set_memory_limit, snapshot, stats, trace,
+        html_report, is_tracking, memory_limit, record_trace, reset_peak_stats, set_memory_limit,
+        snapshot, stats, trace,
     };
+    use vramguard_runtime::memory::{MaxBatch, MaxBatchError, MaxBatchSearch};
+
+    /// The largest batch size whose run keeps the heap's peak within `budget_bytes` (every live
+    /// byte of the process, weights included), found in few runs of `run` — the same search as
+    /// [`crate::memory::max_batch`] on a device, with the heap's exact peak. Any error from
+    /// `run` ends the search ([`MaxBatchError::Run`]): the heap has no out-of-memory error to
+    /// recover from. [`MaxBatchSearch::run_on_heap`] sets a limit or a progress callback.
+    pub fn max_batch<T, E>(
+        budget_bytes: u64,
+        run: impl FnMut(usize) -> Result<T, E>,
+    ) -> Result<MaxBatch, MaxBatchError<E>> {
+        MaxBatchSearch::new(budget_bytes).run_on_heap(run)
+    }
 }
 
 /// Memory tools per device: statistics, peaks, cache release, preallocation, snapshots, traces.
