@@ -2,6 +2,10 @@
 //! process-wide host and GPU devices read `VRAMGUARD_ALLOC_CONF`), an [`Allocation`] returns its
 //! block on drop and tells the innermost batch scope about it, and `CudaBuffer` wraps one for
 //! cudarc (with the `cuda` feature). The allocator itself is `crate::alloc`'s.
+//!
+//! Batch scopes sit above this layer: a scope registers itself as the thread's
+//! [`AllocationObserver`] ([`observe_allocations`]) while it is the innermost one, and each
+//! allocation tells the observer of the thread that made it (one thread-local read).
 
 #[cfg(feature = "cuda")]
 mod cuda_buffer;
@@ -13,11 +17,11 @@ pub use cuda_buffer::{CudaBuffer, CudaBufferError};
 use crate::alloc::cuda::CudaBackend;
 use crate::alloc::{
     AllocOrigin, AllocatorConfig, Backend, Block, CachingAllocator, DeviceAllocator, HostBackend,
-    OutOfMemory, SetupError, StreamId,
+    IterationId, OutOfMemory, SetupError, StreamId,
 };
-use crate::scope::ScopeTracker;
 #[cfg(feature = "cuda")]
 use cudarc::driver::CudaContext;
+use std::cell::RefCell;
 #[cfg(feature = "cuda")]
 use std::collections::HashMap;
 use std::fmt;
@@ -261,15 +265,15 @@ impl Device {
         stream: StreamId,
         origin: AllocOrigin,
     ) -> Result<Allocation, OutOfMemory> {
-        let scope = crate::scope::current_tracker();
+        let scope = current_observer();
         let block = if stream == StreamId::DEFAULT {
-            let iteration = scope.as_ref().map(|t| t.iteration_id());
+            let iteration = scope.as_ref().map(|o| o.iteration());
             self.allocator().allocate_at(bytes, iteration, origin)?
         } else {
             self.allocator().allocate_from(bytes, stream, origin)?
         };
-        if let Some(tracker) = &scope {
-            tracker.on_alloc_on(self.allocator(), block.id, block.size);
+        if let Some(observer) = &scope {
+            observer.on_alloc(self.allocator(), block.id, block.size);
         }
         Ok(Allocation {
             block: Some(block),
@@ -277,6 +281,43 @@ impl Device {
             scope,
         })
     }
+}
+
+/// What the layer above learns of the allocations made on a thread: the innermost batch scope
+/// (`crate::scope`) is one, installed with [`observe_allocations`].
+pub(crate) trait AllocationObserver: Send + Sync {
+    /// The iteration allocations made now belong to, for the allocator's planning.
+    fn iteration(&self) -> IterationId;
+    /// Block `id` of `bytes` bytes was allocated from `allocator` on the observing thread.
+    fn on_alloc(&self, allocator: &Arc<DeviceAllocator>, id: u64, bytes: usize);
+    /// Block `id` of `allocator`, reported by [`AllocationObserver::on_alloc`], is freed (on
+    /// any thread).
+    fn on_free(&self, allocator: &Arc<DeviceAllocator>, id: u64);
+}
+
+thread_local! {
+    /// The observer of the allocations made on this thread ([`observe_allocations`]).
+    static OBSERVER: RefCell<Option<Arc<dyn AllocationObserver>>> = const { RefCell::new(None) };
+}
+
+/// Makes `observer` the one told of the allocations made on this thread from now on (`None`:
+/// none); returns the previous one.
+pub(crate) fn observe_allocations(
+    observer: Option<Arc<dyn AllocationObserver>>,
+) -> Option<Arc<dyn AllocationObserver>> {
+    OBSERVER
+        .try_with(|slot| std::mem::replace(&mut *slot.borrow_mut(), observer))
+        .ok()
+        .flatten()
+}
+
+/// This thread's observer, if any.
+fn current_observer() -> Option<Arc<dyn AllocationObserver>> {
+    // `try_with`: allocations may happen while thread-locals are being destroyed.
+    OBSERVER
+        .try_with(|slot| slot.borrow().clone())
+        .ok()
+        .flatten()
 }
 
 /// The first error that made the process-wide host device fall back to the default settings.
@@ -347,7 +388,8 @@ impl fmt::Debug for Device {
 pub struct Allocation {
     block: Option<Block>,
     device: Device,
-    scope: Option<Arc<ScopeTracker>>,
+    /// The observer of the thread that allocated, told of the free.
+    scope: Option<Arc<dyn AllocationObserver>>,
 }
 
 impl Allocation {
@@ -398,8 +440,8 @@ impl Allocation {
 impl Drop for Allocation {
     fn drop(&mut self) {
         if let Some(block) = self.block.take() {
-            if let Some(tracker) = &self.scope {
-                tracker.on_free_on(self.device.allocator(), block.id);
+            if let Some(observer) = &self.scope {
+                observer.on_free(self.device.allocator(), block.id);
             }
             self.device.allocator().free(block);
         }

@@ -26,7 +26,7 @@
 
 use super::granules::{CallError, GranuleMap, PageDriver};
 use super::{Backend, BackendError, BackendFailure, EventId, SetupError, StreamId, VirtualMemory};
-use crate::scope::WarningOutput;
+use crate::diagnostics::WarningOutput;
 use cudarc::driver::{result, sys, CudaContext, DriverError};
 use std::marker::PhantomData;
 use std::sync::Arc;

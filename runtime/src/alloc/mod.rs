@@ -109,7 +109,7 @@ mod stats;
 #[cfg(any(test, feature = "cuda"))]
 pub(crate) mod stream_order;
 mod timeline;
-mod trace;
+pub(crate) mod trace;
 
 pub use allocator::{Block, CachingAllocator, DeviceAllocator};
 pub use backend::{Backend, BackendError, BackendFailure, EventId, StreamId, VirtualMemory};

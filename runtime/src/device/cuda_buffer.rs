@@ -23,7 +23,7 @@ use super::{Allocation, Device};
 use crate::alloc::cuda::{error_name, stream_id, CurrentContext};
 use crate::alloc::stream_order::{Access, StreamOrder};
 use crate::alloc::StreamId;
-use crate::scope::WarningOutput;
+use crate::diagnostics::WarningOutput;
 use cudarc::driver::{result, sys, CudaStream, DevicePtr, DevicePtrMut, DeviceSlice};
 use cudarc::driver::{DriverError, SyncOnDrop, ValidAsZeroBits};
 use std::marker::PhantomData;
