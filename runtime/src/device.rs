@@ -14,7 +14,7 @@ mod cuda_buffer;
 pub use cuda_buffer::{CudaBuffer, CudaBufferError};
 
 #[cfg(feature = "cuda")]
-use crate::alloc::cuda::CudaBackend;
+use crate::alloc::cuda_backend::CudaBackend;
 use crate::alloc::{
     AllocOrigin, AllocatorConfig, Backend, Block, CachingAllocator, DeviceAllocator, HostBackend,
     IterationId, OutOfMemory, SetupError, StreamId,
@@ -29,7 +29,47 @@ use std::panic::Location;
 use std::sync::{Arc, Mutex, OnceLock};
 
 #[cfg(feature = "cuda")]
-pub use crate::alloc::cuda::DeviceError;
+use crate::driver::ContextError;
+
+/// A device that cannot be opened.
+#[cfg(feature = "cuda")]
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum DeviceError {
+    /// The CUDA driver library is not installed.
+    #[error("no CUDA driver found (libcuda.so): install the NVIDIA driver or use Device::Host")]
+    NoDriver,
+    /// The driver sees no GPU with this ordinal.
+    #[error("no CUDA device {ordinal}: the driver sees {count} device(s); pick an ordinal below {count} or use Device::Host")]
+    NoDevice {
+        /// Ordinal asked for.
+        ordinal: usize,
+        /// Devices the driver reports.
+        count: usize,
+    },
+    /// A driver call failed.
+    #[error("CUDA driver call {op} failed: {message}")]
+    Driver {
+        /// The driver function.
+        op: &'static str,
+        /// The driver's error name.
+        message: String,
+    },
+    /// The allocator settings cannot be used on this device.
+    #[error(transparent)]
+    Config(#[from] SetupError),
+}
+
+/// The driver's errors, variant for variant (same text).
+#[cfg(feature = "cuda")]
+impl From<ContextError> for DeviceError {
+    fn from(e: ContextError) -> Self {
+        match e {
+            ContextError::NoDriver => DeviceError::NoDriver,
+            ContextError::NoDevice { ordinal, count } => DeviceError::NoDevice { ordinal, count },
+            ContextError::Driver { op, message } => DeviceError::Driver { op, message },
+        }
+    }
+}
 
 /// A device that cannot be opened: in a build without the `cuda` feature, every CUDA device.
 #[cfg(not(feature = "cuda"))]

@@ -5,10 +5,12 @@
 #![warn(missing_docs)]
 
 pub mod alloc;
-#[cfg(feature = "cuda")]
-pub mod cuda;
 pub mod device;
 mod diagnostics;
+#[cfg(feature = "cuda")]
+pub mod driver;
+#[cfg(feature = "cuda")]
+pub mod driver_pool;
 pub mod grad;
 pub mod heap;
 pub mod memory;

@@ -44,7 +44,7 @@
 //!
 //! Memory of other libraries (candle's CUDA tensors come from the driver's memory pool) never
 //! passes through vramguard's allocator, so the scope would see nothing. A thread can instead
-//! account its scopes with the figures of such a pool ([`account_with`]; `vramguard::cuda`'s
+//! account its scopes with the figures of such a pool ([`account_with`]; `vramguard::driver_pool`'s
 //! `DriverPool::account_scopes_on_this_thread` does it when a device's pool is taken over):
 //! each iteration then starts a new peak window of the pool, and its report takes
 //! `live_bytes` (the pool's bytes in use at the end), `escaped_bytes` (what that grew by during
