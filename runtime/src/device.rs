@@ -4,7 +4,7 @@
 //! cudarc (with the `cuda` feature). The allocator itself is `crate::alloc`'s.
 //!
 //! Batch scopes sit above this layer: a scope registers itself as the thread's
-//! [`AllocationObserver`] ([`observe_allocations`]) while it is the innermost one, and each
+//! `AllocationObserver` (`observe_allocations`) while it is the innermost one, and each
 //! allocation tells the observer of the thread that made it (one thread-local read).
 
 #[cfg(feature = "cuda")]

@@ -1,14 +1,14 @@
 //! The CUDA driver context and its errors: loading the driver (probed first, since cudarc
 //! panics when libcuda is missing), opening a GPU's primary context ([`ContextError`]), making
-//! a context current for a call ([`CurrentContext`]) and naming the driver's errors.
+//! a context current for a call (`CurrentContext`) and naming the driver's errors.
 //!
 //! Every CUDA path of the runtime goes through here: the allocator's backend
 //! (`alloc::cuda_backend`), `device::CudaBuffer`, the tensor kernels and the driver's memory
-//! pool (`driver_pool`). It is the lowest layer with [`crate::diagnostics`] and imports nothing
+//! pool (`driver_pool`). It is the lowest layer with `diagnostics` and imports nothing
 //! else of the crate.
 //!
 //! The context rule: a context is made current with `cuCtxPushCurrent` and the caller's made
-//! current again with `cuCtxPopCurrent` ([`CurrentContext`]), never with cudarc's
+//! current again with `cuCtxPopCurrent` (`CurrentContext`), never with cudarc's
 //! `bind_to_thread`, which would first report (and clear) an error cudarc recorded on the
 //! context earlier, so an unrelated failure would abort the call and be lost.
 
