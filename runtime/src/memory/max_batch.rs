@@ -235,8 +235,9 @@ pub enum MaxBatchError<E> {
         /// The peak allocated bytes of both runs.
         allocated_bytes: u64,
     },
-    /// A search on the heap ([`MaxBatchSearch::run_on_heap`]) in a program whose global allocator is
-    /// not [`crate::heap::TrackingAllocator`] (or with `heap_tracking:false`): no peak to read.
+    /// A search on the heap ([`MaxBatchSearch::run_on_heap`]) in a program whose global
+    /// allocator is not [`crate::heap::TrackingAllocator`] (or with `heap_tracking:false`): no
+    /// peak to read.
     #[error("max_batch on the heap needs vramguard's tracking allocator: add `#[global_allocator] static ALLOC: vramguard::TrackingAllocator = vramguard::TrackingAllocator::system();` to the binary (and remove `heap_tracking:false` from VRAMGUARD_ALLOC_CONF, if set)")]
     HeapNotTracked,
 }
