@@ -116,10 +116,11 @@ pub mod memory {
 /// itself for custom backends. Per-device tools are in [`crate::memory`].
 pub mod alloc {
     pub use vramguard_runtime::alloc::{
-        parse_bytes, AllocOrigin, AllocatorConfig, Backend, BackendError, BackendFailure,
+        parse_bytes, AllocOrigin, AllocatorConfig, Backend, BackendError, BackendFailure, Block,
         BlockSnapshot, CachingAllocator, ConfigError, DeviceAllocator, EventId, ExpandableSegments,
-        HostBackend, LabelFrame, MemoryLimit, PoolKind, SegmentSnapshot, SetupError, StreamId,
-        TraceEvent, TraceEventKind, TraceLabel, VirtualMemory, DEFAULT_EXPANDABLE_RANGE, ENV_VAR,
+        HostBackend, IterationId, LabelFrame, MemoryLimit, PoolKind, RoundupInterval,
+        SegmentSnapshot, SetupError, StreamId, TraceEvent, TraceEventKind, TraceLabel,
+        VirtualMemory, DEFAULT_EXPANDABLE_RANGE, ENV_VAR,
     };
 
     /// The allocator's CUDA backend (driver API through cudarc, loaded at run time) and the

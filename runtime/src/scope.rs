@@ -425,7 +425,7 @@ impl Drop for TagGuard {
 
 /// Accounting of one scope label on one thread; the allocator reports allocations made while
 /// it is the innermost scope of the current thread, and their frees (from any thread).
-pub struct ScopeTracker {
+pub(crate) struct ScopeTracker {
     label: Arc<str>,
     /// Unique in the process (the heap's books are kept by it).
     id: u64,
