@@ -21,7 +21,7 @@ mod options;
 
 use crate::common::{default_crate_path, item_with_errors};
 use crate::lints::{self, LintContext};
-use crate::liveness::{self, DropOptions};
+use crate::liveness::{self, ReleaseOptions};
 use options::ScopeArgs;
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned, ToTokens};
@@ -232,7 +232,7 @@ impl<'ast> Visit<'ast> for LoopScan {
                     combine(&mut self.errors, err);
                 }
             }
-        } else if let Some(attrs) = crate::lints::expr_attrs(expr) {
+        } else if let Some(attrs) = crate::common::expr_attrs(expr) {
             self.misplaced(attrs);
         }
         syn::visit::visit_expr(self, expr);
@@ -308,7 +308,7 @@ fn strip_markers(item: TokenStream) -> TokenStream {
     struct Strip;
     impl VisitMut for Strip {
         fn visit_expr_mut(&mut self, expr: &mut Expr) {
-            if let Some(attrs) = crate::lints::expr_attrs_mut(expr) {
+            if let Some(attrs) = crate::common::expr_attrs_mut(expr) {
                 attrs.retain(|a| !is_marker(a));
             }
             visit_mut::visit_expr_mut(self, expr);
@@ -383,7 +383,7 @@ impl Scoper<'_> {
             );
             return;
         }
-        liveness::insert_drops(body, &params, &DropOptions::new(self.krate.clone()));
+        liveness::insert_releases(body, &params, &ReleaseOptions::new(self.krate.clone()));
         let guard = self.guard_statement(&marker_args, keyword_span);
         let user_body = Block {
             brace_token: Default::default(),

@@ -5,7 +5,7 @@ use quote::{quote, ToTokens};
 
 use super::parse::{Options, Target};
 use crate::lints::{self, LintContext};
-use crate::liveness::{self, DropOptions};
+use crate::liveness::{self, ReleaseOptions};
 
 /// Expands a validated target.
 pub(crate) fn expand(target: Target, options: &Options) -> TokenStream {
@@ -13,7 +13,7 @@ pub(crate) fn expand(target: Target, options: &Options) -> TokenStream {
         .krate
         .clone()
         .unwrap_or_else(crate::common::default_crate_path);
-    let mut drop_options = DropOptions::new(krate.clone());
+    let mut drop_options = ReleaseOptions::new(krate.clone());
     drop_options.keep = options.keep.clone();
     drop_options.owned = options.owned.iter().map(|i| i.to_string()).collect();
     drop_options.borrows = options.borrows.iter().map(|i| i.to_string()).collect();
@@ -94,7 +94,7 @@ fn body(
     sig: &mut syn::Signature,
     mut block: syn::Block,
     options: &Options,
-    drop_options: &DropOptions,
+    drop_options: &ReleaseOptions,
     errors: &mut Vec<syn::Error>,
 ) -> syn::Block {
     let krate = &drop_options.krate;
@@ -112,7 +112,7 @@ fn body(
     // The body of an `unsafe fn` is unsafe code throughout (see `liveness::contains_unsafe`).
     let unsafe_fn = matches!(sig.safety, syn::Safety::Unsafe(_));
     if options.drops && !unsafe_fn {
-        let report = liveness::insert_drops(&mut block, &liveness::params_of(sig), drop_options);
+        let report = liveness::insert_releases(&mut block, &liveness::params_of(sig), drop_options);
         allow_unused_mut(sig, &report.moved_mut_params);
     } else {
         liveness::strip_keep_markers(&mut block);
@@ -220,7 +220,7 @@ fn allow_unused_mut(sig: &mut syn::Signature, names: &[String]) {
             let already = typed.attrs.iter().any(|a| {
                 a.path().is_ident("allow") && a.to_token_stream().to_string().contains("unused_mut")
             });
-            if !already && bound.iter().any(|n| names.contains(n)) {
+            if !already && bound.iter().any(|n| names.contains(&n.to_string())) {
                 typed.attrs.push(syn::parse_quote!(#[allow(unused_mut)]));
             }
         }

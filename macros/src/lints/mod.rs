@@ -27,7 +27,6 @@ mod names;
 mod syntax;
 
 pub(crate) use names::{allowed_in, parse_allow_args, Lint};
-pub(crate) use syntax::{expr_attrs, expr_attrs_mut};
 
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::{quote, ToTokens};
