@@ -9,17 +9,20 @@
 //!
 //! # Glossary (one name per concept, in code, docs and errors)
 //!
-//! | concept | name |
-//! |---|---|
-//! | freeing a `Release` value early (the runtime's `release`, the trait `Release`) | *release*: [`insert_releases`], [`ReleaseOptions`], [`ReleaseReport`], `StmtReleases` |
-//! | the statement after which a binding is released | its *release point* (`plan::release_points`) |
-//! | where Rust itself drops a value | its *scope end* ("drop" only for Rust's own drop) |
-//! | the last statement that mentions a binding | its *last use* (the runtime helper `last_use` rebinds a value moved in there) |
-//! | a name occurring in a statement | a *mention* (`analysis::mentions`) |
-//! | where a value may hold references from | a *source* (`analysis::sources`) |
-//! | a binding never released early (`keep(..)`, `#[keep]`, guards, raw addresses…) | *kept* (`Binding::kept`); the user-facing word is `keep` |
-//! | the second copy of a statement written twice, used when the type is not `Release` | the *fallback* copy |
-//! | the user's switch that turns the transform off | `drops = false` (an attribute option; its name is public API) |
+//! - *release*: freeing a value of a `Release` type before its scope ends (the trait
+//!   `Release`, the runtime's `release`): [`insert_releases`], [`ReleaseOptions`],
+//!   [`ReleaseReport`], `plan::StmtReleases`;
+//! - *release point*: the statement after which a binding is released (`plan::release_points`);
+//! - *scope end*: where Rust itself drops a value; "drop" is used only for Rust's own drop;
+//! - *last use*: the last statement that mentions a binding (the runtime helper `last_use`
+//!   rebinds a value moved into that statement);
+//! - *mention*: a name occurring in a statement (`analysis::mentions`);
+//! - *source*: where a value may hold references from (`analysis::sources`);
+//! - *kept*: never released early (`keep(..)`, `#[keep]`, guards, raw addresses…; the field
+//!   `Binding::kept`); the user-facing word is `keep`;
+//! - *fallback*: the copy of a statement written twice that runs when the type is not `Release`;
+//! - `drops = false`: the attribute option that turns the transform off (public API, so its
+//!   name stays).
 //!
 //! # Layout
 //!
@@ -50,8 +53,8 @@
 //! flag keeps the value to the end of its scope, in its original drop order. The statement
 //! written twice moves the binding in only when its type allows; a `mut` binding is moved in
 //! only if `Release` (a moved-in `Copy` value would be mutated as a copy). Inside the second
-//! copy (the fallback) no statement is written twice again (`no_dup`), so the output grows at most by one copy
-//! per nesting level. Several bindings moved into one statement share one choice (all of them
+//! copy (the fallback) no statement is written twice again (`no_dup`), so the output grows at
+//! most by one copy per nesting level. Several bindings moved into one statement share one choice (all of them
 //! or none), so a statement is never written more than twice.
 //!
 //! Temporaries never sit in a block's tail expression (edition 2021 drops those after the
@@ -59,20 +62,18 @@
 //! annotation copied onto it so that inference is unchanged. A release lands inside a `let`'s
 //! initializer only when the `let` shadows the released name.
 //!
-//! # When a local is *not* released early (it then lives to the end of its scope, as without
-//! the attribute)
+//! # Where each rule lives
 //!
-//! - guards: `_`-prefixed names, and bindings never mentioned after their declaration;
-//! - names in `keep(..)`, `let`s marked `#[keep]`, `let x;` declarations without initializer;
-//! - the last use is the block's tail expression (nothing to gain), or the block's last
-//!   statement;
-//! - a binding that may borrow the local lives on and the borrow's origin may also have moved
-//!   the local (an unknown method on it, an unknown macro, a non-`move` closure capturing it);
-//! - a borrower outlives a redeclaration (shadowing) of the local's name;
-//! - a field of the local may have been moved out before its last use;
-//! - the last use is an unknown statement macro (it might declare bindings), or the `else`
-//!   block of a `let … else`;
-//! - its address is taken as a raw pointer, or it is stored into something outside the block.
+//! The user-facing list of what is never released early is the `#[inference]` documentation
+//! in `lib.rs`. Each rule is decided in one place:
+//! - guards, `keep(..)`, `#[keep]`, `let x;`, `#[cfg]` lets, raw addresses, stores outside the
+//!   block: `plan::graph` (the binding is *kept*);
+//! - borrowers pushing a release point back, shadowing, partial moves, unknown statement
+//!   macros, `let … else`, nothing to gain at the block's end: `plan::release_points`;
+//! - moved in (written twice) or released after, closures, deferred types, the fallback copy:
+//!   `plan::schedule`;
+//! - what counts as a use, a move, a borrow or a store: `analysis::mentions`; what a value may
+//!   borrow from: `analysis::sources` with the name lists of `analysis::known_names`.
 //!
 //! A block that contains `unsafe` code gets no early releases at all: unsafe code may rely on a
 //! value living to the end of its scope in ways no syntactic analysis can see.

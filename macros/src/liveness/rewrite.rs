@@ -18,6 +18,7 @@ use super::{ReleaseOptions, ReleaseReport};
 
 /// Rewrites a block and, through [`VisitMut`], every block nested in it.
 pub(super) struct Rewriter<'o> {
+    /// The attribute's options.
     pub opts: &'o ReleaseOptions,
     /// Local `macro_rules!` names → the identifiers of their bodies.
     pub local_macros: BTreeMap<String, BTreeSet<String>>,
@@ -25,7 +26,9 @@ pub(super) struct Rewriter<'o> {
     /// `m`): the analysis compares names as text, so it cannot tell their uses apart, and
     /// locals of these names keep their scope end.
     pub mixed_hygiene: BTreeSet<String>,
+    /// What was released, over all blocks.
     pub report: ReleaseReport,
+    /// Nesting depth of the block being rewritten.
     pub depth: usize,
     /// Rewriting the fallback copy of a statement that is written twice: no statement inside
     /// it is written twice again, so the output stays within (nesting depth + 1) × the input.

@@ -710,7 +710,10 @@ use syn::parse::Parser;
 
 use super::Env;
 
+/// The lists as extended by the attribute's `owned(..)` and `borrows(..)` options.
 impl Env<'_> {
+    /// A method whose result owns its data (listed, or named in `owned(..)`), unless the user
+    /// declared it borrowing.
     pub(super) fn is_owned_method(&self, name: &str) -> bool {
         self.owned.iter().any(|n| n == name)
             || (OWNED_METHODS.contains(&name) && !self.is_user_borrow(name))
@@ -721,6 +724,7 @@ impl Env<'_> {
         AMBIGUOUS_METHODS.contains(&name) && !self.owned.iter().any(|n| n == name)
     }
 
+    /// Named in `borrows(..)`.
     pub(super) fn is_user_borrow(&self, name: &str) -> bool {
         self.borrows.iter().any(|n| n == name)
     }
@@ -730,6 +734,7 @@ impl Env<'_> {
         MAYBE_CONSUMING_METHODS.contains(&name) && !self.is_user_borrow(name)
     }
 
+    /// A method whose result borrows the receiver (listed, or named in `borrows(..)`).
     pub(super) fn is_borrow_method(&self, name: &str) -> bool {
         self.is_user_borrow(name) || BORROW_METHODS.contains(&name)
     }

@@ -592,7 +592,7 @@ impl<'e, 'a> Scanner<'e, 'a> {
         }
     }
 
-    /// Tokens the scan cannot parse: every identifier may be a use by value, and every string
+    /// Tokens the analysis cannot parse: every identifier may be a use by value, and every string
     /// literal may capture names.
     fn tokens(&mut self, tokens: TokenStream) {
         for token in tokens {

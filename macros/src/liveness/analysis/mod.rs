@@ -68,7 +68,7 @@ pub(crate) struct Facts {
     pub stores_anything: bool,
 }
 
-/// What the scan knows besides the statement: the name lists and the local macros.
+/// What the analysis knows besides the statement: the name lists and the local macros.
 pub(crate) struct Env<'a> {
     /// Extra methods/functions whose result owns its data (`owned(..)` option).
     pub owned: &'a [String],

@@ -148,14 +148,9 @@ fn closure_tokens(tokens: TokenStream) -> bool {
     })
 }
 
-/// Whether the type of a `let`'s value may be decided only by a later use of the binding:
-/// `Vec::new()`, `HashMap::new()`, `Default::default()`, `None`, `Ok(..)`, `vec![]`,
-/// `x.parse()`, `x.collect()`, `x.into()`, `x.sum()`, `x as _`, or a turbofish with `_`.
-/// A release probe must not be placed before that use: method resolution would have to
-/// answer for a type not known yet (and would take it for a `Release` one).
 /// A value whose type the syntax alone shows is not `Release`: a literal, a comparison or a
 /// boolean operator (`bool`), a reference, a range, a cast to a primitive. Such a local needs
-/// no probe; it keeps its drop point either way.
+/// no probe; it keeps its scope end either way.
 pub(crate) fn never_release(expr: &Expr) -> bool {
     match expr {
         Expr::Lit(_) | Expr::Reference(_) | Expr::Range(_) => true,
@@ -197,6 +192,11 @@ pub(crate) fn plain_type(ty: &syn::Type) -> bool {
     }
 }
 
+/// Whether the type of a `let`'s value may be decided only by a later use of the binding:
+/// `Vec::new()`, `HashMap::new()`, `Default::default()`, `None`, `Ok(..)`, `vec![]`,
+/// `x.parse()`, `x.collect()`, `x.into()`, `x.sum()`, `x as _`, or a turbofish with `_`.
+/// A release probe must not be placed before that use: method resolution would have to
+/// answer for a type not known yet (and would take it for a `Release` one).
 pub(crate) fn type_deferred(expr: &Expr) -> bool {
     match expr {
         Expr::Try(t) => type_deferred(&t.expr),

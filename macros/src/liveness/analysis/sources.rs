@@ -27,6 +27,7 @@ impl Env<'_> {
         out
     }
 
+    /// Adds to `out` where the value of `expr` may hold references from.
     pub(super) fn value(&self, expr: &Expr, out: &mut Vec<Source>) {
         match expr {
             Expr::Path(path) => {
@@ -278,7 +279,7 @@ impl Env<'_> {
         }
         if self.is_borrow_method(&name) {
             // A guard (`RefCell::borrow_mut`, `Mutex::lock`) is never `Release`: it keeps its
-            // drop point, and its borrow lasts until then, so the local it borrows from must
+            // scope end, and its borrow lasts until then, so the local it borrows from must
             // too (releasing that local earlier would not compile).
             let kind =
                 if self.maybe_consumes(&name) || lists::GUARD_METHODS.contains(&name.as_str()) {

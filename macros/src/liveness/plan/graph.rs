@@ -16,7 +16,9 @@ use crate::liveness::analysis::{
 
 /// The bindings of a block and the borrow edges between them.
 pub(super) struct Graph {
+    /// Parameters first, then each `let`'s names in statement order.
     pub bindings: Vec<Binding>,
+    /// Which binding may hold references into which, since which statement.
     pub edges: Vec<Edge>,
     /// Per statement: whether a binding may be moved into it (not an unknown statement
     /// macro, which might declare bindings).
