@@ -345,107 +345,16 @@ impl<'e, 'a> Scanner<'e, 'a> {
             },
             Expr::Paren(paren) => self.expr(&paren.expr, ctx),
             Expr::Group(group) => self.expr(&group.expr, ctx),
-            Expr::MethodCall(call) => {
-                let name = call.method.to_string();
-                let receiver_ctx = if self.env.maybe_consumes(&name) {
-                    Ctx::Receiver
-                } else if self.env.is_borrow_method(&name)
-                    || lists::BORROWING_RECEIVER_METHODS.contains(&name.as_str())
-                {
-                    Ctx::Borrow
-                } else if name.starts_with("into_")
-                    || lists::PASSTHROUGH_METHODS.contains(&name.as_str())
-                {
-                    Ctx::Value
-                } else {
-                    Ctx::Receiver
-                };
-                self.expr(&call.receiver, receiver_ctx);
-                // A closure argument's parameters may borrow from the receiver and the other
-                // arguments (`names.iter().for_each(|n| refs.push(n))`).
-                let mut passed = self.env.value_sources(&call.receiver);
-                call.args
-                    .iter()
-                    .filter(|a| !matches!(a, Expr::Closure(_)))
-                    .for_each(|a| self.env.held(a, &mut passed));
-                let passed = self.substitute_bound(passed);
-                for arg in &call.args {
-                    if matches!(arg, Expr::Closure(_)) {
-                        self.closure_sources = passed.clone();
-                    }
-                    self.expr(arg, Ctx::Value);
-                }
-                if lists::RAW_POINTER_METHODS.contains(&name.as_str()) {
-                    self.raw_address_of(call.receiver.to_token_stream());
-                }
-                if lists::STORING_METHODS.contains(&name.as_str()) {
-                    let mut sources = Vec::new();
-                    call.args
-                        .iter()
-                        .for_each(|a| self.env.value(a, &mut sources));
-                    self.store(&call.receiver, sources);
-                }
-            }
-            Expr::Call(call) => {
-                self.expr(&call.func, Ctx::Value);
-                call.args.iter().for_each(|a| self.expr(a, Ctx::Value));
-                // `fill(&mut out, &x)` may store a borrow of `x` (or what `x` holds) in `out`.
-                for (i, arg) in call.args.iter().enumerate() {
-                    let Expr::Reference(out) = arg else { continue };
-                    if out.mutability.is_none() {
-                        continue;
-                    }
-                    let mut sources = Vec::new();
-                    for (j, other) in call.args.iter().enumerate() {
-                        if j != i {
-                            self.env.held(other, &mut sources);
-                        }
-                    }
-                    self.store(&out.expr, sources);
-                }
-            }
-            Expr::Binary(binary) => {
-                let (left, right) = match binary.op {
-                    BinOp::Eq(_)
-                    | BinOp::Ne(_)
-                    | BinOp::Lt(_)
-                    | BinOp::Le(_)
-                    | BinOp::Gt(_)
-                    | BinOp::Ge(_) => (Ctx::Borrow, Ctx::Borrow),
-                    BinOp::AddAssign(_)
-                    | BinOp::SubAssign(_)
-                    | BinOp::MulAssign(_)
-                    | BinOp::DivAssign(_)
-                    | BinOp::RemAssign(_)
-                    | BinOp::BitXorAssign(_)
-                    | BinOp::BitAndAssign(_)
-                    | BinOp::BitOrAssign(_)
-                    | BinOp::ShlAssign(_)
-                    | BinOp::ShrAssign(_) => (Ctx::Borrow, Ctx::Value),
-                    _ => (Ctx::Value, Ctx::Value),
-                };
-                self.expr(&binary.left, left);
-                self.expr(&binary.right, right);
-            }
+            Expr::MethodCall(call) => self.method_call(call),
+            Expr::Call(call) => self.call(call),
+            Expr::Binary(binary) => self.binary(binary),
             Expr::Assign(assign) => {
                 self.projection_or_assign(&assign.left);
                 self.expr(&assign.right, Ctx::Value);
                 let sources = self.env.value_sources(&assign.right);
                 self.store(&assign.left, sources);
             }
-            Expr::Closure(closure) => {
-                let depth = self.bound.len();
-                let sources = std::mem::take(&mut self.closure_sources);
-                closure
-                    .inputs
-                    .iter()
-                    .for_each(|p| self.bind_from(p, sources.clone()));
-                let moving = closure.capture.is_some();
-                self.move_captures += usize::from(moving);
-                self.expr(&closure.body, Ctx::Value);
-                self.move_captures -= usize::from(moving);
-                self.bound.truncate(depth);
-            }
+            Expr::Closure(closure) => self.closure(closure),
             Expr::Block(b) => self.block(&b.block),
             Expr::Unsafe(b) => self.block(&b.block),
             Expr::Async(b) => {
@@ -479,18 +388,7 @@ impl<'e, 'a> Scanner<'e, 'a> {
                 self.loop_body(&for_.body, None);
                 self.bound.truncate(depth);
             }
-            Expr::Match(match_) => {
-                let destructuring = match_.arms.iter().any(|a| destructures(&a.pat));
-                self.matched(&match_.expr, destructuring);
-                for arm in &match_.arms {
-                    let depth = self.bound.len();
-                    let sources =
-                        self.substitute_bound(self.scrutinee_sources(&arm.pat, &match_.expr));
-                    self.bind_from(&arm.pat, sources);
-                    self.expr(&arm.body, Ctx::Value);
-                    self.bound.truncate(depth);
-                }
-            }
+            Expr::Match(match_) => self.match_arms(match_),
             Expr::Let(let_) => {
                 // Outside an `if`/`while` condition (e.g. in a `matches!`-like position).
                 self.matched(&let_.expr, destructures(&let_.pat));
@@ -530,6 +428,123 @@ impl<'e, 'a> Scanner<'e, 'a> {
             }
             Expr::Lit(_) | Expr::Continue(_) | Expr::Infer(_) => {}
             other => self.tokens(other.to_token_stream()),
+        }
+    }
+
+    /// `x.m(args)`: the receiver's use depends on the method's name; closure arguments may
+    /// borrow from the receiver and the other arguments; storing methods store their arguments.
+    fn method_call(&mut self, call: &syn::ExprMethodCall) {
+        let name = call.method.to_string();
+        let receiver_ctx = if self.env.maybe_consumes(&name) {
+            Ctx::Receiver
+        } else if self.env.is_borrow_method(&name)
+            || lists::BORROWING_RECEIVER_METHODS.contains(&name.as_str())
+        {
+            Ctx::Borrow
+        } else if name.starts_with("into_") || lists::PASSTHROUGH_METHODS.contains(&name.as_str()) {
+            Ctx::Value
+        } else {
+            Ctx::Receiver
+        };
+        self.expr(&call.receiver, receiver_ctx);
+        // A closure argument's parameters may borrow from the receiver and the other
+        // arguments (`names.iter().for_each(|n| refs.push(n))`).
+        let mut passed = self.env.value_sources(&call.receiver);
+        call.args
+            .iter()
+            .filter(|a| !matches!(a, Expr::Closure(_)))
+            .for_each(|a| self.env.held(a, &mut passed));
+        let passed = self.substitute_bound(passed);
+        for arg in &call.args {
+            if matches!(arg, Expr::Closure(_)) {
+                self.closure_sources = passed.clone();
+            }
+            self.expr(arg, Ctx::Value);
+        }
+        if lists::RAW_POINTER_METHODS.contains(&name.as_str()) {
+            self.raw_address_of(call.receiver.to_token_stream());
+        }
+        if lists::STORING_METHODS.contains(&name.as_str()) {
+            let mut sources = Vec::new();
+            call.args
+                .iter()
+                .for_each(|a| self.env.value(a, &mut sources));
+            self.store(&call.receiver, sources);
+        }
+    }
+
+    /// `f(args)`: every argument by value; a `&mut` argument may receive borrows of the others.
+    fn call(&mut self, call: &syn::ExprCall) {
+        self.expr(&call.func, Ctx::Value);
+        call.args.iter().for_each(|a| self.expr(a, Ctx::Value));
+        // `fill(&mut out, &x)` may store a borrow of `x` (or what `x` holds) in `out`.
+        for (i, arg) in call.args.iter().enumerate() {
+            let Expr::Reference(out) = arg else { continue };
+            if out.mutability.is_none() {
+                continue;
+            }
+            let mut sources = Vec::new();
+            for (j, other) in call.args.iter().enumerate() {
+                if j != i {
+                    self.env.held(other, &mut sources);
+                }
+            }
+            self.store(&out.expr, sources);
+        }
+    }
+
+    /// `a op b`: comparisons borrow both sides, compound assignments borrow the left one.
+    fn binary(&mut self, binary: &syn::ExprBinary) {
+        let (left, right) = match binary.op {
+            BinOp::Eq(_)
+            | BinOp::Ne(_)
+            | BinOp::Lt(_)
+            | BinOp::Le(_)
+            | BinOp::Gt(_)
+            | BinOp::Ge(_) => (Ctx::Borrow, Ctx::Borrow),
+            BinOp::AddAssign(_)
+            | BinOp::SubAssign(_)
+            | BinOp::MulAssign(_)
+            | BinOp::DivAssign(_)
+            | BinOp::RemAssign(_)
+            | BinOp::BitXorAssign(_)
+            | BinOp::BitAndAssign(_)
+            | BinOp::BitOrAssign(_)
+            | BinOp::ShlAssign(_)
+            | BinOp::ShrAssign(_) => (Ctx::Borrow, Ctx::Value),
+            _ => (Ctx::Value, Ctx::Value),
+        };
+        self.expr(&binary.left, left);
+        self.expr(&binary.right, right);
+    }
+
+    /// A closure: its parameters bind what the call it is passed to hands it, and a `move`
+    /// closure moves every outer local it names.
+    fn closure(&mut self, closure: &syn::ExprClosure) {
+        let depth = self.bound.len();
+        let sources = std::mem::take(&mut self.closure_sources);
+        closure
+            .inputs
+            .iter()
+            .for_each(|p| self.bind_from(p, sources.clone()));
+        let moving = closure.capture.is_some();
+        self.move_captures += usize::from(moving);
+        self.expr(&closure.body, Ctx::Value);
+        self.move_captures -= usize::from(moving);
+        self.bound.truncate(depth);
+    }
+
+    /// `match`: the scrutinee is matched (moved where an arm destructures it), and each arm's
+    /// bindings hold what the scrutinee holds.
+    fn match_arms(&mut self, match_: &syn::ExprMatch) {
+        let destructuring = match_.arms.iter().any(|a| destructures(&a.pat));
+        self.matched(&match_.expr, destructuring);
+        for arm in &match_.arms {
+            let depth = self.bound.len();
+            let sources = self.substitute_bound(self.scrutinee_sources(&arm.pat, &match_.expr));
+            self.bind_from(&arm.pat, sources);
+            self.expr(&arm.body, Ctx::Value);
+            self.bound.truncate(depth);
         }
     }
 
