@@ -109,7 +109,7 @@ fn body(
     );
     errors.extend(lint.errors);
     let warnings = lint.warnings;
-    // The body of an `unsafe fn` is unsafe code throughout (see `liveness::contains_unsafe`).
+    // The body of an `unsafe fn` is unsafe code throughout (see `liveness::insert_releases`).
     let unsafe_fn = matches!(sig.safety, syn::Safety::Unsafe(_));
     if options.drops && !unsafe_fn {
         let report = liveness::insert_releases(&mut block, &liveness::params_of(sig), drop_options);
