@@ -24,6 +24,7 @@ mod common;
 mod inference;
 mod lints;
 mod liveness;
+mod options;
 mod release;
 
 use proc_macro::TokenStream;
