@@ -11,7 +11,8 @@
 //! - `#[derive(Release)]`: declares a type whose values those attributes may release.
 //!
 //! Where each part lives (each attribute is parse → validate → expand):
-//! - `inference/` and `batch_scope/`: the two attributes;
+//! - `inference/` and `batch_scope/`: the two attributes; `options.rs`: the option parsing
+//!   they share;
 //! - `liveness/`: release at last use, shared by both; its module doc explains the technique
 //!   and names the phases (`analysis/`, `plan/`, `rewrite.rs`, `emit.rs`);
 //! - `lints/`: the compile-time memory lints and `#[allow]`;
