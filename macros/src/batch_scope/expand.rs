@@ -1,4 +1,4 @@
-//! Code generation of `#[batch_scope]`: the lints, then a scope guard and drops at last use in
+//! Code generation of `#[batch_scope]`: the lints, then a scope guard and releases at last use in
 //! every scoped loop of a validated function.
 
 use proc_macro2::{Span, TokenStream};
@@ -132,7 +132,7 @@ impl VisitMut for Scoper<'_> {
     fn visit_expr_const_mut(&mut self, _: &mut syn::ExprConst) {}
 
     fn visit_expr_mut(&mut self, expr: &mut Expr) {
-        // Inner loops first: the outer body's drop insertion then sees their final form.
+        // Inner loops first: the outer body's release insertion then sees their final form.
         visit_mut::visit_expr_mut(self, expr);
         if matches!(expr, Expr::ForLoop(_) | Expr::While(_) | Expr::Loop(_)) {
             if let Some(facts) = self.loops.next() {

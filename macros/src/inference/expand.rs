@@ -1,4 +1,4 @@
-//! Code generation of `#[inference]`: the no-grad guard, the lints and the drops at last use.
+//! Code generation of `#[inference]`: the no-grad guard, the lints and the releases at last use.
 
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, ToTokens};
