@@ -17,9 +17,9 @@ const OPTIONS: OptionList = OptionList {
 
 /// The options of one `#[inference(...)]`.
 pub(crate) struct Options {
-    /// Locals never dropped early.
+    /// Locals never released early.
     pub keep: Vec<syn::Ident>,
-    /// Whether to insert drops at last use (`drops = false` keeps only the no-grad guard).
+    /// Whether to insert releases at last use (`drops = false` keeps only the no-grad guard).
     pub drops: bool,
     /// Path of the facade crate.
     pub krate: Option<syn::Path>,
