@@ -35,13 +35,13 @@ mod autograd;
 mod backend;
 mod inspect;
 mod kernels;
-pub mod liveness;
+mod peak_bound;
 mod ops;
 mod overload;
 pub mod rng;
 
 pub(crate) use backend::{adam_step, AdamStep};
-pub use liveness::{LivenessBound, LivenessRecorder};
+pub use peak_bound::{PeakBound, PeakBoundRecorder};
 pub use ops::Rhs;
 
 use crate::alloc::OutOfMemory;
@@ -234,7 +234,7 @@ pub type Result<T, E = TensorError> = std::result::Result<T, E>;
 pub struct Storage {
     /// Process-unique id (addresses are reused after a free; ids are not).
     id: u64,
-    /// Stored as a leaf's gradient (for the liveness bound, which keeps those until freed).
+    /// Stored as a leaf's gradient (for the peak bound, which keeps those until freed).
     held_as_grad: AtomicBool,
     allocation: Allocation,
     numel: usize,
@@ -262,7 +262,7 @@ impl Storage {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         let allocation = device.allocate_tensor(numel * DType::F32.size_in_bytes(), shape, op)?;
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        liveness::on_alloc(id, allocation.size());
+        peak_bound::on_alloc(id, allocation.size());
         Ok(Arc::new(Storage {
             id,
             held_as_grad: AtomicBool::new(false),
@@ -308,11 +308,11 @@ impl Storage {
         self.allocation.addr()
     }
 
-    /// Ends a use of the storage by a device kernel (for the liveness bound, as dropping a host
+    /// Ends a use of the storage by a device kernel (for the peak bound, as dropping a host
     /// read or write does).
     #[cfg(feature = "cuda")]
     pub(crate) fn note_use_end(&self) {
-        liveness::on_use_end(self.id);
+        peak_bound::on_use_end(self.id);
     }
 
     fn base_ptr(&self, op: &'static str) -> Result<*mut f32> {
@@ -370,7 +370,7 @@ impl Storage {
     /// Mutable access to storage nobody else can reach (just allocated, or uniquely owned).
     fn fresh_mut(&mut self, op: &'static str) -> Result<&mut [f32]> {
         let ptr = self.base_ptr(op)?;
-        liveness::on_use_end(self.id);
+        peak_bound::on_use_end(self.id);
         // SAFETY: `&mut self` proves exclusive access; the block holds `numel` aligned f32s.
         Ok(unsafe { std::slice::from_raw_parts_mut(ptr, self.numel) })
     }
@@ -417,7 +417,7 @@ pub(crate) struct StorageWrite<'a> {
 }
 
 // A use ends when the kernel releases its access: after it wrote its output, so an op's
-// inputs and output overlap in the liveness bound.
+// inputs and output overlap in the peak bound.
 impl Drop for StorageRead<'_> {
     fn drop(&mut self) {
         let _ = READS_HELD.try_with(|held| {
@@ -426,19 +426,19 @@ impl Drop for StorageRead<'_> {
                 held.swap_remove(pos);
             }
         });
-        liveness::on_use_end(self.storage_id);
+        peak_bound::on_use_end(self.storage_id);
     }
 }
 
 impl Drop for StorageWrite<'_> {
     fn drop(&mut self) {
-        liveness::on_use_end(self.storage_id);
+        peak_bound::on_use_end(self.storage_id);
     }
 }
 
 impl Drop for Storage {
     fn drop(&mut self) {
-        liveness::on_free(
+        peak_bound::on_free(
             self.id,
             self.allocation.size(),
             self.held_as_grad.load(Ordering::Relaxed),
