@@ -6,8 +6,7 @@
 //! dropped). Backward frees each node's saved tensors as soon as the node has run, like PyTorch
 //! without `retain_graph`.
 
-use super::backend::ZipOp;
-use super::ops::BinOp;
+use super::kinds::{BinOp, ZipOp};
 use super::{Result, Tensor, TensorError};
 use crate::grad::NoGradGuard;
 use std::collections::{HashMap, HashSet};

@@ -2,8 +2,14 @@
 //! views and in-place updates, with autograd recording.
 
 use super::autograd::{self, attach, edges, record, should_record, Backward, Saved};
-use super::backend::{self, MapOp, MatmulShape, ZipOp};
-use super::{contiguous_strides, Inner, Layout, Result, Tensor, TensorError};
+use super::backend;
+use super::error::{unreachable_error, Result, TensorError};
+use super::kinds::{
+    broadcast_shape, checked_numel, contiguous_strides, BinOp, Layout, MapOp, MatmulShape, Unary,
+    ZipOp,
+};
+use super::storage::Storage;
+use super::{Inner, Tensor};
 use std::sync::Arc;
 
 /// Right-hand side of arithmetic: a tensor (broadcast) or a scalar.
@@ -27,110 +33,25 @@ impl From<f32> for Rhs<'_> {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum BinOp {
-    Add,
-    Sub,
-    Mul,
-    Div,
-}
-
-impl BinOp {
-    fn name(self) -> &'static str {
-        match self {
-            BinOp::Add => "add",
-            BinOp::Sub => "sub",
-            BinOp::Mul => "mul",
-            BinOp::Div => "div",
-        }
+/// What backward needs of `a op b`.
+fn binary_record(op: BinOp, a: &Tensor, b: &Tensor) -> Backward {
+    let (a_shape, b_shape) = (a.dims().to_vec(), b.dims().to_vec());
+    match op {
+        BinOp::Add => Backward::Add { a_shape, b_shape },
+        BinOp::Sub => Backward::Sub { a_shape, b_shape },
+        BinOp::Mul => Backward::Mul {
+            a: b.requires_grad().then(|| Saved::new(a, "left operand")),
+            b: a.requires_grad().then(|| Saved::new(b, "right operand")),
+            a_shape,
+            b_shape,
+        },
+        BinOp::Div => Backward::Div {
+            a: b.requires_grad().then(|| Saved::new(a, "numerator")),
+            b: Saved::new(b, "denominator"),
+            a_shape,
+            b_shape,
+        },
     }
-
-    fn inplace_name(self) -> &'static str {
-        match self {
-            BinOp::Add => "add_",
-            BinOp::Sub => "sub_",
-            BinOp::Mul => "mul_",
-            BinOp::Div => "div_",
-        }
-    }
-
-    /// Whether the backward of `a op b` needs `a`'s value (to differentiate with respect to `b`).
-    fn saves_lhs(self) -> bool {
-        matches!(self, BinOp::Mul | BinOp::Div)
-    }
-
-    fn backward(self, a: &Tensor, b: &Tensor) -> Backward {
-        let (a_shape, b_shape) = (a.dims().to_vec(), b.dims().to_vec());
-        match self {
-            BinOp::Add => Backward::Add { a_shape, b_shape },
-            BinOp::Sub => Backward::Sub { a_shape, b_shape },
-            BinOp::Mul => Backward::Mul {
-                a: b.requires_grad().then(|| Saved::new(a, "left operand")),
-                b: a.requires_grad().then(|| Saved::new(b, "right operand")),
-                a_shape,
-                b_shape,
-            },
-            BinOp::Div => Backward::Div {
-                a: b.requires_grad().then(|| Saved::new(a, "numerator")),
-                b: Saved::new(b, "denominator"),
-                a_shape,
-                b_shape,
-            },
-        }
-    }
-}
-
-/// The shape two shapes broadcast to (numpy rules).
-pub(crate) fn broadcast_shape(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
-    let rank = a.len().max(b.len());
-    let mut out = vec![0; rank];
-    for i in 0..rank {
-        let da = if i + a.len() >= rank {
-            a[i + a.len() - rank]
-        } else {
-            1
-        };
-        let db = if i + b.len() >= rank {
-            b[i + b.len() - rank]
-        } else {
-            1
-        };
-        out[i] = match (da, db) {
-            (x, y) if x == y => x,
-            (1, y) => y,
-            (x, 1) => x,
-            _ => {
-                return Err(TensorError::ShapeMismatch {
-                    op,
-                    lhs: a.to_vec(),
-                    rhs: b.to_vec(),
-                    reason: format!(
-                        "dimension {i} (from the right: {}) has sizes {da} and {db}; sizes must match or one must be 1",
-                        rank - i
-                    ),
-                })
-            }
-        };
-    }
-    Ok(out)
-}
-
-/// Strides that read a tensor of `shape`/`strides` broadcast to `out_shape` (0 on broadcast dims).
-pub(crate) fn broadcast_strides(
-    shape: &[usize],
-    strides: &[usize],
-    out_shape: &[usize],
-) -> Vec<usize> {
-    let lead = out_shape.len() - shape.len();
-    (0..out_shape.len())
-        .map(|i| {
-            if i < lead || shape[i - lead] == 1 {
-                0
-            } else {
-                strides[i - lead]
-            }
-        })
-        .collect()
 }
 
 fn same_device(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
@@ -155,87 +76,27 @@ fn check_dim(op: &'static str, t: &Tensor, dim: usize) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn gelu(x: f32) -> f32 {
-    const C: f32 = 0.797_884_6; // sqrt(2/pi)
-    0.5 * x * (1.0 + (C * (x + 0.044_715 * x * x * x)).tanh())
-}
-
-pub(crate) fn gelu_derivative(x: f32) -> f32 {
-    const C: f32 = 0.797_884_6;
-    let u = C * (x + 0.044_715 * x * x * x);
-    let t = u.tanh();
-    0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * C * (1.0 + 3.0 * 0.044_715 * x * x)
-}
-
-pub(crate) fn sigmoid(x: f32) -> f32 {
-    if x >= 0.0 {
-        1.0 / (1.0 + (-x).exp())
-    } else {
-        let e = x.exp();
-        e / (1.0 + e)
-    }
-}
-
-/// Element-wise activations.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Unary {
-    Relu,
-    Gelu,
-    Tanh,
-    Sigmoid,
-    Exp,
-    Log,
-}
-
-impl Unary {
-    fn name(self) -> &'static str {
-        match self {
-            Unary::Relu => "relu",
-            Unary::Gelu => "gelu",
-            Unary::Tanh => "tanh",
-            Unary::Sigmoid => "sigmoid",
-            Unary::Exp => "exp",
-            Unary::Log => "log",
-        }
-    }
-
-    fn map_op(self) -> MapOp {
-        match self {
-            Unary::Relu => MapOp::Relu,
-            Unary::Gelu => MapOp::Gelu,
-            Unary::Tanh => MapOp::Tanh,
-            Unary::Sigmoid => MapOp::Sigmoid,
-            Unary::Exp => MapOp::Exp,
-            Unary::Log => MapOp::Log,
-        }
-    }
-
-    /// Whether backward needs the input (otherwise it needs the output).
-    fn saves_input(self) -> bool {
-        matches!(self, Unary::Gelu | Unary::Log)
-    }
-
-    fn backward(self, input: &Tensor, output: &Tensor) -> Backward {
-        match self {
-            Unary::Relu => Backward::Relu {
-                out: Saved::new(output, "output"),
-            },
-            Unary::Gelu => Backward::Gelu {
-                x: Saved::new(input, "input"),
-            },
-            Unary::Tanh => Backward::Tanh {
-                out: Saved::new(output, "output"),
-            },
-            Unary::Sigmoid => Backward::Sigmoid {
-                out: Saved::new(output, "output"),
-            },
-            Unary::Exp => Backward::Exp {
-                out: Saved::new(output, "output"),
-            },
-            Unary::Log => Backward::Log {
-                x: Saved::new(input, "input"),
-            },
-        }
+/// What backward needs of an activation.
+fn unary_record(op: Unary, input: &Tensor, output: &Tensor) -> Backward {
+    match op {
+        Unary::Relu => Backward::Relu {
+            out: Saved::new(output, "output"),
+        },
+        Unary::Gelu => Backward::Gelu {
+            x: Saved::new(input, "input"),
+        },
+        Unary::Tanh => Backward::Tanh {
+            out: Saved::new(output, "output"),
+        },
+        Unary::Sigmoid => Backward::Sigmoid {
+            out: Saved::new(output, "output"),
+        },
+        Unary::Exp => Backward::Exp {
+            out: Saved::new(output, "output"),
+        },
+        Unary::Log => Backward::Log {
+            x: Saved::new(input, "input"),
+        },
     }
 }
 
@@ -246,16 +107,16 @@ impl Tensor {
     pub(crate) fn zip_map(&self, other: &Tensor, op: &'static str, f: ZipOp) -> Result<Tensor> {
         same_device(op, self, other)?;
         let shape = broadcast_shape(op, self.dims(), other.dims())?;
-        backend::zip(self, other, &shape, op, f)
+        backend::zip(self.strided(), other.strided(), &shape, op, f).map(Tensor::from)
     }
 
     /// `f(self)` element-wise into a new contiguous tensor; records nothing.
     pub(crate) fn map(&self, op: &'static str, f: MapOp) -> Result<Tensor> {
-        backend::map(self, op, f)
+        backend::map(self.strided(), op, f).map(Tensor::from)
     }
 
     /// Takes the buffer of an exclusively owned tensor (see [`Tensor::is_exclusively_owned`]).
-    fn into_buffer(self) -> std::result::Result<(Arc<super::Storage>, Layout), Tensor> {
+    fn into_buffer(self) -> std::result::Result<(Arc<Storage>, Layout), Tensor> {
         match Arc::try_unwrap(self.0) {
             Ok(Inner {
                 storage, layout, ..
@@ -268,7 +129,9 @@ impl Tensor {
 
     fn binary(&self, rhs: &Tensor, op: BinOp) -> Result<Tensor> {
         let out = self.zip_map(rhs, op.name(), ZipOp::Bin(op))?;
-        record(&out, op.name(), &[self, rhs], || op.backward(self, rhs));
+        record(&out, op.name(), &[self, rhs], || {
+            binary_record(op, self, rhs)
+        });
         Ok(out)
     }
 
@@ -290,7 +153,7 @@ impl Tensor {
             Err(this) => return this.binary(rhs, op),
         };
         let out = Tensor::from_parts(storage, layout, false);
-        backend::zip_inplace(&out, rhs, op.name(), ZipOp::Bin(op))?;
+        backend::zip_inplace(out.strided(), rhs.strided(), op.name(), ZipOp::Bin(op))?;
         attach(&out, op.name(), edges, || match op {
             BinOp::Add => Backward::Add { a_shape, b_shape },
             BinOp::Sub => Backward::Sub { a_shape, b_shape },
@@ -327,7 +190,7 @@ impl Tensor {
             Err(this) => return this.scalar_op(s, op),
         };
         let out = Tensor::from_parts(storage, layout, false);
-        backend::map_inplace(&out, op.name(), MapOp::Scalar(op, s))?;
+        backend::map_inplace(out.strided(), op.name(), MapOp::Scalar(op, s))?;
         attach(&out, op.name(), edges, || scalar_backward(op, s));
         Ok(out)
     }
@@ -463,7 +326,11 @@ impl Tensor {
         }
         let batch = broadcast_shape(OP, &self.dims()[..ra - 2], &rhs.dims()[..rb - 2])
             .map_err(|_| mismatch("batch dimensions do not broadcast".into()))?;
-        let out = backend::matmul(self, rhs, &MatmulShape { batch, m, k, n })?;
+        let out = Tensor::from(backend::matmul(
+            self.strided(),
+            rhs.strided(),
+            &MatmulShape { batch, m, k, n },
+        )?);
         record(&out, OP, &[self, rhs], || Backward::MatMul {
             a: rhs
                 .requires_grad()
@@ -481,7 +348,7 @@ impl Tensor {
 
     fn unary(&self, op: Unary) -> Result<Tensor> {
         let out = self.map(op.name(), op.map_op())?;
-        record(&out, op.name(), &[self], || op.backward(self, &out));
+        record(&out, op.name(), &[self], || unary_record(op, self, &out));
         Ok(out)
     }
 
@@ -496,8 +363,8 @@ impl Tensor {
             Err(this) => return this.unary(op),
         };
         let out = Tensor::from_parts(storage, layout, false);
-        backend::map_inplace(&out, op.name(), op.map_op())?;
-        attach(&out, op.name(), edges, || op.backward(&out, &out));
+        backend::map_inplace(out.strided(), op.name(), op.map_op())?;
+        attach(&out, op.name(), edges, || unary_record(op, &out, &out));
         Ok(out)
     }
 
@@ -574,7 +441,7 @@ impl Tensor {
     fn softmax_impl(&self, dim: usize, log: bool) -> Result<Tensor> {
         let op = if log { "log_softmax" } else { "softmax" };
         check_dim(op, self, dim)?;
-        let out = backend::softmax(self, dim, log, op)?;
+        let out = Tensor::from(backend::softmax(self.strided(), dim, log, op)?);
         record(&out, op, &[self], || {
             let saved = Saved::new(&out, "output");
             if log {
@@ -649,7 +516,15 @@ impl Tensor {
             weight.map(Tensor::contiguous).transpose()?,
             bias.map(Tensor::contiguous).transpose()?,
         );
-        let (out, stats) = backend::layer_norm(&x, w.as_ref(), b.as_ref(), eps, recording)?;
+        let (out, stats) = backend::layer_norm(
+            x.strided(),
+            w.as_ref().map(Tensor::strided),
+            b.as_ref().map(Tensor::strided),
+            eps,
+            recording,
+        )?;
+        let out = Tensor::from(out);
+        let stats = stats.map(|(mean, rstd)| (Tensor::from(mean), Tensor::from(rstd)));
         if let Some((mean, rstd)) = stats {
             record(&out, OP, &inputs, || Backward::LayerNorm {
                 x: Saved::new(&x, "input"),
@@ -677,7 +552,7 @@ impl Tensor {
                 message: "the table must have shape [vocab, dim]".into(),
             });
         }
-        let expected = super::checked_numel(OP, ids_shape)?;
+        let expected = checked_numel(OP, ids_shape)?;
         if ids.len() != expected {
             return Err(TensorError::DataLength {
                 op: OP,
@@ -696,7 +571,7 @@ impl Tensor {
         }
         let mut out_shape = ids_shape.to_vec();
         out_shape.push(d);
-        let out = backend::embedding(self, ids, &out_shape)?;
+        let out = Tensor::from(backend::embedding(self.strided(), ids, &out_shape)?);
         record(&out, OP, &[self], || Backward::Embedding {
             ids: ids.to_vec(),
             table_shape: self.dims().to_vec(),
@@ -727,7 +602,13 @@ impl Tensor {
             .product::<usize>()
             .max(1);
         let scale = if mean { 1.0 / count as f32 } else { 1.0 };
-        let out = backend::reduce(self, dims, &keep_shape, scale, op)?;
+        let out = Tensor::from(backend::reduce(
+            self.strided(),
+            dims,
+            &keep_shape,
+            scale,
+            op,
+        )?);
         let out = if keepdim {
             out
         } else {
@@ -870,7 +751,7 @@ impl Tensor {
         }
         let recording = should_record(&[self]);
         let logp = self.log_softmax_untracked(self.rank() - 1)?;
-        let out = backend::cross_entropy(&logp, targets)?;
+        let out = Tensor::from(backend::cross_entropy(logp.strided(), targets)?);
         if recording {
             let probs = logp.map(OP, MapOp::Exp)?;
             drop(logp);
@@ -903,7 +784,7 @@ impl Tensor {
             });
         }
         let diff = self.zip_map(target, OP, ZipOp::Bin(BinOp::Sub))?;
-        let out = backend::mean_square(&diff, OP)?;
+        let out = Tensor::from(backend::mean_square(diff.strided(), OP)?);
         record(&out, OP, &[self, target], || Backward::Mse {
             diff: Saved::new(&diff, "difference"),
         });
@@ -922,7 +803,7 @@ impl Tensor {
     #[track_caller]
     pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
         let _origin = crate::alloc::enter_op("reshape");
-        let numel = super::checked_numel("reshape", shape)?;
+        let numel = checked_numel("reshape", shape)?;
         if numel != self.elem_count() {
             return Err(TensorError::ShapeMismatch {
                 op: "reshape",
@@ -995,11 +876,7 @@ impl Tensor {
                 message: format!("{perm:?} is not a permutation of 0..{}", self.rank()),
             });
         }
-        let layout = Layout {
-            shape: perm.iter().map(|&p| self.dims()[p]).collect(),
-            strides: perm.iter().map(|&p| self.strides()[p]).collect(),
-            offset: self.offset(),
-        };
+        let layout = self.0.layout.permuted(perm);
         Ok(self.view(layout, "permute", || Backward::Permute {
             perm: perm.to_vec(),
         }))
@@ -1074,10 +951,7 @@ impl Tensor {
                 strides.push(1);
             } else {
                 let Some((_, &s)) = src.next() else {
-                    return Err(super::unreachable_error(
-                        op,
-                        "size-1 reshape lost a dimension",
-                    ));
+                    return Err(unreachable_error(op, "size-1 reshape lost a dimension"));
                 };
                 strides.push(s);
             }
@@ -1096,7 +970,7 @@ impl Tensor {
     #[track_caller]
     pub fn broadcast_as(&self, shape: &[usize]) -> Result<Tensor> {
         let _origin = crate::alloc::enter_op("broadcast_as");
-        super::checked_numel("broadcast_as", shape)?;
+        checked_numel("broadcast_as", shape)?;
         let out = broadcast_shape("broadcast_as", self.dims(), shape)?;
         if out != shape {
             return Err(TensorError::ShapeMismatch {
@@ -1106,11 +980,7 @@ impl Tensor {
                 reason: "the tensor does not broadcast to the target shape".into(),
             });
         }
-        let layout = Layout {
-            shape: shape.to_vec(),
-            strides: broadcast_strides(self.dims(), self.strides(), shape),
-            offset: self.offset(),
-        };
+        let layout = self.0.layout.broadcast_to(shape);
         Ok(self.view(layout, "broadcast_as", || Backward::Expand {
             in_shape: self.dims().to_vec(),
         }))
@@ -1216,7 +1086,7 @@ impl Tensor {
                         a_shape: self.dims().to_vec(),
                         b_shape: t.dims().to_vec(),
                     },
-                    _ => op.backward(self, t),
+                    _ => binary_record(op, self, t),
                 });
             }
         }
@@ -1225,7 +1095,7 @@ impl Tensor {
 
     /// Writes `f(self)` into `self`'s elements and bumps the storage version.
     fn write_unary(&self, op: &'static str, f: MapOp) -> Result<()> {
-        backend::map_inplace(self, op, f)?;
+        backend::map_inplace(self.strided(), op, f)?;
         self.storage().bump_version(op);
         Ok(())
     }
@@ -1239,7 +1109,7 @@ impl Tensor {
         } else {
             src.clone()
         };
-        backend::zip_inplace(self, &src, op, f)?;
+        backend::zip_inplace(self.strided(), src.strided(), op, f)?;
         self.storage().bump_version(op);
         Ok(())
     }
@@ -1373,13 +1243,22 @@ pub(crate) fn layer_norm_backward(
     // Every input here is contiguous with its own storage (saved by the forward, or made so
     // here).
     let g = g.contiguous()?;
-    backend::layer_norm_backward(&g, x, mean, rstd, weight, need_w, need_b)
+    let (gx, gw, gb) = backend::layer_norm_backward(
+        g.strided(),
+        x.strided(),
+        mean.strided(),
+        rstd.strided(),
+        weight.map(Tensor::strided),
+        need_w,
+        need_b,
+    )?;
+    Ok((gx.into(), gw.map(Tensor::from), gb.map(Tensor::from)))
 }
 
 /// Gradient of an embedding lookup with respect to the table (rows scatter-added).
 pub(crate) fn embedding_backward(g: &Tensor, ids: &[u32], table_shape: &[usize]) -> Result<Tensor> {
     let g = g.contiguous()?;
-    backend::embedding_backward(&g, ids, table_shape)
+    backend::embedding_backward(g.strided(), ids, table_shape).map(Tensor::from)
 }
 
 /// Gradient of mean cross-entropy: `(softmax - onehot) * g / rows`.
@@ -1388,5 +1267,5 @@ pub(crate) fn cross_entropy_backward(
     probs: &Tensor,
     targets: &[u32],
 ) -> Result<Tensor> {
-    backend::cross_entropy_backward(g, probs, targets)
+    backend::cross_entropy_backward(g.strided(), probs.strided(), targets).map(Tensor::from)
 }

@@ -5,7 +5,7 @@
 //! - `a op &b`, `a op s` with `a` owned: write into `a`'s buffer when nothing else can observe
 //!   it (see the [module docs](super)), else allocate.
 
-use super::ops::BinOp;
+use super::kinds::BinOp;
 use super::{Result, Tensor};
 use std::ops::{Add, Div, Mul, Neg, Sub};
 
