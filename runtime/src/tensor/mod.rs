@@ -34,11 +34,10 @@
 mod autograd;
 mod backend;
 mod error;
+mod inplace;
 mod inspect;
-mod kernels;
 mod kinds;
 mod ops;
-mod overload;
 mod peak_bound;
 pub mod rng;
 mod storage;
@@ -51,8 +50,8 @@ pub use peak_bound::{PeakBound, PeakBoundRecorder};
 pub use storage::Storage;
 
 use crate::Device;
-use autograd::Node;
 use kinds::{checked_numel, Layout};
+use ops::record::{self, Node, OpRecord};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -329,10 +328,8 @@ impl Tensor {
         // Through host memory: to_vec downloads (or reads) and upload copies in.
         let data = self.to_vec()?;
         let out = Tensor::from(backend::upload(device, self.dims(), "to_device", &data)?);
-        autograd::record(&out, "to_device", &[self], || {
-            autograd::Backward::ToDevice {
-                device: self.device().clone(),
-            }
+        record::record(&out, "to_device", &[self], || OpRecord::ToDevice {
+            device: self.device().clone(),
         });
         Ok(out)
     }
@@ -379,17 +376,6 @@ impl Tensor {
     pub(crate) fn has_stale_history(&self) -> bool {
         self.0.history_seen.load(Ordering::Acquire) != self.storage().history_rewrites()
             && self.grad_fn().is_some()
-    }
-
-    /// Marks a recorded in-place write through this handle: other handles on the storage
-    /// become stale, this one (and its clones) stays current.
-    pub(crate) fn note_history_rewrite(&self) {
-        let now = self
-            .storage()
-            .history_rewrites
-            .fetch_add(1, Ordering::AcqRel)
-            + 1;
-        self.0.history_seen.store(now, Ordering::Release);
     }
 
     /// Whether this tensor was created by the user rather than recorded by an op.
@@ -452,21 +438,6 @@ impl Tensor {
 
     pub(crate) fn set_grad_fn(&self, node: Option<Arc<Node>>) {
         *self.0.grad_fn.lock().unwrap_or_else(|e| e.into_inner()) = node;
-    }
-
-    /// Whether `self` could be overwritten without anyone observing it: the handle and the
-    /// storage are uniquely owned, `self` covers its whole storage contiguously, and it is not a
-    /// leaf requiring grad.
-    pub(crate) fn is_exclusively_owned(&mut self) -> bool {
-        let leaf_rg = self.0.leaf_requires_grad.load(Ordering::Acquire);
-        let Some(inner) = Arc::get_mut(&mut self.0) else {
-            return false;
-        };
-        !leaf_rg
-            && inner.layout.offset == 0
-            && inner.layout.is_contiguous()
-            && inner.layout.numel() == inner.storage.numel
-            && Arc::get_mut(&mut inner.storage).is_some()
     }
 }
 

@@ -1,13 +1,13 @@
 //! The host backend: the primitives of [`super`] over slices of host memory (strided loops and
-//! `matrixmultiply`'s GEMM, in `super::super::kernels`).
+//! `matrixmultiply`'s GEMM, in [`super::host_kernels`]).
 
 use super::super::error::{unreachable_error, Result, TensorError};
-use super::super::kernels;
 use super::super::kinds::{
     broadcast_strides, checked_numel, contiguous_strides, gelu, gelu_derivative, sigmoid, AdamStep,
     BinOp, MapOp, MatmulShape, ZipOp,
 };
 use super::super::storage::{ReadSet, Storage, Strided, StridedRef};
+use super::host_kernels;
 use crate::Device;
 use std::sync::Arc;
 
@@ -162,7 +162,7 @@ pub(crate) fn map(src: StridedRef<'_>, op: &'static str, f: MapOp) -> Result<Str
     let read = src.storage().read(op)?;
     alloc_with(src.device(), src.dims(), op, |out| {
         let so = contiguous_strides(src.dims());
-        with_map_fn!(f, |g| kernels::unary(
+        with_map_fn!(f, |g| host_kernels::unary(
             src.dims(),
             out,
             &so,
@@ -177,7 +177,7 @@ pub(crate) fn map(src: StridedRef<'_>, op: &'static str, f: MapOp) -> Result<Str
 
 pub(crate) fn map_inplace(dst: StridedRef<'_>, op: &'static str, f: MapOp) -> Result<()> {
     let w = dst.storage().write(op)?;
-    with_map_fn!(f, |g| kernels::inplace_unary(
+    with_map_fn!(f, |g| host_kernels::inplace_unary(
         dst.dims(),
         w.data,
         dst.strides(),
@@ -200,7 +200,7 @@ pub(crate) fn zip(
     let (da, db) = (reads.storage_of(a), reads.storage_of(b));
     alloc_with(a.device(), shape, op, |out| {
         let so = contiguous_strides(shape);
-        with_zip_fn!(f, |g| kernels::binary(
+        with_zip_fn!(f, |g| host_kernels::binary(
             shape,
             out,
             &so,
@@ -232,7 +232,7 @@ pub(crate) fn zip_inplace(
         let r = src_s.read(op)?;
         (dst_s.write(op)?, r)
     };
-    with_zip_fn!(f, |g| kernels::inplace_binary(
+    with_zip_fn!(f, |g| host_kernels::inplace_binary(
         dst.dims(),
         w.data,
         dst.strides(),
@@ -273,7 +273,7 @@ pub(crate) fn matmul(a: StridedRef<'_>, b: StridedRef<'_>, shape: &MatmulShape) 
             // SAFETY: `da` and `db` are the whole storages of the operands, whose layouts
             // address only elements inside them; `c` is a fresh rows×n buffer.
             unsafe {
-                kernels::gemm(
+                host_kernels::gemm(
                     rows,
                     k,
                     n,
@@ -297,14 +297,14 @@ pub(crate) fn matmul(a: StridedRef<'_>, b: StridedRef<'_>, shape: &MatmulShape) 
             .map(|s| s * m * n)
             .collect();
         let c_ptr = c.as_mut_ptr();
-        kernels::for_each_index(
+        host_kernels::for_each_index(
             batch,
             [&bso, &bsa, &bsb],
             [0, a.offset(), b.offset()],
             |[oc, oa, ob]| {
                 // SAFETY: as above; each batch writes its own m×n block of `c`.
                 unsafe {
-                    kernels::gemm(
+                    host_kernels::gemm(
                         m,
                         k,
                         n,
@@ -339,7 +339,7 @@ pub(crate) fn softmax(
     let (sx, xs) = (x.strides()[dim], so[dim]);
     let read = x.storage().read(op)?;
     alloc_with(x.device(), &shape, op, |out| {
-        kernels::for_each_index(&lanes, [&so, x.strides()], [0, x.offset()], |[o, ix]| {
+        host_kernels::for_each_index(&lanes, [&so, x.strides()], [0, x.offset()], |[o, ix]| {
             let v = |i: usize| read.data[ix + i * sx];
             let max = (0..len).map(v).fold(f32::NEG_INFINITY, f32::max);
             let mut sum = 0.0f32;
@@ -540,7 +540,7 @@ pub(crate) fn reduce(
     let read = x.storage().read(op)?;
     alloc_with(x.device(), keep_shape, op, |out| {
         out.fill(0.0);
-        kernels::for_each_index(
+        host_kernels::for_each_index(
             x.dims(),
             [&out_strides, x.strides()],
             [0, x.offset()],
@@ -608,7 +608,7 @@ pub(crate) fn mean_square(diff: StridedRef<'_>, op: &'static str) -> Result<Stri
 pub(crate) fn to_vec(t: StridedRef<'_>, op: &'static str) -> Result<Vec<f32>> {
     let read = t.storage().read(op)?;
     let mut out = Vec::with_capacity(t.elem_count());
-    kernels::for_each_row(
+    host_kernels::for_each_row(
         t.dims(),
         [t.strides()],
         [t.offset()],

@@ -9,6 +9,7 @@ mod checks;
 #[cfg(feature = "cuda")]
 pub(crate) mod cuda;
 pub(crate) mod host;
+mod host_kernels;
 
 use super::error::{Result, TensorError};
 #[cfg(feature = "cuda")]
