@@ -30,6 +30,17 @@
 //! `x`'s buffer when nothing else can observe it: the handle and its storage are uniquely owned,
 //! the buffer is exactly `x`'s contiguous data, it is not saved for backward, and it is not a
 //! leaf that requires grad. Otherwise they allocate, exactly like the borrowing forms.
+//!
+//! # Layers
+//!
+//! Each module imports only the ones listed before it:
+//!
+//! - `error`, `kinds`: the error type; op kinds, layouts and the shape rules;
+//! - `storage`: memory under tensors, its locks and version counter (`peak_bound` watches it);
+//! - `backend`: the primitives, on storage and layout (host loops, CUDA kernels);
+//! - `ops`: shape checks, the backend call and the op's record for autograd;
+//! - `inplace`: everything that writes into existing memory, and the version checks;
+//! - `autograd`: the engine and every gradient formula.
 
 mod autograd;
 mod backend;

@@ -1,8 +1,9 @@
 //! Where tensor ops compute: one dispatch per primitive, to the host backend ([`host`], slices
-//! of host memory) or, with the `cuda` feature, the CUDA backend (`cuda`, NVRTC kernels and cuBLAS on the device's
-//! stream). Ops in `ops.rs` keep their shape checks and autograd there, written once, and call
-//! the primitives here for the arithmetic; every output comes from [`crate::Device::allocate`]
-//! on the operands' device either way.
+//! of host memory) or, with the `cuda` feature, the CUDA backend (`cuda`, NVRTC kernels and
+//! cuBLAS on the device's stream). Primitives work on storage and layout only (a
+//! [`StridedRef`] in, a [`Strided`] out): they see no tensor, record nothing and call no op, so
+//! the op layer above keeps its shape checks and autograd records, written once. Every output
+//! comes from [`crate::Device::allocate`] on the operands' device either way.
 
 #[cfg(all(test, feature = "cuda"))]
 mod checks;
