@@ -8,7 +8,7 @@ use crate::tensor::Tensor;
 
 impl OpRecord {
     /// Gradients for each input (`None` where the input gets none or needs none).
-    pub(crate) fn run(&self, g: &Tensor, needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
+    pub(crate) fn gradients(&self, g: &Tensor, needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
         use OpRecord::*;
         let need = |i: usize| needs.get(i).copied().unwrap_or(false);
         Ok(match self {

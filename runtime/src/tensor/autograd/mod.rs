@@ -172,7 +172,7 @@ pub(crate) fn run_backward(root: &Tensor, inputs: Option<&[Tensor]>) -> Result<(
         let input_grads = match &g {
             // Formulas with one input compute it unasked: skip nodes whose edges all lead
             // away from the inputs.
-            Some(g) if needs.contains(&true) => bw.run(g, &needs)?,
+            Some(g) if needs.contains(&true) => bw.gradients(g, &needs)?,
             _ => Vec::new(),
         };
         // Saved tensors are released here, before the inputs' nodes run.
