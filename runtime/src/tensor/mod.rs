@@ -33,12 +33,15 @@
 //!
 //! # Layers
 //!
-//! Each module imports only the ones listed before it:
+//! Each module imports only the ones listed before it (the workspace test `tests/layers.rs`
+//! checks it):
 //!
 //! - `error`, `kinds`: the error type; op kinds, layouts and the shape rules;
-//! - `storage`: memory under tensors, its locks and version counter (`peak_bound` watches it);
+//! - `peak_bound` (the out-of-place lower bound of a peak, recorded from storage allocations),
+//!   `rng`;
+//! - `storage`: memory under tensors, its locks and version counter;
 //! - `backend`: the primitives, on storage and layout (host loops, CUDA kernels);
-//! - `ops`: shape checks, the backend call and the op's record for autograd;
+//! - `ops`: shape checks, the backend call and the op's record for autograd; `inspect`;
 //! - `inplace`: everything that writes into existing memory, and the version checks;
 //! - `autograd`: the engine and every gradient formula.
 
