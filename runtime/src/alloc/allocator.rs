@@ -397,7 +397,16 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
 
     /// Releases the cache (nothing to do when it held nothing) and asks for room again.
     fn take_after_release(&self, st: &mut State, req: &Request) -> Option<u32> {
-        if st.release_cached(&self.backend, &self.name) == 0 {
+        let pending = st.pending.len();
+        let released = st.release_cached(&self.backend, &self.name);
+        // The release waited for the blocks other streams used: those are back in the pool,
+        // and one may hold the request without any new segment.
+        if st.pending.len() < pending {
+            if let Some(slot) = self.take_cached(st, req) {
+                return Some(slot);
+            }
+        }
+        if released == 0 {
             return None;
         }
         st.stats.num_alloc_retries += 1;
@@ -609,6 +618,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             slot,
             events: Vec::new(),
             poisoned: false,
+            unrecorded: Vec::new(),
         };
         for stream in uses {
             match self.backend.record_event(stream) {
@@ -616,6 +626,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
                 Ok(None) => {}
                 Err(e) => {
                     pending.poisoned = true;
+                    pending.unrecorded.push(stream);
                     let failure = match e {
                         super::BackendError::Driver(f) => f,
                         e => BackendFailure {

@@ -168,9 +168,13 @@ pub(crate) struct PendingFree {
     pub slot: u32,
     /// Events not yet seen complete.
     pub events: Vec<EventId>,
-    /// An event could not be recorded or queried: the block is never reused (the device is
-    /// usually unusable after such a failure anyway), but stays counted as active.
+    /// An event could not be recorded or queried: the block stays out of the pool (counted as
+    /// active) until a wait — `empty_cache`, the out-of-memory retry, the allocator's drop —
+    /// records the missing events and sees every event complete (after a driver error that
+    /// sticks, as CUDA's usually do, that never happens).
     pub poisoned: bool,
+    /// Streams whose event could not be recorded: recorded again by the next wait.
+    pub unrecorded: Vec<StreamId>,
 }
 
 /// Everything the allocator's mutex guards.
@@ -689,22 +693,21 @@ impl State {
     pub fn process_pending<B: Backend + ?Sized>(&mut self, backend: &B, name: &str) {
         // Checked inline: every request passes here, and blocks rarely wait on other streams.
         if !self.pending.is_empty() {
-            self.settle_pending(backend, name, |b, e| b.query_event(e));
+            self.settle_pending(backend, name, false);
         }
     }
 
     /// Waits for the events of every pending block and returns the blocks to the pool (before
     /// the cache is released: `empty_cache` and the out-of-memory retry).
     pub fn synchronize_pending<B: Backend + ?Sized>(&mut self, backend: &B, name: &str) {
-        self.settle_pending(backend, name, |b, e| b.synchronize_event(e).map(|()| true));
+        self.settle_pending(backend, name, true);
     }
 
-    fn settle_pending<B: Backend + ?Sized>(
-        &mut self,
-        backend: &B,
-        name: &str,
-        done: impl Fn(&B, EventId) -> Result<bool, BackendError>,
-    ) {
+    /// Queries (or, when `wait`, waits for) the pending blocks' events and returns the blocks
+    /// whose events all completed. Only a wait retries a poisoned block: it records the events
+    /// that could not be recorded (an event recorded now follows the work that used the block)
+    /// and waits for them all.
+    fn settle_pending<B: Backend + ?Sized>(&mut self, backend: &B, name: &str, wait: bool) {
         if self.pending.is_empty() {
             return;
         }
@@ -712,9 +715,34 @@ impl State {
         let (mut failures, mut finished) = (Vec::new(), Vec::new());
         pending.retain_mut(|p| {
             if p.poisoned {
-                return true;
+                if !wait {
+                    return true;
+                }
+                p.unrecorded
+                    .retain(|&stream| match backend.record_event(stream) {
+                        Ok(Some(e)) => {
+                            p.events.push(e);
+                            false
+                        }
+                        Ok(None) => false,
+                        Err(err) => {
+                            failures.push(err);
+                            true
+                        }
+                    });
+                if !p.unrecorded.is_empty() {
+                    return true;
+                }
+                p.poisoned = false;
             }
-            p.events.retain(|&e| match done(backend, e) {
+            let done = |e: EventId| {
+                if wait {
+                    backend.synchronize_event(e).map(|()| true)
+                } else {
+                    backend.query_event(e)
+                }
+            };
+            p.events.retain(|&e| match done(e) {
                 Ok(true) => {
                     backend.destroy_event(e);
                     false
