@@ -9,6 +9,8 @@
 //! first 40 steps of the trace. `--export-trace PATH` only writes the trace (every allocation's
 //! size and every free, in order, as JSON; `--quick` for the 100-step one) and exits: what
 //! `scripts/torch-compare.py` replays through PyTorch's caching allocator.
+//! `--count-pairs cached|recording|system [--rounds N]` only runs the pair loops, for
+//! `scripts/alloc-callgrind.sh` (instructions per pair under callgrind).
 //!
 //! Metrics:
 //!
@@ -410,8 +412,73 @@ fn fixed_segments() -> AllocatorConfig {
     base_config().with_expandable_segments(false)
 }
 
+/// The pair loops alone, for `scripts/alloc-callgrind.sh`: `--count-pairs MODE --rounds N`
+/// warms up (outside the counted function), then runs N rounds of the 256 sizes in one
+/// `#[inline(never)]` function per mode, whose instructions callgrind counts
+/// (`--toggle-collect`). MODE: `cached` (default settings), `recording` (the trace on, as
+/// `cached_pair_ns_recording`), `system` (the system allocator).
+fn count_pairs(mode: &str, rounds: usize) {
+    let sizes = mixed_sizes();
+    match mode {
+        "cached" | "recording" => {
+            let config = if mode == "cached" {
+                base_config()
+            } else {
+                base_config().with_trace_capacity(RECORDED_EVENTS)
+            };
+            let device = new_device(false, config);
+            let _label = vramguard::scope::tag("recorded pairs");
+            for &s in &sizes {
+                drop(black_box(device.allocate(s)));
+            }
+            counted_cached_pairs(&device, &sizes, rounds);
+        }
+        "system" => {
+            let layouts: Vec<std::alloc::Layout> = sizes
+                .iter()
+                .map(|&s| std::alloc::Layout::from_size_align(s, 256).expect("valid layout"))
+                .collect();
+            counted_system_pairs(&layouts, 1);
+            counted_system_pairs(&layouts, rounds);
+        }
+        other => {
+            eprintln!("--count-pairs {other}: expected cached, recording or system");
+            std::process::exit(2);
+        }
+    }
+    println!("pairs {}", rounds * sizes.len());
+}
+
+#[inline(never)]
+fn counted_cached_pairs(device: &Device, sizes: &[usize], rounds: usize) {
+    for _ in 0..rounds {
+        for &s in sizes {
+            let a = device.allocate(black_box(s)).expect("benchmark allocation");
+            drop(black_box(a));
+        }
+    }
+}
+
+#[inline(never)]
+fn counted_system_pairs(layouts: &[std::alloc::Layout], rounds: usize) {
+    for _ in 0..rounds {
+        for l in layouts {
+            // SAFETY: non-zero size; freed with the same layout right away.
+            unsafe {
+                let p = std::alloc::alloc(*l);
+                assert!(!p.is_null(), "system allocator out of memory");
+                std::alloc::dealloc(black_box(p), *l);
+            }
+        }
+    }
+}
+
 fn main() {
     let args = Args::parse();
+    if let Some(mode) = args.value::<String>("count-pairs") {
+        count_pairs(&mode, args.value("rounds").unwrap_or(20));
+        return;
+    }
     if let Some(path) = args.value::<String>("export-trace") {
         let steps = trace_steps(if args.quick { 100 } else { 400 });
         if let Err(e) = export_trace(&path, &steps) {
