@@ -15,6 +15,7 @@
 //! `policy.rs`; growing and shrinking the expandable segment is in `expandable.rs`.
 
 use super::expandable::Expandable;
+use super::origin::{BlockOrigin, Sites};
 use super::plan::Planner;
 use super::policy::{self, ADDR_LIMIT};
 use super::stats::DetailedStats;
@@ -251,7 +252,9 @@ pub(crate) struct State {
     /// Where each allocated block was made, by slot (`None` for free blocks and spare slots).
     /// Kept beside the nodes, not in them: splitting and coalescing copy nodes around, and
     /// only `hand_out` and `free` need the origin.
-    pub origins: Vec<Option<AllocOrigin>>,
+    pub origins: Vec<BlockOrigin>,
+    /// The call sites `origins` refer to.
+    pub sites: Sites,
     pub spare_nodes: Vec<u32>,
     pub segs: Vec<Segment>,
     pub spare_segs: Vec<u32>,
@@ -286,6 +289,7 @@ impl State {
         State {
             nodes: Vec::new(),
             origins: Vec::new(),
+            sites: Sites::default(),
             spare_nodes: Vec::new(),
             segs: Vec::new(),
             spare_segs: Vec::new(),
@@ -374,7 +378,7 @@ impl State {
             }
             None => {
                 self.nodes.push(node);
-                self.origins.push(None);
+                self.origins.push(BlockOrigin::default());
                 (self.nodes.len() - 1) as u32
             }
         }
@@ -887,7 +891,7 @@ impl State {
             .map(|(slot, n)| LiveAllocation {
                 size: n.size as u64,
                 requested: n.requested as u64,
-                origin: self.origins[slot as usize].clone(),
+                origin: self.sites.origin(&self.origins[slot as usize]),
             })
             .collect()
     }
@@ -919,7 +923,7 @@ impl State {
                         requested: if n.allocated { n.requested as u64 } else { 0 },
                         id: if n.allocated { n.id } else { 0 },
                         origin: if n.allocated {
-                            self.origins[at as usize].clone()
+                            self.sites.origin(&self.origins[at as usize])
                         } else {
                             None
                         },
