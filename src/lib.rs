@@ -69,6 +69,7 @@
 //! neither passes through Rust's allocator, so the heap tools cannot see them.
 #![warn(missing_docs)]
 
+mod last_use;
 mod library_grad;
 mod notices;
 mod release;
@@ -151,6 +152,7 @@ pub mod __private {
     pub use vramguard_runtime::grad::{no_grad_future, NoGradGuard};
     pub use vramguard_runtime::scope::{BatchScope, BatchScopeGuard, ScopeOptions, WarningOutput};
 
+    pub use crate::last_use::{Dying, PlainAtLastUse};
     pub use crate::library_grad::{library_no_grad, with_library_no_grad, LibraryNoGrad};
     pub use crate::release::{CopyAtLastUse, KeepToScopeEnd, Probe, ReleaseAtLastUse};
 

@@ -59,6 +59,7 @@
 
 mod build;
 mod format;
+mod inplace;
 mod lists;
 mod scan;
 
@@ -97,6 +98,8 @@ pub(crate) struct DropOptions {
     /// Measurement only: pretend every unknown call returns an owned value. Never used for
     /// code generation.
     pub optimistic: bool,
+    /// Call consuming forms at last use (`inplace = false` turns it off; see `inplace`).
+    pub inplace: bool,
 }
 
 impl DropOptions {
@@ -108,6 +111,7 @@ impl DropOptions {
             owned: Vec::new(),
             borrows: Vec::new(),
             optimistic: false,
+            inplace: true,
         }
     }
 }
@@ -126,6 +130,8 @@ pub(crate) struct DropReport {
     /// Of the candidates, those whose last use passes them by value on every path (moved
     /// there with or without the attribute, so nothing is left to release).
     pub moved_at_last_use: usize,
+    /// Calls rewritten to let the receiver's type choose a consuming form (see `inplace`).
+    pub in_place_calls: usize,
     /// `mut` parameters moved into a later statement: the caller should put
     /// `#[allow(unused_mut)]` on them (the mutation may now happen on the rebinding).
     pub moved_mut_params: Vec<String>,
@@ -889,7 +895,12 @@ impl Rewriter<'_> {
                     .iter()
                     .map(|(ident, mutable)| build::rebind(located(ident), *mutable, span))
                     .collect();
-                wrap(stmt, rebinds, condition, kept);
+                let moved: &[(Ident, bool)] = if self.opts.inplace {
+                    &drops.move_in
+                } else {
+                    &[]
+                };
+                self.report.in_place_calls += wrap(stmt, rebinds, condition, kept, moved);
             }
             // Released after the statement, latest declaration first (like a scope end);
             // only if the type is `Release`, otherwise the value stays to its scope's end
@@ -927,17 +938,28 @@ impl Rewriter<'_> {
 /// bindings are moved in, so they die at the statement's end whether it borrows or moves
 /// them; the second copy, `kept`, is the statement with nothing moved, so values of other
 /// types keep their drop point and order. For a `let`, only the initializer is written twice.
-fn wrap(stmt: &mut Stmt, rebinds: Vec<Stmt>, condition: Expr, kept: Stmt) {
+///
+/// In the first copy, calls of listed methods on the `moved` bindings become consuming calls
+/// (see [`inplace`]); returns how many.
+fn wrap(
+    stmt: &mut Stmt,
+    rebinds: Vec<Stmt>,
+    condition: Expr,
+    kept: Stmt,
+    moved: &[(Ident, bool)],
+) -> usize {
+    let mut in_place = 0;
     // Built as syntax trees around the statement, never re-parsed: re-parsing a statement at
     // every level it is nested in would make the macro's own time grow with nesting depth.
     let span = scan::first_span_of_stmt(stmt);
     match (stmt, kept) {
         (Stmt::Local(local), Stmt::Local(kept)) => {
             let (Some(init), Some(kept_init)) = (&mut local.init, kept.init) else {
-                return;
+                return 0;
             };
             let placeholder = Expr::Verbatim(TokenStream::new());
-            let expr = std::mem::replace(&mut *init.expr, placeholder);
+            let mut expr = std::mem::replace(&mut *init.expr, placeholder);
+            in_place += inplace::rewrite(&mut expr, moved);
             let mut then = rebinds;
             then.push(value_local(&local.pat, expr, span));
             then.push(Stmt::Expr(value_ident_expr(), None));
@@ -956,7 +978,10 @@ fn wrap(stmt: &mut Stmt, rebinds: Vec<Stmt>, condition: Expr, kept: Stmt) {
         }
         (stmt @ (Stmt::Expr(..) | Stmt::Macro(_)), kept) => {
             let placeholder = Stmt::Expr(Expr::Verbatim(TokenStream::new()), None);
-            let inner = as_statement(std::mem::replace(stmt, placeholder));
+            let mut inner = as_statement(std::mem::replace(stmt, placeholder));
+            if let Stmt::Expr(expr, _) = &mut inner {
+                in_place += inplace::rewrite(expr, moved);
+            }
             let mut then = rebinds;
             then.push(inner);
             let chosen = if_else(condition, then, vec![as_statement(kept)], span);
@@ -964,6 +989,7 @@ fn wrap(stmt: &mut Stmt, rebinds: Vec<Stmt>, condition: Expr, kept: Stmt) {
         }
         _ => {}
     }
+    in_place
 }
 
 /// `if condition { then } else { otherwise }`.

@@ -33,6 +33,7 @@
 
 mod autograd;
 mod backend;
+mod consuming;
 mod inspect;
 mod kernels;
 pub mod liveness;

@@ -133,7 +133,7 @@ pub(crate) fn broadcast_strides(
         .collect()
 }
 
-fn same_device(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
+pub(super) fn same_device(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
     if a.device() != b.device() {
         return Err(TensorError::DeviceMismatch {
             op,
@@ -144,7 +144,7 @@ fn same_device(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
     Ok(())
 }
 
-fn check_dim(op: &'static str, t: &Tensor, dim: usize) -> Result<()> {
+pub(super) fn check_dim(op: &'static str, t: &Tensor, dim: usize) -> Result<()> {
     if dim >= t.rank() {
         return Err(TensorError::DimOutOfRange {
             op,
@@ -178,7 +178,7 @@ pub(crate) fn sigmoid(x: f32) -> f32 {
 
 /// Element-wise activations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Unary {
+pub(super) enum Unary {
     Relu,
     Gelu,
     Tanh,
@@ -255,7 +255,7 @@ impl Tensor {
     }
 
     /// Takes the buffer of an exclusively owned tensor (see [`Tensor::is_exclusively_owned`]).
-    fn into_buffer(self) -> std::result::Result<(Arc<super::Storage>, Layout), Tensor> {
+    pub(super) fn into_buffer(self) -> std::result::Result<(Arc<super::Storage>, Layout), Tensor> {
         match Arc::try_unwrap(self.0) {
             Ok(Inner {
                 storage, layout, ..
@@ -485,7 +485,7 @@ impl Tensor {
         Ok(out)
     }
 
-    fn unary_owned(mut self, op: Unary) -> Result<Tensor> {
+    pub(super) fn unary_owned(mut self, op: Unary) -> Result<Tensor> {
         let recording = should_record(&[&self]);
         if (recording && op.saves_input()) || !self.is_exclusively_owned() {
             return self.unary(op);
