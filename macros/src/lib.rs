@@ -12,6 +12,7 @@ mod common;
 mod inference;
 mod lints;
 mod liveness;
+mod options;
 mod release;
 
 use proc_macro::TokenStream;

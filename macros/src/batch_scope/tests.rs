@@ -72,6 +72,54 @@ fn golden_marked_loop_with_label_and_crate() {
 }
 
 #[test]
+fn golden_loop_and_while_let() {
+    check_golden(
+        "loop_shapes",
+        quote!(warn_after = 2),
+        quote! {
+            fn drain(model: &mut Model, mut queue: Queue) -> usize {
+                let mut steps = 0;
+                while let Some(batch) = queue.pop() {
+                    let out = model.forward(&batch);
+                    model.record(out);
+                }
+                loop {
+                    let probe = model.probe();
+                    steps += 1;
+                    if probe.done() {
+                        break;
+                    }
+                }
+                steps
+            }
+        },
+    );
+}
+
+#[test]
+fn golden_marker_options_over_function_options() {
+    check_golden(
+        "marker_options",
+        quote!(strict, every = 4, warnings = "stderr"),
+        quote! {
+            fn train(model: &mut Model, epochs: usize, data: &[Batch]) {
+                for epoch in 0..epochs {
+                    #[batch_scope(label = "step", every = 2, warn_after = 5, warnings = "tracing")]
+                    for batch in data {
+                        let loss = model.step(batch);
+                        loss.backward();
+                    }
+                    #[batch_scope]
+                    while model.needs_eval(epoch) {
+                        model.evaluate();
+                    }
+                }
+            }
+        },
+    );
+}
+
+#[test]
 fn errors_come_with_the_original_item() {
     let out = expand(
         quote!(bogus),
@@ -121,4 +169,48 @@ fn warnings_option_routes_the_scope_warning() {
     )
     .to_string();
     assert!(bad.contains("unknown `warnings` output `loud`"), "{bad}");
+}
+
+/// Each loop gets its own marker's settings: the loops `parse` records and the loops the
+/// expansion rewrites are matched by visit order, through closures, nested items and `const`
+/// blocks.
+#[test]
+fn each_marker_reaches_its_own_loop() {
+    let out = expand(
+        quote!(),
+        quote! {
+            fn f(xs: &[u32]) {
+                fn helper() { for _ in 0..1 {} }
+                let n = const { let mut i = 0; while i < 3 { i += 1; } i };
+                #[batch_scope(label = "outer")]
+                for a in xs {
+                    let run = || {
+                        #[batch_scope(label = "in_closure")]
+                        loop { break; }
+                    };
+                    run();
+                    #[batch_scope(label = "inner")]
+                    while n > *a { g(a); }
+                }
+            }
+        },
+    )
+    .to_string();
+    for (head, label) in [
+        ("for a in xs {", "outer"),
+        ("loop {", "in_closure"),
+        ("while n > * a {", "inner"),
+    ] {
+        let at = out
+            .find(head)
+            .unwrap_or_else(|| panic!("no `{head}`: {out}"));
+        let guard = &out[at + head.len()..];
+        assert!(
+            guard.trim_start().starts_with(&format!(
+                "let __vramguard_scope = :: vramguard :: __private :: BatchScope :: enter_with (\"{label}\""
+            )),
+            "`{head}` should open with the `{label}` scope: {out}"
+        );
+    }
+    assert_eq!(out.matches("enter_with").count(), 3, "{out}");
 }

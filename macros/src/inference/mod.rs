@@ -10,7 +10,7 @@ use crate::common::item_with_errors;
 
 /// Entry point of the attribute.
 pub(crate) fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
-    let options = match parse::options(args) {
+    let options = match syn::parse2::<parse::Options>(args) {
         Ok(options) => options,
         Err(error) => return item_with_errors(item, error),
     };

@@ -1,12 +1,19 @@
 //! Parsing of `#[inference(...)]`: the options and the annotated item.
 
 use proc_macro2::{Span, TokenStream};
-use syn::parse::Parser;
+use syn::ext::IdentExt;
+use syn::parse::{Parse, ParseStream};
 use syn::spanned::Spanned;
+use syn::Token;
 
-/// The accepted options, for error messages.
-pub(crate) const ACCEPTED: &str =
-    "accepted options: `keep(a, b)`, `drops = false`, `crate = path`, `owned(name, ..)`, `borrows(name, ..)`";
+use crate::options::{kw, CrateOption, NamedOption, OptionList};
+
+/// The option list of `#[inference(..)]`.
+const OPTIONS: OptionList = OptionList {
+    attribute: "#[inference]",
+    accepted: "`keep(a, b)`, `drops = false`, `crate = path`, `owned(name, ..)`, \
+               `borrows(name, ..)`",
+};
 
 /// The options of one `#[inference(...)]`.
 pub(crate) struct Options {
@@ -34,122 +41,116 @@ pub(crate) enum Target {
     Other(&'static str, Span),
 }
 
-pub(crate) fn options(args: TokenStream) -> syn::Result<Options> {
-    let mut options = Options {
-        keep: Vec::new(),
-        drops: true,
-        krate: None,
-        owned: Vec::new(),
-        borrows: Vec::new(),
-    };
-    let mut seen: Vec<String> = Vec::new();
-    let parser = syn::meta::parser(|meta| {
-        let name = meta
-            .path
-            .get_ident()
-            .map(|i| i.to_string())
-            .unwrap_or_default();
-        if seen.contains(&name) {
-            return Err(meta.error(format_args!("duplicate option `{name}`")));
-        }
-        match name.as_str() {
-            "keep" => options.keep = ident_list(&meta, "keep")?,
-            "owned" => options.owned = ident_list(&meta, "owned")?,
-            "borrows" => options.borrows = ident_list(&meta, "borrows")?,
-            "drops" => {
-                let value = meta.value().map_err(|_| {
-                    meta.error("`drops` takes a boolean: `drops = false` or `drops = true`")
-                })?;
-                let lit: syn::LitBool = value.parse().map_err(|e| {
-                    syn::Error::new(
-                        e.span(),
-                        "`drops` takes a boolean: `drops = false` or `drops = true`",
-                    )
-                })?;
-                options.drops = lit.value;
+impl Parse for Options {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let mut keep: Option<NameList<kw::keep>> = None;
+        let mut drops: Option<DropsOption> = None;
+        let mut krate: Option<CrateOption> = None;
+        let mut owned: Option<NameList<kw::owned>> = None;
+        let mut borrows: Option<NameList<kw::borrows>> = None;
+        let mut more = !input.is_empty();
+        while more {
+            if input.peek(kw::keep) {
+                OPTIONS.set_once(&mut keep, input.parse()?)?;
+            } else if input.peek(kw::drops) {
+                OPTIONS.set_once(&mut drops, input.parse()?)?;
+            } else if input.peek(Token![crate]) {
+                OPTIONS.set_once(&mut krate, input.parse()?)?;
+            } else if input.peek(kw::owned) {
+                OPTIONS.set_once(&mut owned, input.parse()?)?;
+            } else if input.peek(kw::borrows) {
+                OPTIONS.set_once(&mut borrows, input.parse()?)?;
+            } else {
+                return Err(OPTIONS.unknown(input));
             }
-            "crate" => {
-                let value = meta.value().map_err(|_| {
-                    meta.error(
-                        "`crate` takes the path of the renamed facade: `crate = my_vramguard`",
-                    )
-                })?;
-                let invalid = |e: syn::Error| {
-                    syn::Error::new(
-                        e.span(),
-                        "`crate` takes the path of the renamed facade: `crate = my_vramguard`",
-                    )
-                };
-                let path = if value.peek(syn::LitStr) {
-                    let text: syn::LitStr = value.parse()?;
-                    text.parse::<syn::Path>().map_err(invalid)?
-                } else {
-                    syn::Path::parse_mod_style(value).map_err(invalid)?
-                };
-                options.krate = Some(path);
-            }
-            _ => {
-                return Err(syn::Error::new(
-                    meta.path.span(),
-                    format!(
-                        "unknown option `{}` for #[inference]; {ACCEPTED}",
-                        path_text(&meta.path)
-                    ),
-                ));
-            }
+            more = OPTIONS.next(input)?;
         }
-        seen.push(name);
-        Ok(())
-    });
-    parser.parse2(args).map_err(|e| {
-        let message = e.to_string();
-        if message.contains(ACCEPTED) {
-            e
-        } else if message.contains("takes") || message.contains("duplicate") {
-            syn::Error::new(e.span(), format!("{message}; {ACCEPTED}"))
-        } else {
-            syn::Error::new(
-                e.span(),
-                format!("malformed #[inference] options: {message}; {ACCEPTED}"),
-            )
-        }
-    })?;
-    Ok(options)
+        Ok(Options {
+            keep: keep.map_or_else(Vec::new, |list| list.names),
+            drops: drops.is_none_or(|option| option.value),
+            krate: krate.map(|option| option.path),
+            owned: owned.map_or_else(Vec::new, |list| list.names),
+            borrows: borrows.map_or_else(Vec::new, |list| list.names),
+        })
+    }
 }
 
-fn path_text(path: &syn::Path) -> String {
-    path.segments
-        .iter()
-        .map(|s| s.ident.to_string())
-        .collect::<Vec<_>>()
-        .join("::")
+/// `drops = true | false`.
+struct DropsOption {
+    span: Span,
+    value: bool,
 }
 
-fn ident_list(meta: &syn::meta::ParseNestedMeta<'_>, option: &str) -> syn::Result<Vec<syn::Ident>> {
-    let mut names = Vec::new();
-    let result = meta.parse_nested_meta(|inner| match inner.path.get_ident() {
-        Some(ident) if inner.input.is_empty() || inner.input.peek(syn::Token![,]) => {
-            names.push(ident.clone());
-            Ok(())
+impl Parse for DropsOption {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        const VALUE: &str = "`drops` takes a boolean: `drops = false` or `drops = true`";
+        let keyword: kw::drops = input.parse()?;
+        if !input.peek(Token![=]) {
+            return Err(syn::Error::new(keyword.span, VALUE));
         }
-        _ => Err(inner.error(format_args!(
-            "`{option}(..)` takes a list of names: `{option}(a, b)`"
-        ))),
-    });
-    result.map_err(|e| {
-        let message = e.to_string();
-        if message.contains("takes a list") {
-            e
-        } else {
-            syn::Error::new(
-                e.span(),
-                format!("`{option}(..)` takes a list of names: `{option}(a, b)`"),
-            )
+        input.parse::<Token![=]>()?;
+        if !input.peek(syn::LitBool) {
+            return Err(input.error(VALUE));
         }
-    })?;
-    Ok(names)
+        let value: syn::LitBool = input.parse()?;
+        Ok(DropsOption {
+            span: keyword.span,
+            value: value.value,
+        })
+    }
 }
 
+impl NamedOption for DropsOption {
+    const NAME: &'static str = "drops";
+    fn span(&self) -> Span {
+        self.span
+    }
+}
+
+/// `keep(a, b)`, `owned(a, ..)`, `borrows(a, ..)`: a keyword and a parenthesized list of names.
+struct NameList<K> {
+    keyword: K,
+    names: Vec<syn::Ident>,
+}
+
+impl<K: NamedOption + Parse> Parse for NameList<K> {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let keyword: K = input.parse()?;
+        let value = format!(
+            "`{name}(..)` takes a list of names: `{name}(a, b)`",
+            name = K::NAME
+        );
+        if !input.peek(syn::token::Paren) {
+            return Err(input.error(value));
+        }
+        let content;
+        syn::parenthesized!(content in input);
+        let mut names = Vec::new();
+        while !content.is_empty() {
+            // A name is one identifier (keywords such as `self` included) before `,` or `)`.
+            let fork = content.fork();
+            let name = match fork.call(syn::Ident::parse_any) {
+                Ok(name) if fork.is_empty() || fork.peek(Token![,]) => name,
+                _ => return Err(content.error(value)),
+            };
+            content.call(syn::Ident::parse_any)?;
+            names.push(name);
+            if !content.is_empty() {
+                content.parse::<Token![,]>()?;
+            }
+        }
+        Ok(NameList { keyword, names })
+    }
+}
+
+impl<K: NamedOption> NamedOption for NameList<K> {
+    const NAME: &'static str = K::NAME;
+    fn span(&self) -> Span {
+        self.keyword.span()
+    }
+}
+
+/// The item under the attribute.
 pub(crate) fn target(item: TokenStream) -> syn::Result<Target> {
     let parsed: syn::Item = match syn::parse2(item.clone()) {
         Ok(item) => item,
