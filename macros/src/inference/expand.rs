@@ -15,6 +15,7 @@ pub(crate) fn expand(target: Target, options: &Options) -> TokenStream {
         .unwrap_or_else(crate::common::default_crate_path);
     let mut drop_options = DropOptions::new(krate.clone());
     drop_options.keep = options.keep.clone();
+    drop_options.inplace = options.inplace;
     drop_options.owned = options.owned.iter().map(|i| i.to_string()).collect();
     drop_options.borrows = options.borrows.iter().map(|i| i.to_string()).collect();
     let mut errors: Vec<syn::Error> = Vec::new();
