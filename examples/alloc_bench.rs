@@ -755,8 +755,8 @@ impl GpuDriver {
     /// with its cache kept (as vramguard's).
     fn new(device: &Device) -> GpuDriver {
         let context = device.cuda_context().expect("a CUDA device").clone();
-        let pool = vramguard::cuda::DriverPool::open(0).expect("the default memory pool");
-        pool.set_release_threshold(vramguard::cuda::KEEP_ALL_CACHED)
+        let pool = vramguard::driver_pool::DriverPool::open(0).expect("the default memory pool");
+        pool.set_release_threshold(vramguard::driver_pool::KEEP_ALL_CACHED)
             .expect("setting the pool's release threshold");
         GpuDriver { context }
     }

@@ -1,4 +1,4 @@
-//! candle on a GPU with the driver's memory pool taken over (`vramguard::cuda::DriverPool`):
+//! candle on a GPU with the driver's memory pool taken over (`vramguard::driver_pool::DriverPool`):
 //! candle's CUDA tensors come from `cuMemAllocAsync` on the device's default pool, which by
 //! default hands its cache back at every synchronisation and reports nothing. Taken over, the
 //! pool keeps its cache, `stats` reads its figures into `memory::MemoryStats`, and
@@ -14,7 +14,7 @@
 //! in one line and exits 0.
 
 use candle_core::{DType, Device, Tensor};
-use vramguard::cuda::DriverPool;
+use vramguard::driver_pool::DriverPool;
 use vramguard::memory::MemoryStats;
 
 const MIB: f64 = (1 << 20) as f64;

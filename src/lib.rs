@@ -59,7 +59,7 @@
 //! | frees at last use | yes: `tests/inference_memory.rs` | yes: `tests/release_table.rs`, `candle_inference` | yes: the same tensor type | yes: `tests/release_table.rs`, `burn_inference` | yes: `tests/release_table.rs` | yes: `tests/release_table.rs` |
 //! | no-grad | yes: `runtime/tests/tensor_grad.rs` | no switch in candle: plain weights (notice: `tests/debug_notices.rs`) | as CPU | no switch in burn: `model.valid()` | nothing to record | yes: tch's guard, `tests/release_table.rs` |
 //! | `#[batch_scope]` accounting | yes: `runtime/tests/scope_accounting.rs` | yes: `tests/heap_scopes.rs` | yes, through the driver's pool: `examples/candle_cuda_pool.rs` (GPU) | yes: `burn_inference` | yes: `tests/heap_scopes.rs` | no: libtorch's memory is C++'s |
-//! | statistics | yes: `memory::stats` | yes: `heap::stats`, `tests/heap_stats.rs` | yes: `cuda::DriverPool::stats` (GPU) | yes: `heap::stats` | yes: `heap::stats` | no (as above) |
+//! | statistics | yes: `memory::stats` | yes: `heap::stats`, `tests/heap_stats.rs` | yes: `driver_pool::DriverPool::stats` (GPU) | yes: `heap::stats` | yes: `heap::stats` | no (as above) |
 //! | timeline | yes: `memory::html_report` | yes: `heap::html_report`, `tests/heap_stats.rs` | no: the driver's pool has no per-allocation events | yes: `heap::html_report` | yes: `heap::html_report` | no |
 //! | OOM text | yes: `OutOfMemory` | yes: heap limit, `tests/heap_process.rs` | no: candle's own CUDA error | yes: heap limit | yes: heap limit | no |
 //! | `VRAMGUARD_ALLOC_CONF` | yes | yes: `memory_limit`, `trace_capacity`, `heap_tracking` | no: `DriverPool::set_release_threshold` in code | yes | yes | no |
@@ -90,9 +90,22 @@ pub use vramguard_runtime::{nn, scope};
 /// and the largest-batch finder, once [`TrackingAllocator`] is the global allocator.
 pub mod heap {
     pub use vramguard_runtime::heap::{
-        html_report, is_tracking, max_batch, memory_limit, record_trace, reset_peak_stats,
-        set_memory_limit, snapshot, stats, trace,
+        html_report, is_tracking, memory_limit, record_trace, reset_peak_stats, set_memory_limit,
+        snapshot, stats, trace,
     };
+    use vramguard_runtime::memory::{MaxBatch, MaxBatchError, MaxBatchSearch};
+
+    /// The largest batch size whose run keeps the heap's peak within `budget_bytes` (every live
+    /// byte of the process, weights included), found in few runs of `run` — the same search as
+    /// [`crate::memory::max_batch`] on a device, with the heap's exact peak. Any error from
+    /// `run` ends the search ([`MaxBatchError::Run`]): the heap has no out-of-memory error to
+    /// recover from. [`MaxBatchSearch::run_on_heap`] sets a limit or a progress callback.
+    pub fn max_batch<T, E>(
+        budget_bytes: u64,
+        run: impl FnMut(usize) -> Result<T, E>,
+    ) -> Result<MaxBatch, MaxBatchError<E>> {
+        MaxBatchSearch::new(budget_bytes).run_on_heap(run)
+    }
 }
 
 /// Memory tools per device: statistics, peaks, cache release, preallocation, snapshots, traces.
@@ -104,17 +117,19 @@ pub mod memory {
 /// itself for custom backends. Per-device tools are in [`crate::memory`].
 pub mod alloc {
     pub use vramguard_runtime::alloc::{
-        parse_bytes, AllocOrigin, AllocatorConfig, Backend, BackendError, BackendFailure,
+        parse_bytes, AllocOrigin, AllocatorConfig, Backend, BackendError, BackendFailure, Block,
         BlockSnapshot, CachingAllocator, ConfigError, DeviceAllocator, EventId, ExpandableSegments,
-        HostBackend, LabelFrame, MemoryLimit, PoolKind, SegmentSnapshot, SetupError, StreamId,
-        TraceEvent, TraceEventKind, TraceLabel, VirtualMemory, DEFAULT_EXPANDABLE_RANGE, ENV_VAR,
+        HostBackend, IterationId, LabelFrame, MemoryLimit, PoolKind, RoundupInterval,
+        SegmentSnapshot, SetupError, StreamId, TraceEvent, TraceEventKind, TraceLabel,
+        VirtualMemory, DEFAULT_EXPANDABLE_RANGE, ENV_VAR,
     };
 
-    /// The CUDA backend (driver API through cudarc, loaded at run time). Only with the `cuda`
-    /// feature (on by default).
+    /// The allocator's CUDA backend (driver API through cudarc, loaded at run time) and the
+    /// errors of opening a GPU's context. Only with the `cuda` feature (on by default).
     #[cfg(feature = "cuda")]
-    pub mod cuda {
-        pub use vramguard_runtime::alloc::cuda::{driver_present, stream_id, CudaBackend};
+    pub mod cuda_backend {
+        pub use vramguard_runtime::alloc::cuda_backend::{stream_id, CudaBackend};
+        pub use vramguard_runtime::driver::{driver_present, ContextError};
     }
 }
 
@@ -122,8 +137,8 @@ pub mod alloc {
 /// release threshold, statistics, peaks, trimming, and batch-scope accounting. Only with the
 /// `cuda` feature (on by default).
 #[cfg(feature = "cuda")]
-pub mod cuda {
-    pub use vramguard_runtime::cuda::{DriverPool, KEEP_ALL_CACHED};
+pub mod driver_pool {
+    pub use vramguard_runtime::driver_pool::{DriverPool, KEEP_ALL_CACHED};
 }
 
 /// Allocations and GPU buffers ([`crate::Device`] itself is at the crate root). The GPU items

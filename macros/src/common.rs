@@ -2,6 +2,7 @@
 
 use proc_macro2::{TokenStream, TokenTree};
 use quote::quote;
+use syn::{Attribute, Expr};
 
 /// The default path of the facade crate in generated code.
 pub(crate) fn default_crate_path() -> syn::Path {
@@ -67,4 +68,40 @@ impl<'ast> syn::visit::Visit<'ast> for IdentVisitor<'_> {
             _ => syn::visit::visit_expr(self, expr),
         }
     }
+}
+
+/// The attributes of an expression, if its kind has any (shared access).
+pub(crate) fn expr_attrs(expr: &Expr) -> Option<&Vec<Attribute>> {
+    macro_rules! attrs {
+        ($($variant:ident),*) => {
+            match expr {
+                $(Expr::$variant(e) => Some(&e.attrs),)*
+                _ => None,
+            }
+        };
+    }
+    attrs!(
+        Array, Assign, Async, Await, Binary, Block, Break, Call, Cast, Closure, Const, Continue,
+        Field, ForLoop, Group, If, Index, Infer, Let, Lit, Loop, Macro, Match, MethodCall, Paren,
+        Path, Range, RawAddr, Reference, Repeat, Return, Struct, Try, TryBlock, Tuple, Unary,
+        Unsafe, While, Yield
+    )
+}
+
+/// The attributes of an expression, if its kind has any.
+pub(crate) fn expr_attrs_mut(expr: &mut Expr) -> Option<&mut Vec<Attribute>> {
+    macro_rules! attrs {
+        ($($variant:ident),*) => {
+            match expr {
+                $(Expr::$variant(e) => Some(&mut e.attrs),)*
+                _ => None,
+            }
+        };
+    }
+    attrs!(
+        Array, Assign, Async, Await, Binary, Block, Break, Call, Cast, Closure, Const, Continue,
+        Field, ForLoop, Group, If, Index, Infer, Let, Lit, Loop, Macro, Match, MethodCall, Paren,
+        Path, Range, RawAddr, Reference, Repeat, Return, Struct, Try, TryBlock, Tuple, Unary,
+        Unsafe, While, Yield
+    )
 }

@@ -1,11 +1,24 @@
 //! Attribute macros of [vramguard](https://docs.rs/vramguard). Use them through the facade:
-//! `#[vramguard::inference]`, `#[vramguard::batch_scope]`, `#[vramguard::allow(lint)]`.
+//! `#[vramguard::inference]`, `#[vramguard::batch_scope]`, `#[vramguard::allow(lint)]` and
+//! `#[derive(vramguard::Release)]`; each one's documentation below is the user's reference.
 //!
-//! Layout (each macro is parse → validate → expand, one file each):
-//! - `inference/`: the `#[inference]` attribute;
-//! - `batch_scope/`: the `#[batch_scope]` attribute;
-//! - `liveness/`: drop-at-last-use, shared by both;
-//! - `lints/`: the compile-time memory lints and `#[allow]`.
+//! What each does:
+//! - `#[inference]`: runs a function under no-grad and releases each local of a `Release` type
+//!   right after its last use;
+//! - `#[batch_scope]`: makes each iteration of a function's loops a runtime batch scope, with
+//!   the same releases inside the loop body;
+//! - `#[allow(lint)]`: silences one of the memory lints that both attributes run;
+//! - `#[derive(Release)]`: declares a type whose values those attributes may release.
+//!
+//! Where each part lives (each attribute is parse → validate → expand):
+//! - `inference/` and `batch_scope/`: the two attributes; `options.rs`: the option parsing
+//!   they share;
+//! - `liveness/`: release at last use, shared by both; its module doc explains the technique
+//!   and names the phases (`analysis/`, `plan/`, `rewrite.rs`, `emit.rs`);
+//! - `lints/`: the compile-time memory lints and `#[allow]`;
+//! - `release.rs`: `#[derive(Release)]`;
+//! - `common.rs`: helpers the others share (the facade's path, errors next to the item,
+//!   identifier and attribute walks).
 
 mod batch_scope;
 mod common;
@@ -17,7 +30,8 @@ mod release;
 
 use proc_macro::TokenStream;
 
-/// Runs a function with grad recording disabled and drops each local right after its last use.
+/// Runs a function with grad recording disabled and releases each local right after its last
+/// use.
 ///
 /// In Rust a value lives until the end of its scope, and shadowing frees nothing: a forward pass
 /// written one `let` per step keeps every intermediate alive until it returns. This attribute
@@ -27,7 +41,7 @@ use proc_macro::TokenStream;
 /// ```ignore
 /// #[vramguard::inference]
 /// fn forward(&self, xs: &Tensor) -> Result<Tensor> {
-///     let _enter = self.span.enter();      // a guard: never dropped early
+///     let _enter = self.span.enter();      // a guard: never released early
 ///     let xs = self.fc1.forward(xs)?;
 ///     let xs = xs.gelu()?;                 // the previous `xs` is freed here
 ///     let xs = self.fc2.forward(&xs)?;     // and here
@@ -51,7 +65,7 @@ use proc_macro::TokenStream;
 ///    grad mode is set around each poll of the body instead (a guard must not live across
 ///    `.await`: the task may resume on another thread). For an `impl Trait` return, grad mode
 ///    covers the call, not the later use of the returned value.
-/// 2. **Drops at last use, for memory only**: a local (or by-value parameter) whose *type* is
+/// 2. **Releases at last use, for memory only**: a local (or by-value parameter) whose *type* is
 ///    [`Release`](https://docs.rs/vramguard/latest/vramguard/trait.Release.html) — a tensor, a
 ///    container of tensors, a numeric buffer, a type deriving `Release` — is freed right after
 ///    the statement of its last use. Every other value keeps exactly the drop point and the drop
@@ -62,7 +76,7 @@ use proc_macro::TokenStream;
 ///    the loop.
 /// 3. **Lints** the body (`.backward()` here is a warning: there is no graph to differentiate).
 /// 4. **Notices in debug builds** (never in release builds), one `warning: vramguard:` line on
-///    stderr each, for the two cases where the drops would free nothing without another sign:
+///    stderr each, for the two cases where the releases would free nothing without another sign:
 ///    a tensor of a supported library (or a `Vec`, `Box`, `Option`… of them) reaches a release
 ///    point while the facade's feature for that library is off, or is another version of the
 ///    library (once per type; the line names the type and the `Cargo.toml` change); and a
@@ -80,16 +94,13 @@ use proc_macro::TokenStream;
 /// stays open exactly as long as without the attribute.
 ///
 /// How the type decides: at each release point the generated code asks a probe that method
-/// resolution answers from the value's type (`Probe<T>`: `T: Release`, else keep). A statement
-/// that only borrows the value is followed by `if <T: Release> { release(x) }`: a conditional
-/// move, so a kept value's drop stays where the compiler's drop flag puts it, at its scope's
-/// end. A statement that may move the value is written twice and the type chooses:
-/// `if <T: Release or Copy> { let x = last_use(x); STMT } else { STMT }` (moving a `Copy`
-/// value only copies it; a `mut` one is never moved in). A statement is written twice at most
-/// once per nesting level, so the output stays within (depth + 1) × the input.
+/// resolution answers from the value's type (`T: Release`, else keep), so a value of any other
+/// type keeps its scope end and drop order. A statement that may move the value is written
+/// twice, with and without the value moved in, and the type chooses; this happens at most once
+/// per nesting level, so the output stays within (depth + 1) × the input.
 ///
-/// The macro sees no types, so when it cannot show an early drop is possible it keeps the value
-/// alive; every mistake it could still make is a borrow-check or move error at compile time,
+/// The macro sees no types, so when it cannot show an early release is possible it keeps the
+/// value alive; every mistake it could still make is a borrow-check or move error at compile time,
 /// never a dangling reference or a changed result: the rewrite only moves values and never
 /// adds `unsafe` code. Such an error points at your statement; when it is a use after the
 /// move, rustc quotes the signature of `__private::last_use` or `release`, which names the
@@ -122,7 +133,7 @@ use proc_macro::TokenStream;
 /// - anything inside a `const { }` block, and anything in a function that contains `unsafe`
 ///   code (or is an `unsafe fn`): it gets the no-grad guard only, because unsafe code may rely
 ///   on a value living to the end of its scope in ways no syntactic analysis sees. Move the
-///   unsafe part (a kernel launch, say) into a helper function to get the drops back.
+///   unsafe part (a kernel launch, say) into a helper function to get the releases back.
 ///
 /// # Borrows: what keeps a value alive
 ///
@@ -159,19 +170,16 @@ use proc_macro::TokenStream;
 /// results own their data; `#[inference(borrows(view_of))]` declares methods whose result
 /// borrows the receiver.
 ///
-/// What the conservative default costs, measured by the test `conservative_default_cost` on
-/// the 520 generated functions of the test corpus (which call an unknown borrowing-looking
-/// method in about one statement in nineteen): of 6006 non-guard bindings used after their
-/// declaration, 3223 are dropped early; if every unknown call were known to return an owned
-/// value, 3300 would be — the default gives up 77 drops (2.3%). On the golden model inputs
-/// (`tests/expand`, candle-style code) it gives up none. On model code that calls its own
-/// helpers (`fn block(x: &Tensor) -> Result<Tensor>`), each unlisted helper keeps its input
-/// alive while its output lives: list such helpers in `owned(..)`.
+/// The conservative default gives up a few releases on code that calls unknown
+/// borrowing-looking methods (the test `conservative_default_cost` measures how many on the
+/// generated corpus). On model code that calls its own helpers
+/// (`fn block(x: &Tensor) -> Result<Tensor>`), each unlisted helper keeps its input alive while
+/// its output lives: list such helpers in `owned(..)`.
 ///
 /// # Options
 ///
-/// - `keep(a, b)`: never drop these locals early (a name that matches no local is an error);
-/// - `drops = false`: only the no-grad guard (and the lints), no early drops;
+/// - `keep(a, b)`: never release these locals early (a name that matches no local is an error);
+/// - `drops = false`: only the no-grad guard (and the lints), no early releases;
 /// - `crate = path` (or `crate = "path"`): the facade under another name, for generated paths;
 /// - `owned(name, ..)`, `borrows(name, ..)`: extend the name lists (above).
 ///
@@ -182,7 +190,7 @@ use proc_macro::TokenStream;
 /// - A method with explicit lifetimes tying its result to an `&` argument
 ///   (`fn pick<'a>(&self, x: &'a T) -> &'a U`) breaks the elision assumption: the compile error
 ///   (`x` does not live long enough) is fixed with `keep(x)`.
-/// - A value used in only one branch of an `if`/`match` is dropped after the whole branch
+/// - A value used in only one branch of an `if`/`match` is released after the whole branch
 ///   statement, not inside the branch. Values used in the tail expression gain nothing.
 /// - Only `Release` types are freed early: your own tensor-holding structs need
 ///   `#[derive(vramguard::Release)]` (or a manual impl) to benefit.
@@ -200,7 +208,7 @@ pub fn inference(args: TokenStream, item: TokenStream) -> TokenStream {
 /// Makes every loop of a function (or only the loops marked `#[batch_scope]`) a per-iteration
 /// batch scope: each iteration enters a runtime `BatchScope` that accounts what it allocates,
 /// reports what escapes it and warns when live memory grows iteration after iteration; the
-/// iteration's locals are dropped at their last use; and the body is linted.
+/// iteration's locals are released at their last use; and the body is linted.
 ///
 /// ```ignore
 /// #[vramguard::batch_scope(strict, every = 100)]

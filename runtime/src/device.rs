@@ -2,6 +2,10 @@
 //! process-wide host and GPU devices read `VRAMGUARD_ALLOC_CONF`), an [`Allocation`] returns its
 //! block on drop and tells the innermost batch scope about it, and `CudaBuffer` wraps one for
 //! cudarc (with the `cuda` feature). The allocator itself is `crate::alloc`'s.
+//!
+//! Batch scopes sit above this layer: a scope registers itself as the thread's
+//! `AllocationObserver` (`observe_allocations`) while it is the innermost one, and each
+//! allocation tells the observer of the thread that made it (one thread-local read).
 
 #[cfg(feature = "cuda")]
 mod cuda_buffer;
@@ -10,14 +14,14 @@ mod cuda_buffer;
 pub use cuda_buffer::{CudaBuffer, CudaBufferError};
 
 #[cfg(feature = "cuda")]
-use crate::alloc::cuda::CudaBackend;
+use crate::alloc::cuda_backend::CudaBackend;
 use crate::alloc::{
     AllocOrigin, AllocatorConfig, Backend, Block, CachingAllocator, DeviceAllocator, HostBackend,
-    OutOfMemory, SetupError, StreamId,
+    IterationId, OutOfMemory, SetupError, StreamId,
 };
-use crate::scope::ScopeTracker;
 #[cfg(feature = "cuda")]
 use cudarc::driver::CudaContext;
+use std::cell::RefCell;
 #[cfg(feature = "cuda")]
 use std::collections::HashMap;
 use std::fmt;
@@ -25,7 +29,47 @@ use std::panic::Location;
 use std::sync::{Arc, Mutex, OnceLock};
 
 #[cfg(feature = "cuda")]
-pub use crate::alloc::cuda::DeviceError;
+use crate::driver::ContextError;
+
+/// A device that cannot be opened.
+#[cfg(feature = "cuda")]
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum DeviceError {
+    /// The CUDA driver library is not installed.
+    #[error("no CUDA driver found (libcuda.so): install the NVIDIA driver or use Device::Host")]
+    NoDriver,
+    /// The driver sees no GPU with this ordinal.
+    #[error("no CUDA device {ordinal}: the driver sees {count} device(s); pick an ordinal below {count} or use Device::Host")]
+    NoDevice {
+        /// Ordinal asked for.
+        ordinal: usize,
+        /// Devices the driver reports.
+        count: usize,
+    },
+    /// A driver call failed.
+    #[error("CUDA driver call {op} failed: {message}")]
+    Driver {
+        /// The driver function.
+        op: &'static str,
+        /// The driver's error name.
+        message: String,
+    },
+    /// The allocator settings cannot be used on this device.
+    #[error(transparent)]
+    Config(#[from] SetupError),
+}
+
+/// The driver's errors, variant for variant (same text).
+#[cfg(feature = "cuda")]
+impl From<ContextError> for DeviceError {
+    fn from(e: ContextError) -> Self {
+        match e {
+            ContextError::NoDriver => DeviceError::NoDriver,
+            ContextError::NoDevice { ordinal, count } => DeviceError::NoDevice { ordinal, count },
+            ContextError::Driver { op, message } => DeviceError::Driver { op, message },
+        }
+    }
+}
 
 /// A device that cannot be opened: in a build without the `cuda` feature, every CUDA device.
 #[cfg(not(feature = "cuda"))]
@@ -261,15 +305,15 @@ impl Device {
         stream: StreamId,
         origin: AllocOrigin,
     ) -> Result<Allocation, OutOfMemory> {
-        let scope = crate::scope::current_tracker();
+        let scope = current_observer();
         let block = if stream == StreamId::DEFAULT {
-            let iteration = scope.as_ref().map(|t| t.iteration_id());
+            let iteration = scope.as_ref().map(|o| o.iteration());
             self.allocator().allocate_at(bytes, iteration, origin)?
         } else {
             self.allocator().allocate_from(bytes, stream, origin)?
         };
-        if let Some(tracker) = &scope {
-            tracker.on_alloc_on(self.allocator(), block.id, block.size);
+        if let Some(observer) = &scope {
+            observer.on_alloc(self.allocator(), block.id, block.size);
         }
         Ok(Allocation {
             block: Some(block),
@@ -277,6 +321,43 @@ impl Device {
             scope,
         })
     }
+}
+
+/// What the layer above learns of the allocations made on a thread: the innermost batch scope
+/// (`crate::scope`) is one, installed with [`observe_allocations`].
+pub(crate) trait AllocationObserver: Send + Sync {
+    /// The iteration allocations made now belong to, for the allocator's planning.
+    fn iteration(&self) -> IterationId;
+    /// Block `id` of `bytes` bytes was allocated from `allocator` on the observing thread.
+    fn on_alloc(&self, allocator: &Arc<DeviceAllocator>, id: u64, bytes: usize);
+    /// Block `id` of `allocator`, reported by [`AllocationObserver::on_alloc`], is freed (on
+    /// any thread).
+    fn on_free(&self, allocator: &Arc<DeviceAllocator>, id: u64);
+}
+
+thread_local! {
+    /// The observer of the allocations made on this thread ([`observe_allocations`]).
+    static OBSERVER: RefCell<Option<Arc<dyn AllocationObserver>>> = const { RefCell::new(None) };
+}
+
+/// Makes `observer` the one told of the allocations made on this thread from now on (`None`:
+/// none); returns the previous one.
+pub(crate) fn observe_allocations(
+    observer: Option<Arc<dyn AllocationObserver>>,
+) -> Option<Arc<dyn AllocationObserver>> {
+    OBSERVER
+        .try_with(|slot| std::mem::replace(&mut *slot.borrow_mut(), observer))
+        .ok()
+        .flatten()
+}
+
+/// This thread's observer, if any.
+fn current_observer() -> Option<Arc<dyn AllocationObserver>> {
+    // `try_with`: allocations may happen while thread-locals are being destroyed.
+    OBSERVER
+        .try_with(|slot| slot.borrow().clone())
+        .ok()
+        .flatten()
 }
 
 /// The first error that made the process-wide host device fall back to the default settings.
@@ -347,7 +428,8 @@ impl fmt::Debug for Device {
 pub struct Allocation {
     block: Option<Block>,
     device: Device,
-    scope: Option<Arc<ScopeTracker>>,
+    /// The observer of the thread that allocated, told of the free.
+    scope: Option<Arc<dyn AllocationObserver>>,
 }
 
 impl Allocation {
@@ -398,8 +480,8 @@ impl Allocation {
 impl Drop for Allocation {
     fn drop(&mut self) {
         if let Some(block) = self.block.take() {
-            if let Some(tracker) = &self.scope {
-                tracker.on_free_on(self.device.allocator(), block.id);
+            if let Some(observer) = &self.scope {
+                observer.on_free(self.device.allocator(), block.id);
             }
             self.device.allocator().free(block);
         }

@@ -1,10 +1,25 @@
 //! Warnings a user must see (a batch scope whose live memory keeps growing, a bad
 //! `VRAMGUARD_ALLOC_CONF`, a block freed to the wrong allocator): they go to stderr unless the
 //! user routes them to `tracing` (by installing a subscriber, or with
-//! [`WarningOutput::Tracing`](crate::scope::WarningOutput) on a batch scope). A warning sent only
-//! to `tracing` is lost when no subscriber is installed, which is the default.
+//! [`WarningOutput::Tracing`] on a batch scope). A warning sent only to `tracing` is lost when
+//! no subscriber is installed, which is the default.
+//!
+//! The lowest layer of the runtime: it imports nothing of the crate. [`WarningOutput`] is
+//! public as `scope::WarningOutput`.
 
-use crate::scope::WarningOutput;
+/// Where vramguard's warnings go: a batch scope's (live memory that keeps growing, chosen per
+/// scope) and the allocator's (always [`WarningOutput::Auto`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum WarningOutput {
+    /// To a `tracing` subscriber when one is installed (global or for the thread), else to
+    /// stderr: never lost (the default).
+    #[default]
+    Auto,
+    /// Always to stderr.
+    Stderr,
+    /// Always to `tracing` (target `vramguard`, level `WARN`); lost without a subscriber.
+    Tracing,
+}
 
 /// Whether a `tracing` subscriber (global or for this thread) would receive events.
 pub(crate) fn subscriber_installed() -> bool {

@@ -2,13 +2,33 @@
 //! grad mode, tensors with autograd, and batch scopes.
 //!
 //! Users depend on the `vramguard` facade crate; this crate is its implementation.
+//!
+//! # Layers
+//!
+//! Each module imports only from the ones before it (`tests/layers.rs` checks it):
+//!
+//! | module | owns |
+//! | --- | --- |
+//! | `diagnostics` | warnings and errors a user must see, and where they go (`WarningOutput`) |
+//! | `driver` | the CUDA driver context and its errors (with the `cuda` feature) |
+//! | [`alloc`] | the caching allocator, its backends, the trace and the thread's trace label |
+//! | [`heap`] | the tracking global allocator and the heap's figures |
+//! | [`device`] | devices and allocations; tells the thread's allocation observer |
+//! | [`grad`] | grad mode |
+//! | [`scope`] | batch scopes (the observer of their thread's allocations) and tags |
+//! | [`tensor`] | tensors, their backends and autograd |
+//! | [`nn`] | layers, optimizers, safetensors |
+//! | [`memory`] | per-device tools and the largest-batch search (devices and heap) |
+//! | `driver_pool` | the CUDA driver's memory pool, for candle (with the `cuda` feature) |
 #![warn(missing_docs)]
 
 pub mod alloc;
-#[cfg(feature = "cuda")]
-pub mod cuda;
 pub mod device;
 mod diagnostics;
+#[cfg(feature = "cuda")]
+pub mod driver;
+#[cfg(feature = "cuda")]
+pub mod driver_pool;
 pub mod grad;
 pub mod heap;
 pub mod memory;

@@ -44,7 +44,7 @@
 //!
 //! Memory of other libraries (candle's CUDA tensors come from the driver's memory pool) never
 //! passes through vramguard's allocator, so the scope would see nothing. A thread can instead
-//! account its scopes with the figures of such a pool ([`account_with`]; `vramguard::cuda`'s
+//! account its scopes with the figures of such a pool ([`account_with`]; `vramguard::driver_pool`'s
 //! `DriverPool::account_scopes_on_this_thread` does it when a device's pool is taken over):
 //! each iteration then starts a new peak window of the pool, and its report takes
 //! `live_bytes` (the pool's bytes in use at the end), `escaped_bytes` (what that grew by during
@@ -54,7 +54,10 @@
 //! and stay 0. The pool's figures cover everything on the device, not just the scope's
 //! allocations.
 
+use crate::alloc::trace::{push_label, restore_label, thread_label};
 use crate::alloc::{DeviceAllocator, IterationId, TraceLabel};
+use crate::device::AllocationObserver;
+pub use crate::diagnostics::WarningOutput;
 use crate::heap;
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -69,19 +72,6 @@ pub const DEFAULT_WARN_AFTER_GROWING: u32 = 8;
 
 /// Most escape tags listed in one report; the rest are folded into the last entry.
 const MAX_TAGS_IN_REPORT: usize = 16;
-
-/// Where a batch scope's warnings (live memory that keeps growing) go.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum WarningOutput {
-    /// To a `tracing` subscriber when one is installed (global or for the thread), else to
-    /// stderr: never lost (the default).
-    #[default]
-    Auto,
-    /// Always to stderr.
-    Stderr,
-    /// Always to `tracing` (target `vramguard`, level `WARN`); lost without a subscriber.
-    Tracing,
-}
 
 /// How a batch scope reacts and what it does to the cache.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -242,7 +232,11 @@ impl BatchScope {
             figures.reset_peak();
             snapshot.external_used = figures.used_bytes();
         }
-        STACK.with(|stack| stack.borrow_mut().push(Arc::clone(&tracker)));
+        STACK.with(|stack| {
+            let mut stack = stack.borrow_mut();
+            stack.push(Arc::clone(&tracker));
+            observe_innermost(&stack);
+        });
         let previous_label = push_label(Arc::clone(&tracker.label), Some(snapshot.iteration));
         let heap = heap::begin_iteration(tracker.id, snapshot.iteration);
         BatchScopeGuard {
@@ -306,6 +300,7 @@ impl BatchScopeGuard {
             if let Some(pos) = stack.iter().rposition(|t| Arc::ptr_eq(t, &self.tracker)) {
                 stack.remove(pos);
             }
+            observe_innermost(&stack);
         });
         restore_label(self.previous_label.take());
         let (mut report, devices) =
@@ -428,36 +423,9 @@ impl Drop for TagGuard {
     }
 }
 
-/// Makes `name` (with `iteration` for a batch scope) the innermost frame of this thread's
-/// label; returns the label it replaced.
-fn push_label(name: Arc<str>, iteration: Option<u64>) -> Option<TraceLabel> {
-    LABEL
-        .try_with(|label| {
-            let mut label = label.borrow_mut();
-            let nested = TraceLabel::nested(label.clone(), name, iteration);
-            label.replace(nested)
-        })
-        .ok()
-        .flatten()
-}
-
-fn restore_label(previous: Option<TraceLabel>) {
-    let _ = LABEL.try_with(|label| *label.borrow_mut() = previous);
-}
-
-/// This thread's label (tags and batch-scope iterations), recorded with allocator events.
-pub(crate) fn trace_label() -> Option<TraceLabel> {
-    // `try_borrow`: the tracking allocator asks from inside allocations, which may be made
-    // while the label is being replaced.
-    LABEL
-        .try_with(|label| label.try_borrow().ok().and_then(|l| l.clone()))
-        .ok()
-        .flatten()
-}
-
 /// Accounting of one scope label on one thread; the allocator reports allocations made while
 /// it is the innermost scope of the current thread, and their frees (from any thread).
-pub struct ScopeTracker {
+pub(crate) struct ScopeTracker {
     label: Arc<str>,
     /// Unique in the process (the heap's books are kept by it).
     id: u64,
@@ -579,31 +547,8 @@ impl ScopeTracker {
         }
     }
 
-    /// Called when a block of `bytes` bytes with id `id` is allocated inside this scope.
-    #[allow(dead_code)] // Part of the allocator's contract; `Device` uses the `_on` forms.
-    pub(crate) fn on_alloc(&self, id: u64, bytes: usize) {
-        self.record_alloc((0, id), bytes, None);
-    }
-
-    /// Called when block `id`, allocated inside this scope, is freed.
-    #[allow(dead_code)] // Part of the allocator's contract; `Device` uses the `_on` forms.
-    pub(crate) fn on_free(&self, id: u64) {
-        self.record_free((0, id));
-    }
-
-    /// [`ScopeTracker::on_alloc`] for a known device's allocator: block ids of different
-    /// allocators may collide, and the cache policy needs the allocator.
-    pub(crate) fn on_alloc_on(&self, allocator: &Arc<DeviceAllocator>, id: u64, bytes: usize) {
-        self.record_alloc((allocator_key(allocator), id), bytes, Some(allocator));
-    }
-
-    /// [`ScopeTracker::on_free`] for a block allocated with [`ScopeTracker::on_alloc_on`].
-    pub(crate) fn on_free_on(&self, allocator: &Arc<DeviceAllocator>, id: u64) {
-        self.record_free((allocator_key(allocator), id));
-    }
-
     fn record_alloc(&self, key: AllocKey, bytes: usize, allocator: Option<&Arc<DeviceAllocator>>) {
-        let tag = trace_label().and_then(|label| label.tag_name());
+        let tag = thread_label().and_then(|label| label.tag_name());
         let bytes = bytes as u64;
         let mut state = self.state();
         let iteration = state.current_iteration;
@@ -646,14 +591,6 @@ impl ScopeTracker {
             if alive.0 == 0 {
                 state.alive_by_iteration.remove(&alloc.iteration);
             }
-        }
-    }
-
-    /// The iteration allocations made now belong to, for the allocator's planning.
-    pub(crate) fn iteration_id(&self) -> IterationId {
-        IterationId {
-            scope: self as *const Self as u64,
-            iteration: self.state().current_iteration,
         }
     }
 
@@ -772,6 +709,35 @@ impl ScopeTracker {
     }
 }
 
+/// `Device` tells the innermost scope of the allocating thread (see [`observe_innermost`]).
+impl AllocationObserver for ScopeTracker {
+    fn iteration(&self) -> IterationId {
+        IterationId {
+            scope: self as *const Self as u64,
+            iteration: self.state().current_iteration,
+        }
+    }
+
+    /// Keyed by the allocator too: block ids of different allocators may collide, and the cache
+    /// policy needs the allocator.
+    fn on_alloc(&self, allocator: &Arc<DeviceAllocator>, id: u64, bytes: usize) {
+        self.record_alloc((allocator_key(allocator), id), bytes, Some(allocator));
+    }
+
+    fn on_free(&self, allocator: &Arc<DeviceAllocator>, id: u64) {
+        self.record_free((allocator_key(allocator), id));
+    }
+}
+
+/// Makes the innermost scope of `stack` (this thread's) the observer of the thread's
+/// allocations, or none when no scope is active.
+fn observe_innermost(stack: &[Arc<ScopeTracker>]) {
+    let innermost = stack
+        .last()
+        .map(|t| Arc::clone(t) as Arc<dyn AllocationObserver>);
+    crate::device::observe_allocations(innermost);
+}
+
 fn group_escapes(
     live: &HashMap<AllocKey, LiveAlloc>,
     iteration: u64,
@@ -819,8 +785,6 @@ thread_local! {
     static STACK: RefCell<Vec<Arc<ScopeTracker>>> = const { RefCell::new(Vec::new()) };
     /// Trackers of this thread by label; they outlive iterations to see later frees.
     static TRACKERS: RefCell<HashMap<Arc<str>, Arc<ScopeTracker>>> = RefCell::new(HashMap::new());
-    /// This thread's label: its tags and batch-scope iterations.
-    static LABEL: RefCell<Option<TraceLabel>> = const { RefCell::new(None) };
     /// The external pool this thread's scopes account with ([`account_with`]).
     static EXTERNAL: RefCell<Option<Arc<dyn ExternalFigures>>> = const { RefCell::new(None) };
 }
@@ -857,13 +821,4 @@ fn store_report(report: &ScopeReport) {
 /// critical section finishes its updates without panicking.
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The innermost scope of the current thread, if any.
-pub(crate) fn current_tracker() -> Option<Arc<ScopeTracker>> {
-    // `try_with`: allocations may happen while thread-locals are being destroyed.
-    STACK
-        .try_with(|stack| stack.borrow().last().cloned())
-        .ok()
-        .flatten()
 }

@@ -4,10 +4,10 @@
 //! With a GPU, the default `expandable_segments:auto` must pick expandable segments (virtual
 //! memory management plus a passing self-test) and the pages it maps must hold what is written.
 
-use vramguard_runtime::alloc::cuda::driver_present;
 use vramguard_runtime::alloc::{AllocatorConfig, ExpandableSegments};
 use vramguard_runtime::device::CudaBuffer;
 use vramguard_runtime::device::DeviceError;
+use vramguard_runtime::driver::driver_present;
 use vramguard_runtime::{memory, Device};
 
 fn require_gpu() -> bool {

@@ -1,4 +1,4 @@
-//! The context rule of the CUDA code (`alloc/cuda.rs`): the runtime makes a context current
+//! The context rule of the CUDA code (`driver.rs`): the runtime makes a context current
 //! with `cuCtxPushCurrent` and pops it after, never with cudarc's `bind_to_thread` (which
 //! replaces the caller's context and reports, and clears, an error cudarc recorded on the
 //! context earlier), nor through cudarc calls that bind for us (`CudaStream::synchronize`,

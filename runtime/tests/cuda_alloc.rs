@@ -21,7 +21,7 @@ mod gpu;
 
 use cudarc::driver::{result, sys, DriverError};
 use gpu::{context, driver_free, exclusive, figure, fill, own_device, read, skip, Kernels};
-use vramguard_runtime::alloc::cuda::stream_id;
+use vramguard_runtime::alloc::cuda_backend::stream_id;
 use vramguard_runtime::alloc::{AllocatorConfig, OomCause};
 use vramguard_runtime::memory;
 

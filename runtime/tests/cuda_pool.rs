@@ -1,4 +1,4 @@
-//! The driver's default memory pool taken over (`vramguard::cuda::DriverPool`), with buffers
+//! The driver's default memory pool taken over (`vramguard::driver_pool::DriverPool`), with buffers
 //! from cudarc's stream allocation (`cuMemAllocAsync` on the default pool, what candle's CUDA
 //! tensors use). Without a GPU the test prints `skipped: <reason>` and passes.
 
@@ -6,8 +6,8 @@
 mod gpu;
 
 use gpu::{exclusive, figure, skip};
-use vramguard_runtime::cuda::{DriverPool, KEEP_ALL_CACHED};
 use vramguard_runtime::device::DeviceError;
+use vramguard_runtime::driver_pool::{DriverPool, KEEP_ALL_CACHED};
 use vramguard_runtime::scope::{account_with, BatchScope};
 
 const MIB: usize = 1 << 20;

@@ -1,5 +1,5 @@
 //! Batch scopes that account with an external pool's figures (the CUDA driver's pool that
-//! candle allocates from, `vramguard::cuda::DriverPool`): here a fake pool whose figures the
+//! candle allocates from, `vramguard::driver_pool::DriverPool`): here a fake pool whose figures the
 //! test sets, standing in for tensors vramguard's allocator never sees.
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,4 +1,4 @@
-//! Code generation of `#[batch_scope]`: the lints, then a scope guard and drops at last use in
+//! Code generation of `#[batch_scope]`: the lints, then a scope guard and releases at last use in
 //! every scoped loop of a validated function.
 
 use proc_macro2::{Span, TokenStream};
@@ -8,7 +8,7 @@ use syn::{Block, Expr, Ident, Stmt};
 
 use super::parse::{is_marker, FnOptions, Function, Loop, ScopeSettings};
 use crate::lints::{self, LintContext};
-use crate::liveness::{self, DropOptions};
+use crate::liveness::{self, ReleaseOptions};
 
 /// Expands a validated function: the function, then the lints' errors.
 pub(crate) fn expand(function: Function, options: &FnOptions) -> TokenStream {
@@ -74,7 +74,7 @@ impl Scoper<'_> {
         if self.only_marked && facts.marker.is_none() {
             return;
         }
-        liveness::insert_drops(body, &params, &DropOptions::new(self.krate.clone()));
+        liveness::insert_releases(body, &params, &ReleaseOptions::new(self.krate.clone()));
         let marker = facts.marker.unwrap_or_default();
         let guard = self.guard_statement(&marker.settings, keyword_span);
         let user_body = Block {
@@ -132,7 +132,7 @@ impl VisitMut for Scoper<'_> {
     fn visit_expr_const_mut(&mut self, _: &mut syn::ExprConst) {}
 
     fn visit_expr_mut(&mut self, expr: &mut Expr) {
-        // Inner loops first: the outer body's drop insertion then sees their final form.
+        // Inner loops first: the outer body's release insertion then sees their final form.
         visit_mut::visit_expr_mut(self, expr);
         if matches!(expr, Expr::ForLoop(_) | Expr::While(_) | Expr::Loop(_)) {
             if let Some(facts) = self.loops.next() {

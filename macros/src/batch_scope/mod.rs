@@ -9,7 +9,7 @@
 //!         concat!(module_path!(), "::", "train", ":", line!()),
 //!         ::vramguard::__private::ScopeOptions::new(),
 //!     );
-//!     { /* the body, with drop-at-last-use inserted */ };
+//!     { /* the body, with releases at last use inserted */ };
 //! }
 //! ```
 //!
@@ -50,7 +50,7 @@ fn strip_markers(item: TokenStream) -> TokenStream {
     struct Strip;
     impl VisitMut for Strip {
         fn visit_expr_mut(&mut self, expr: &mut Expr) {
-            if let Some(attrs) = crate::lints::expr_attrs_mut(expr) {
+            if let Some(attrs) = crate::common::expr_attrs_mut(expr) {
                 attrs.retain(|a| !is_marker(a));
             }
             visit_mut::visit_expr_mut(self, expr);

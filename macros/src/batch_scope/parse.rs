@@ -387,7 +387,7 @@ impl<'ast> Visit<'ast> for LoopScan {
 
     fn visit_expr(&mut self, expr: &'ast Expr) {
         let Some(attrs) = loop_attrs(expr) else {
-            if let Some(attrs) = crate::lints::expr_attrs(expr) {
+            if let Some(attrs) = crate::common::expr_attrs(expr) {
                 self.not_on_a_loop(attrs);
             }
             syn::visit::visit_expr(self, expr);

@@ -3,10 +3,11 @@
 
 use super::names::{allowed_in, is_vramguard_allow, Lint};
 use super::syntax::{
-    classify, classify_local, idents_in, is_one_of, is_self_field, names_any_of, pattern_names,
-    peel, peel_value, shown, single_ident, stmt_attrs_mut, Holds,
+    classify, classify_local, idents_in, is_one_of, is_self_field, names_any_of, peel, peel_value,
+    shown, single_ident, stmt_attrs_mut, Holds,
 };
 use super::LintContext;
+use crate::liveness::pattern_names;
 use proc_macro2::Span;
 use quote::ToTokens;
 use std::collections::{HashMap, HashSet};

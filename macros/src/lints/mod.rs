@@ -1,7 +1,7 @@
 //! Compile-time memory lints and `#[vramguard::allow]`.
 //!
-//! The lints read the body as written (run [`check`] before any rewrite such as drop
-//! insertion). Each has a stable name, a one-line explanation and a fix (see `names.rs`).
+//! The lints read the body as written (run [`check`] before any rewrite such as the releases
+//! at last use). Each has a stable name, a one-line explanation and a fix (see `names.rs`).
 //!
 //! ## Warnings on stable Rust
 //!
@@ -27,7 +27,6 @@ mod names;
 mod syntax;
 
 pub(crate) use names::{allowed_in, parse_allow_args, Lint};
-pub(crate) use syntax::{expr_attrs, expr_attrs_mut};
 
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::{quote, ToTokens};
@@ -46,10 +45,11 @@ pub(crate) struct LintContext<'a> {
     pub fn_name: &'a syn::Ident,
 }
 
-/// What the lints found: hard errors, and warning items to emit beside the function.
+/// What the lints found: errors, and warning items to emit beside the function.
 #[derive(Default)]
 pub(crate) struct LintOutput {
-    /// Errors (e.g. `backward_in_inference`), each with a span.
+    /// Errors, each with a span: a misspelled lint name in a statement's `#[vramguard::allow]`
+    /// (every lint itself is a warning, see the module doc).
     pub errors: Vec<syn::Error>,
     /// Items to emit beside the function. The warnings themselves are inserted into the body
     /// by [`check`] (so that the function's own lint levels apply); this stays empty today and

@@ -337,14 +337,6 @@ fn is_scalar_type(ty: &Type) -> bool {
     }
 }
 
-/// The names a pattern binds.
-pub(crate) fn pattern_names(pat: &Pat, out: &mut Vec<syn::Ident>) {
-    // One pattern walker for the whole crate: the liveness scanner's.
-    let mut names = Vec::new();
-    crate::liveness::pattern_bindings(pat, &mut names);
-    out.extend(names.into_iter().map(|(ident, _mutable)| ident));
-}
-
 /// Whether an identifier of the syntax tree that `walk` visits is one of `names`.
 pub(crate) fn names_any_of(
     names: &[&str],
@@ -374,24 +366,6 @@ pub(crate) fn idents_in(tokens: TokenStream, out: &mut HashSet<String>) {
     }
 }
 
-/// The attributes of an expression, if its kind has any.
-pub(crate) fn expr_attrs_mut(expr: &mut Expr) -> Option<&mut Vec<Attribute>> {
-    macro_rules! attrs {
-        ($($variant:ident),*) => {
-            match expr {
-                $(Expr::$variant(e) => Some(&mut e.attrs),)*
-                _ => None,
-            }
-        };
-    }
-    attrs!(
-        Array, Assign, Async, Await, Binary, Block, Break, Call, Cast, Closure, Const, Continue,
-        Field, ForLoop, Group, If, Index, Infer, Let, Lit, Loop, Macro, Match, MethodCall, Paren,
-        Path, Range, RawAddr, Reference, Repeat, Return, Struct, Try, TryBlock, Tuple, Unary,
-        Unsafe, While, Yield
-    )
-}
-
 /// Source-like rendering of an expression for messages, shortened to `max` characters.
 pub(crate) fn shown(tokens: &impl quote::ToTokens, max: usize) -> String {
     let mut text = tokens.to_token_stream().to_string();
@@ -416,30 +390,12 @@ pub(crate) fn shown(tokens: &impl quote::ToTokens, max: usize) -> String {
     text
 }
 
-/// The attributes of an expression, if its kind has any (shared access).
-pub(crate) fn expr_attrs(expr: &Expr) -> Option<&Vec<Attribute>> {
-    macro_rules! attrs {
-        ($($variant:ident),*) => {
-            match expr {
-                $(Expr::$variant(e) => Some(&e.attrs),)*
-                _ => None,
-            }
-        };
-    }
-    attrs!(
-        Array, Assign, Async, Await, Binary, Block, Break, Call, Cast, Closure, Const, Continue,
-        Field, ForLoop, Group, If, Index, Infer, Let, Lit, Loop, Macro, Match, MethodCall, Paren,
-        Path, Range, RawAddr, Reference, Repeat, Return, Struct, Try, TryBlock, Tuple, Unary,
-        Unsafe, While, Yield
-    )
-}
-
 /// The attributes of a statement (for an expression statement, the expression's).
 pub(crate) fn stmt_attrs_mut(stmt: &mut Stmt) -> Option<&mut Vec<Attribute>> {
     match stmt {
         Stmt::Local(local) => Some(&mut local.attrs),
         Stmt::Macro(mac) => Some(&mut mac.attrs),
-        Stmt::Expr(expr, _) => expr_attrs_mut(expr),
+        Stmt::Expr(expr, _) => crate::common::expr_attrs_mut(expr),
         Stmt::Item(_) => None,
     }
 }

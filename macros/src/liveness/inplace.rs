@@ -1,5 +1,5 @@
 //! In place at last use: inside the copy of a statement into which a binding `x` was moved (see
-//! [`super::wrap`]), a call of a listed method on `x` becomes a call that lets `x`'s type choose
+//! `rewrite::wrap`), a call of a listed method on `x` becomes a call that lets `x`'s type choose
 //! a consuming form:
 //!
 //! ```text
@@ -182,7 +182,7 @@ fn consuming_call(call: syn::ExprMethodCall, target: Ident, mutable: bool) -> Ex
     // A `mut` binding may be the receiver of a `&mut self` method of the same name (a type
     // without a consuming form): the closure's value is rebound `mut`, as the binding was.
     let body = if mutable {
-        let rebind = super::build::rebind_mut(value.clone(), span);
+        let rebind = super::emit::rebind_mut(value.clone(), span);
         Expr::Block(syn::ExprBlock {
             attrs: Vec::new(),
             label: None,
@@ -232,7 +232,7 @@ fn consuming_call(call: syn::ExprMethodCall, target: Ident, mutable: bool) -> Ex
 }
 
 fn path_expr(ident: Ident) -> Expr {
-    super::build::ident(ident)
+    super::emit::ident(ident)
 }
 
 #[cfg(test)]

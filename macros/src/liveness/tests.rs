@@ -1,15 +1,18 @@
 //! Unit tests of the drop-at-last-use rewrite on source text.
 
 use super::*;
+use analysis::Source;
+use proc_macro2::{TokenStream, TokenTree};
 use quote::quote;
+use syn::Stmt;
 
 /// Rewrites the body of `fn` source and returns it pretty-printed, with the report.
-pub(crate) fn rewrite(source: &str, optimistic: bool) -> (String, DropReport) {
+pub(crate) fn rewrite(source: &str, optimistic: bool) -> (String, ReleaseReport) {
     let mut function: syn::ItemFn = syn::parse_str(source).expect("test source parses");
-    let mut options = DropOptions::new(syn::parse_quote!(::vramguard));
+    let mut options = ReleaseOptions::new(syn::parse_quote!(::vramguard));
     options.optimistic = optimistic;
     let params = params_of(&function.sig);
-    let report = insert_drops(&mut function.block, &params, &options);
+    let report = insert_releases(&mut function.block, &params, &options);
     let file: syn::File = syn::parse_quote!(#function);
     (prettyplease::unparse(&file), report)
 }
@@ -46,15 +49,15 @@ fn functions_of(source: &str) -> Vec<syn::ItemFn> {
     collect.0
 }
 
-fn totals(functions: &[syn::ItemFn], optimistic: bool) -> DropReport {
-    let mut total = DropReport::default();
+fn totals(functions: &[syn::ItemFn], optimistic: bool) -> ReleaseReport {
+    let mut total = ReleaseReport::default();
     for function in functions {
         let mut block = (*function.block).clone();
-        let mut options = DropOptions::new(syn::parse_quote!(::vramguard));
+        let mut options = ReleaseOptions::new(syn::parse_quote!(::vramguard));
         options.optimistic = optimistic;
-        let report = insert_drops(&mut block, &params_of(&function.sig), &options);
+        let report = insert_releases(&mut block, &params_of(&function.sig), &options);
         total.candidates += report.candidates;
-        total.dropped_early += report.dropped_early;
+        total.released_early += report.released_early;
         total.moved_at_last_use += report.moved_at_last_use;
     }
     total
@@ -101,11 +104,11 @@ fn conservative_default_cost() {
              value; moved by their last use (nothing to release): {}",
             functions.len(),
             default.candidates,
-            default.dropped_early,
-            optimistic.dropped_early,
+            default.released_early,
+            optimistic.released_early,
             default.moved_at_last_use
         );
-        assert!(optimistic.dropped_early >= default.dropped_early);
+        assert!(optimistic.released_early >= default.released_early);
     }
     assert!(corpus.len() >= 500 || corpus.is_empty());
 }
@@ -143,7 +146,7 @@ fn drops_follow_the_rules() {
         }
     }
     assert_eq!(
-        report.dropped,
+        report.released,
         ["a@0", "b@0", "d@0", "c@0", "y@0", "z@0"].map(String::from)
     );
 }
@@ -176,10 +179,10 @@ fn generated_size_stays_linear() {
     for function in &corpus {
         let mut block = (*function.block).clone();
         input += tokens(quote!(#block));
-        insert_drops(
+        insert_releases(
             &mut block,
             &params_of(&function.sig),
-            &DropOptions::new(syn::parse_quote!(::vramguard)),
+            &ReleaseOptions::new(syn::parse_quote!(::vramguard)),
         );
         let text = quote!(#block).to_string();
         probes += text.matches("__VgProbe :: of").count();
@@ -225,7 +228,7 @@ fn locals_whose_syntax_is_not_release_get_no_probe() {
 
 /// A borrow carried through a name that an inner `let` shadows (`let a = a;`) reaches the
 /// collection it is stored in: each binding holds what the earlier one held, resolved when it
-/// is bound (see `scan::Walker::substitute_bound`).
+/// is bound (see `analysis::mentions::Scanner::substitute_bound`).
 #[test]
 fn a_store_through_a_shadowed_inner_binding_keeps_its_origin() {
     let stmt: Stmt = syn::parse_quote! {
@@ -236,7 +239,7 @@ fn a_store_through_a_shadowed_inner_binding_keeps_its_origin() {
         }
     };
     let local_macros = BTreeMap::new();
-    let env = scan::Env {
+    let env = analysis::Env {
         owned: &[],
         borrows: &[],
         local_macros: &local_macros,

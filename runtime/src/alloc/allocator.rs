@@ -824,7 +824,7 @@ impl<B: Backend + ?Sized> Drop for CachingAllocator<B> {
         st.synchronize_pending(&self.backend, &self.name);
         let warn = |what: &str, e: super::BackendError| {
             crate::diagnostics::warn(
-                crate::scope::WarningOutput::Auto,
+                crate::diagnostics::WarningOutput::Auto,
                 &format!("{}: dropping the allocator: {what}: {e}", self.name),
             );
         };
@@ -862,7 +862,7 @@ impl<B: Backend + ?Sized> Drop for CachingAllocator<B> {
                 }
             } else {
                 crate::diagnostics::warn(
-                    crate::scope::WarningOutput::Auto,
+                    crate::diagnostics::WarningOutput::Auto,
                     &format!(
                         "{}: dropping the allocator: {} bytes of address space at {:#x} stay \
                          reserved because pages in it could not be unmapped",

@@ -93,7 +93,7 @@ pub struct EventId(pub u64);
 ///
 /// Expandable segments use it: the large pool's reserved range has its pages mapped as the
 /// pool grows and its free tail unmapped by `empty_cache`. [`HostBackend`](super::HostBackend) implements it on Unix,
-/// [`CudaBackend`](super::cuda::CudaBackend) on GPUs with virtual memory management.
+/// [`CudaBackend`](super::cuda_backend::CudaBackend) on GPUs with virtual memory management.
 ///
 /// # Safety
 /// As for [`Backend`]: a range from [`VirtualMemory::reserve_range`] overlaps nothing else,

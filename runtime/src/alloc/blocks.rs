@@ -274,7 +274,7 @@ impl State {
     /// [`super::CachingAllocator::last_backend_error`], and logs it.
     pub fn note_failure(&mut self, name: &str, failure: BackendFailure) {
         crate::diagnostics::warn(
-            crate::scope::WarningOutput::Auto,
+            crate::diagnostics::WarningOutput::Auto,
             &format!("{name}: {failure}"),
         );
         self.request_failure = Some(failure.clone());
@@ -605,7 +605,7 @@ impl State {
             Ok(addr) if addr.saturating_add(bytes as u64) < ADDR_LIMIT => addr,
             Ok(addr) => {
                 crate::diagnostics::warn(
-                    crate::scope::WarningOutput::Auto,
+                    crate::diagnostics::WarningOutput::Auto,
                     &format!("{name}: segment at {addr:#x} lies above 2^48; not usable"),
                 );
                 // SAFETY: just obtained from the backend with this size and never handed out.
@@ -788,7 +788,7 @@ impl State {
             addr,
             size,
             time_ns: self.start.elapsed().as_nanos() as u64,
-            label: crate::scope::trace_label(),
+            label: super::trace::thread_label(),
             origin: origin.cloned(),
             allocated_bytes: self.stats.all.allocated_bytes.current,
             reserved_bytes: self.reserved(),

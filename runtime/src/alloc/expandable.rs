@@ -9,7 +9,7 @@ use super::policy::ADDR_LIMIT;
 use super::{
     Backend, BackendError, ExpandableSegments, PoolKind, SegmentMode, SetupError, TraceEventKind,
 };
-use crate::scope::WarningOutput;
+use crate::diagnostics::WarningOutput;
 
 /// The large pool's expandable segment: a reserved address range whose mapped prefix is a
 /// segment that grows (map at the end) and shrinks (unmap free granules).

@@ -9,7 +9,7 @@
 //! driver accepts a range that spans several allocations), not one per granule.
 
 use super::{BackendError, BackendFailure};
-use crate::scope::WarningOutput;
+use crate::diagnostics::WarningOutput;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 

@@ -75,7 +75,7 @@
 //! | `plan.rs` | iteration planning: batch-scope iterations laid out from the previous one |
 //! | `stats.rs` | [`MemoryStats`] |
 //! | `config.rs` | [`AllocatorConfig`] and `VRAMGUARD_ALLOC_CONF` |
-//! | `host.rs`, `cuda.rs` | the backends |
+//! | `host.rs`, `cuda_backend.rs` | the backends (the CUDA context itself is `crate::driver`'s) |
 //! | `granules.rs` | page mapping with one physical allocation per granule (CUDA's VMM), driver-neutral |
 //! | `origin.rs` | where each allocation was made: [`AllocOrigin`] and the tensor ops' frames |
 //! | `trace.rs` | the event trace, its labels and snapshots |
@@ -90,7 +90,7 @@ mod blocks;
 mod bucket;
 mod config;
 #[cfg(feature = "cuda")]
-pub mod cuda;
+pub mod cuda_backend;
 mod expandable;
 // GPU-neutral page bookkeeping and stream ordering, used only by the CUDA backend (tested on the
 // host either way).
@@ -109,7 +109,7 @@ mod stats;
 #[cfg(any(test, feature = "cuda"))]
 pub(crate) mod stream_order;
 mod timeline;
-mod trace;
+pub(crate) mod trace;
 
 pub use allocator::{Block, CachingAllocator, DeviceAllocator};
 pub use backend::{Backend, BackendError, BackendFailure, EventId, StreamId, VirtualMemory};

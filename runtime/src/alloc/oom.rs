@@ -20,7 +20,8 @@ pub enum OomCause {
     DeviceFull,
     /// A backend call failed for another reason than a shortage of memory (for CUDA, often an
     /// error left by an earlier kernel, such as `CUDA_ERROR_ILLEGAL_ADDRESS`):
-    /// [`OutOfMemory::backend_error`] names the call and the driver's error.
+    /// [`OomContext::backend_error`] (in [`OutOfMemory::context`]) names the call and the
+    /// driver's error.
     BackendFailed,
 }
 

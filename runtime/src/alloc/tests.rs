@@ -579,7 +579,7 @@ fn trace_records_events_with_labels_in_a_bounded_ring() {
         let _label = crate::scope::tag("batch 7");
         a.allocate(4 * KIB).unwrap()
     };
-    assert_eq!(crate::scope::trace_label(), None);
+    assert_eq!(crate::alloc::trace::thread_label(), None);
     a.free(x);
     let t = a.trace();
     let kinds: Vec<TraceEventKind> = t.events.iter().map(|e| e.kind).collect();

@@ -1,8 +1,10 @@
 //! The bounded event trace, the labels its events carry, and snapshots of segments and blocks.
-//! The thread's current label is kept by `crate::scope` (tags and batch scopes feed it).
+//! The thread's current label is kept here, where the allocator records it; `crate::scope`'s
+//! tags and batch scopes set it ([`push_label`], [`restore_label`]).
 
 use super::{AllocOrigin, MemoryStats};
 use serde::Serialize;
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
@@ -265,4 +267,37 @@ impl MemorySnapshot {
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
     }
+}
+
+thread_local! {
+    /// This thread's label: its tags and batch-scope iterations.
+    static LABEL: RefCell<Option<TraceLabel>> = const { RefCell::new(None) };
+}
+
+/// Makes `name` (with `iteration` for a batch scope) the innermost frame of this thread's
+/// label; returns the label it replaced.
+pub(crate) fn push_label(name: Arc<str>, iteration: Option<u64>) -> Option<TraceLabel> {
+    LABEL
+        .try_with(|label| {
+            let mut label = label.borrow_mut();
+            let nested = TraceLabel::nested(label.clone(), name, iteration);
+            label.replace(nested)
+        })
+        .ok()
+        .flatten()
+}
+
+/// Makes `previous` (what [`push_label`] returned) this thread's label again.
+pub(crate) fn restore_label(previous: Option<TraceLabel>) {
+    let _ = LABEL.try_with(|label| *label.borrow_mut() = previous);
+}
+
+/// This thread's label (tags and batch-scope iterations), recorded with allocator events.
+pub(crate) fn thread_label() -> Option<TraceLabel> {
+    // `try_borrow`: the tracking allocator asks from inside allocations, which may be made
+    // while the label is being replaced.
+    LABEL
+        .try_with(|label| label.try_borrow().ok().and_then(|l| l.clone()))
+        .ok()
+        .flatten()
 }

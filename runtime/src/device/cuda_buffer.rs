@@ -16,14 +16,15 @@
 //! it valid.
 //!
 //! Every driver call here makes the context current with `cuCtxPushCurrent` (see
-//! `alloc/cuda.rs`), never with cudarc's `bind_to_thread`, which would replace the caller's
+//! `driver.rs`), never with cudarc's `bind_to_thread`, which would replace the caller's
 //! context and report (and clear) an error recorded on the context earlier.
 
 use super::{Allocation, Device};
-use crate::alloc::cuda::{error_name, stream_id, CurrentContext};
+use crate::alloc::cuda_backend::stream_id;
 use crate::alloc::stream_order::{Access, StreamOrder};
 use crate::alloc::StreamId;
-use crate::scope::WarningOutput;
+use crate::diagnostics::WarningOutput;
+use crate::driver::{error_name, CurrentContext};
 use cudarc::driver::{result, sys, CudaStream, DevicePtr, DevicePtrMut, DeviceSlice};
 use cudarc::driver::{DriverError, SyncOnDrop, ValidAsZeroBits};
 use std::marker::PhantomData;
@@ -97,7 +98,7 @@ impl<T: ValidAsZeroBits> CudaBuffer<T> {
         let driver = |op| {
             move |e: DriverError| CudaBufferError::Driver {
                 op,
-                message: crate::alloc::cuda::error_name(e),
+                message: error_name(e),
             }
         };
         let stream = &buffer.stream;

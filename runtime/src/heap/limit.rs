@@ -125,7 +125,7 @@ pub(super) fn report_limit(requested: u64, live: u64) {
             TraceEventKind::Oom,
             0,
             requested as usize,
-            crate::scope::trace_label(),
+            crate::alloc::trace::thread_label(),
         );
     }
     eprintln!("error: vramguard: {report}");

@@ -2,7 +2,9 @@
 //! allocator, and the same tools vramguard gives its own devices — [`stats`] and
 //! [`reset_peak_stats`], `#[batch_scope]` reports, the trace ([`record_trace`]) and its HTML
 //! timeline ([`html_report`]), a soft memory limit ([`set_memory_limit`], or `memory_limit` in
-//! `VRAMGUARD_ALLOC_CONF`) whose crossing prints what holds the memory, and [`max_batch`].
+//! `VRAMGUARD_ALLOC_CONF`) whose crossing prints what holds the memory, and the largest-batch
+//! search ([`crate::memory::MaxBatchSearch::run_on_heap`], above this layer; the facade's
+//! `vramguard::heap::max_batch`).
 //!
 //! candle's and burn's CPU tensors, ndarray's arrays and every other Rust value live on the
 //! heap, so with one line in the binary —
@@ -33,7 +35,6 @@ pub use tracking::TrackingAllocator;
 use tracking::{Mode, ModeGuard};
 
 use crate::alloc::{MemorySnapshot, MemoryStats, Trace};
-use crate::memory::{MaxBatch, MaxBatchError, MaxBatchSearch};
 use std::sync::atomic::Ordering::Relaxed;
 
 /// The heap's statistics: `allocated_bytes` (live bytes now, every thread),
@@ -118,18 +119,6 @@ pub fn snapshot() -> MemorySnapshot {
 /// iterations and tags as coloured bands. Start recording with [`record_trace`] first.
 pub fn html_report(title: &str) -> String {
     crate::alloc::html_report(title, &trace(), &snapshot())
-}
-
-/// The largest batch size whose run keeps the heap's peak within `budget_bytes` (every live
-/// byte of the process, weights included), found in few runs of `run` — the same search as
-/// [`crate::memory::max_batch`] on a device, with the heap's exact peak. Any error from `run`
-/// ends the search ([`MaxBatchError::Run`]): the heap has no out-of-memory error to recover
-/// from. [`MaxBatchSearch::run_on_heap`] sets a limit or a progress callback.
-pub fn max_batch<T, E>(
-    budget_bytes: u64,
-    run: impl FnMut(usize) -> Result<T, E>,
-) -> Result<MaxBatch, MaxBatchError<E>> {
-    MaxBatchSearch::new(budget_bytes).run_on_heap(run)
 }
 
 /// Marks vramguard's own scope bookkeeping on this thread until dropped: its allocations are

@@ -99,7 +99,7 @@ fn record_alloc(
     keep: bool,
 ) {
     let _internal = ModeGuard::enter(Mode::Internal);
-    let label = crate::scope::trace_label();
+    let label = crate::alloc::trace::thread_label();
     if tracing {
         push_event(TraceEventKind::Alloc, addr, size, label.clone());
     }
@@ -150,7 +150,7 @@ fn account_free(addr: usize, size: usize, record: Option<Record>, tracing: bool)
             TraceEventKind::Free,
             addr,
             size,
-            crate::scope::trace_label(),
+            crate::alloc::trace::thread_label(),
         );
     }
 }

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
 
 /// A global allocator that accounts the process's heap for vramguard: statistics
 /// ([`crate::heap::stats`]), `#[batch_scope]` reports, the trace and its HTML timeline, a soft
-/// `memory_limit`, and [`crate::heap::max_batch`] — for tensors of any library that allocates
+/// `memory_limit`, and [`crate::memory::MaxBatchSearch::run_on_heap`] — for tensors of any library that allocates
 /// through Rust's allocator (candle's and burn's CPU tensors, ndarray).
 ///
 /// One line in the binary (or test) that wants it:

@@ -235,8 +235,9 @@ pub enum MaxBatchError<E> {
         /// The peak allocated bytes of both runs.
         allocated_bytes: u64,
     },
-    /// A search on the heap ([`crate::heap::max_batch`]) in a program whose global allocator is
-    /// not [`crate::heap::TrackingAllocator`] (or with `heap_tracking:false`): no peak to read.
+    /// A search on the heap ([`MaxBatchSearch::run_on_heap`]) in a program whose global
+    /// allocator is not [`crate::heap::TrackingAllocator`] (or with `heap_tracking:false`): no
+    /// peak to read.
     #[error("max_batch on the heap needs vramguard's tracking allocator: add `#[global_allocator] static ALLOC: vramguard::TrackingAllocator = vramguard::TrackingAllocator::system();` to the binary (and remove `heap_tracking:false` from VRAMGUARD_ALLOC_CONF, if set)")]
     HeapNotTracked,
 }
@@ -318,8 +319,11 @@ impl<'a> MaxBatchSearch<'a> {
         self.search_with(Meter::Device(device), run)
     }
 
-    /// Runs the search against the process's heap (see [`crate::heap::max_batch`]): a run fits
-    /// when the heap's peak during it is within the budget. Any error from `run` ends the search.
+    /// Runs the search against the process's heap (every live byte of the process, weights
+    /// included, with the heap's exact peak; needs [`crate::heap::TrackingAllocator`] as the
+    /// global allocator): a run fits when the heap's peak during it is within the budget. Any
+    /// error from `run` ends the search ([`MaxBatchError::Run`]): the heap has no out-of-memory
+    /// error to recover from. `vramguard::heap::max_batch` is this search with the defaults.
     pub fn run_on_heap<T, E>(
         self,
         mut run: impl FnMut(usize) -> Result<T, E>,

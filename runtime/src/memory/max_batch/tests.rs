@@ -288,10 +288,9 @@ fn a_peak_led_by_a_scratch_buffer_at_small_batches_is_refitted_across_the_answer
 fn a_search_on_the_heap_without_the_tracking_allocator_says_how_to_install_it() {
     // This test binary's global allocator is the default one.
     assert!(!crate::heap::is_tracking());
-    let err = crate::heap::max_batch(1 << 30, |batch| {
-        Ok::<_, std::convert::Infallible>(vec![0u8; batch])
-    })
-    .expect_err("nothing to measure");
+    let err = MaxBatchSearch::new(1 << 30)
+        .run_on_heap(|batch| Ok::<_, std::convert::Infallible>(vec![0u8; batch]))
+        .expect_err("nothing to measure");
     assert!(matches!(err, MaxBatchError::HeapNotTracked));
     assert!(err
         .to_string()

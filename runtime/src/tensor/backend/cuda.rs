@@ -11,8 +11,8 @@
 use super::super::ops::broadcast_strides;
 use super::super::{contiguous_strides, Layout, Result, Storage, Tensor, TensorError};
 use super::{MapOp, MatmulShape, ZipOp};
-use crate::alloc::cuda::CurrentContext;
 use crate::device::CudaDevice;
+use crate::driver::CurrentContext;
 use crate::Device;
 use cudarc::driver::{result as driver, PushKernelArg};
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DeviceRepr, LaunchConfig};
@@ -296,7 +296,7 @@ impl DeviceLauncher {
     }
 
     /// Makes the stream's context current until the guard drops, pushed (see
-    /// `alloc/cuda.rs`): cudarc's `bind_to_thread` would replace the caller's context and
+    /// `driver.rs`): cudarc's `bind_to_thread` would replace the caller's context and
     /// report (and clear) an error recorded on the context earlier.
     fn current(&self) -> Result<CurrentContext, String> {
         let context = self.stream.context();

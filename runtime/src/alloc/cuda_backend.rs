@@ -1,6 +1,6 @@
 //! CUDA backend: segments from the driver (`cuMemAlloc`/`cuMemFree`) through cudarc, loaded at
-//! run time, and the error of opening a CUDA device ([`DeviceError`]). The typed buffer for
-//! cudarc's kernel launches is `crate::device::CudaBuffer`.
+//! run time. Opening the GPU's context and its errors ([`ContextError`]) are `crate::driver`'s;
+//! the typed buffer for cudarc's kernel launches is `crate::device::CudaBuffer`.
 //!
 //! With expandable segments (the default `expandable_segments:auto`, or `true`) the backend maps
 //! memory into a reserved address range through the driver's virtual memory management
@@ -15,89 +15,26 @@
 //! (`cuMemAlloc`), with a warning naming the failed step.
 //!
 //! The driver library is probed with `is_culib_present()` before any driver call: cudarc panics
-//! when it is missing, this module returns [`DeviceError::NoDriver`] instead.
+//! when it is missing, [`CudaBackend::new`] returns [`ContextError::NoDriver`] instead.
 //!
 //! Segment calls are synchronous (`cuMemAlloc`/`cuMemFree` are not stream-ordered). Every call
 //! makes the device's context current with `cuCtxPushCurrent` and restores the caller's with
-//! `cuCtxPopCurrent` ([`CurrentContext`]): cudarc's `bind_to_thread` would first report (and
+//! `cuCtxPopCurrent` (`crate::driver`'s `CurrentContext`): cudarc's `bind_to_thread` would first report (and
 //! clear) an error cudarc recorded on the context earlier, so an unrelated failure would abort
 //! the call and be lost. Failures carry the driver's error name ([`BackendFailure`]). Events
 //! for stream-safe reuse are `cuEventRecord`ed on the streams that used a freed block.
 
 use super::granules::{CallError, GranuleMap, PageDriver};
-use super::{Backend, BackendError, BackendFailure, EventId, SetupError, StreamId, VirtualMemory};
-use crate::scope::WarningOutput;
+use super::{Backend, BackendError, BackendFailure, EventId, StreamId, VirtualMemory};
+use crate::diagnostics::WarningOutput;
+use crate::driver::{driver_error, error_name, open_context, ContextError, CurrentContext};
 use cudarc::driver::{result, sys, CudaContext, DriverError};
-use std::marker::PhantomData;
 use std::sync::Arc;
-
-/// A device that cannot be opened.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum DeviceError {
-    /// The CUDA driver library is not installed.
-    #[error("no CUDA driver found (libcuda.so): install the NVIDIA driver or use Device::Host")]
-    NoDriver,
-    /// The driver sees no GPU with this ordinal.
-    #[error("no CUDA device {ordinal}: the driver sees {count} device(s); pick an ordinal below {count} or use Device::Host")]
-    NoDevice {
-        /// Ordinal asked for.
-        ordinal: usize,
-        /// Devices the driver reports.
-        count: usize,
-    },
-    /// A driver call failed.
-    #[error("CUDA driver call {op} failed: {message}")]
-    Driver {
-        /// The driver function.
-        op: &'static str,
-        /// The driver's error name.
-        message: String,
-    },
-    /// The allocator settings cannot be used on this device.
-    #[error(transparent)]
-    Config(#[from] SetupError),
-}
 
 /// The allocator's name for a cudarc stream: its `CUstream` handle (the default stream is
 /// [`StreamId::DEFAULT`]).
 pub fn stream_id(stream: &cudarc::driver::CudaStream) -> StreamId {
     StreamId(stream.cu_stream() as usize as u64)
-}
-
-/// Whether the CUDA driver library (libcuda) can be loaded.
-pub fn driver_present() -> bool {
-    // SAFETY: only tries to `dlopen` the library by its usual names; no driver call is made.
-    unsafe { sys::is_culib_present() }
-}
-
-fn driver_error(op: &'static str, e: DriverError) -> DeviceError {
-    DeviceError::Driver {
-        op,
-        message: error_name(e),
-    }
-}
-
-/// Loads the driver (probed first: cudarc panics without it), `cuInit`, checks the ordinal,
-/// retains GPU `ordinal`'s primary context and binds it to this thread.
-pub(crate) fn open_context(ordinal: usize) -> Result<Arc<CudaContext>, DeviceError> {
-    if !driver_present() {
-        return Err(DeviceError::NoDriver);
-    }
-    match result::init() {
-        Ok(()) => {}
-        Err(DriverError(sys::CUresult::CUDA_ERROR_NO_DEVICE)) => {
-            return Err(DeviceError::NoDevice { ordinal, count: 0 })
-        }
-        Err(e) => return Err(driver_error("cuInit", e)),
-    }
-    let count = result::device::get_count().map_err(|e| driver_error("cuDeviceGetCount", e))?;
-    if ordinal >= count.max(0) as usize {
-        return Err(DeviceError::NoDevice {
-            ordinal,
-            count: count.max(0) as usize,
-        });
-    }
-    CudaContext::new(ordinal).map_err(|e| driver_error("cuDevicePrimaryCtxRetain", e))
 }
 
 /// Device memory of one GPU, taken from the driver segment by segment.
@@ -157,7 +94,7 @@ fn vmm_granularity(device: sys::CUdevice) -> Option<usize> {
 impl CudaBackend {
     /// Opens GPU `ordinal`: loads the driver, `cuInit`, retains the primary context and binds it
     /// to this thread, and reads the capacity with `cuMemGetInfo`.
-    pub fn new(ordinal: usize) -> Result<CudaBackend, DeviceError> {
+    pub fn new(ordinal: usize) -> Result<CudaBackend, ContextError> {
         let context = open_context(ordinal)?;
         let (_free, total) = result::mem_get_info().map_err(|e| driver_error("cuMemGetInfo", e))?;
         let vmm_granularity = vmm_granularity(context.cu_device());
@@ -182,76 +119,26 @@ impl CudaBackend {
 }
 
 /// The failure of driver call `op`, with the driver's error name (`CUDA_ERROR_ILLEGAL_ADDRESS`).
-pub(crate) fn call_failure(op: impl Into<String>, e: DriverError) -> BackendFailure {
+fn call_failure(op: impl Into<String>, e: DriverError) -> BackendFailure {
     BackendFailure {
         op: op.into(),
         error: error_name(e),
     }
 }
 
-/// The driver's name of `e` (`CUDA_ERROR_OUT_OF_MEMORY`), or its number when the driver has
-/// none.
-pub(crate) fn error_name(e: DriverError) -> String {
-    e.error_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|_| format!("{:?}", e.0))
-}
-
 fn call_error(op: impl Into<String>, e: DriverError) -> BackendError {
     BackendError::Driver(call_failure(op, e))
-}
-
-/// A context made current on this thread by `cuCtxPushCurrent`, popped on drop, which makes the
-/// caller's context current again. Unlike cudarc's `bind_to_thread` it neither reads nor clears
-/// the error cudarc recorded on the context earlier (a failed free in a `Drop`), so that error
-/// is reported to whoever checks it, not to an unrelated allocator call.
-pub(crate) struct CurrentContext {
-    ordinal: usize,
-    /// A context stack entry belongs to the thread that pushed it.
-    _thread_bound: PhantomData<*const ()>,
-}
-
-impl CurrentContext {
-    /// Pushes `context` (of GPU `ordinal`) for the duration of `op`.
-    pub(crate) fn push(
-        context: &CudaContext,
-        ordinal: usize,
-        op: &str,
-    ) -> Result<CurrentContext, BackendError> {
-        // SAFETY: the context is the device's primary context, retained by `context` for as
-        // long as it lives, which outlives this guard at every call site.
-        unsafe { sys::cuCtxPushCurrent_v2(context.cu_ctx()) }
-            .result()
-            .map_err(|e| call_error(format!("cuCtxPushCurrent for {op}"), e))?;
-        Ok(CurrentContext {
-            ordinal,
-            _thread_bound: PhantomData,
-        })
-    }
-}
-
-impl Drop for CurrentContext {
-    fn drop(&mut self) {
-        let mut popped: sys::CUcontext = std::ptr::null_mut();
-        // SAFETY: pops the entry this guard pushed on this thread (the guard is not `Send`, and
-        // guards are dropped in the reverse order of their creation).
-        if let Err(e) = unsafe { sys::cuCtxPopCurrent_v2(&mut popped) }.result() {
-            crate::diagnostics::warn(
-                WarningOutput::Auto,
-                &format!(
-                    "cuda:{}: cuCtxPopCurrent failed: {}",
-                    self.ordinal,
-                    error_name(e)
-                ),
-            );
-        }
-    }
 }
 
 impl CudaBackend {
     /// Makes the device's context current for `op`, until the guard drops.
     fn current(&self, op: &str) -> Result<CurrentContext, BackendError> {
-        CurrentContext::push(&self.context, self.ordinal, op)
+        CurrentContext::push(&self.context, self.ordinal, op).map_err(|f| {
+            BackendError::Driver(BackendFailure {
+                op: f.op,
+                error: f.error,
+            })
+        })
     }
 
     /// Writes a distinct 32-bit pattern into each of the two granules at `addr` with the

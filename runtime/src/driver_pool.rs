@@ -18,9 +18,9 @@
 //!
 //! Without a driver every function returns [`DeviceError::NoDriver`] (never a panic).
 
-use crate::alloc::cuda::{error_name, open_context, CurrentContext};
 use crate::alloc::MemoryStats;
 use crate::device::DeviceError;
+use crate::driver::{error_name, open_context, CurrentContext};
 use crate::scope::ExternalFigures;
 use cudarc::driver::{result, sys, CudaContext};
 use std::sync::Arc;
@@ -286,7 +286,7 @@ mod tests {
 
     #[test]
     fn without_a_driver_every_call_is_a_typed_error() {
-        if crate::alloc::cuda::driver_present() {
+        if crate::driver::driver_present() {
             println!("skipped: a CUDA driver is present (tests/cuda_pool.rs covers the GPU)");
             return;
         }

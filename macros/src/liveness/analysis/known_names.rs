@@ -565,7 +565,7 @@ pub(crate) const CONVERSION_TRAITS: &[&str] = &[
     "FromStr",
 ];
 
-/// Methods returning a raw pointer into the receiver: the local is then never dropped early.
+/// Methods returning a raw pointer into the receiver: the local is then never released early.
 pub(crate) const RAW_POINTER_METHODS: &[&str] = &[
     "as_ptr",
     "as_mut_ptr",
@@ -688,4 +688,63 @@ pub(crate) fn is_known_macro(name: &str) -> bool {
     FORMAT_MACROS.contains(&name)
         || CONTAINER_MACROS.contains(&name)
         || matches!(name, "matches" | "assert_matches" | "concat" | "stringify")
+}
+
+/// The last segment of a macro's path (`println` for `std::println!`).
+pub(crate) fn macro_name(mac: &syn::Macro) -> String {
+    mac.path
+        .segments
+        .last()
+        .map(|s| s.ident.to_string())
+        .unwrap_or_default()
+}
+
+/// The arguments of a container macro (`vec![a, b]`, `vec![elem; n]`).
+pub(super) fn container_args(mac: &syn::Macro) -> Option<Vec<syn::Expr>> {
+    let parser = syn::punctuated::Punctuated::<syn::Expr, syn::Token![,]>::parse_terminated;
+    if let Ok(args) = parser.parse2(mac.tokens.clone()) {
+        return Some(args.into_iter().collect());
+    }
+    // `vec![elem; n]`
+    let repeat = |input: syn::parse::ParseStream<'_>| {
+        let elem: syn::Expr = input.parse()?;
+        let _: syn::Token![;] = input.parse()?;
+        let count: syn::Expr = input.parse()?;
+        Ok(vec![elem, count])
+    };
+    repeat.parse2(mac.tokens.clone()).ok()
+}
+
+use syn::parse::Parser;
+
+use super::Env;
+
+/// The lists as extended by the attribute's `owned(..)` and `borrows(..)` options.
+impl Env<'_> {
+    /// A method whose result owns its data (listed, or named in `owned(..)`), unless the user
+    /// declared it borrowing.
+    pub(super) fn is_owned_method(&self, name: &str) -> bool {
+        self.owned.iter().any(|n| n == name)
+            || (OWNED_METHODS.contains(&name) && !self.is_user_borrow(name))
+    }
+
+    /// Owned in one library, a view of the receiver in another (and not listed by the user).
+    pub(super) fn is_ambiguous(&self, name: &str) -> bool {
+        AMBIGUOUS_METHODS.contains(&name) && !self.owned.iter().any(|n| n == name)
+    }
+
+    /// Named in `borrows(..)`.
+    pub(super) fn is_user_borrow(&self, name: &str) -> bool {
+        self.borrows.iter().any(|n| n == name)
+    }
+
+    /// A borrowing name that std also defines on a by-value `self` (and the user did not list).
+    pub(super) fn maybe_consumes(&self, name: &str) -> bool {
+        MAYBE_CONSUMING_METHODS.contains(&name) && !self.is_user_borrow(name)
+    }
+
+    /// A method whose result borrows the receiver (listed, or named in `borrows(..)`).
+    pub(super) fn is_borrow_method(&self, name: &str) -> bool {
+        self.is_user_borrow(name) || BORROW_METHODS.contains(&name)
+    }
 }

@@ -229,3 +229,68 @@ pub(super) fn ident(ident: Ident) -> Expr {
         path: ident.into(),
     })
 }
+
+/// The span of a statement's first token: what syn's `Spanned::span` returns on stable (where
+/// spans cannot be joined), without printing the whole statement to tokens to find it.
+pub(crate) fn first_span_of_stmt(stmt: &Stmt) -> proc_macro2::Span {
+    match stmt {
+        Stmt::Local(local) => match local.attrs.first() {
+            Some(attr) => attr.pound_token.span,
+            None => local.let_token.span,
+        },
+        Stmt::Expr(expr, _) => first_span(expr),
+        Stmt::Macro(mac) => match mac.attrs.first() {
+            Some(attr) => attr.pound_token.span,
+            None => first_span_of_path(&mac.mac.path),
+        },
+        Stmt::Item(item) => syn::spanned::Spanned::span(item),
+    }
+}
+
+/// The span of an expression's first token (see [`first_span_of_stmt`]).
+pub(crate) fn first_span(expr: &Expr) -> proc_macro2::Span {
+    if let Some(attr) = crate::common::expr_attrs(expr).and_then(|attrs| attrs.first()) {
+        return attr.pound_token.span;
+    }
+    match expr {
+        Expr::Path(path) => match &path.qself {
+            Some(qself) => qself.lt_token.span,
+            None => first_span_of_path(&path.path),
+        },
+        Expr::MethodCall(call) => first_span(&call.receiver),
+        Expr::Call(call) => first_span(&call.func),
+        Expr::Field(field) => first_span(&field.base),
+        Expr::Index(index) => first_span(&index.expr),
+        Expr::Try(t) => first_span(&t.expr),
+        Expr::Await(a) => first_span(&a.base),
+        Expr::Binary(b) => first_span(&b.left),
+        Expr::Cast(c) => first_span(&c.expr),
+        Expr::Assign(a) => first_span(&a.left),
+        Expr::Range(r) => match &r.start {
+            Some(start) => first_span(start),
+            None => syn::spanned::Spanned::span(&r.limits),
+        },
+        Expr::Reference(r) => r.and_token.span,
+        Expr::Paren(p) => p.paren_token.span.open(),
+        Expr::Tuple(t) => t.paren_token.span.open(),
+        Expr::Array(a) => a.bracket_token.span.open(),
+        Expr::Block(b) => match &b.label {
+            Some(label) => label.name.apostrophe,
+            None => b.block.brace_token.span.open(),
+        },
+        Expr::If(i) => i.if_token.span,
+        Expr::Match(m) => m.match_token.span,
+        Expr::Return(r) => r.return_token.span,
+        Expr::Macro(m) => first_span_of_path(&m.mac.path),
+        Expr::Lit(l) => l.lit.span(),
+        other => syn::spanned::Spanned::span(other),
+    }
+}
+
+fn first_span_of_path(path: &syn::Path) -> proc_macro2::Span {
+    match (&path.leading_colon, path.segments.first()) {
+        (Some(colon), _) => colon.spans[0],
+        (None, Some(segment)) => segment.ident.span(),
+        (None, None) => proc_macro2::Span::call_site(),
+    }
+}

@@ -1,0 +1,282 @@
+//! Shapes: what the syntax alone says about a value's type (never `Release`, decided by a
+//! later use, may hold a closure) and about a statement (may it be written twice, does it
+//! branch).
+
+use proc_macro2::{TokenStream, TokenTree};
+use quote::ToTokens;
+use syn::{BinOp, Expr, Macro, Stmt};
+
+use super::known_names::{self as lists, macro_name};
+use super::patterns::local_name;
+
+/// Whether a statement may be written twice (`if <Release> { let x = x; S } else { S }`).
+///
+/// Not when the copies could differ in type or meaning: every closure and async block has a
+/// type of its own, so a `let` whose value may hold one (`let f = move || x.v;`, an unfinished
+/// iterator chain `v.iter().map(|a| a + 1)`) cannot choose between two copies, and an item
+/// (`impl`, `fn`, `macro_rules!`) would be defined twice.
+pub(crate) fn duplicable(stmt: &Stmt) -> bool {
+    struct Items(bool);
+    impl<'ast> syn::visit::Visit<'ast> for Items {
+        fn visit_item(&mut self, _: &'ast syn::Item) {
+            self.0 = true;
+        }
+    }
+    let mut items = Items(false);
+    syn::visit::Visit::visit_stmt(&mut items, stmt);
+    let value_may_hold_closure = match stmt {
+        Stmt::Local(local) => local
+            .init
+            .as_ref()
+            .is_some_and(|init| may_hold_closure(&init.expr)),
+        _ => false,
+    };
+    !items.0 && !value_may_hold_closure
+}
+
+/// Whether the value of `expr` may have a closure or async block in its type.
+pub(crate) fn may_hold_closure(expr: &Expr) -> bool {
+    match expr {
+        Expr::Closure(_) | Expr::Async(_) => true,
+        // A consuming end of an iterator chain (`collect`, `sum`, …) leaves no closure type.
+        Expr::MethodCall(call)
+            if lists::CLOSURE_FREE_RESULTS.contains(&call.method.to_string().as_str()) =>
+        {
+            false
+        }
+        Expr::MethodCall(call) => {
+            may_hold_closure(&call.receiver) || call.args.iter().any(may_hold_closure)
+        }
+        Expr::Call(call) => may_hold_closure(&call.func) || call.args.iter().any(may_hold_closure),
+        Expr::Try(t) => may_hold_closure(&t.expr),
+        Expr::Await(a) => may_hold_closure(&a.base),
+        Expr::Paren(p) => may_hold_closure(&p.expr),
+        Expr::Group(g) => may_hold_closure(&g.expr),
+        Expr::Reference(r) => may_hold_closure(&r.expr),
+        Expr::Unary(u) => may_hold_closure(&u.expr),
+        Expr::Cast(c) => may_hold_closure(&c.expr),
+        Expr::Binary(b) => may_hold_closure(&b.left) || may_hold_closure(&b.right),
+        Expr::Tuple(t) => t.elems.iter().any(may_hold_closure),
+        Expr::Array(a) => a.elems.iter().any(may_hold_closure),
+        Expr::Struct(s) => s.fields.iter().any(|f| may_hold_closure(&f.expr)),
+        Expr::Field(f) => may_hold_closure(&f.base),
+        Expr::Index(i) => may_hold_closure(&i.expr),
+        Expr::Lit(_) | Expr::Path(_) | Expr::Range(_) => false,
+        Expr::Macro(mac) => {
+            !lists::is_known_macro(&macro_name(&mac.mac)) || closure_tokens(mac.mac.tokens.clone())
+        }
+        // Blocks, branches, loops: whatever they contain.
+        other => {
+            struct Find(bool);
+            impl<'ast> syn::visit::Visit<'ast> for Find {
+                fn visit_expr_closure(&mut self, _: &'ast syn::ExprClosure) {
+                    self.0 = true;
+                }
+                fn visit_expr_async(&mut self, _: &'ast syn::ExprAsync) {
+                    self.0 = true;
+                }
+                fn visit_macro(&mut self, mac: &'ast Macro) {
+                    self.0 |= !lists::is_known_macro(&macro_name(mac))
+                        || closure_tokens(mac.tokens.clone());
+                }
+            }
+            let mut find = Find(false);
+            syn::visit::Visit::visit_expr(&mut find, other);
+            find.0
+        }
+    }
+}
+
+/// Whether `expr` (through `?`, `.await` and parentheses) calls a local binding, such as a
+/// closure: `g(1)` after `let g = |a| async move { a };`.
+pub(crate) fn calls_local(expr: &Expr, is_local: &dyn Fn(&str) -> bool) -> bool {
+    match expr {
+        Expr::Call(call) => match &*call.func {
+            Expr::Path(path) => local_name(path).is_some_and(|name| is_local(&name)),
+            other => calls_local(other, is_local),
+        },
+        Expr::Try(t) => calls_local(&t.expr, is_local),
+        Expr::Await(a) => calls_local(&a.base, is_local),
+        Expr::Paren(p) => calls_local(&p.expr, is_local),
+        Expr::Group(g) => calls_local(&g.expr, is_local),
+        _ => false,
+    }
+}
+
+/// Whether a statement has paths that may skip part of it (a branch, a loop, a block, a
+/// macro, a `let … else`): a value it passes by value may not be moved on every path. A closure
+/// is no such path: it captures what it uses by value when it is created.
+pub(crate) fn has_branches(stmt: &Stmt) -> bool {
+    struct Find(bool);
+    impl<'ast> syn::visit::Visit<'ast> for Find {
+        fn visit_expr(&mut self, expr: &'ast Expr) {
+            match expr {
+                Expr::If(_)
+                | Expr::Match(_)
+                | Expr::Loop(_)
+                | Expr::While(_)
+                | Expr::ForLoop(_)
+                | Expr::Block(_)
+                | Expr::Unsafe(_)
+                | Expr::TryBlock(_)
+                | Expr::Macro(_) => self.0 = true,
+                // `a && f(x)`: the right side may not run.
+                Expr::Binary(b) if matches!(b.op, BinOp::And(_) | BinOp::Or(_)) => self.0 = true,
+                other => syn::visit::visit_expr(self, other),
+            }
+        }
+        fn visit_local(&mut self, local: &'ast syn::Local) {
+            self.0 |= local.init.as_ref().is_some_and(|i| i.diverge.is_some());
+            syn::visit::visit_local(self, local);
+        }
+        fn visit_stmt_macro(&mut self, _: &'ast syn::StmtMacro) {
+            self.0 = true;
+        }
+    }
+    let mut find = Find(false);
+    syn::visit::Visit::visit_stmt(&mut find, stmt);
+    find.0
+}
+
+/// Tokens that may form a closure or an async block (`|`, `move`, `async`).
+fn closure_tokens(tokens: TokenStream) -> bool {
+    tokens.into_iter().any(|token| match token {
+        TokenTree::Punct(p) => p.as_char() == '|',
+        TokenTree::Ident(i) => i == "move" || i == "async",
+        TokenTree::Group(g) => closure_tokens(g.stream()),
+        TokenTree::Literal(_) => false,
+    })
+}
+
+/// A value whose type the syntax alone shows is not `Release`: a literal, a comparison or a
+/// boolean operator (`bool`), a reference, a range, a cast to a primitive. Such a local needs
+/// no probe; it keeps its scope end either way.
+pub(crate) fn never_release(expr: &Expr) -> bool {
+    match expr {
+        Expr::Lit(_) | Expr::Reference(_) | Expr::Range(_) => true,
+        Expr::Cast(cast) => plain_type(&cast.ty),
+        Expr::Binary(binary) => matches!(
+            binary.op,
+            BinOp::Eq(_)
+                | BinOp::Ne(_)
+                | BinOp::Lt(_)
+                | BinOp::Le(_)
+                | BinOp::Gt(_)
+                | BinOp::Ge(_)
+                | BinOp::And(_)
+                | BinOp::Or(_)
+        ),
+        Expr::Paren(paren) => never_release(&paren.expr),
+        Expr::Group(group) => never_release(&group.expr),
+        _ => false,
+    }
+}
+
+/// A primitive scalar, a reference or a raw pointer: never `Release`.
+pub(crate) fn plain_type(ty: &syn::Type) -> bool {
+    const PRIMITIVES: &[&str] = &[
+        "bool", "char", "f32", "f64", "i8", "i16", "i32", "i64", "i128", "isize", "u8", "u16",
+        "u32", "u64", "u128", "usize",
+    ];
+    match ty {
+        syn::Type::Reference(_) | syn::Type::Ptr(_) => true,
+        syn::Type::Paren(paren) => plain_type(&paren.elem),
+        syn::Type::Path(path) => {
+            path.qself.is_none()
+                && path
+                    .path
+                    .get_ident()
+                    .is_some_and(|i| PRIMITIVES.contains(&i.to_string().as_str()))
+        }
+        _ => false,
+    }
+}
+
+/// Whether the type of a `let`'s value may be decided only by a later use of the binding:
+/// `Vec::new()`, `HashMap::new()`, `Default::default()`, `None`, `Ok(..)`, `vec![]`,
+/// `x.parse()`, `x.collect()`, `x.into()`, `x.sum()`, `x as _`, or a turbofish with `_`.
+/// A release probe must not be placed before that use: method resolution would have to
+/// answer for a type not known yet (and would take it for a `Release` one).
+pub(crate) fn type_deferred(expr: &Expr) -> bool {
+    match expr {
+        Expr::Try(t) => type_deferred(&t.expr),
+        Expr::Await(a) => type_deferred(&a.base),
+        Expr::Paren(p) => type_deferred(&p.expr),
+        Expr::Group(g) => type_deferred(&g.expr),
+        Expr::Cast(c) => has_placeholder(&c.ty),
+        Expr::Tuple(t) => t.elems.iter().any(type_deferred),
+        Expr::Array(a) => a.elems.iter().any(type_deferred),
+        Expr::Reference(r) => type_deferred(&r.expr),
+        Expr::MethodCall(call) => {
+            let name = call.method.to_string();
+            // `collect::<Vec<_>>()`: the turbofish fixes the type; its `_`s come from the
+            // receiver, which is known by then.
+            if call.turbofish.is_some() {
+                return false;
+            }
+            lists::TYPE_DEFERRING_METHODS.contains(&name.as_str())
+                || (lists::PASSTHROUGH_METHODS.contains(&name.as_str())
+                    && type_deferred(&call.receiver))
+        }
+        // `Some(Vec::new())`, `Box::new(Vec::new())`: a constructor of a deferred value.
+        Expr::Call(call) if call.args.iter().any(type_deferred) => true,
+        Expr::Call(call) => match &*call.func {
+            Expr::Path(path) => {
+                let segments = &path.path.segments;
+                // `Vec::<_>::new()`, `make::<_>()`.
+                if segments
+                    .iter()
+                    .any(|s| has_placeholder_tokens(s.arguments.to_token_stream()))
+                {
+                    return true;
+                }
+                let Some(last) = segments.last() else {
+                    return false;
+                };
+                let name = last.ident.to_string();
+                if !last.arguments.is_none() {
+                    return false;
+                }
+                let owner = (segments.len() >= 2)
+                    .then(|| &segments[segments.len() - 2])
+                    .filter(|owner| owner.arguments.is_none())
+                    .map(|owner| owner.ident.to_string());
+                match owner.as_deref() {
+                    // `Vec::new()`, `HashMap::with_capacity(n)`: the element types come later.
+                    Some(owner) if lists::GENERIC_CONTAINERS.contains(&owner) => {
+                        !call
+                            .args
+                            .iter()
+                            .any(|a| !matches!(a, Expr::Lit(_) | Expr::Path(_)))
+                            && name != "from"
+                    }
+                    // `Default::default()`, `From::from(x)`: `Self` comes later.
+                    Some(owner) => lists::CONVERSION_TRAITS.contains(&owner),
+                    None => matches!(name.as_str(), "Ok" | "Err" | "default"),
+                }
+            }
+            _ => false,
+        },
+        Expr::Path(path) => path.path.is_ident("None"),
+        Expr::Macro(mac) => macro_name(&mac.mac) == "vec" && mac.mac.tokens.is_empty(),
+        Expr::Block(b) => match b.block.stmts.last() {
+            Some(Stmt::Expr(tail, None)) => type_deferred(tail),
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// Whether a type has an inferred part (`_`).
+pub(crate) fn has_placeholder(ty: &syn::Type) -> bool {
+    has_placeholder_tokens(ty.to_token_stream())
+}
+
+fn has_placeholder_tokens(tokens: TokenStream) -> bool {
+    tokens.into_iter().any(|token| match token {
+        TokenTree::Ident(i) => i == "_",
+        TokenTree::Punct(p) => p.as_char() == '_',
+        TokenTree::Group(g) => has_placeholder_tokens(g.stream()),
+        TokenTree::Literal(_) => false,
+    })
+}

@@ -1,0 +1,280 @@
+//! The borrow graph of one block: its bindings, and which may hold references into which,
+//! built statement by statement from the analysis' facts.
+
+use std::collections::BTreeMap;
+
+use syn::ext::IdentExt;
+use syn::{Block, Expr, Ident, Stmt};
+
+use super::{Binding, Edge, PlanContext};
+use crate::liveness::analysis::block::ParamBinding;
+use crate::liveness::analysis::known_names::{is_known_macro, macro_name};
+use crate::liveness::analysis::patterns::{let_bindings, pattern_bindings};
+use crate::liveness::analysis::{
+    is_cfg_attr, is_keep_attr, shapes, BorrowKind, Env, Facts, Source,
+};
+
+/// The bindings of a block and the borrow edges between them.
+pub(super) struct Graph {
+    /// Parameters first, then each `let`'s names in statement order.
+    pub bindings: Vec<Binding>,
+    /// Which binding may hold references into which, since which statement.
+    pub edges: Vec<Edge>,
+    /// Per statement: whether a binding may be moved into it (not an unknown statement
+    /// macro, which might declare bindings).
+    pub wrappable: Vec<bool>,
+    /// Per statement: the bindings the value of its `let` initializer may borrow; moving them
+    /// into that statement would leave the value dangling (`let _ = &x;` binds nothing to
+    /// carry the borrow).
+    pub borrowed_by_value: Vec<Vec<(usize, BorrowKind)>>,
+    /// The binding each name refers to at the current statement.
+    current: BTreeMap<String, usize>,
+}
+
+/// Builds the graph of `block`, whose entry bindings are `params`.
+pub(super) fn build(block: &Block, params: &[ParamBinding], ctx: &PlanContext<'_>) -> Graph {
+    let count = block.stmts.len();
+    let mut graph = Graph {
+        bindings: Vec::new(),
+        edges: Vec::new(),
+        wrappable: vec![true; count],
+        borrowed_by_value: vec![Vec::new(); count],
+        current: BTreeMap::new(),
+    };
+    for param in params {
+        graph.declare(ctx, &param.ident, param.mutable, None, false);
+    }
+    for (index, stmt) in block.stmts.iter().enumerate() {
+        let facts = ctx.env.scan_stmt(stmt);
+        graph.record_mentions(index, &facts);
+        graph.record_stores(index, &facts);
+        match stmt {
+            Stmt::Macro(mac) if !is_known_macro(&macro_name(&mac.mac)) => {
+                graph.wrappable[index] = false;
+            }
+            Stmt::Expr(Expr::Macro(mac), _) if !is_known_macro(&macro_name(&mac.mac)) => {
+                graph.wrappable[index] = false;
+            }
+            Stmt::Local(local) => graph.declare_let(index, local, ctx),
+            _ => {}
+        }
+    }
+    graph
+}
+
+impl Graph {
+    /// Adds a binding that from now on owns `ident`'s name; returns its index.
+    fn declare(
+        &mut self,
+        ctx: &PlanContext<'_>,
+        ident: &Ident,
+        mutable: bool,
+        decl: Option<usize>,
+        kept: bool,
+    ) -> usize {
+        let name = ident.unraw().to_string();
+        if let Some(&old) = self.current.get(&name) {
+            if let Some(at) = decl {
+                self.bindings[old].shadowed_at.get_or_insert(at);
+            }
+        }
+        let guard = name.starts_with('_') || ctx.kept_names.contains(&name);
+        self.bindings.push(Binding {
+            ident: ident.clone(),
+            mutable,
+            decl,
+            kept: kept || guard,
+            mentions: Vec::new(),
+            partial_moves: Vec::new(),
+            consumed_at: Vec::new(),
+            used_in_place: Vec::new(),
+            type_deferred: false,
+            never_released: false,
+            shadowed_at: None,
+            no_move_in: Vec::new(),
+        });
+        self.current.insert(name, self.bindings.len() - 1);
+        self.bindings.len() - 1
+    }
+
+    /// The bindings a value from `sources` may borrow: `(binding, kind, into)`.
+    fn resolve(&self, sources: &[Source]) -> Vec<(usize, BorrowKind, bool)> {
+        let mut out = Vec::new();
+        for source in sources {
+            match source {
+                Source::Storage(name, kind, into) => {
+                    if let Some(&b) = self.current.get(name) {
+                        out.push((b, *kind, *into));
+                    }
+                }
+                // What the named local may borrow, the new value may borrow too.
+                Source::ValueOf(name) => {
+                    if let Some(&b) = self.current.get(name) {
+                        out.extend(
+                            self.edges
+                                .iter()
+                                .filter(|e| e.from == b)
+                                .map(|e| (e.to, e.kind, e.into)),
+                        );
+                    }
+                }
+                // Read out of the local: through a reference into `t`, what `t` holds.
+                Source::Contents(name) => {
+                    if let Some(&b) = self.current.get(name) {
+                        for edge in self.edges.iter().filter(|e| e.from == b) {
+                            if edge.into {
+                                out.extend(
+                                    self.edges
+                                        .iter()
+                                        .filter(|e| e.from == edge.to)
+                                        .map(|e| (e.to, e.kind, e.into)),
+                                );
+                            } else {
+                                out.push((edge.to, edge.kind, edge.into));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Records how statement `index` uses the bindings it mentions.
+    fn record_mentions(&mut self, index: usize, facts: &Facts) {
+        for (name, mention) in &facts.mentions {
+            if let Some(&b) = self.current.get(name) {
+                let binding = &mut self.bindings[b];
+                binding.mentions.push(index);
+                if mention.partial {
+                    binding.partial_moves.push(index);
+                }
+                if mention.consumed {
+                    binding.consumed_at.push(index);
+                }
+                // Not after a statement that may move it (`loop { let n = f(cur);
+                // if .. { break } cur = n; }` can exit with `cur` moved).
+                if !mention.moved {
+                    binding.used_in_place.push(index);
+                }
+                if mention.raw_address {
+                    binding.kept = true;
+                }
+            }
+        }
+    }
+
+    /// Records the borrows statement `index` stores into bindings (`v.push(&x)`, `r = &x`).
+    fn record_stores(&mut self, index: usize, facts: &Facts) {
+        for (target, sources) in &facts.stores {
+            let resolved = self.resolve(sources);
+            match self.current.get(target) {
+                Some(&t) => {
+                    // Stored through a reference (`let sink = &mut names; sink.push(&s)`):
+                    // what the reference points into holds the borrow too.
+                    let mut holders = vec![t];
+                    holders.extend(
+                        self.edges
+                            .iter()
+                            .filter(|e| e.from == t && e.into)
+                            .map(|e| e.to),
+                    );
+                    for holder in holders {
+                        // A value cannot borrow itself (`f(&mut a, &mut b)` stores each
+                        // into the other, and so back into itself).
+                        self.edges
+                            .extend(resolved.iter().filter(|r| r.0 != holder).map(
+                                |&(to, kind, into)| Edge {
+                                    from: holder,
+                                    to,
+                                    kind,
+                                    into,
+                                    at: index,
+                                },
+                            ));
+                    }
+                }
+                // Stored into something declared outside this block: keep it whole.
+                None => resolved
+                    .into_iter()
+                    .for_each(|(to, _, _)| self.bindings[to].kept = true),
+            }
+        }
+    }
+
+    /// Declares the bindings of the `let` at statement `index`, with the borrows its value
+    /// may hold and what its syntax says about their types.
+    fn declare_let(&mut self, index: usize, local: &syn::Local, ctx: &PlanContext<'_>) {
+        let env: &Env<'_> = &ctx.env;
+        let mut names = Vec::new();
+        let has_ref = match local.init.as_ref().map(|i| i.diverge.is_some()) {
+            Some(true) => pattern_bindings(&local.pat, &mut names),
+            _ => let_bindings(&local.pat, &mut names),
+        };
+        let marked_keep = local.attrs.iter().any(is_keep_attr);
+        let mut resolved = Vec::new();
+        if let Some(init) = &local.init {
+            // `let r = &make(&x);` and `ref` bindings: everything mentioned.
+            let sources = if has_ref || Env::has_extended_temporary(&init.expr) {
+                env.conservative(&init.expr)
+            } else {
+                env.value_sources(&init.expr)
+            };
+            resolved = self.resolve(&sources);
+            self.borrowed_by_value[index] = resolved.iter().map(|&(b, k, _)| (b, k)).collect();
+            if let Some((_, otherwise)) = &init.diverge {
+                for name in env.scan_expr(otherwise).mentions.keys() {
+                    if let Some(&b) = self.current.get(name) {
+                        self.bindings[b].no_move_in.push(index);
+                    }
+                }
+            }
+        }
+        let uninit = local.init.is_none();
+        let type_deferred = match (&local.pat, &local.init) {
+            (syn::Pat::Type(typed), _) if !shapes::has_placeholder(&typed.ty) => false,
+            (_, Some(init)) => shapes::type_deferred(&init.expr),
+            (_, None) => true,
+        };
+        // A closure, an async block, or what a local closure returns: never `Release`, and
+        // whether it is `Copy` is known only once its captures are, too late for a probe. It
+        // keeps its scope end.
+        let closure_typed = local.init.as_ref().is_some_and(|init| {
+            shapes::may_hold_closure(&init.expr)
+                || shapes::calls_local(&init.expr, &|name| self.current.contains_key(name))
+        });
+        // Not `Release` by its syntax: a probe would only ever answer "keep".
+        let plain = match (&local.pat, &local.init) {
+            (syn::Pat::Type(typed), _) if shapes::plain_type(&typed.ty) => true,
+            (_, Some(init)) => shapes::never_release(&init.expr),
+            (_, None) => false,
+        };
+        // `#[cfg(..)] let x = …;` may be compiled out: whether it shadows `x` is unknown, so
+        // neither the old nor the new `x` is released early.
+        let conditional = local.attrs.iter().any(is_cfg_attr);
+        for (ident, mutable) in &names {
+            if conditional {
+                if let Some(&old) = self.current.get(&ident.unraw().to_string()) {
+                    self.bindings[old].kept = true;
+                }
+            }
+            let new = self.declare(
+                ctx,
+                ident,
+                *mutable,
+                Some(index),
+                marked_keep || uninit || conditional,
+            );
+            self.bindings[new].never_released = closure_typed || plain;
+            self.bindings[new].type_deferred = type_deferred;
+            self.edges
+                .extend(resolved.iter().map(|&(to, kind, into)| Edge {
+                    from: new,
+                    to,
+                    kind,
+                    into,
+                    at: index,
+                }));
+        }
+    }
+}

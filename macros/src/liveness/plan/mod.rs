@@ -1,0 +1,115 @@
+//! Plan: for one block, which bindings are released after which statement, and how.
+//!
+//! Three steps, one file each:
+//! 1. [`graph`]: the block's bindings (parameters and `let`s, with shadowing) and the borrow
+//!    edges between them, from the analysis' facts of each statement;
+//! 2. [`release_points`]: each binding's release point, its last use pushed back by the
+//!    bindings that may borrow it, or "never" ([`END`]), computed to a fixpoint;
+//! 3. [`schedule`]: for each statement, the bindings moved into it and those released after
+//!    it, and the counts of the [`ReleaseReport`].
+
+mod graph;
+mod release_points;
+mod schedule;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use proc_macro2::Ident;
+use syn::Block;
+
+use super::analysis::block::ParamBinding;
+use super::analysis::{BorrowKind, Env};
+use super::ReleaseReport;
+
+/// Past any statement index: "lives to the end of its scope".
+pub(super) const END: usize = usize::MAX;
+
+/// What planning one block needs besides the block.
+pub(super) struct PlanContext<'a> {
+    /// The analysis' name lists and local macros.
+    pub env: Env<'a>,
+    /// Names never released early: `keep(..)`, and names written in more than one hygiene
+    /// context (the analysis compares names as text, so it cannot tell their uses apart).
+    pub kept_names: BTreeSet<String>,
+    /// Planning inside the fallback copy of a statement written twice: no statement is
+    /// written twice again, and nothing is counted in the report (the first copy was).
+    pub no_dup: bool,
+    /// Nesting depth of the block, for the report's `name@depth` entries.
+    pub depth: usize,
+}
+
+/// The plan of one block.
+pub(super) struct Plan {
+    /// Per statement index, what happens there (statements absent from the map are left as
+    /// written).
+    pub stmts: BTreeMap<usize, StmtReleases>,
+    /// Statement indices of the block's `let mut` declarations moved into a later statement:
+    /// the declaration gets `#[allow(unused_mut)]`.
+    pub mut_decls: BTreeSet<usize>,
+}
+
+/// For one statement: the bindings to move into it, and those to release after it.
+#[derive(Default)]
+pub(super) struct StmtReleases {
+    /// Bindings the statement may move, with whether each is `mut`: the statement is written
+    /// twice (see [`super::rewrite`]).
+    pub move_in: Vec<(Ident, bool)>,
+    /// Bindings released once the statement is done with them: right after it, or, for a
+    /// `let` that shadows one of them (and whose value does not borrow them), inside its
+    /// initializer, before the new binding takes the name.
+    pub release_after: Vec<Ident>,
+    /// The `let`'s value may borrow a released binding: release after the whole statement.
+    pub after_value_borrows: bool,
+}
+
+/// A binding of the block (a parameter or a name a `let` binds) and what its statements do
+/// to it.
+struct Binding {
+    ident: Ident,
+    mutable: bool,
+    /// Statement index of the declaration; `None` for parameters.
+    decl: Option<usize>,
+    /// Never released early whatever its uses (guard, `keep`, no initializer…).
+    kept: bool,
+    /// Statements that mention it after its declaration.
+    mentions: Vec<usize>,
+    /// Statements that may move a field of it out.
+    partial_moves: Vec<usize>,
+    /// Statements passing it by value (see [`super::analysis::Mention::consumed`]).
+    consumed_at: Vec<usize>,
+    /// Statements that use this binding without moving it (`x += 1`, `f(&mut x)`, `x = …`):
+    /// such a statement only borrows it (see [`schedule`] on `mut` bindings).
+    used_in_place: Vec<usize>,
+    /// A closure or async block: never `Release`, so never released; its last use still
+    /// ends the borrows it holds (it has no drop glue of its own that uses them).
+    never_released: bool,
+    /// Its type may be decided by a later use (`Vec::new()`, `parse()`, `collect()`,
+    /// `x as _`, `None`): a probe placed before that use could not tell its type yet.
+    type_deferred: bool,
+    /// The statement of the first later `let` that redeclares its name.
+    shadowed_at: Option<usize>,
+    /// Statements where this binding may not be moved in (`else` of a let-else).
+    no_move_in: Vec<usize>,
+}
+
+/// `from` may hold references into `to` since statement `at`.
+struct Edge {
+    from: usize,
+    to: usize,
+    kind: BorrowKind,
+    /// `from` is a reference into `to` (reading through it yields what `to` holds).
+    into: bool,
+    at: usize,
+}
+
+/// Plans the releases of `block`, whose entry bindings are `params`; counts them in `report`.
+pub(super) fn plan(
+    block: &Block,
+    params: &[ParamBinding],
+    ctx: &PlanContext<'_>,
+    report: &mut ReleaseReport,
+) -> Plan {
+    let graph = graph::build(block, params, ctx);
+    let points = release_points::compute(&graph, block.stmts.len());
+    schedule::schedule(block, &graph, &points, ctx, report)
+}

@@ -1,0 +1,346 @@
+//! Rewrite: applies each block's plan, innermost blocks first, and writes the statements that
+//! move a binding in twice (see the crate-level technique in [`super`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use proc_macro2::{Span, TokenStream};
+use syn::ext::IdentExt;
+use syn::visit_mut::{self, VisitMut};
+use syn::{Block, Expr, Ident, Item, Stmt};
+
+use super::analysis::block::ParamBinding;
+use super::analysis::is_keep_attr;
+use super::analysis::patterns::let_bindings;
+use super::analysis::Env;
+use super::emit::{self, first_span, first_span_of_stmt};
+use super::plan::{self, Plan, PlanContext};
+use super::{ReleaseOptions, ReleaseReport};
+
+/// Rewrites a block and, through [`VisitMut`], every block nested in it.
+pub(super) struct Rewriter<'o> {
+    /// The attribute's options.
+    pub opts: &'o ReleaseOptions,
+    /// Local `macro_rules!` names → the identifiers of their bodies.
+    pub local_macros: BTreeMap<String, BTreeSet<String>>,
+    /// Names written in more than one hygiene context (`$m` and a `macro_rules!` body's own
+    /// `m`): the analysis compares names as text, so it cannot tell their uses apart, and
+    /// locals of these names keep their scope end.
+    pub mixed_hygiene: BTreeSet<String>,
+    /// What was released, over all blocks.
+    pub report: ReleaseReport,
+    /// Nesting depth of the block being rewritten.
+    pub depth: usize,
+    /// Rewriting the fallback copy of a statement that is written twice: no statement inside
+    /// it is written twice again, so the output stays within (nesting depth + 1) × the input.
+    pub no_dup: bool,
+    /// A release probe was emitted: the block needs the probe traits in scope.
+    pub probes: bool,
+}
+
+impl Rewriter<'_> {
+    /// Plans and rewrites `block`, whose entry bindings are `params`.
+    pub(super) fn block(&mut self, block: &mut Block, params: &[ParamBinding]) {
+        let kept_names = self
+            .opts
+            .keep
+            .iter()
+            .map(|k| k.unraw().to_string())
+            .chain(self.mixed_hygiene.iter().cloned())
+            .collect();
+        let ctx = PlanContext {
+            env: Env {
+                owned: &self.opts.owned,
+                borrows: &self.opts.borrows,
+                local_macros: &self.local_macros,
+                optimistic: self.opts.optimistic,
+            },
+            kept_names,
+            no_dup: self.no_dup,
+            depth: self.depth,
+        };
+        let plan = plan::plan(block, params, &ctx, &mut self.report);
+        // A statement that may move a binding it releases is written twice (see `apply`);
+        // its fallback copy, used when the binding's type is not `Release`, starts from the
+        // statement as written.
+        let mut fallback: BTreeMap<usize, Stmt> = plan
+            .stmts
+            .iter()
+            .filter(|(_, releases)| !releases.move_in.is_empty())
+            .map(|(&index, _)| (index, block.stmts[index].clone()))
+            .collect();
+        self.depth += 1;
+        for stmt in &mut block.stmts {
+            self.visit_stmt_mut(stmt);
+        }
+        let no_dup = std::mem::replace(&mut self.no_dup, true);
+        for stmt in fallback.values_mut() {
+            self.visit_stmt_mut(stmt);
+        }
+        self.no_dup = no_dup;
+        self.depth -= 1;
+        for stmt in block.stmts.iter_mut().chain(fallback.values_mut()) {
+            if let Stmt::Local(local) = stmt {
+                local.attrs.retain(|a| !is_keep_attr(a));
+            }
+        }
+        self.apply(block, plan, fallback);
+    }
+
+    fn apply(&mut self, block: &mut Block, plan: Plan, mut fallback: BTreeMap<usize, Stmt>) {
+        for decl in plan.mut_decls {
+            if let Some(Stmt::Local(local)) = block.stmts.get_mut(decl) {
+                local
+                    .attrs
+                    .push(emit::allow(&["unused_mut"], Span::call_site()));
+            }
+        }
+        for (index, scheduled) in plan.stmts.into_iter().rev() {
+            let stmt = &mut block.stmts[index];
+            let span = first_span_of_stmt(stmt);
+            let located = |ident: &Ident| {
+                // Cloned, not `Ident::new`: raw identifiers (`r#type`) and the identifier's
+                // hygiene (a `macro_rules!` body's own locals) stay as written.
+                let mut ident = ident.clone();
+                ident.set_span(ident.span().located_at(span));
+                ident
+            };
+            // A `mut` binding moved in would be mutated as a copy if it were `Copy`.
+            let condition = scheduled
+                .move_in
+                .iter()
+                .map(|(ident, mutable)| {
+                    let question = if *mutable {
+                        "__vg_releasable"
+                    } else {
+                        "__vg_movable"
+                    };
+                    emit::probe(located(ident), question, span)
+                })
+                .reduce(|all, next| emit::and(all, next, span));
+            if let (Some(condition), Some(fallback)) = (condition, fallback.remove(&index)) {
+                self.probes = true;
+                let rebinds: Vec<Stmt> = scheduled
+                    .move_in
+                    .iter()
+                    .map(|(ident, mutable)| emit::rebind(located(ident), *mutable, span))
+                    .collect();
+                let moved: &[(Ident, bool)] = if self.opts.inplace {
+                    &scheduled.move_in
+                } else {
+                    &[]
+                };
+                self.report.in_place_calls += wrap(stmt, rebinds, condition, fallback, moved);
+            }
+            // Released after the statement, latest declaration first (like a scope end);
+            // only if the type is `Release`, otherwise the value stays to its scope's end
+            // (a conditional move: the compiler's drop flag keeps its scope end and drop order).
+            let releases: Vec<Stmt> = scheduled
+                .release_after
+                .iter()
+                .rev()
+                .map(|ident| {
+                    self.probes = true;
+                    emit::release(located(ident), span)
+                })
+                .collect();
+            if releases.is_empty() {
+                continue;
+            }
+            match stmt {
+                Stmt::Local(local)
+                    if local.init.is_some()
+                        && !scheduled.after_value_borrows
+                        && shadows_any(&local.pat, &scheduled.release_after) =>
+                {
+                    release_in_initializer(local, releases);
+                }
+                _ => {
+                    block.stmts.splice(index + 1..index + 1, releases);
+                }
+            }
+        }
+    }
+}
+
+/// Writes a statement that may move the bindings it releases twice, and lets their types
+/// choose: `if <all Release> { let x = x; STMT } else { STMT }`. In the first copy the
+/// bindings are moved in, so they die at the statement's end whether it borrows or moves
+/// them; the second copy, `fallback`, is the statement with nothing moved, so values of other
+/// types keep their scope end and drop order. For a `let`, only the initializer is written
+/// twice. In the first copy, calls of listed methods on the `moved` bindings become consuming
+/// calls (see [`super::inplace`]); returns how many.
+fn wrap(
+    stmt: &mut Stmt,
+    rebinds: Vec<Stmt>,
+    condition: Expr,
+    fallback: Stmt,
+    moved: &[(Ident, bool)],
+) -> usize {
+    let mut in_place = 0;
+    // Built as syntax trees around the statement, never re-parsed: re-parsing a statement at
+    // every level it is nested in would make the macro's own time grow with nesting depth.
+    let span = first_span_of_stmt(stmt);
+    match (stmt, fallback) {
+        (Stmt::Local(local), Stmt::Local(fallback)) => {
+            let (Some(init), Some(fallback_init)) = (&mut local.init, fallback.init) else {
+                return 0;
+            };
+            let placeholder = Expr::Verbatim(TokenStream::new());
+            let mut expr = std::mem::replace(&mut *init.expr, placeholder);
+            in_place += super::inplace::rewrite(&mut expr, moved);
+            let mut then = rebinds;
+            then.push(value_local(&local.pat, expr, span));
+            then.push(Stmt::Expr(value_ident_expr(), None));
+            let otherwise = vec![Stmt::Expr(*fallback_init.expr, None)];
+            let chosen = if_else(condition, then, otherwise, span);
+            // `let … else` initializers may not end with `}`.
+            *init.expr = if init.diverge.is_some() {
+                Expr::Paren(syn::ExprParen {
+                    attrs: Vec::new(),
+                    paren_token: syn::token::Paren(span),
+                    expr: Box::new(chosen),
+                })
+            } else {
+                chosen
+            };
+        }
+        (stmt @ (Stmt::Expr(..) | Stmt::Macro(_)), fallback) => {
+            let placeholder = Stmt::Expr(Expr::Verbatim(TokenStream::new()), None);
+            let mut inner = as_statement(std::mem::replace(stmt, placeholder));
+            if let Stmt::Expr(expr, _) = &mut inner {
+                in_place += super::inplace::rewrite(expr, moved);
+            }
+            let mut then = rebinds;
+            then.push(inner);
+            let chosen = if_else(condition, then, vec![as_statement(fallback)], span);
+            *stmt = Stmt::Expr(chosen, None);
+        }
+        _ => {}
+    }
+    in_place
+}
+
+/// `if condition { then } else { otherwise }`.
+fn if_else(condition: Expr, then: Vec<Stmt>, otherwise: Vec<Stmt>, span: Span) -> Expr {
+    let block = |stmts| syn::Block {
+        brace_token: syn::token::Brace(span),
+        stmts,
+    };
+    Expr::If(syn::ExprIf {
+        attrs: Vec::new(),
+        if_token: syn::Token![if](span),
+        cond: Box::new(condition),
+        then_branch: block(then),
+        else_branch: Some((
+            syn::Token![else](span),
+            Box::new(Expr::Block(syn::ExprBlock {
+                attrs: Vec::new(),
+                label: None,
+                block: block(otherwise),
+            })),
+        )),
+    })
+}
+
+/// The hygienic local that carries a `let`'s value through a block.
+fn value_ident() -> Ident {
+    Ident::new("__vg_value", Span::mixed_site())
+}
+
+fn value_ident_expr() -> Expr {
+    emit::ident(value_ident())
+}
+
+/// `let __vg_value: T = expr;`, with the type annotation of the `let` whose value it carries,
+/// so that inference is unchanged.
+fn value_local(pat: &syn::Pat, expr: Expr, span: Span) -> Stmt {
+    let ty = match pat {
+        syn::Pat::Type(typed) => Some((*typed.ty).clone()),
+        _ => None,
+    };
+    emit::local(value_ident(), ty, expr, span)
+}
+
+/// A statement that can be followed by others in a block: ends with `;` where it could
+/// otherwise be read as the block's value.
+fn as_statement(stmt: Stmt) -> Stmt {
+    match stmt {
+        Stmt::Expr(expr, None) => Stmt::Expr(expr, Some(syn::Token![;](Span::call_site()))),
+        Stmt::Macro(mut mac)
+            if mac.semi_token.is_none()
+                && !matches!(mac.mac.delimiter, syn::MacroDelimiter::Brace(_)) =>
+        {
+            mac.semi_token = Some(syn::Token![;](Span::call_site()));
+            Stmt::Macro(mac)
+        }
+        other => other,
+    }
+}
+
+/// Whether a `let` pattern binds one of `names` (which the statement's releases must still
+/// name as they were before it).
+fn shadows_any(pat: &syn::Pat, names: &[Ident]) -> bool {
+    let mut bound = Vec::new();
+    let_bindings(pat, &mut bound);
+    bound
+        .iter()
+        .any(|(ident, _)| names.iter().any(|n| n.unraw() == ident.unraw()))
+}
+
+/// `let p = { let v = INIT; RELEASES v };`: the releases name the bindings as they were before
+/// this `let`, which may shadow them. `INIT`'s temporaries are gone by then (a temporary
+/// borrowing a released binding, `x.lock().unwrap().len()`, must die first).
+fn release_in_initializer(local: &mut syn::Local, releases: Vec<Stmt>) {
+    let Some(init) = &mut local.init else { return };
+    let span = first_span(&init.expr);
+    let placeholder = Expr::Verbatim(TokenStream::new());
+    let expr = std::mem::replace(&mut *init.expr, placeholder);
+    let mut stmts = vec![value_local(&local.pat, expr, span)];
+    stmts.extend(releases);
+    stmts.push(Stmt::Expr(value_ident_expr(), None));
+    let block = Expr::Block(syn::ExprBlock {
+        attrs: Vec::new(),
+        label: None,
+        block: syn::Block {
+            brace_token: syn::token::Brace(span),
+            stmts,
+        },
+    });
+    *init.expr = if init.diverge.is_some() {
+        Expr::Paren(syn::ExprParen {
+            attrs: Vec::new(),
+            paren_token: syn::token::Paren(span),
+            expr: Box::new(block),
+        })
+    } else {
+        block
+    };
+}
+
+impl VisitMut for Rewriter<'_> {
+    fn visit_block_mut(&mut self, block: &mut Block) {
+        self.block(block, &[]);
+    }
+
+    // Nested items are other functions: not ours to rewrite.
+    fn visit_item_mut(&mut self, _: &mut Item) {}
+
+    // A `const { }` block runs at compile time: nothing there to free, and a release probe
+    // is not a `const` call.
+    fn visit_expr_const_mut(&mut self, konst: &mut syn::ExprConst) {
+        strip_keep_markers(&mut konst.block);
+    }
+}
+
+/// Removes `#[keep]` markers without transforming anything (`drops = false`).
+pub(crate) fn strip_keep_markers(block: &mut Block) {
+    struct Strip;
+    impl VisitMut for Strip {
+        fn visit_local_mut(&mut self, local: &mut syn::Local) {
+            local.attrs.retain(|a| !is_keep_attr(a));
+            visit_mut::visit_local_mut(self, local);
+        }
+        fn visit_item_mut(&mut self, _: &mut Item) {}
+    }
+    Strip.visit_block_mut(block);
+}
