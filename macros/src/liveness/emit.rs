@@ -14,13 +14,14 @@ use syn::{Expr, Stmt};
 const PROBE: &str = "__VgProbe";
 const RELEASE: &str = "__vg_release";
 const LAST_USE: &str = "__vg_last_use";
+/// `__private::Dying`, the receiver of a consuming call (see `inplace`).
+pub(super) const DYING: &str = "__VgDying";
 
 /// `use krate::__private::{…};` at the top of a transformed block: the probe's answering traits
 /// (method resolution needs them in scope) and the helpers under their short names. Items of a
 /// block are visible in all of it, nested blocks and closures included.
 pub(super) fn imports(krate: &syn::Path) -> Stmt {
-    let [probe, release, last_use, dying] =
-        [PROBE, RELEASE, LAST_USE, super::inplace::DYING].map(short_name);
+    let [probe, release, last_use, dying] = [PROBE, RELEASE, LAST_USE, DYING].map(short_name);
     // Emitted as written: a `use` item needs no analysis after this point, and parsing it
     // back into a tree once per function was measurable in an unoptimized macro.
     Stmt::Item(syn::Item::Verbatim(quote::quote! {

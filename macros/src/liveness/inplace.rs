@@ -52,9 +52,6 @@ pub(super) const METHODS: &[(&str, usize)] = &[
 /// The method that keeps its name on `Dying` (see the module docs).
 const MAPV: &str = "mapv";
 
-/// The short name of `__private::Dying` in a transformed block (see `build::imports`).
-pub(super) const DYING: &str = "__VgDying";
-
 /// Rewrites the calls of listed methods on the `moved` bindings (name, declared `mut`) in
 /// `expr`. Returns how many calls were rewritten.
 pub(super) fn rewrite(expr: &mut Expr, moved: &[(Ident, bool)]) -> usize {
@@ -154,7 +151,7 @@ fn consuming_call(call: syn::ExprMethodCall, target: Ident, mutable: bool) -> Ex
     let dying = Expr::Call(syn::ExprCall {
         attrs: Vec::new(),
         func: Box::new(path_expr(Ident::new(
-            DYING,
+            super::emit::DYING,
             Span::call_site().located_at(span),
         ))),
         paren_token: syn::token::Paren(span),
