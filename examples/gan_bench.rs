@@ -39,7 +39,7 @@ use gan::{
 };
 use report::{Args, Report, Unit};
 use std::time::Instant;
-use vramguard::tensor::LivenessRecorder;
+use vramguard::tensor::PeakBoundRecorder;
 use vramguard::{memory, scope, Device};
 
 /// Discriminator and generator loss of each step.
@@ -224,14 +224,14 @@ fn peak_of(
     steps: usize,
     train: TrainFn,
     record_bound: bool,
-) -> BoxResult<(u64, Losses, Option<vramguard::tensor::LivenessBound>)> {
+) -> BoxResult<(u64, Losses, Option<vramguard::tensor::PeakBound>)> {
     let device = new_device()?;
     let mut gan = new_gan(config, train, &device)?;
     let before = memory::stats(&device).allocated_bytes;
     memory::reset_peak_stats(&device);
-    let recorder = record_bound.then(LivenessRecorder::start);
+    let recorder = record_bound.then(PeakBoundRecorder::start);
     let losses = train(&mut gan, steps, 1, &device)?;
-    let bound = recorder.map(LivenessRecorder::finish);
+    let bound = recorder.map(PeakBoundRecorder::finish);
     let peak = memory::stats(&device).peak_allocated_bytes - before;
     Ok((peak, losses, bound))
 }

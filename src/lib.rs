@@ -159,7 +159,7 @@ pub mod grad {
 
 /// Tensor items beyond [`crate::Tensor`] and its companions at the crate root.
 pub mod tensor {
-    pub use vramguard_runtime::tensor::{rng, LivenessBound, LivenessRecorder, Result, Storage};
+    pub use vramguard_runtime::tensor::{rng, PeakBound, PeakBoundRecorder, Result, Storage};
 }
 
 /// Items used by code the macros generate. Not public API: no stability guarantees.

@@ -6,7 +6,7 @@
 mod gan;
 
 use gan::{real_batch, train_leaky, train_plain, train_scoped, Gan, GanConfig, Result};
-use vramguard::tensor::LivenessRecorder;
+use vramguard::tensor::PeakBoundRecorder;
 use vramguard::{memory, scope, Device, Tensor};
 
 // A strict copy of the loop: sustained growth would panic.
@@ -109,7 +109,7 @@ fn the_scoped_loop_computes_the_same_losses_with_a_lower_peak() -> Result<()> {
     // buffer freed right after its last use, gradients included) exactly.
     let bound_dev = Device::isolated_host();
     let mut bound_gan = warm_gan(config, &bound_dev)?;
-    let recorder = LivenessRecorder::start();
+    let recorder = PeakBoundRecorder::start();
     train_plain(&mut bound_gan, 5, 1, &bound_dev)?;
     assert_eq!(scoped_peak, recorder.finish().peak_bytes);
     // Both loops peak in the discriminator's backward pass, in its second branch (real data):

@@ -3,7 +3,7 @@
 //! softmaxed), with and without the attribute, against the liveness lower bound.
 
 use vramguard::nn::{Linear, Module};
-use vramguard::tensor::LivenessRecorder;
+use vramguard::tensor::PeakBoundRecorder;
 use vramguard::{memory, Device, Tensor, TensorError};
 
 type Result<T> = std::result::Result<T, TensorError>;
@@ -85,7 +85,7 @@ fn attention_peak_falls_to_the_liveness_bound() -> Result<()> {
     })?;
     drop(plain_out);
     let (inference_peak, inference_out) = peak(&device, || attention_inference(&w, &x, &mask))?;
-    let recorder = LivenessRecorder::start();
+    let recorder = PeakBoundRecorder::start();
     let bound_out = vramguard::no_grad(|| attention_plain(&w, &x, &mask))?;
     let bound = recorder.finish();
 

@@ -5,7 +5,7 @@
 #![allow(dead_code)] // Each program uses a different subset.
 
 use super::bert::{self, Batch, BertConfig, BertWeights, Result};
-use vramguard::tensor::LivenessRecorder;
+use vramguard::tensor::PeakBoundRecorder;
 use vramguard::{memory, Device, Tensor, TensorError};
 
 /// Which forward pass to run.
@@ -69,7 +69,7 @@ pub fn activation_peak(
 /// The peak if every tensor of the forward pass died at its last use (same ops, no grad).
 pub fn liveness_bound(weights: &BertWeights, batch: &Batch) -> Result<u64> {
     let _no_grad = vramguard::NoGradGuard::new();
-    let recorder = LivenessRecorder::start();
+    let recorder = PeakBoundRecorder::start();
     let output = bert::plain::Bert(weights).forward(batch)?;
     let bound = recorder.finish();
     drop(output);

@@ -5,7 +5,8 @@
 //!
 //! # Layers
 //!
-//! Each module imports only from the ones before it (`tests/layers.rs` checks it):
+//! Each module imports only from the ones before it (the workspace test `tests/layers.rs` checks
+//! it, and the layers inside `tensor` too):
 //!
 //! | module | owns |
 //! | --- | --- |

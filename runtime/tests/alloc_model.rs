@@ -4,7 +4,10 @@
 //! Checked: no two live blocks overlap, every live block lies inside one segment, the blocks
 //! tile their segments, the statistics equal the model's (allocated, requested, live blocks,
 //! allocs, frees, OOMs), reserved stays within the capacity, and after freeing everything and
-//! `empty_cache()` reserved is 0 and every segment went back to the backend. Configurations:
+//! `empty_cache()` reserved is 0 and every segment went back to the backend. The hot path's
+//! compact forms are on throughout (they have no switch): free sets kept as sorted vectors while
+//! small, and origins interned per call site, each live block's origin checked in every
+//! snapshot. Configurations:
 //! defaults (expandable segments on the host backend), fixed segments (alone, with a max split
 //! size, with a limit + GC threshold), explicit expandable segments (alone, with a limit and a
 //! max split size, and with a GC threshold).
@@ -203,6 +206,18 @@ fn check(device: &Device, model: &Model, live: &[Allocation]) {
             .blocks
             .iter()
             .any(|b| b.addr == addr && b.allocated && b.size >= size));
+    }
+    // Origins are kept interned (one id per call site) and rebuilt for the snapshot: every live
+    // block reads back as this test's `device.allocate` call, every free block as none.
+    for b in snap.segments.iter().flat_map(|g| &g.blocks) {
+        match &b.origin {
+            Some(o) => assert!(
+                b.allocated && o.file.ends_with("alloc_model.rs") && o.op == "allocate",
+                "block {:#x}: origin {o}",
+                b.addr
+            ),
+            None => assert!(!b.allocated, "live block {:#x} without origin", b.addr),
+        }
     }
 }
 

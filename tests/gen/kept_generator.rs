@@ -45,6 +45,9 @@ struct Function {
     counter: usize,
     indent: usize,
     counts: Counts,
+    /// Also closures, `?`, async blocks and more macros (the at-scale run; the checked-in
+    /// corpus is written without them, so it stays as it was).
+    extended: bool,
 }
 
 impl Function {
@@ -91,6 +94,10 @@ impl Function {
 }
 
 fn statement(f: &mut Function, rng: &mut Rng, depth: usize) {
+    if f.extended && rng.chance(25) {
+        extended_statement(f, rng);
+        return;
+    }
     match rng.below(20) {
         // a new releasable value
         0..=2 => {
@@ -263,7 +270,60 @@ fn simple(f: &mut Function, rng: &mut Rng, which: usize) {
     }
 }
 
-fn function(index: usize, rng: &mut Rng) -> (Vec<String>, Counts) {
+/// A statement of the extended corpus: a closure that borrows or takes a `Mem`, `?` inside a
+/// closure, an async block polled by `block_on` (suspended once or not), or macros reading a
+/// `Mem`.
+fn extended_statement(f: &mut Function, rng: &mut Rng) {
+    let Some(v) = f.pick(rng) else {
+        return;
+    };
+    let n = f.fresh("x");
+    match rng.below(6) {
+        0 => {
+            f.line(format!("let {n} = |x: i64| x + {v}.len() as i64;"));
+            f.line(format!("acc += {n}({});", rng.below(5)));
+        }
+        1 if v != "p" => {
+            // The closure takes the value: it is freed with the closure.
+            f.line(format!("let {n} = move || {v}.len() as i64;"));
+            f.live.retain(|l| *l != v);
+            f.line(format!("acc += {n}();"));
+        }
+        2 => {
+            f.line(format!(
+                "let {n} = (|| -> Result<i64, String> {{ let t = i64::try_from({v}.len()).map_err(|e| e.to_string())?; let u: i64 = \"{}\".parse::<i64>().map_err(|e| e.to_string())?; Ok(t + u) }})();",
+                rng.below(9)
+            ));
+            f.line(format!("ev(format!(\"{n} {{:?}}\", {n}.is_ok()));"));
+            f.line(format!("acc += {n}.unwrap_or(-1);"));
+        }
+        3 => {
+            let wait = if rng.chance(50) {
+                "pending_once().await; "
+            } else {
+                ""
+            };
+            f.line(format!(
+                "acc += block_on(async {{ {wait}{v}.len() as i64 }});"
+            ));
+        }
+        4 => {
+            f.line(format!(
+                "assert!({v}.len() < 1_000_000, \"{v} is {{}}\", {v}.len());"
+            ));
+            f.line(format!(
+                "acc += vec![{v}.len() as i64, {}].iter().sum::<i64>();",
+                rng.below(4)
+            ));
+        }
+        _ => {
+            f.line(format!("let {n} = matches!({v}.len(), 0..=3);"));
+            f.line(format!("ev(format!(\"{n} {{}}\", {n}));"));
+        }
+    }
+}
+
+fn function(index: usize, rng: &mut Rng, extended: bool) -> (Vec<String>, Counts) {
     let mut f = Function {
         lines: Vec::new(),
         live: vec!["p".to_string()],
@@ -271,6 +331,7 @@ fn function(index: usize, rng: &mut Rng) -> (Vec<String>, Counts) {
         counter: 0,
         indent: 1,
         counts: Counts::default(),
+        extended,
     };
     f.line("let mut acc: i64 = 0;");
     f.line("let shared = Rc::new(Mem::new(\"shared\", 1));");
@@ -302,17 +363,28 @@ fn function(index: usize, rng: &mut Rng) -> (Vec<String>, Counts) {
 
 /// The corpus files `(file name, contents)` and what they contain.
 pub fn generate() -> (Vec<(String, String)>, Counts) {
-    let mut rng = Rng(SEED);
-    let per_file = FUNCTIONS.div_ceil(FILES);
+    generate_with(SEED, FUNCTIONS, FILES, false)
+}
+
+/// `function_count` functions from `seed` in `file_count` files; `extended`: with the statements of
+/// [`extended_statement`] too.
+pub fn generate_with(
+    seed: u64,
+    function_count: usize,
+    file_count: usize,
+    extended: bool,
+) -> (Vec<(String, String)>, Counts) {
+    let mut rng = Rng(seed);
+    let per_file = function_count.div_ceil(file_count);
     let mut files = Vec::new();
     let mut total = Counts::default();
-    for file in 0..FILES {
-        let range = file * per_file..((file + 1) * per_file).min(FUNCTIONS);
+    for file in 0..file_count {
+        let range = file * per_file..((file + 1) * per_file).min(function_count);
         let mut counts = Counts::default();
         let functions: Vec<(usize, Vec<String>)> = range
             .clone()
             .map(|i| {
-                let (lines, c) = function(i, &mut rng);
+                let (lines, c) = function(i, &mut rng, extended);
                 counts.functions += c.functions;
                 counts.kept += c.kept;
                 counts.observations += c.observations;
@@ -339,8 +411,13 @@ pub fn generate() -> (Vec<(String, String)>, Counts) {
             ("with", "#[vramguard::inference]\n"),
             ("scoped", "#[vramguard::batch_scope]\n"),
         ] {
+            let more = if extended {
+                "block_on, pending_once, "
+            } else {
+                ""
+            };
             text.push_str(&format!(
-                "pub mod {module} {{\n    use super::super::release_support::{{eat, ev, Mem, Pool, Registry, Span}};\n    use std::cell::RefCell;\n    use std::rc::Rc;\n\n"
+                "pub mod {module} {{\n    use super::super::release_support::{{{more}eat, ev, Mem, Pool, Registry, Span}};\n    use std::cell::RefCell;\n    use std::rc::Rc;\n\n"
             ));
             for (_, lines) in &functions {
                 if !attr.is_empty() {

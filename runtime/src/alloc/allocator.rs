@@ -6,7 +6,7 @@
 
 use super::blocks::{PendingFree, State};
 use super::expandable::{self, Resolved};
-use super::origin::RAW_OP;
+use super::origin::{BlockOrigin, RAW_OP};
 use super::plan::{IterationId, Obstacle};
 use super::policy::{self, OomFacts, ADDR_LIMIT};
 use super::pressure::PressureHandlers;
@@ -239,16 +239,16 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         let Some(req) = self.request(bytes, st.stream_index(stream)) else {
             return Err(self.fail(&mut st, bytes, usize::MAX));
         };
-        if let Some(block) = self.serve(&mut st, &req, &origin) {
-            return Ok(block);
+        if let Some(slot) = self.serve(&mut st, &req) {
+            return Ok(self.hand_out(&mut st, slot, &req, origin));
         }
         if !PressureHandlers::in_handler() {
             drop(st);
             let freed = self.handlers.run(req.size);
             st = lock(&self.state);
             if freed > 0 {
-                if let Some(block) = self.serve(&mut st, &req, &origin) {
-                    return Ok(block);
+                if let Some(slot) = self.serve(&mut st, &req) {
+                    return Ok(self.hand_out(&mut st, slot, &req, origin));
                 }
             }
         }
@@ -366,17 +366,15 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         })
     }
 
-    /// A cached free block, else one carved from a new segment, else one from a new segment
-    /// after the cache was released, else (when the expandable segment could not grow) one from
-    /// a fixed segment.
-    fn serve(&self, st: &mut State, req: &Request, origin: &AllocOrigin) -> Option<Block> {
+    /// The slot of a cached free block, else of one carved from a new segment, else of one from
+    /// a new segment after the cache was released, else (when the expandable segment could not
+    /// grow) of one from a fixed segment.
+    fn serve(&self, st: &mut State, req: &Request) -> Option<u32> {
         st.process_pending(&self.backend, &self.name);
-        let slot = self
-            .take_cached(st, req)
+        self.take_cached(st, req)
             .or_else(|| self.take_from_new_segment(st, req))
             .or_else(|| self.take_after_release(st, req))
-            .or_else(|| self.take_from_fixed_segment(st, req))?;
-        Some(self.hand_out(st, slot, req, origin.clone()))
+            .or_else(|| self.take_from_fixed_segment(st, req))
     }
 
     fn take_cached(&self, st: &mut State, req: &Request) -> Option<u32> {
@@ -397,7 +395,16 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
 
     /// Releases the cache (nothing to do when it held nothing) and asks for room again.
     fn take_after_release(&self, st: &mut State, req: &Request) -> Option<u32> {
-        if st.release_cached(&self.backend, &self.name) == 0 {
+        let pending = st.pending.len();
+        let released = st.release_cached(&self.backend, &self.name);
+        // The release waited for the blocks other streams used: those are back in the pool,
+        // and one may hold the request without any new segment.
+        if st.pending.len() < pending {
+            if let Some(slot) = self.take_cached(st, req) {
+                return Some(slot);
+            }
+        }
+        if released == 0 {
             return None;
         }
         st.stats.num_alloc_retries += 1;
@@ -493,7 +500,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             st.stats.on_oversize_allocation(true);
         }
         st.record(TraceEventKind::Alloc, addr, req.size as u64, Some(&origin));
-        st.origins[slot as usize] = Some(origin);
+        st.origins[slot as usize] = BlockOrigin::new(&mut st.sites, origin);
         Block {
             addr,
             size: req.size,
@@ -591,13 +598,17 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         if self.config.max_split_size.is_some_and(|ms| node_size >= ms) {
             st.stats.on_oversize_allocation(false);
         }
-        let origin = st.origins[slot as usize].take();
-        st.record(
-            TraceEventKind::Free,
-            block.addr,
-            block.size as u64,
-            origin.as_ref(),
-        );
+        let kept = std::mem::take(&mut st.origins[slot as usize]);
+        // Shown only in the trace: rebuilt only while it records.
+        if st.trace.enabled() {
+            let origin = st.sites.origin(&kept);
+            st.record(
+                TraceEventKind::Free,
+                block.addr,
+                block.size as u64,
+                origin.as_ref(),
+            );
+        }
         st.planner.on_free(block.id);
         // The common case: no other stream used the block, it goes back to its pool now.
         if !st.nodes[slot as usize].has_uses {
@@ -609,6 +620,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             slot,
             events: Vec::new(),
             poisoned: false,
+            unrecorded: Vec::new(),
         };
         for stream in uses {
             match self.backend.record_event(stream) {
@@ -616,6 +628,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
                 Ok(None) => {}
                 Err(e) => {
                     pending.poisoned = true;
+                    pending.unrecorded.push(stream);
                     let failure = match e {
                         super::BackendError::Driver(f) => f,
                         e => BackendFailure {

@@ -15,6 +15,7 @@
 //! `policy.rs`; growing and shrinking the expandable segment is in `expandable.rs`.
 
 use super::expandable::Expandable;
+use super::origin::{BlockOrigin, Sites};
 use super::plan::Planner;
 use super::policy::{self, ADDR_LIMIT};
 use super::stats::DetailedStats;
@@ -108,11 +109,31 @@ pub(crate) struct Segment {
 }
 
 /// Free blocks of one pool ordered by (size, address), each key packed into one `u128`
-/// (48-bit size, 48-bit address, 32-bit slot) so the B-tree compares single integers.
-#[derive(Default)]
-pub(crate) struct FreeSet(BTreeSet<u128>);
+/// (48-bit size, 48-bit address, 32-bit slot) so comparisons are single integers.
+///
+/// A pool usually holds few free blocks, and a cached alloc+free pair takes one lookup, two
+/// removals and two insertions: in a sorted vector those are a binary search and a short move,
+/// a fraction of a B-tree's node walks and rebalancing. Past [`FreeSet::TREE_ABOVE`] blocks the
+/// moves would grow with the pool, so the keys move to a B-tree (and back below
+/// [`FreeSet::VEC_BELOW`]; the gap keeps a pool near the bound from switching at every call).
+/// Both hold the same keys in the same order: which one holds them changes no answer.
+pub(crate) enum FreeSet {
+    Sorted(Vec<u128>),
+    Tree(BTreeSet<u128>),
+}
+
+impl Default for FreeSet {
+    fn default() -> Self {
+        FreeSet::Sorted(Vec::new())
+    }
+}
 
 impl FreeSet {
+    /// More keys than this move to a B-tree.
+    const TREE_ABOVE: usize = 256;
+    /// Fewer keys than this move back to a sorted vector.
+    const VEC_BELOW: usize = 64;
+
     #[inline]
     fn key(size: usize, addr: u64, slot: u32) -> u128 {
         ((size as u128) << 80) | ((addr as u128) << 32) | slot as u128
@@ -127,38 +148,90 @@ impl FreeSet {
     }
     #[inline]
     pub fn insert(&mut self, size: usize, addr: u64, slot: u32) {
-        self.0.insert(Self::key(size, addr, slot));
+        let k = Self::key(size, addr, slot);
+        match self {
+            FreeSet::Sorted(v) => {
+                if let Err(at) = v.binary_search(&k) {
+                    v.insert(at, k);
+                }
+                if v.len() > Self::TREE_ABOVE {
+                    *self = FreeSet::Tree(std::mem::take(v).into_iter().collect());
+                }
+            }
+            FreeSet::Tree(t) => {
+                t.insert(k);
+            }
+        }
     }
     #[inline]
     pub fn remove(&mut self, size: usize, addr: u64, slot: u32) -> bool {
-        self.0.remove(&Self::key(size, addr, slot))
+        let k = Self::key(size, addr, slot);
+        match self {
+            FreeSet::Sorted(v) => match v.binary_search(&k) {
+                Ok(at) => {
+                    v.remove(at);
+                    true
+                }
+                Err(_) => false,
+            },
+            FreeSet::Tree(t) => {
+                let removed = t.remove(&k);
+                if t.len() < Self::VEC_BELOW {
+                    *self = FreeSet::Sorted(std::mem::take(t).into_iter().collect());
+                }
+                removed
+            }
+        }
     }
     pub fn contains(&self, size: usize, addr: u64, slot: u32) -> bool {
-        self.0.contains(&Self::key(size, addr, slot))
+        let k = Self::key(size, addr, slot);
+        match self {
+            FreeSet::Sorted(v) => v.binary_search(&k).is_ok(),
+            FreeSet::Tree(t) => t.contains(&k),
+        }
     }
     /// The smallest block of at least `size` bytes (lowest address among equals).
     #[inline]
     pub fn best_fit(&self, size: usize) -> Option<(usize, u64, u32)> {
-        self.0
-            .range(Self::key(size, 0, 0)..)
-            .next()
-            .map(|&k| Self::unpack(k))
+        let from = Self::key(size, 0, 0);
+        let k = match self {
+            FreeSet::Sorted(v) => v.get(v.partition_point(|&k| k < from)),
+            FreeSet::Tree(t) => t.range(from..).next(),
+        };
+        k.map(|&k| Self::unpack(k))
     }
     pub fn largest(&self) -> usize {
-        self.0.last().map_or(0, |&k| Self::unpack(k).0)
+        let last = match self {
+            FreeSet::Sorted(v) => v.last(),
+            FreeSet::Tree(t) => t.last(),
+        };
+        last.map_or(0, |&k| Self::unpack(k).0)
+    }
+    /// The keys from `from` on, in order, whichever container holds them.
+    fn keys_from(&self, from: u128) -> impl DoubleEndedIterator<Item = u128> + '_ {
+        let (sorted, tree) = match self {
+            FreeSet::Sorted(v) => (Some(&v[v.partition_point(|&k| k < from)..]), None),
+            FreeSet::Tree(t) => (None, Some(t.range(from..))),
+        };
+        sorted
+            .into_iter()
+            .flatten()
+            .chain(tree.into_iter().flatten())
+            .copied()
     }
     /// Blocks from the largest down.
     pub fn descending(&self) -> impl Iterator<Item = (usize, u64, u32)> + '_ {
-        self.0.iter().rev().map(|&k| Self::unpack(k))
+        self.keys_from(0).rev().map(Self::unpack)
     }
     /// Blocks of at least `size` bytes, smallest first.
     pub fn fitting(&self, size: usize) -> impl Iterator<Item = (usize, u64, u32)> + '_ {
-        self.0
-            .range(Self::key(size, 0, 0)..)
-            .map(|&k| Self::unpack(k))
+        self.keys_from(Self::key(size, 0, 0)).map(Self::unpack)
     }
     pub fn len(&self) -> usize {
-        self.0.len()
+        match self {
+            FreeSet::Sorted(v) => v.len(),
+            FreeSet::Tree(t) => t.len(),
+        }
     }
 }
 
@@ -168,9 +241,13 @@ pub(crate) struct PendingFree {
     pub slot: u32,
     /// Events not yet seen complete.
     pub events: Vec<EventId>,
-    /// An event could not be recorded or queried: the block is never reused (the device is
-    /// usually unusable after such a failure anyway), but stays counted as active.
+    /// An event could not be recorded or queried: the block stays out of the pool (counted as
+    /// active) until a wait — `empty_cache`, the out-of-memory retry, the allocator's drop —
+    /// records the missing events and sees every event complete (after a driver error that
+    /// sticks, as CUDA's usually do, that never happens).
     pub poisoned: bool,
+    /// Streams whose event could not be recorded: recorded again by the next wait.
+    pub unrecorded: Vec<StreamId>,
 }
 
 /// Everything the allocator's mutex guards.
@@ -179,7 +256,9 @@ pub(crate) struct State {
     /// Where each allocated block was made, by slot (`None` for free blocks and spare slots).
     /// Kept beside the nodes, not in them: splitting and coalescing copy nodes around, and
     /// only `hand_out` and `free` need the origin.
-    pub origins: Vec<Option<AllocOrigin>>,
+    pub origins: Vec<BlockOrigin>,
+    /// The call sites `origins` refer to.
+    pub sites: Sites,
     pub spare_nodes: Vec<u32>,
     pub segs: Vec<Segment>,
     pub spare_segs: Vec<u32>,
@@ -214,6 +293,7 @@ impl State {
         State {
             nodes: Vec::new(),
             origins: Vec::new(),
+            sites: Sites::default(),
             spare_nodes: Vec::new(),
             segs: Vec::new(),
             spare_segs: Vec::new(),
@@ -302,7 +382,7 @@ impl State {
             }
             None => {
                 self.nodes.push(node);
-                self.origins.push(None);
+                self.origins.push(BlockOrigin::default());
                 (self.nodes.len() - 1) as u32
             }
         }
@@ -689,22 +769,21 @@ impl State {
     pub fn process_pending<B: Backend + ?Sized>(&mut self, backend: &B, name: &str) {
         // Checked inline: every request passes here, and blocks rarely wait on other streams.
         if !self.pending.is_empty() {
-            self.settle_pending(backend, name, |b, e| b.query_event(e));
+            self.settle_pending(backend, name, false);
         }
     }
 
     /// Waits for the events of every pending block and returns the blocks to the pool (before
     /// the cache is released: `empty_cache` and the out-of-memory retry).
     pub fn synchronize_pending<B: Backend + ?Sized>(&mut self, backend: &B, name: &str) {
-        self.settle_pending(backend, name, |b, e| b.synchronize_event(e).map(|()| true));
+        self.settle_pending(backend, name, true);
     }
 
-    fn settle_pending<B: Backend + ?Sized>(
-        &mut self,
-        backend: &B,
-        name: &str,
-        done: impl Fn(&B, EventId) -> Result<bool, BackendError>,
-    ) {
+    /// Queries (or, when `wait`, waits for) the pending blocks' events and returns the blocks
+    /// whose events all completed. Only a wait retries a poisoned block: it records the events
+    /// that could not be recorded (an event recorded now follows the work that used the block)
+    /// and waits for them all.
+    fn settle_pending<B: Backend + ?Sized>(&mut self, backend: &B, name: &str, wait: bool) {
         if self.pending.is_empty() {
             return;
         }
@@ -712,9 +791,34 @@ impl State {
         let (mut failures, mut finished) = (Vec::new(), Vec::new());
         pending.retain_mut(|p| {
             if p.poisoned {
-                return true;
+                if !wait {
+                    return true;
+                }
+                p.unrecorded
+                    .retain(|&stream| match backend.record_event(stream) {
+                        Ok(Some(e)) => {
+                            p.events.push(e);
+                            false
+                        }
+                        Ok(None) => false,
+                        Err(err) => {
+                            failures.push(err);
+                            true
+                        }
+                    });
+                if !p.unrecorded.is_empty() {
+                    return true;
+                }
+                p.poisoned = false;
             }
-            p.events.retain(|&e| match done(backend, e) {
+            let done = |e: EventId| {
+                if wait {
+                    backend.synchronize_event(e).map(|()| true)
+                } else {
+                    backend.query_event(e)
+                }
+            };
+            p.events.retain(|&e| match done(e) {
                 Ok(true) => {
                     backend.destroy_event(e);
                     false
@@ -815,7 +919,7 @@ impl State {
             .map(|(slot, n)| LiveAllocation {
                 size: n.size as u64,
                 requested: n.requested as u64,
-                origin: self.origins[slot as usize].clone(),
+                origin: self.sites.origin(&self.origins[slot as usize]),
             })
             .collect()
     }
@@ -847,7 +951,7 @@ impl State {
                         requested: if n.allocated { n.requested as u64 } else { 0 },
                         id: if n.allocated { n.id } else { 0 },
                         origin: if n.allocated {
-                            self.origins[at as usize].clone()
+                            self.sites.origin(&self.origins[at as usize])
                         } else {
                             None
                         },
@@ -974,5 +1078,68 @@ impl State {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FreeSet;
+    use std::collections::BTreeSet;
+
+    /// Random inserts and removals that cross the vector/B-tree bounds both ways: every answer
+    /// equals a plain B-tree's over the same blocks.
+    #[test]
+    fn free_set_answers_as_a_btree_across_its_representations() {
+        let mut set = FreeSet::default();
+        let mut model: BTreeSet<(usize, u64, u32)> = BTreeSet::new();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let (mut saw_tree, mut saw_vec_again) = (false, false);
+        for step in 0..20_000u32 {
+            // Grow for a while, then shrink, then grow again: both switches happen.
+            let grow = (step / 2_000) % 2 == 0;
+            let r = next();
+            let size = 512 * (1 + (r % 64) as usize);
+            let addr = 512 * ((r >> 8) % 4096);
+            if grow == ((r >> 40) % 4 != 0) {
+                set.insert(size, addr, step);
+                model.insert((size, addr, step));
+            } else if let Some(&(s, a, slot)) =
+                model.iter().nth((r >> 20) as usize % model.len().max(1))
+            {
+                assert!(set.remove(s, a, slot));
+                model.remove(&(s, a, slot));
+                assert!(!set.remove(s, a, slot), "a removed block is gone");
+            }
+            match &set {
+                FreeSet::Tree(_) => saw_tree = true,
+                FreeSet::Sorted(_) if saw_tree => saw_vec_again = true,
+                FreeSet::Sorted(_) => {}
+            }
+            assert_eq!(set.len(), model.len());
+            let want = 512 * (1 + (next() % 70) as usize);
+            assert_eq!(
+                set.best_fit(want),
+                model.range((want, 0, 0)..).next().copied(),
+                "best fit for {want} at step {step}"
+            );
+            assert_eq!(set.largest(), model.last().map_or(0, |b| b.0));
+            if step % 97 == 0 {
+                assert!(set.fitting(want).eq(model.range((want, 0, 0)..).copied()));
+                assert!(set.descending().eq(model.iter().rev().copied()));
+                if let Some(&(s, a, slot)) = model.first() {
+                    assert!(set.contains(s, a, slot));
+                }
+            }
+        }
+        assert!(
+            saw_tree && saw_vec_again,
+            "both representations were exercised"
+        );
     }
 }

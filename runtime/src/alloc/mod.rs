@@ -77,7 +77,7 @@
 //! | `config.rs` | [`AllocatorConfig`] and `VRAMGUARD_ALLOC_CONF` |
 //! | `host.rs`, `cuda_backend.rs` | the backends (the CUDA context itself is `crate::driver`'s) |
 //! | `granules.rs` | page mapping with one physical allocation per granule (CUDA's VMM), driver-neutral |
-//! | `origin.rs` | where each allocation was made: [`AllocOrigin`] and the tensor ops' frames |
+//! | `origin.rs` | where each allocation was made: [`AllocOrigin`], the tensor ops' frames, and the call sites blocks keep interned |
 //! | `trace.rs` | the event trace, its labels and snapshots |
 //! | `timeline.rs`, `html.rs` (`timeline.js`, `timeline.css`) | lifetimes rebuilt from the trace, and the HTML page that draws them |
 //! | `memory_viz.rs`, `pickle.rs` | the snapshot and trace as PyTorch's snapshot pickle |

@@ -8,12 +8,14 @@
 //! adds the shape. Without a frame (raw `Device::allocate`, `CachingAllocator::allocate`), the
 //! caller of the allocation function is the origin.
 //!
-//! The origin of a live block is kept on the block (for the out-of-memory error's largest live
-//! allocations and for snapshots) and copied into the trace's alloc and free events while the
-//! trace is recording. It owns no allocator state.
+//! The origin of a live block is kept compactly ([`BlockOrigin`]: the call site interned once
+//! per allocator in a [`Sites`] table, and the shape when there is one) and turned back into an
+//! [`AllocOrigin`] only where it is shown: the out-of-memory error's largest live allocations,
+//! snapshots, and the trace's alloc and free events while the trace is recording.
 
 use serde::Serialize;
 use std::cell::Cell;
+use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::panic::Location;
 use std::sync::Arc;
@@ -87,6 +89,123 @@ impl std::fmt::Display for AllocOrigin {
     }
 }
 
+/// The call site of an origin (all of it but the shape), by identity: the addresses of its
+/// `'static` strings, so comparing two is a few integer comparisons. Two copies of one string
+/// at different addresses make two entries that read the same.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct SiteKey {
+    file: (usize, usize),
+    line: u32,
+    column: u32,
+    op: (usize, usize),
+}
+
+impl SiteKey {
+    #[inline]
+    fn of(origin: &AllocOrigin) -> SiteKey {
+        SiteKey {
+            file: (origin.file.as_ptr() as usize, origin.file.len()),
+            line: origin.line,
+            column: origin.column,
+            op: (origin.op.as_ptr() as usize, origin.op.len()),
+        }
+    }
+
+    /// Slot in [`Sites::recent`].
+    #[inline]
+    fn recent_slot(&self) -> usize {
+        let mix =
+            self.file.0 ^ (self.line as usize).wrapping_mul(0x9e37_79b9) ^ self.column as usize;
+        (mix ^ (mix >> 7)) % RECENT_SITES
+    }
+}
+
+/// Entries of [`Sites::recent`].
+const RECENT_SITES: usize = 64;
+
+/// No site (a free block, a spare slot).
+const NO_SITE: u32 = u32::MAX;
+
+/// The call sites of one allocator's blocks, each interned once: a block keeps a `u32`.
+#[derive(Default)]
+pub(crate) struct Sites {
+    /// Site id → its file, line, column and op.
+    table: Vec<(&'static str, u32, u32, &'static str)>,
+    ids: HashMap<SiteKey, u32>,
+    /// A direct-mapped cache in front of `ids`: a loop allocates from a few sites over and
+    /// over, and one comparison is cheaper than hashing.
+    recent: Vec<Option<(SiteKey, u32)>>,
+}
+
+impl Sites {
+    /// The id of `origin`'s call site, interned on first sight.
+    #[inline]
+    pub(crate) fn intern(&mut self, origin: &AllocOrigin) -> u32 {
+        let key = SiteKey::of(origin);
+        let slot = key.recent_slot();
+        if let Some(Some((k, id))) = self.recent.get(slot) {
+            if *k == key {
+                return *id;
+            }
+        }
+        self.intern_slow(key, slot, origin)
+    }
+
+    #[cold]
+    fn intern_slow(&mut self, key: SiteKey, slot: usize, origin: &AllocOrigin) -> u32 {
+        let next = self.table.len() as u32;
+        let id = *self.ids.entry(key).or_insert(next);
+        if id == next {
+            self.table
+                .push((origin.file, origin.line, origin.column, origin.op));
+        }
+        if self.recent.is_empty() {
+            self.recent = vec![None; RECENT_SITES];
+        }
+        self.recent[slot] = Some((key, id));
+        id
+    }
+
+    /// The origin a block kept, as shown (`None` for a block without one).
+    pub(crate) fn origin(&self, block: &BlockOrigin) -> Option<AllocOrigin> {
+        let &(file, line, column, op) = self.table.get(block.site as usize)?;
+        Some(AllocOrigin {
+            file,
+            line,
+            column,
+            op,
+            shape: block.shape.clone(),
+        })
+    }
+}
+
+/// The origin a live block keeps: its interned call site ([`Sites`]) and its tensor's shape.
+#[derive(Debug, Clone)]
+pub(crate) struct BlockOrigin {
+    site: u32,
+    shape: Option<Arc<[usize]>>,
+}
+
+impl Default for BlockOrigin {
+    fn default() -> Self {
+        BlockOrigin {
+            site: NO_SITE,
+            shape: None,
+        }
+    }
+}
+
+impl BlockOrigin {
+    /// `origin` kept compactly, its site interned in `sites`.
+    #[inline]
+    pub(crate) fn new(sites: &mut Sites, origin: AllocOrigin) -> Self {
+        BlockOrigin {
+            site: sites.intern(&origin),
+            shape: origin.shape,
+        }
+    }
+}
+
 #[derive(Clone, Copy)]
 struct OpFrame {
     op: &'static str,
@@ -132,5 +251,39 @@ impl Drop for OpFrameGuard {
         if self.opened {
             let _ = OP_FRAME.try_with(|frame| frame.set(None));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Many sites (more than the recent-site cache holds, so entries collide and are evicted),
+    /// interned in an interleaved order: one id per site, and every block's origin reads back
+    /// exactly, shape included.
+    #[test]
+    fn interned_sites_read_back_as_the_origins_they_came_from() {
+        let mut sites = Sites::default();
+        let ops: [&'static str; 2] = ["allocate", "matmul"];
+        let origins: Vec<AllocOrigin> = (0..300u32)
+            .map(|i| AllocOrigin {
+                file: if i % 3 == 0 { "src/a.rs" } else { "src/b.rs" },
+                line: i / 2,
+                column: i % 7,
+                op: ops[(i % 2) as usize],
+                shape: (i % 5 == 0).then(|| Arc::from(vec![i as usize, 8])),
+            })
+            .collect();
+        let mut ids = HashMap::new();
+        for round in 0..3 {
+            for (i, origin) in origins.iter().enumerate().rev().skip(round) {
+                let block = BlockOrigin::new(&mut sites, origin.clone());
+                assert_eq!(sites.origin(&block).as_ref(), Some(origin));
+                assert_eq!(*ids.entry(i).or_insert(block.site), block.site, "{origin}");
+            }
+        }
+        let distinct: std::collections::HashSet<u32> = ids.values().copied().collect();
+        assert_eq!(distinct.len(), origins.len(), "one id per site");
+        assert_eq!(sites.origin(&BlockOrigin::default()), None);
     }
 }

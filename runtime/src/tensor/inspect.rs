@@ -233,7 +233,7 @@ fn shown_values(t: &Tensor, summarize: bool) -> Result<Vec<f32>> {
         Err(unreadable) => match t.to_vec() {
             Ok(flat) => Ok(gather(
                 t.dims(),
-                &super::contiguous_strides(t.dims()),
+                &super::kinds::contiguous_strides(t.dims()),
                 0,
                 &flat,
                 summarize,

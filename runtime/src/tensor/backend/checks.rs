@@ -10,8 +10,8 @@
 
 use super::cuda::{self, Gemm, Kernel, Launcher, VgArgs, KERNEL_COMMON, KERNEL_SOURCES};
 use super::host;
-use super::{MapOp, MatmulShape, ZipOp};
-use crate::tensor::ops::BinOp;
+use crate::tensor::kinds::{AdamStep, BinOp, MapOp, MatmulShape, ZipOp};
+use crate::tensor::storage::StridedRef;
 use crate::tensor::{Result, Tensor};
 use crate::Device;
 use std::cell::RefCell;
@@ -162,7 +162,12 @@ impl Launcher for HostLauncher {
 /// arithmetic, in its order except for long rows summed in chunks, and the compilers differ.
 const TOLERANCE: f32 = 1e-5;
 
-fn assert_close(what: &str, got: &Tensor, want: &Tensor) {
+fn assert_close<'a, 'b>(
+    what: &str,
+    got: impl Into<StridedRef<'a>>,
+    want: impl Into<StridedRef<'b>>,
+) {
+    let (got, want) = (got.into(), want.into());
     assert_eq!(got.dims(), want.dims(), "{what}: shapes differ");
     let (g, w) = (
         host::to_vec(got, "check").unwrap_or_default(),
@@ -203,15 +208,15 @@ fn check_all(l: &HostLauncher, dev: &Device) -> Result<()> {
             let what = format!("map {f:?} of {:?}", t.strides());
             assert_close(
                 &what,
-                &cuda::map(l, t, "check", f)?,
-                &host::map(t, "check", f)?,
+                &cuda::map(l, t.strided(), "check", f)?,
+                &host::map(t.strided(), "check", f)?,
             );
         }
     }
     assert_close(
         "map Log",
-        &cuda::map(l, &positive, "check", MapOp::Log)?,
-        &host::map(&positive, "check", MapOp::Log)?,
+        &cuda::map(l, positive.strided(), "check", MapOp::Log)?,
+        &host::map(positive.strided(), "check", MapOp::Log)?,
     );
     // In place on a strided view (a narrow of a transpose).
     let (a, b) = (x.copy()?, x.copy()?);
@@ -219,8 +224,8 @@ fn check_all(l: &HostLauncher, dev: &Device) -> Result<()> {
         a.transpose(1, 2)?.narrow(1, 1, 2)?,
         b.transpose(1, 2)?.narrow(1, 1, 2)?,
     );
-    cuda::map_inplace(l, &va, "check", MapOp::Affine(3.0, 1.0))?;
-    host::map_inplace(&vb, "check", MapOp::Affine(3.0, 1.0))?;
+    cuda::map_inplace(l, va.strided(), "check", MapOp::Affine(3.0, 1.0))?;
+    host::map_inplace(vb.strided(), "check", MapOp::Affine(3.0, 1.0))?;
     assert_close("map in place on a view", &a, &b);
 
     // vg_zip: broadcasting both ways, strided operands, every function.
@@ -240,19 +245,19 @@ fn check_all(l: &HostLauncher, dev: &Device) -> Result<()> {
         let what = format!("zip {f:?}");
         assert_close(
             &what,
-            &cuda::zip(l, &x, &y, &shape, "check", f)?,
-            &host::zip(&x, &y, &shape, "check", f)?,
+            &cuda::zip(l, x.strided(), y.strided(), &shape, "check", f)?,
+            &host::zip(x.strided(), y.strided(), &shape, "check", f)?,
         );
         let xtt = xt.transpose(0, 2)?; // back to [2, 3, 4] through strides
         assert_close(
             &format!("{what} strided"),
-            &cuda::zip(l, &y, &xtt, &shape, "check", f)?,
-            &host::zip(&y, &xtt, &shape, "check", f)?,
+            &cuda::zip(l, y.strided(), xtt.strided(), &shape, "check", f)?,
+            &host::zip(y.strided(), xtt.strided(), &shape, "check", f)?,
         );
     }
     let (a, b) = (x.copy()?, x.copy()?);
-    cuda::zip_inplace(l, &a, &y, "check", ZipOp::Bin(BinOp::Mul))?;
-    host::zip_inplace(&b, &y, "check", ZipOp::Bin(BinOp::Mul))?;
+    cuda::zip_inplace(l, a.strided(), y.strided(), "check", ZipOp::Bin(BinOp::Mul))?;
+    host::zip_inplace(b.strided(), y.strided(), "check", ZipOp::Bin(BinOp::Mul))?;
     assert_close("zip in place", &a, &b);
 
     // Row sums: every set of reduced dims of a strided tensor.
@@ -263,38 +268,38 @@ fn check_all(l: &HostLauncher, dev: &Device) -> Result<()> {
         }
         assert_close(
             &format!("sum over {dims:?}"),
-            &cuda::reduce(l, &xt, &dims, &keep, 0.25, "check")?,
-            &host::reduce(&xt, &keep, 0.25, "check")?,
+            &cuda::reduce(l, xt.strided(), &dims, &keep, 0.25, "check")?,
+            &host::reduce(xt.strided(), &keep, 0.25, "check")?,
         );
     }
     assert_close(
         "mean square",
-        &cuda::mean_square(l, &x, "check")?,
-        &host::mean_square(&x, "check")?,
+        &cuda::mean_square(l, x.strided(), "check")?,
+        &host::mean_square(x.strided(), "check")?,
     );
     // Rows long enough to be summed in two launches (chunks, then their partial sums), and
     // many rows of one chunk each.
     let long = randn(&[3, 5000], 22, dev);
     assert_close(
         "long rows",
-        &cuda::reduce(l, &long, &[1], &[3, 1], 0.5, "check")?,
-        &host::reduce(&long, &[3, 1], 0.5, "check")?,
+        &cuda::reduce(l, long.strided(), &[1], &[3, 1], 0.5, "check")?,
+        &host::reduce(long.strided(), &[3, 1], 0.5, "check")?,
     );
     assert_close(
         "sum of all of a long tensor",
-        &cuda::reduce(l, &long, &[0, 1], &[1, 1], 1.0, "check")?,
-        &host::reduce(&long, &[1, 1], 1.0, "check")?,
+        &cuda::reduce(l, long.strided(), &[0, 1], &[1, 1], 1.0, "check")?,
+        &host::reduce(long.strided(), &[1, 1], 1.0, "check")?,
     );
     assert_close(
         "mean square of a long tensor",
-        &cuda::mean_square(l, &long, "check")?,
-        &host::mean_square(&long, "check")?,
+        &cuda::mean_square(l, long.strided(), "check")?,
+        &host::mean_square(long.strided(), "check")?,
     );
     let empty = Tensor::zeros(&[4, 0], dev)?;
     assert_close(
         "sum over an empty dimension",
-        &cuda::reduce(l, &empty, &[1], &[4, 1], 1.0, "check")?,
-        &host::reduce(&empty, &[4, 1], 1.0, "check")?,
+        &cuda::reduce(l, empty.strided(), &[1], &[4, 1], 1.0, "check")?,
+        &host::reduce(empty.strided(), &[4, 1], 1.0, "check")?,
     );
 
     // Softmax along each dimension, strided input.
@@ -302,8 +307,8 @@ fn check_all(l: &HostLauncher, dev: &Device) -> Result<()> {
         for log in [false, true] {
             assert_close(
                 &format!("softmax dim {dim} log {log}"),
-                &cuda::softmax(l, &xt, dim, log, "check")?,
-                &host::softmax(&xt, dim, log, "check")?,
+                &cuda::softmax(l, xt.strided(), dim, log, "check")?,
+                &host::softmax(xt.strided(), dim, log, "check")?,
             );
         }
     }
@@ -312,8 +317,21 @@ fn check_all(l: &HostLauncher, dev: &Device) -> Result<()> {
     let (w, bias) = (randn(&[4], 3, dev), randn(&[4], 4, dev));
     let g = randn(&[2, 3, 4], 5, dev);
     for (weight, b) in [(None, None), (Some(&w), Some(&bias)), (Some(&w), None)] {
-        let (out_c, stats_c) = cuda::layer_norm(l, &x, weight, b, 1e-5, true)?;
-        let (out_h, stats_h) = host::layer_norm(&x, weight, b, 1e-5, true)?;
+        let (out_c, stats_c) = cuda::layer_norm(
+            l,
+            x.strided(),
+            weight.map(Tensor::strided),
+            b.map(Tensor::strided),
+            1e-5,
+            true,
+        )?;
+        let (out_h, stats_h) = host::layer_norm(
+            x.strided(),
+            weight.map(Tensor::strided),
+            b.map(Tensor::strided),
+            1e-5,
+            true,
+        )?;
         assert_close("layer norm", &out_c, &out_h);
         let ((mc, rc), (mh, rh)) = match (stats_c, stats_h) {
             (Some(c), Some(h)) => (c, h),
@@ -321,9 +339,25 @@ fn check_all(l: &HostLauncher, dev: &Device) -> Result<()> {
         };
         assert_close("layer norm mean", &mc, &mh);
         assert_close("layer norm rstd", &rc, &rh);
-        let (gx_c, gw_c, gb_c) =
-            cuda::layer_norm_backward(l, &g, &x, &mc, &rc, weight, true, true)?;
-        let (gx_h, gw_h, gb_h) = host::layer_norm_backward(&g, &x, &mh, &rh, weight, true, true)?;
+        let (gx_c, gw_c, gb_c) = cuda::layer_norm_backward(
+            l,
+            g.strided(),
+            x.strided(),
+            mc.as_ref(),
+            rc.as_ref(),
+            weight.map(Tensor::strided),
+            true,
+            true,
+        )?;
+        let (gx_h, gw_h, gb_h) = host::layer_norm_backward(
+            g.strided(),
+            x.strided(),
+            mh.as_ref(),
+            rh.as_ref(),
+            weight.map(Tensor::strided),
+            true,
+            true,
+        )?;
         assert_close("layer norm dx", &gx_c, &gx_h);
         match (gw_c, gw_h, gb_c, gb_h) {
             (Some(wc), Some(wh), Some(bc), Some(bh)) => {
@@ -340,35 +374,35 @@ fn check_all(l: &HostLauncher, dev: &Device) -> Result<()> {
     let out_shape = [2, 3, 5];
     assert_close(
         "embedding",
-        &cuda::embedding(l, &table, &ids, &out_shape)?,
-        &host::embedding(&table, &ids, &out_shape)?,
+        &cuda::embedding(l, table.strided(), &ids, &out_shape)?,
+        &host::embedding(table.strided(), &ids, &out_shape)?,
     );
     let ge = randn(&[6, 5], 7, dev);
     assert_close(
         "embedding backward",
-        &cuda::embedding_backward(l, &ge, &ids, &[6, 5])?,
-        &host::embedding_backward(&ge, &ids, &[6, 5])?,
+        &cuda::embedding_backward(l, ge.strided(), &ids, &[6, 5])?,
+        &host::embedding_backward(ge.strided(), &ids, &[6, 5])?,
     );
 
     // Cross-entropy and its gradient (rows 4, classes 6).
     let logits = randn(&[4, 6], 8, dev);
-    let logp = host::softmax(&logits, 1, true, "check")?;
+    let logp = host::softmax(logits.strided(), 1, true, "check")?;
     let targets = [5u32, 0, 3, 3];
     assert_close(
         "cross entropy",
-        &cuda::cross_entropy(l, &logp, &targets)?,
-        &host::cross_entropy(&logp, &targets)?,
+        &cuda::cross_entropy(l, logp.as_ref(), &targets)?,
+        &host::cross_entropy(logp.as_ref(), &targets)?,
     );
-    let probs = host::map(&logp, "check", MapOp::Exp)?;
+    let probs = host::map(logp.as_ref(), "check", MapOp::Exp)?;
     let gs = Tensor::scalar(0.75, dev)?;
     assert_close(
         "cross entropy backward",
-        &cuda::cross_entropy_backward(l, &gs, &probs, &targets)?,
-        &host::cross_entropy_backward(&gs, &probs, &targets)?,
+        &cuda::cross_entropy_backward(l, gs.strided(), probs.as_ref(), &targets)?,
+        &host::cross_entropy_backward(gs.strided(), probs.as_ref(), &targets)?,
     );
 
     // One Adam update of every element.
-    let hyper = super::AdamStep {
+    let hyper = AdamStep {
         lr: 0.01,
         beta1: 0.9,
         beta2: 0.999,
@@ -386,9 +420,9 @@ fn check_all(l: &HostLauncher, dev: &Device) -> Result<()> {
     };
     let (device_state, host_state) = (fresh()?, fresh()?);
     let [p, m, v] = &device_state;
-    cuda::adam_step(l, [p, &grad, m, v], &hyper)?;
+    cuda::adam_step(l, [p, &grad, m, v].map(Tensor::strided), &hyper)?;
     let [p, m, v] = &host_state;
-    host::adam_step([p, &grad, m, v], &hyper)?;
+    host::adam_step([p, &grad, m, v].map(Tensor::strided), &hyper)?;
     for (what, (c, h)) in ["parameter", "first moment", "second moment"]
         .iter()
         .zip(device_state.iter().zip(&host_state))
@@ -411,8 +445,11 @@ fn check_all(l: &HostLauncher, dev: &Device) -> Result<()> {
     ];
     for (a, b) in &cases {
         let (ra, rb) = (a.rank(), b.rank());
-        let batch =
-            crate::tensor::ops::broadcast_shape("check", &a.dims()[..ra - 2], &b.dims()[..rb - 2])?;
+        let batch = crate::tensor::kinds::broadcast_shape(
+            "check",
+            &a.dims()[..ra - 2],
+            &b.dims()[..rb - 2],
+        )?;
         let shape = MatmulShape {
             batch,
             m: a.dims()[ra - 2],
@@ -421,8 +458,8 @@ fn check_all(l: &HostLauncher, dev: &Device) -> Result<()> {
         };
         assert_close(
             &format!("matmul {:?}x{:?}", a.dims(), b.dims()),
-            &cuda::matmul(l, a, b, &shape)?,
-            &host::matmul(a, b, &shape)?,
+            &cuda::matmul(l, a.strided(), b.strided(), &shape)?,
+            &host::matmul(a.strided(), b.strided(), &shape)?,
         );
     }
     Ok(())

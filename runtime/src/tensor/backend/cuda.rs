@@ -8,9 +8,11 @@
 //! the host (see `scripts/kernels-check.sh`), so the argument marshalling and the kernels'
 //! indexing are checked without a GPU.
 
-use super::super::ops::broadcast_strides;
-use super::super::{contiguous_strides, Layout, Result, Storage, Tensor, TensorError};
-use super::{MapOp, MatmulShape, ZipOp};
+use super::super::error::{Result, TensorError};
+use super::super::kinds::{
+    broadcast_strides, checked_numel, contiguous_strides, AdamStep, MapOp, MatmulShape, ZipOp,
+};
+use super::super::storage::{Storage, Strided, StridedRef};
 use crate::device::CudaDevice;
 use crate::driver::CurrentContext;
 use crate::Device;
@@ -419,7 +421,7 @@ impl Launcher for DeviceLauncher {
                 static WARNED: std::sync::Once = std::sync::Once::new();
                 WARNED.call_once(|| {
                     crate::diagnostics::warn(
-                        crate::scope::WarningOutput::Auto,
+                        crate::diagnostics::WarningOutput::Auto,
                         &format!("{why}; {GEMM_FALLBACK_NOTICE}"),
                     )
                 });
@@ -490,20 +492,21 @@ impl Launcher for DeviceLauncher {
 
 // ----- tensors on the launcher -----
 
-fn launch(
+fn launch<'a>(
     l: &dyn Launcher,
     op: &'static str,
-    t: &Tensor,
+    t: impl Into<StridedRef<'a>>,
     kernel: Kernel,
     items: u64,
     args: &VgArgs,
 ) -> Result<()> {
     l.launch(kernel, items, args)
-        .map_err(|m| backend_error(op, t.device(), m))
+        .map_err(|m| backend_error(op, t.into().device(), m))
 }
 
 /// Byte address of element `offset` of `t`'s storage.
-fn addr(t: &Tensor) -> u64 {
+fn addr<'a>(t: impl Into<StridedRef<'a>>) -> u64 {
+    let t = t.into();
     element_addr(t.storage(), t.offset())
 }
 
@@ -513,16 +516,12 @@ fn element_addr(storage: &Storage, offset: usize) -> u64 {
 
 /// A fresh contiguous tensor whose elements the caller's launches write before it is read.
 #[track_caller]
-fn uninit(device: &Device, shape: &[usize], op: &'static str) -> Result<Tensor> {
-    let numel = super::super::checked_numel(op, shape)?;
+fn uninit(device: &Device, shape: &[usize], op: &'static str) -> Result<Strided> {
+    let numel = checked_numel(op, shape)?;
     let storage = Storage::new(device, numel, shape, op)?;
     // The kernel's write is the storage's first use, as `fresh_mut` marks it on the host.
     storage.note_use_end();
-    Ok(Tensor::from_parts(
-        storage,
-        Layout::contiguous(shape),
-        false,
-    ))
+    Ok(Strided::contiguous(storage, shape))
 }
 
 /// Merges dimensions that are contiguous for every operand and drops size-1 ones, so the
@@ -581,7 +580,7 @@ fn fill_shape(args: &mut VgArgs, dims: &[usize], strides: [&[usize]; 3]) {
 fn launch_map(
     l: &dyn Launcher,
     op: &'static str,
-    t: &Tensor,
+    t: StridedRef<'_>,
     shape: &[usize],
     dst: (u64, &[usize]),
     src: (u64, &[usize]),
@@ -608,7 +607,7 @@ fn launch_map(
 fn launch_zip(
     l: &dyn Launcher,
     op: &'static str,
-    t: &Tensor,
+    t: StridedRef<'_>,
     shape: &[usize],
     dst: (u64, &[usize]),
     a: (u64, &[usize]),
@@ -629,7 +628,12 @@ fn launch_zip(
     launch(l, op, t, Kernel::Zip, n as u64, &args)
 }
 
-pub(crate) fn map(l: &dyn Launcher, src: &Tensor, op: &'static str, f: MapOp) -> Result<Tensor> {
+pub(crate) fn map(
+    l: &dyn Launcher,
+    src: StridedRef<'_>,
+    op: &'static str,
+    f: MapOp,
+) -> Result<Strided> {
     let out = uninit(src.device(), src.dims(), op)?;
     let so = contiguous_strides(src.dims());
     launch_map(
@@ -647,7 +651,7 @@ pub(crate) fn map(l: &dyn Launcher, src: &Tensor, op: &'static str, f: MapOp) ->
 
 pub(crate) fn map_inplace(
     l: &dyn Launcher,
-    dst: &Tensor,
+    dst: StridedRef<'_>,
     op: &'static str,
     f: MapOp,
 ) -> Result<()> {
@@ -659,12 +663,12 @@ pub(crate) fn map_inplace(
 
 pub(crate) fn zip(
     l: &dyn Launcher,
-    a: &Tensor,
-    b: &Tensor,
+    a: StridedRef<'_>,
+    b: StridedRef<'_>,
     shape: &[usize],
     op: &'static str,
     f: ZipOp,
-) -> Result<Tensor> {
+) -> Result<Strided> {
     let sa = broadcast_strides(a.dims(), a.strides(), shape);
     let sb = broadcast_strides(b.dims(), b.strides(), shape);
     let out = uninit(a.device(), shape, op)?;
@@ -686,8 +690,8 @@ pub(crate) fn zip(
 
 pub(crate) fn zip_inplace(
     l: &dyn Launcher,
-    dst: &Tensor,
-    src: &Tensor,
+    dst: StridedRef<'_>,
+    src: StridedRef<'_>,
     op: &'static str,
     f: ZipOp,
 ) -> Result<()> {
@@ -701,8 +705,8 @@ pub(crate) fn zip_inplace(
 
 /// A GEMM operand: a matrix of `rows`×`cols` per batch, in a layout cuBLAS can read.
 struct Operand {
-    /// Keeps a copy alive when the original layout could not be used.
-    tensor: Tensor,
+    /// The operand, or a copy of it when its own layout could not be used.
+    data: Strided,
     /// Row-major (`true`: consecutive columns adjacent) or column-major.
     row_major: bool,
     ld: usize,
@@ -712,7 +716,13 @@ struct Operand {
 /// `t` (`[.., rows, cols]`) as a GEMM operand over the broadcast `batch`: used in place when
 /// each matrix has a unit stride and the batch dims collapse to one stride (or broadcast
 /// entirely); otherwise a contiguous copy of it broadcast to the batch.
-fn gemm_operand(t: &Tensor, batch: &[usize], rows: usize, cols: usize) -> Result<Operand> {
+fn gemm_operand(
+    l: &dyn Launcher,
+    t: StridedRef<'_>,
+    batch: &[usize],
+    rows: usize,
+    cols: usize,
+) -> Result<Operand> {
     let r = t.rank();
     let (rs, cs) = (t.strides()[r - 2], t.strides()[r - 1]);
     let bs = broadcast_strides(&t.dims()[..r - 2], &t.strides()[..r - 2], batch);
@@ -722,7 +732,7 @@ fn gemm_operand(t: &Tensor, batch: &[usize], rows: usize, cols: usize) -> Result
     if let Some(batch_stride) = batch_stride {
         if let Some(ld) = row_major.filter(|&ld| ld >= cols.max(1)) {
             return Ok(Operand {
-                tensor: t.clone(),
+                data: shared(t),
                 row_major: true,
                 ld,
                 batch_stride,
@@ -730,23 +740,47 @@ fn gemm_operand(t: &Tensor, batch: &[usize], rows: usize, cols: usize) -> Result
         }
         if let Some(ld) = col_major.filter(|&ld| ld >= rows.max(1)) {
             return Ok(Operand {
-                tensor: t.clone(),
+                data: shared(t),
                 row_major: false,
                 ld,
                 batch_stride,
             });
         }
     }
-    let _no_grad = crate::grad::NoGradGuard::new();
     let mut full = batch.to_vec();
     full.extend_from_slice(&[rows, cols]);
-    let tensor = t.broadcast_as(&full)?.contiguous()?;
+    checked_numel("broadcast_as", &full)?;
+    let broadcast = t.layout.broadcast_to(&full);
+    let data = contiguous(
+        l,
+        StridedRef {
+            storage: t.storage,
+            layout: &broadcast,
+        },
+    )?;
     Ok(Operand {
-        tensor,
+        data,
         row_major: true,
         ld: cols.max(1),
         batch_stride: rows * cols,
     })
+}
+
+/// Another handle on `t`'s storage and layout, for a result that keeps it alive.
+fn shared(t: StridedRef<'_>) -> Strided {
+    Strided {
+        storage: std::sync::Arc::clone(t.storage),
+        layout: t.layout.clone(),
+    }
+}
+
+/// `t` if contiguous, else a contiguous copy of it (what `Tensor::contiguous` makes, under the
+/// same op name).
+fn contiguous(l: &dyn Launcher, t: StridedRef<'_>) -> Result<Strided> {
+    if t.is_contiguous() {
+        return Ok(shared(t));
+    }
+    map(l, t, "contiguous", MapOp::Copy)
 }
 
 /// The one stride that walks every batch in row-major order, if there is one.
@@ -775,10 +809,10 @@ fn single_stride(batch: &[usize], strides: &[usize]) -> Option<usize> {
 
 pub(crate) fn matmul(
     l: &dyn Launcher,
-    a: &Tensor,
-    b: &Tensor,
+    a: StridedRef<'_>,
+    b: StridedRef<'_>,
     shape: &MatmulShape,
-) -> Result<Tensor> {
+) -> Result<Strided> {
     const OP: &str = "matmul";
     let MatmulShape { batch, m, k, n } = shape;
     let (m, k, n) = (*m, *k, *n);
@@ -788,12 +822,12 @@ pub(crate) fn matmul(
     }
     if k == 0 {
         // An empty sum: the product is all zeros.
-        map_inplace(l, &out, OP, MapOp::Fill(0.0))?;
+        map_inplace(l, out.as_ref(), OP, MapOp::Fill(0.0))?;
         return Ok(out);
     }
     let count: usize = batch.iter().product();
-    let oa = gemm_operand(a, batch, m, k)?;
-    let ob = gemm_operand(b, batch, k, n)?;
+    let oa = gemm_operand(l, a, batch, m, k)?;
+    let ob = gemm_operand(l, b, batch, k, n)?;
     // Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ: cuBLAS's A is our B and its B our A. A
     // row-major matrix read column-major is its transpose, so it needs no op; a column-major
     // one does.
@@ -815,10 +849,10 @@ pub(crate) fn matmul(
         m: n,
         n: rows,
         k,
-        a: addr(&ob.tensor),
+        a: addr(&ob.data),
         lda: ob.ld,
         stride_a: ob.batch_stride,
-        b: addr(&oa.tensor),
+        b: addr(&oa.data),
         ldb: oa.ld,
         stride_b: oa.batch_stride,
         c: addr(&out),
@@ -828,22 +862,19 @@ pub(crate) fn matmul(
     };
     l.gemm(&gemm)
         .map_err(|msg| backend_error(OP, a.device(), msg))?;
-    oa.tensor.storage().note_use_end();
-    ob.tensor.storage().note_use_end();
+    oa.data.storage().note_use_end();
+    ob.data.storage().note_use_end();
     Ok(out)
 }
 
 pub(crate) fn softmax(
     l: &dyn Launcher,
-    x: &Tensor,
+    x: StridedRef<'_>,
     dim: usize,
     log: bool,
     op: &'static str,
-) -> Result<Tensor> {
-    let x = {
-        let _no_grad = crate::grad::NoGradGuard::new();
-        x.contiguous()?
-    };
+) -> Result<Strided> {
+    let x = contiguous(l, x)?;
     let len = x.dims()[dim];
     let inner: usize = x.dims()[dim + 1..].iter().product();
     let outer: usize = x.dims()[..dim].iter().product();
@@ -867,12 +898,12 @@ pub(crate) fn softmax(
 
 pub(crate) fn layer_norm(
     l: &dyn Launcher,
-    x: &Tensor,
-    weight: Option<&Tensor>,
-    bias: Option<&Tensor>,
+    x: StridedRef<'_>,
+    weight: Option<StridedRef<'_>>,
+    bias: Option<StridedRef<'_>>,
     eps: f32,
     stats: bool,
-) -> Result<(Tensor, Option<(Tensor, Tensor)>)> {
+) -> Result<(Strided, Option<(Strided, Strided)>)> {
     const OP: &str = "layer_norm";
     let d = x.dims()[x.rank() - 1];
     let rows = x.elem_count() / d.max(1);
@@ -908,14 +939,14 @@ pub(crate) fn layer_norm(
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
 pub(crate) fn layer_norm_backward(
     l: &dyn Launcher,
-    g: &Tensor,
-    x: &Tensor,
-    mean: &Tensor,
-    rstd: &Tensor,
-    weight: Option<&Tensor>,
+    g: StridedRef<'_>,
+    x: StridedRef<'_>,
+    mean: StridedRef<'_>,
+    rstd: StridedRef<'_>,
+    weight: Option<StridedRef<'_>>,
     need_w: bool,
     need_b: bool,
-) -> Result<(Tensor, Option<Tensor>, Option<Tensor>)> {
+) -> Result<(Strided, Option<Strided>, Option<Strided>)> {
     const OP: &str = "layer_norm_backward";
     let d = x.dims()[x.rank() - 1];
     let rows = x.elem_count() / d.max(1);
@@ -966,10 +997,10 @@ fn upload_ids(
 
 pub(crate) fn embedding(
     l: &dyn Launcher,
-    table: &Tensor,
+    table: StridedRef<'_>,
     ids: &[u32],
     out_shape: &[usize],
-) -> Result<Tensor> {
+) -> Result<Strided> {
     const OP: &str = "embedding";
     let d = table.dims()[1];
     let out = uninit(table.device(), out_shape, OP)?;
@@ -992,14 +1023,14 @@ pub(crate) fn embedding(
 
 pub(crate) fn embedding_backward(
     l: &dyn Launcher,
-    g: &Tensor,
+    g: StridedRef<'_>,
     ids: &[u32],
     table_shape: &[usize],
-) -> Result<Tensor> {
+) -> Result<Strided> {
     const OP: &str = "embedding_backward";
     let d = table_shape[1];
     let out = uninit(g.device(), table_shape, OP)?;
-    map_inplace(l, &out, OP, MapOp::Fill(0.0))?;
+    map_inplace(l, out.as_ref(), OP, MapOp::Fill(0.0))?;
     let ids_buffer = upload_ids(l, g.device(), ids, OP)?;
     let args = VgArgs {
         out: addr(&out),
@@ -1016,12 +1047,12 @@ pub(crate) fn embedding_backward(
 
 pub(crate) fn reduce(
     l: &dyn Launcher,
-    x: &Tensor,
+    x: StridedRef<'_>,
     dims: &[usize],
     keep_shape: &[usize],
     scale: f32,
     op: &'static str,
-) -> Result<Tensor> {
+) -> Result<Strided> {
     // Kept dims first, reduced dims last (each group in its order), made contiguous: each output
     // element is then one row, summed in the host backend's order (unless the row is long
     // enough to be summed in chunks).
@@ -1032,17 +1063,32 @@ pub(crate) fn reduce(
     perm.extend_from_slice(&reduced);
     let rows: usize = kept.iter().map(|&d| x.dims()[d]).product();
     let len: usize = reduced.iter().map(|&d| x.dims()[d]).product();
-    let lanes = {
-        let _no_grad = crate::grad::NoGradGuard::new();
-        x.permute(&perm)?.contiguous()?
-    };
+    let permuted = x.layout.permuted(&perm);
+    let lanes = contiguous(
+        l,
+        StridedRef {
+            storage: x.storage,
+            layout: &permuted,
+        },
+    )?;
     let out = uninit(x.device(), keep_shape, op)?;
-    sum_rows(l, op, &lanes, &out, (rows, len), RowSum::Scale(scale))?;
+    sum_rows(
+        l,
+        op,
+        lanes.as_ref(),
+        out.as_ref(),
+        (rows, len),
+        RowSum::Scale(scale),
+    )?;
     lanes.storage().note_use_end();
     Ok(out)
 }
 
-pub(crate) fn cross_entropy(l: &dyn Launcher, logp: &Tensor, targets: &[u32]) -> Result<Tensor> {
+pub(crate) fn cross_entropy(
+    l: &dyn Launcher,
+    logp: StridedRef<'_>,
+    targets: &[u32],
+) -> Result<Strided> {
     const OP: &str = "cross_entropy";
     let c = logp.dims()[logp.rank() - 1];
     let out = uninit(logp.device(), &[], OP)?;
@@ -1063,10 +1109,10 @@ pub(crate) fn cross_entropy(l: &dyn Launcher, logp: &Tensor, targets: &[u32]) ->
 
 pub(crate) fn cross_entropy_backward(
     l: &dyn Launcher,
-    g: &Tensor,
-    probs: &Tensor,
+    g: StridedRef<'_>,
+    probs: StridedRef<'_>,
     targets: &[u32],
-) -> Result<Tensor> {
+) -> Result<Strided> {
     const OP: &str = "cross_entropy_backward";
     let c = probs.dims()[probs.rank() - 1];
     let out = uninit(probs.device(), probs.dims(), OP)?;
@@ -1087,14 +1133,18 @@ pub(crate) fn cross_entropy_backward(
     Ok(out)
 }
 
-pub(crate) fn mean_square(l: &dyn Launcher, diff: &Tensor, op: &'static str) -> Result<Tensor> {
+pub(crate) fn mean_square(
+    l: &dyn Launcher,
+    diff: StridedRef<'_>,
+    op: &'static str,
+) -> Result<Strided> {
     let out = uninit(diff.device(), &[], op)?;
     let n = diff.elem_count();
     sum_rows(
         l,
         op,
         diff,
-        &out,
+        out.as_ref(),
         (1, n),
         RowSum::MeanOfSquares(n.max(1) as f32),
     )?;
@@ -1119,8 +1169,8 @@ const SUM_CHUNK: usize = 1024;
 fn sum_rows(
     l: &dyn Launcher,
     op: &'static str,
-    src: &Tensor,
-    out: &Tensor,
+    src: StridedRef<'_>,
+    out: StridedRef<'_>,
     (rows, len): (usize, usize),
     how: RowSum,
 ) -> Result<()> {
@@ -1161,14 +1211,16 @@ fn sum_rows(
     Ok(())
 }
 
-pub(crate) fn to_vec(l: &dyn Launcher, t: &Tensor, op: &'static str) -> Result<Vec<f32>> {
+pub(crate) fn to_vec(l: &dyn Launcher, t: StridedRef<'_>, op: &'static str) -> Result<Vec<f32>> {
+    let copy;
     let t = if t.is_contiguous() {
-        t.clone()
+        t
     } else {
-        map(l, t, op, MapOp::Copy)?
+        copy = map(l, t, op, MapOp::Copy)?;
+        copy.as_ref()
     };
     let mut out = vec![0.0f32; t.elem_count()];
-    l.download(f32_bytes_mut(&mut out), addr(&t))
+    l.download(f32_bytes_mut(&mut out), addr(t))
         .map_err(|m| backend_error(op, t.device(), m))?;
     t.storage().note_use_end();
     Ok(out)
@@ -1197,7 +1249,7 @@ pub(crate) fn upload(
     shape: &[usize],
     op: &'static str,
     data: &[f32],
-) -> Result<Tensor> {
+) -> Result<Strided> {
     let out = uninit(device, shape, op)?;
     l.upload(addr(&out), f32_bytes(data))
         .map_err(|m| backend_error(op, device, m))?;
@@ -1209,16 +1261,16 @@ pub(crate) fn full(
     device: &Device,
     shape: &[usize],
     value: f32,
-) -> Result<Tensor> {
+) -> Result<Strided> {
     let out = uninit(device, shape, "full")?;
-    map_inplace(l, &out, "full", MapOp::Fill(value))?;
+    map_inplace(l, out.as_ref(), "full", MapOp::Fill(value))?;
     Ok(out)
 }
 
 pub(crate) fn adam_step(
     l: &dyn Launcher,
-    state: [&Tensor; 4],
-    hyper: &super::AdamStep,
+    state: [StridedRef<'_>; 4],
+    hyper: &AdamStep,
 ) -> Result<()> {
     let [param, grad, m, v] = state;
     let args = VgArgs {

@@ -1,11 +1,13 @@
 //! The host backend: the primitives of [`super`] over slices of host memory (strided loops and
-//! `matrixmultiply`'s GEMM, in `super::super::kernels`).
+//! `matrixmultiply`'s GEMM, in [`super::host_kernels`]).
 
-use super::super::kernels;
-use super::super::ops::broadcast_strides;
-use super::super::ops::{gelu, gelu_derivative, sigmoid, BinOp};
-use super::super::{contiguous_strides, ReadSet, Result, Storage, Tensor};
-use super::{MapOp, MatmulShape, ZipOp};
+use super::super::error::{unreachable_error, Result, TensorError};
+use super::super::kinds::{
+    broadcast_strides, checked_numel, contiguous_strides, gelu, gelu_derivative, sigmoid, AdamStep,
+    BinOp, MapOp, MatmulShape, ZipOp,
+};
+use super::super::storage::{ReadSet, Storage, Strided, StridedRef};
+use super::host_kernels;
 use crate::Device;
 use std::sync::Arc;
 
@@ -125,24 +127,42 @@ pub(crate) fn alloc_with(
     shape: &[usize],
     op: &'static str,
     fill: impl FnOnce(&mut [f32]) -> Result<()>,
-) -> Result<Tensor> {
-    let numel = super::super::checked_numel(op, shape)?;
+) -> Result<Strided> {
+    let numel = checked_numel(op, shape)?;
     let mut storage = Storage::new(device, numel, shape, op)?;
     let slot = Arc::get_mut(&mut storage)
-        .ok_or_else(|| super::super::unreachable_error(op, "fresh storage is shared"))?;
+        .ok_or_else(|| unreachable_error(op, "fresh storage is shared"))?;
     fill(slot.fresh_mut(op)?)?;
-    Ok(Tensor::from_parts(
-        storage,
-        super::super::Layout::contiguous(shape),
-        false,
-    ))
+    Ok(Strided::contiguous(storage, shape))
 }
 
-pub(crate) fn map(src: &Tensor, op: &'static str, f: MapOp) -> Result<Tensor> {
+/// A single-element tensor of shape `[]` (as `Tensor::scalar` makes it: a `full`).
+#[track_caller]
+fn scalar(device: &Device, value: f32) -> Result<Strided> {
+    let _origin = crate::alloc::enter_op("scalar");
+    alloc_with(device, &[], "full", |d| {
+        d.fill(value);
+        Ok(())
+    })
+}
+
+/// The value of a single-element tensor (as `Tensor::to_scalar` reads it).
+fn to_scalar(t: StridedRef<'_>) -> Result<f32> {
+    if t.elem_count() != 1 {
+        return Err(TensorError::InvalidArgument {
+            op: "to_scalar",
+            shape: t.dims().to_vec(),
+            message: "needs exactly one element; reduce first".into(),
+        });
+    }
+    Ok(to_vec(t, "to_vec")?[0])
+}
+
+pub(crate) fn map(src: StridedRef<'_>, op: &'static str, f: MapOp) -> Result<Strided> {
     let read = src.storage().read(op)?;
     alloc_with(src.device(), src.dims(), op, |out| {
         let so = contiguous_strides(src.dims());
-        with_map_fn!(f, |g| kernels::unary(
+        with_map_fn!(f, |g| host_kernels::unary(
             src.dims(),
             out,
             &so,
@@ -155,9 +175,9 @@ pub(crate) fn map(src: &Tensor, op: &'static str, f: MapOp) -> Result<Tensor> {
     })
 }
 
-pub(crate) fn map_inplace(dst: &Tensor, op: &'static str, f: MapOp) -> Result<()> {
+pub(crate) fn map_inplace(dst: StridedRef<'_>, op: &'static str, f: MapOp) -> Result<()> {
     let w = dst.storage().write(op)?;
-    with_map_fn!(f, |g| kernels::inplace_unary(
+    with_map_fn!(f, |g| host_kernels::inplace_unary(
         dst.dims(),
         w.data,
         dst.strides(),
@@ -168,19 +188,19 @@ pub(crate) fn map_inplace(dst: &Tensor, op: &'static str, f: MapOp) -> Result<()
 }
 
 pub(crate) fn zip(
-    a: &Tensor,
-    b: &Tensor,
+    a: StridedRef<'_>,
+    b: StridedRef<'_>,
     shape: &[usize],
     op: &'static str,
     f: ZipOp,
-) -> Result<Tensor> {
+) -> Result<Strided> {
     let sa = broadcast_strides(a.dims(), a.strides(), shape);
     let sb = broadcast_strides(b.dims(), b.strides(), shape);
     let reads = ReadSet::new(op, &[a, b])?;
     let (da, db) = (reads.storage_of(a), reads.storage_of(b));
     alloc_with(a.device(), shape, op, |out| {
         let so = contiguous_strides(shape);
-        with_zip_fn!(f, |g| kernels::binary(
+        with_zip_fn!(f, |g| host_kernels::binary(
             shape,
             out,
             &so,
@@ -196,7 +216,12 @@ pub(crate) fn zip(
     })
 }
 
-pub(crate) fn zip_inplace(dst: &Tensor, src: &Tensor, op: &'static str, f: ZipOp) -> Result<()> {
+pub(crate) fn zip_inplace(
+    dst: StridedRef<'_>,
+    src: StridedRef<'_>,
+    op: &'static str,
+    f: ZipOp,
+) -> Result<()> {
     let ss = broadcast_strides(src.dims(), src.strides(), dst.dims());
     let (dst_s, src_s) = (dst.storage(), src.storage());
     // Address order, so that concurrent readers and writers cannot deadlock.
@@ -207,7 +232,7 @@ pub(crate) fn zip_inplace(dst: &Tensor, src: &Tensor, op: &'static str, f: ZipOp
         let r = src_s.read(op)?;
         (dst_s.write(op)?, r)
     };
-    with_zip_fn!(f, |g| kernels::inplace_binary(
+    with_zip_fn!(f, |g| host_kernels::inplace_binary(
         dst.dims(),
         w.data,
         dst.strides(),
@@ -220,7 +245,7 @@ pub(crate) fn zip_inplace(dst: &Tensor, src: &Tensor, op: &'static str, f: ZipOp
     Ok(())
 }
 
-pub(crate) fn matmul(a: &Tensor, b: &Tensor, shape: &MatmulShape) -> Result<Tensor> {
+pub(crate) fn matmul(a: StridedRef<'_>, b: StridedRef<'_>, shape: &MatmulShape) -> Result<Strided> {
     const OP: &str = "matmul";
     let MatmulShape { batch, m, k, n } = shape;
     let (m, k, n) = (*m, *k, *n);
@@ -248,7 +273,7 @@ pub(crate) fn matmul(a: &Tensor, b: &Tensor, shape: &MatmulShape) -> Result<Tens
             // SAFETY: `da` and `db` are the whole storages of the operands, whose layouts
             // address only elements inside them; `c` is a fresh rows×n buffer.
             unsafe {
-                kernels::gemm(
+                host_kernels::gemm(
                     rows,
                     k,
                     n,
@@ -272,14 +297,14 @@ pub(crate) fn matmul(a: &Tensor, b: &Tensor, shape: &MatmulShape) -> Result<Tens
             .map(|s| s * m * n)
             .collect();
         let c_ptr = c.as_mut_ptr();
-        kernels::for_each_index(
+        host_kernels::for_each_index(
             batch,
             [&bso, &bsa, &bsb],
             [0, a.offset(), b.offset()],
             |[oc, oa, ob]| {
                 // SAFETY: as above; each batch writes its own m×n block of `c`.
                 unsafe {
-                    kernels::gemm(
+                    host_kernels::gemm(
                         m,
                         k,
                         n,
@@ -300,7 +325,12 @@ pub(crate) fn matmul(a: &Tensor, b: &Tensor, shape: &MatmulShape) -> Result<Tens
     })
 }
 
-pub(crate) fn softmax(x: &Tensor, dim: usize, log: bool, op: &'static str) -> Result<Tensor> {
+pub(crate) fn softmax(
+    x: StridedRef<'_>,
+    dim: usize,
+    log: bool,
+    op: &'static str,
+) -> Result<Strided> {
     let shape = x.dims().to_vec();
     let len = shape[dim];
     let mut lanes = shape.clone();
@@ -309,7 +339,7 @@ pub(crate) fn softmax(x: &Tensor, dim: usize, log: bool, op: &'static str) -> Re
     let (sx, xs) = (x.strides()[dim], so[dim]);
     let read = x.storage().read(op)?;
     alloc_with(x.device(), &shape, op, |out| {
-        kernels::for_each_index(&lanes, [&so, x.strides()], [0, x.offset()], |[o, ix]| {
+        host_kernels::for_each_index(&lanes, [&so, x.strides()], [0, x.offset()], |[o, ix]| {
             let v = |i: usize| read.data[ix + i * sx];
             let max = (0..len).map(v).fold(f32::NEG_INFINITY, f32::max);
             let mut sum = 0.0f32;
@@ -334,13 +364,82 @@ pub(crate) fn softmax(x: &Tensor, dim: usize, log: bool, op: &'static str) -> Re
     })
 }
 
+/// Softmax along the last dimension of `x` (which covers its whole contiguous storage), written
+/// into `x`: each row with the arithmetic of [`softmax`], in its order.
+pub(crate) fn softmax_last_dim_inplace(x: StridedRef<'_>, op: &'static str) -> Result<()> {
+    let len = x.dims().last().copied().unwrap_or(0);
+    let write = x.storage().write(op)?;
+    // `chunks_exact_mut(0)` would panic; a row of no elements has nothing to normalise.
+    if len > 0 {
+        for row in write.data.chunks_exact_mut(len) {
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0.0f32;
+            for v in row.iter_mut() {
+                let e = (*v - max).exp();
+                *v = e;
+                sum += e;
+            }
+            let inv = 1.0 / sum;
+            for v in row.iter_mut() {
+                *v *= inv;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Layer norm of `x` (which covers its whole contiguous storage) over its last dimension,
+/// written into `x`: each row with the arithmetic of [`layer_norm`], in its order (an output
+/// element reads only its own input element once the row's statistics are known). `weight` and
+/// `bias` are contiguous, of the last dimension's size, and do not share `x`'s storage.
+pub(crate) fn layer_norm_inplace(
+    x: StridedRef<'_>,
+    weight: Option<StridedRef<'_>>,
+    bias: Option<StridedRef<'_>>,
+    eps: f32,
+) -> Result<()> {
+    const OP: &str = "layer_norm";
+    let d = x.dims().last().copied().unwrap_or(0);
+    if d == 0 {
+        return Ok(());
+    }
+    let params: Vec<StridedRef<'_>> = weight.into_iter().chain(bias).collect();
+    let reads = ReadSet::new(OP, &params)?;
+    let wd = weight.map(|w| reads.contiguous_data(w));
+    let bd = bias.map(|b| reads.contiguous_data(b));
+    if wd.is_some_and(|w| w.len() != d) || bd.is_some_and(|b| b.len() != d) {
+        return Err(unreachable_error(
+            OP,
+            "a parameter is not of the last dimension's size",
+        ));
+    }
+    let write = x.storage().write(OP)?;
+    let n = d as f32;
+    for row in write.data.chunks_exact_mut(d) {
+        let mean = row.iter().sum::<f32>() / n;
+        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n;
+        let rstd = 1.0 / (var + eps).sqrt();
+        for (j, v) in row.iter_mut().enumerate() {
+            let mut y = (*v - mean) * rstd;
+            if let Some(w) = wd {
+                y *= w[j];
+            }
+            if let Some(b) = bd {
+                y += b[j];
+            }
+            *v = y;
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn layer_norm(
-    x: &Tensor,
-    weight: Option<&Tensor>,
-    bias: Option<&Tensor>,
+    x: StridedRef<'_>,
+    weight: Option<StridedRef<'_>>,
+    bias: Option<StridedRef<'_>>,
     eps: f32,
     stats: bool,
-) -> Result<(Tensor, Option<(Tensor, Tensor)>)> {
+) -> Result<(Strided, Option<(Strided, Strided)>)> {
     const OP: &str = "layer_norm";
     let d = x.dims()[x.rank() - 1];
     let rows = x.elem_count() / d.max(1);
@@ -397,14 +496,14 @@ pub(crate) fn layer_norm(
 
 #[allow(clippy::type_complexity)]
 pub(crate) fn layer_norm_backward(
-    g: &Tensor,
-    x: &Tensor,
-    mean: &Tensor,
-    rstd: &Tensor,
-    weight: Option<&Tensor>,
+    g: StridedRef<'_>,
+    x: StridedRef<'_>,
+    mean: StridedRef<'_>,
+    rstd: StridedRef<'_>,
+    weight: Option<StridedRef<'_>>,
     need_w: bool,
     need_b: bool,
-) -> Result<(Tensor, Option<Tensor>, Option<Tensor>)> {
+) -> Result<(Strided, Option<Strided>, Option<Strided>)> {
     const OP: &str = "layer_norm_backward";
     let d = x.dims()[x.rank() - 1];
     let rows = x.elem_count() / d.max(1);
@@ -459,7 +558,11 @@ pub(crate) fn layer_norm_backward(
     Ok((gx, gw, gb))
 }
 
-pub(crate) fn embedding(table: &Tensor, ids: &[u32], out_shape: &[usize]) -> Result<Tensor> {
+pub(crate) fn embedding(
+    table: StridedRef<'_>,
+    ids: &[u32],
+    out_shape: &[usize],
+) -> Result<Strided> {
     const OP: &str = "embedding";
     let d = table.dims()[1];
     let (rs, cs) = (table.strides()[0], table.strides()[1]);
@@ -475,7 +578,11 @@ pub(crate) fn embedding(table: &Tensor, ids: &[u32], out_shape: &[usize]) -> Res
     })
 }
 
-pub(crate) fn embedding_backward(g: &Tensor, ids: &[u32], table_shape: &[usize]) -> Result<Tensor> {
+pub(crate) fn embedding_backward(
+    g: StridedRef<'_>,
+    ids: &[u32],
+    table_shape: &[usize],
+) -> Result<Strided> {
     const OP: &str = "embedding_backward";
     let d = table_shape[1];
     let gr = g.storage().read(OP)?;
@@ -493,16 +600,16 @@ pub(crate) fn embedding_backward(g: &Tensor, ids: &[u32], table_shape: &[usize])
 }
 
 pub(crate) fn reduce(
-    x: &Tensor,
+    x: StridedRef<'_>,
     keep_shape: &[usize],
     scale: f32,
     op: &'static str,
-) -> Result<Tensor> {
+) -> Result<Strided> {
     let out_strides = broadcast_strides(keep_shape, &contiguous_strides(keep_shape), x.dims());
     let read = x.storage().read(op)?;
     alloc_with(x.device(), keep_shape, op, |out| {
         out.fill(0.0);
-        kernels::for_each_index(
+        host_kernels::for_each_index(
             x.dims(),
             [&out_strides, x.strides()],
             [0, x.offset()],
@@ -517,7 +624,7 @@ pub(crate) fn reduce(
     })
 }
 
-pub(crate) fn cross_entropy(logp: &Tensor, targets: &[u32]) -> Result<Tensor> {
+pub(crate) fn cross_entropy(logp: StridedRef<'_>, targets: &[u32]) -> Result<Strided> {
     const OP: &str = "cross_entropy";
     let c = logp.dims()[logp.rank() - 1];
     let rows = targets.len();
@@ -530,17 +637,17 @@ pub(crate) fn cross_entropy(logp: &Tensor, targets: &[u32]) -> Result<Tensor> {
             .sum::<f32>()
             / rows.max(1) as f32
     };
-    Tensor::scalar(loss, logp.device())
+    scalar(logp.device(), loss)
 }
 
 pub(crate) fn cross_entropy_backward(
-    g: &Tensor,
-    probs: &Tensor,
+    g: StridedRef<'_>,
+    probs: StridedRef<'_>,
     targets: &[u32],
-) -> Result<Tensor> {
+) -> Result<Strided> {
     const OP: &str = "cross_entropy_backward";
     let c = probs.dims()[probs.rank() - 1];
-    let scale = g.to_scalar()? / targets.len().max(1) as f32;
+    let scale = to_scalar(g)? / targets.len().max(1) as f32;
     let p = probs.storage().read(OP)?;
     let off = probs.offset();
     alloc_with(probs.device(), probs.dims(), OP, |out| {
@@ -554,7 +661,7 @@ pub(crate) fn cross_entropy_backward(
     })
 }
 
-pub(crate) fn mean_square(diff: &Tensor, op: &'static str) -> Result<Tensor> {
+pub(crate) fn mean_square(diff: StridedRef<'_>, op: &'static str) -> Result<Strided> {
     let n = diff.elem_count().max(1) as f32;
     let loss = {
         let r = diff.storage().read(op)?;
@@ -564,13 +671,13 @@ pub(crate) fn mean_square(diff: &Tensor, op: &'static str) -> Result<Tensor> {
             .sum::<f32>()
             / n
     };
-    Tensor::scalar(loss, diff.device())
+    scalar(diff.device(), loss)
 }
 
-pub(crate) fn to_vec(t: &Tensor, op: &'static str) -> Result<Vec<f32>> {
+pub(crate) fn to_vec(t: StridedRef<'_>, op: &'static str) -> Result<Vec<f32>> {
     let read = t.storage().read(op)?;
     let mut out = Vec::with_capacity(t.elem_count());
-    kernels::for_each_row(
+    host_kernels::for_each_row(
         t.dims(),
         [t.strides()],
         [t.offset()],
@@ -583,10 +690,10 @@ pub(crate) fn to_vec(t: &Tensor, op: &'static str) -> Result<Vec<f32>> {
     Ok(out)
 }
 
-pub(crate) fn adam_step(state: [&Tensor; 4], hyper: &super::AdamStep) -> Result<()> {
+pub(crate) fn adam_step(state: [StridedRef<'_>; 4], hyper: &AdamStep) -> Result<()> {
     const OP: &str = "Adam::step";
     let [p, g, m, v] = state;
-    let &super::AdamStep {
+    let &AdamStep {
         lr,
         beta1: b1,
         beta2: b2,

@@ -1,17 +1,22 @@
 //! Where tensor ops compute: one dispatch per primitive, to the host backend ([`host`], slices
-//! of host memory) or, with the `cuda` feature, the CUDA backend (`cuda`, NVRTC kernels and cuBLAS on the device's
-//! stream). Ops in `ops.rs` keep their shape checks and autograd there, written once, and call
-//! the primitives here for the arithmetic; every output comes from [`crate::Device::allocate`]
-//! on the operands' device either way.
+//! of host memory) or, with the `cuda` feature, the CUDA backend (`cuda`, NVRTC kernels and
+//! cuBLAS on the device's stream). Primitives work on storage and layout only (a
+//! [`StridedRef`] in, a [`Strided`] out): they see no tensor, record nothing and call no op, so
+//! the op layer above keeps its shape checks and autograd records, written once. Every output
+//! comes from [`crate::Device::allocate`] on the operands' device either way.
 
 #[cfg(all(test, feature = "cuda"))]
 mod checks;
 #[cfg(feature = "cuda")]
 pub(crate) mod cuda;
 pub(crate) mod host;
+mod host_kernels;
 
-use super::ops::BinOp;
-use super::{Result, Tensor, TensorError};
+use super::error::{Result, TensorError};
+#[cfg(feature = "cuda")]
+use super::kinds::checked_numel;
+use super::kinds::{AdamStep, MapOp, MatmulShape, ZipOp};
+use super::storage::{Strided, StridedRef};
 use crate::Device;
 
 /// `dispatch!(device, op, host_closure, |l| cuda_expr)`: one primitive, computed by the host
@@ -30,98 +35,6 @@ macro_rules! dispatch {
     ($device:expr, $op:expr, $host:expr, |$l:ident| $cuda:expr $(,)?) => {
         dispatch_to($device, $op, $host)
     };
-}
-
-/// An element-wise function of one value (the kernel's `VG_MAP_*` code in `code`).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum MapOp {
-    Copy,
-    Scalar(BinOp, f32),
-    /// `x * mul + add`.
-    Affine(f32, f32),
-    Relu,
-    Gelu,
-    Tanh,
-    Sigmoid,
-    Exp,
-    Log,
-    Neg,
-    Fill(f32),
-}
-
-#[cfg(feature = "cuda")]
-impl MapOp {
-    /// `(op, s0, s1)` for `vg_map` (runtime/kernels/elementwise.cu).
-    pub(crate) fn code(self) -> (i32, f32, f32) {
-        match self {
-            MapOp::Copy => (0, 0.0, 0.0),
-            MapOp::Scalar(BinOp::Add, s) => (1, s, 0.0),
-            MapOp::Scalar(BinOp::Sub, s) => (2, s, 0.0),
-            MapOp::Scalar(BinOp::Mul, s) => (3, s, 0.0),
-            MapOp::Scalar(BinOp::Div, s) => (4, s, 0.0),
-            MapOp::Affine(mul, add) => (5, mul, add),
-            MapOp::Relu => (6, 0.0, 0.0),
-            MapOp::Gelu => (7, 0.0, 0.0),
-            MapOp::Tanh => (8, 0.0, 0.0),
-            MapOp::Sigmoid => (9, 0.0, 0.0),
-            MapOp::Exp => (10, 0.0, 0.0),
-            MapOp::Log => (11, 0.0, 0.0),
-            MapOp::Fill(v) => (12, v, 0.0),
-            MapOp::Neg => (13, 0.0, 0.0),
-        }
-    }
-}
-
-/// An element-wise function of two values (the kernel's `VG_ZIP_*` code in `code`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ZipOp {
-    Bin(BinOp),
-    /// The second operand (an in-place copy).
-    Second,
-    /// `g` where the output is positive, else 0 (`a` = g, `b` = relu's output).
-    ReluBackward,
-    /// `g · gelu'(x)` (`b` = gelu's input).
-    GeluBackward,
-    /// `g · (1 - y²)` (`b` = tanh's output).
-    TanhBackward,
-    /// `g · y(1 - y)` (`b` = sigmoid's output).
-    SigmoidBackward,
-}
-
-#[cfg(feature = "cuda")]
-impl ZipOp {
-    /// `op` for `vg_zip` (runtime/kernels/elementwise.cu).
-    pub(crate) fn code(self) -> i32 {
-        match self {
-            ZipOp::Bin(BinOp::Add) => 0,
-            ZipOp::Bin(BinOp::Sub) => 1,
-            ZipOp::Bin(BinOp::Mul) => 2,
-            ZipOp::Bin(BinOp::Div) => 3,
-            ZipOp::Second => 4,
-            ZipOp::ReluBackward => 5,
-            ZipOp::GeluBackward => 6,
-            ZipOp::TanhBackward => 7,
-            ZipOp::SigmoidBackward => 8,
-        }
-    }
-}
-
-/// The shapes of one matrix product `[batch.., m, k] · [batch.., k, n]` (batch dims already
-/// broadcast).
-#[derive(Debug, Clone)]
-pub(crate) struct MatmulShape {
-    pub(crate) batch: Vec<usize>,
-    pub(crate) m: usize,
-    pub(crate) k: usize,
-    pub(crate) n: usize,
-}
-
-impl MatmulShape {
-    pub(crate) fn out_shape(&self) -> Vec<usize> {
-        let mut s = self.batch.clone();
-        s.extend_from_slice(&[self.m, self.n]);
-        s
-    }
 }
 
 /// Runs `host` on host-addressable devices and `cuda` with the launcher of a CUDA device.
@@ -171,7 +84,7 @@ fn unsupported(device: &Device, op: &'static str) -> TensorError {
 }
 
 /// `f(src)` into a new contiguous tensor.
-pub(crate) fn map(src: &Tensor, op: &'static str, f: MapOp) -> Result<Tensor> {
+pub(crate) fn map(src: StridedRef<'_>, op: &'static str, f: MapOp) -> Result<Strided> {
     dispatch!(src.device(), op, || host::map(src, op, f), |l| cuda::map(
         l, src, op, f
     ),)
@@ -179,7 +92,7 @@ pub(crate) fn map(src: &Tensor, op: &'static str, f: MapOp) -> Result<Tensor> {
 
 /// `dst = f(dst)` in `dst`'s own layout. Does not bump the version (callers that write a
 /// shared storage do).
-pub(crate) fn map_inplace(dst: &Tensor, op: &'static str, f: MapOp) -> Result<()> {
+pub(crate) fn map_inplace(dst: StridedRef<'_>, op: &'static str, f: MapOp) -> Result<()> {
     dispatch!(dst.device(), op, || host::map_inplace(dst, op, f), |l| {
         cuda::map_inplace(l, dst, op, f)
     },)
@@ -187,12 +100,12 @@ pub(crate) fn map_inplace(dst: &Tensor, op: &'static str, f: MapOp) -> Result<()
 
 /// `f(a, b)` element-wise with broadcasting, into a new contiguous tensor of `shape`.
 pub(crate) fn zip(
-    a: &Tensor,
-    b: &Tensor,
+    a: StridedRef<'_>,
+    b: StridedRef<'_>,
     shape: &[usize],
     op: &'static str,
     f: ZipOp,
-) -> Result<Tensor> {
+) -> Result<Strided> {
     dispatch!(a.device(), op, || host::zip(a, b, shape, op, f), |l| {
         cuda::zip(l, a, b, shape, op, f)
     },)
@@ -200,7 +113,12 @@ pub(crate) fn zip(
 
 /// `dst = f(dst, src)` with `src` broadcast to `dst`'s shape; `src` must not share `dst`'s
 /// storage. Does not bump the version.
-pub(crate) fn zip_inplace(dst: &Tensor, src: &Tensor, op: &'static str, f: ZipOp) -> Result<()> {
+pub(crate) fn zip_inplace(
+    dst: StridedRef<'_>,
+    src: StridedRef<'_>,
+    op: &'static str,
+    f: ZipOp,
+) -> Result<()> {
     dispatch!(
         dst.device(),
         op,
@@ -210,28 +128,63 @@ pub(crate) fn zip_inplace(dst: &Tensor, src: &Tensor, op: &'static str, f: ZipOp
 }
 
 /// `a · b` for shapes already checked.
-pub(crate) fn matmul(a: &Tensor, b: &Tensor, shape: &MatmulShape) -> Result<Tensor> {
+pub(crate) fn matmul(a: StridedRef<'_>, b: StridedRef<'_>, shape: &MatmulShape) -> Result<Strided> {
     dispatch!(a.device(), "matmul", || host::matmul(a, b, shape), |l| {
         cuda::matmul(l, a, b, shape)
     },)
 }
 
 /// Softmax (or log-softmax) along `dim`, into a new contiguous tensor.
-pub(crate) fn softmax(x: &Tensor, dim: usize, log: bool, op: &'static str) -> Result<Tensor> {
+pub(crate) fn softmax(
+    x: StridedRef<'_>,
+    dim: usize,
+    log: bool,
+    op: &'static str,
+) -> Result<Strided> {
     dispatch!(x.device(), op, || host::softmax(x, dim, log, op), |l| {
         cuda::softmax(l, x, dim, log, op)
     },)
 }
 
+/// Whether `device` has the row kernels below that write softmax and layer norm into their
+/// input (the host backend; the CUDA backend has none yet: callers compute out of place).
+pub(crate) fn has_inplace_row_kernels(device: &Device) -> bool {
+    device.is_host()
+}
+
+/// Softmax along the last dimension of `x`, which covers its whole contiguous storage, written
+/// into `x`. Only where [`has_inplace_row_kernels`]. Does not bump the version.
+pub(crate) fn softmax_last_dim_inplace(x: StridedRef<'_>, op: &'static str) -> Result<()> {
+    if !has_inplace_row_kernels(x.device()) {
+        return Err(unsupported(x.device(), op));
+    }
+    host::softmax_last_dim_inplace(x, op)
+}
+
+/// Layer norm of `x` (covering its whole contiguous storage) over its last dimension, written
+/// into `x`; `weight` and `bias` contiguous and not sharing `x`'s storage. Only where
+/// [`has_inplace_row_kernels`]. Does not bump the version.
+pub(crate) fn layer_norm_inplace(
+    x: StridedRef<'_>,
+    weight: Option<StridedRef<'_>>,
+    bias: Option<StridedRef<'_>>,
+    eps: f32,
+) -> Result<()> {
+    if !has_inplace_row_kernels(x.device()) {
+        return Err(unsupported(x.device(), "layer_norm"));
+    }
+    host::layer_norm_inplace(x, weight, bias, eps)
+}
+
 /// Layer norm of contiguous `x` over its last dimension (`d` values); also the per-row mean and
 /// 1/std when `stats`.
 pub(crate) fn layer_norm(
-    x: &Tensor,
-    weight: Option<&Tensor>,
-    bias: Option<&Tensor>,
+    x: StridedRef<'_>,
+    weight: Option<StridedRef<'_>>,
+    bias: Option<StridedRef<'_>>,
     eps: f32,
     stats: bool,
-) -> Result<(Tensor, Option<(Tensor, Tensor)>)> {
+) -> Result<(Strided, Option<(Strided, Strided)>)> {
     dispatch!(
         x.device(),
         "layer_norm",
@@ -243,14 +196,14 @@ pub(crate) fn layer_norm(
 /// Gradient of layer norm: `(dx, dweight, dbias)`; every input contiguous.
 #[allow(clippy::type_complexity)]
 pub(crate) fn layer_norm_backward(
-    g: &Tensor,
-    x: &Tensor,
-    mean: &Tensor,
-    rstd: &Tensor,
-    weight: Option<&Tensor>,
+    g: StridedRef<'_>,
+    x: StridedRef<'_>,
+    mean: StridedRef<'_>,
+    rstd: StridedRef<'_>,
+    weight: Option<StridedRef<'_>>,
     need_w: bool,
     need_b: bool,
-) -> Result<(Tensor, Option<Tensor>, Option<Tensor>)> {
+) -> Result<(Strided, Option<Strided>, Option<Strided>)> {
     dispatch!(
         x.device(),
         "layer_norm_backward",
@@ -260,7 +213,11 @@ pub(crate) fn layer_norm_backward(
 }
 
 /// Rows `ids` (checked against the vocabulary) of the `[vocab, dim]` table.
-pub(crate) fn embedding(table: &Tensor, ids: &[u32], out_shape: &[usize]) -> Result<Tensor> {
+pub(crate) fn embedding(
+    table: StridedRef<'_>,
+    ids: &[u32],
+    out_shape: &[usize],
+) -> Result<Strided> {
     dispatch!(
         table.device(),
         "embedding",
@@ -270,7 +227,11 @@ pub(crate) fn embedding(table: &Tensor, ids: &[u32], out_shape: &[usize]) -> Res
 }
 
 /// Gradient of an embedding lookup with respect to the table (rows scatter-added).
-pub(crate) fn embedding_backward(g: &Tensor, ids: &[u32], table_shape: &[usize]) -> Result<Tensor> {
+pub(crate) fn embedding_backward(
+    g: StridedRef<'_>,
+    ids: &[u32],
+    table_shape: &[usize],
+) -> Result<Strided> {
     dispatch!(
         g.device(),
         "embedding_backward",
@@ -282,13 +243,13 @@ pub(crate) fn embedding_backward(g: &Tensor, ids: &[u32], table_shape: &[usize])
 /// `scale ·` the sum of `x` over `dims`, as a contiguous tensor of `keep_shape` (the reduced
 /// dims kept as size 1).
 pub(crate) fn reduce(
-    x: &Tensor,
+    x: StridedRef<'_>,
     // The host backend reads the reduced dims from `keep_shape`; the CUDA backend takes both.
     #[cfg_attr(not(feature = "cuda"), allow(unused_variables))] dims: &[usize],
     keep_shape: &[usize],
     scale: f32,
     op: &'static str,
-) -> Result<Tensor> {
+) -> Result<Strided> {
     dispatch!(
         x.device(),
         op,
@@ -298,7 +259,7 @@ pub(crate) fn reduce(
 }
 
 /// Mean cross-entropy (a scalar tensor) from contiguous log-probabilities `[rows, classes]`.
-pub(crate) fn cross_entropy(logp: &Tensor, targets: &[u32]) -> Result<Tensor> {
+pub(crate) fn cross_entropy(logp: StridedRef<'_>, targets: &[u32]) -> Result<Strided> {
     dispatch!(
         logp.device(),
         "cross_entropy",
@@ -309,10 +270,10 @@ pub(crate) fn cross_entropy(logp: &Tensor, targets: &[u32]) -> Result<Tensor> {
 
 /// Gradient of mean cross-entropy: `(probs - onehot) · g / rows`.
 pub(crate) fn cross_entropy_backward(
-    g: &Tensor,
-    probs: &Tensor,
+    g: StridedRef<'_>,
+    probs: StridedRef<'_>,
     targets: &[u32],
-) -> Result<Tensor> {
+) -> Result<Strided> {
     dispatch!(
         probs.device(),
         "cross_entropy_backward",
@@ -322,14 +283,14 @@ pub(crate) fn cross_entropy_backward(
 }
 
 /// `sum(diff²) / n` (a scalar tensor) of contiguous `diff`.
-pub(crate) fn mean_square(diff: &Tensor, op: &'static str) -> Result<Tensor> {
+pub(crate) fn mean_square(diff: StridedRef<'_>, op: &'static str) -> Result<Strided> {
     dispatch!(diff.device(), op, || host::mean_square(diff, op), |l| {
         cuda::mean_square(l, diff, op)
     },)
 }
 
 /// The elements in row-major order.
-pub(crate) fn to_vec(t: &Tensor, op: &'static str) -> Result<Vec<f32>> {
+pub(crate) fn to_vec(t: StridedRef<'_>, op: &'static str) -> Result<Vec<f32>> {
     dispatch!(t.device(), op, || host::to_vec(t, op), |l| cuda::to_vec(
         l, t, op
     ),)
@@ -342,11 +303,11 @@ pub(crate) fn alloc_with(
     shape: &[usize],
     op: &'static str,
     fill: impl FnOnce(&mut [f32]) -> Result<()>,
-) -> Result<Tensor> {
+) -> Result<Strided> {
     match device {
         #[cfg(feature = "cuda")]
         Device::Cuda(_) => {
-            let numel = super::checked_numel(op, shape)?;
+            let numel = checked_numel(op, shape)?;
             let mut data = vec![0.0f32; numel];
             fill(&mut data)?;
             upload(device, shape, op, &data)
@@ -361,7 +322,7 @@ pub(crate) fn upload(
     shape: &[usize],
     op: &'static str,
     data: &[f32],
-) -> Result<Tensor> {
+) -> Result<Strided> {
     dispatch!(
         device,
         op,
@@ -376,7 +337,7 @@ pub(crate) fn upload(
 }
 
 /// A tensor of `value`s.
-pub(crate) fn full(device: &Device, shape: &[usize], value: f32) -> Result<Tensor> {
+pub(crate) fn full(device: &Device, shape: &[usize], value: f32) -> Result<Strided> {
     dispatch!(
         device,
         "full",
@@ -390,20 +351,9 @@ pub(crate) fn full(device: &Device, shape: &[usize], value: f32) -> Result<Tenso
     )
 }
 
-/// The scalars of one Adam update (`bias1`, `bias2`: 1 - beta^t).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct AdamStep {
-    pub(crate) lr: f32,
-    pub(crate) beta1: f32,
-    pub(crate) beta2: f32,
-    pub(crate) eps: f32,
-    pub(crate) bias1: f32,
-    pub(crate) bias2: f32,
-}
-
 /// One fused Adam update of `[param, grad, m, v]` (contiguous, same element count, four
 /// storages); the caller bumps the versions.
-pub(crate) fn adam_step(state: [&Tensor; 4], hyper: &AdamStep) -> Result<()> {
+pub(crate) fn adam_step(state: [StridedRef<'_>; 4], hyper: &AdamStep) -> Result<()> {
     dispatch!(
         state[0].device(),
         "Adam::step",

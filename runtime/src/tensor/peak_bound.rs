@@ -1,4 +1,4 @@
-//! The liveness lower bound: the peak memory a computation would have if every buffer were
+//! A lower bound on peak memory: the peak a computation would have if every buffer were
 //! freed right after its last use.
 //!
 //! Benchmarks and tests compare the peaks of real code against it: code that drops each
@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Result of a recording.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LivenessBound {
+pub struct PeakBound {
     /// Peak bytes live above the bytes live when recording started, if each buffer lived from
     /// its allocation to its last use (buffers still alive when recording ended, such as the
     /// returned output, count to the end).
@@ -54,7 +54,7 @@ struct OlderFreed {
 
 #[derive(Debug, Default)]
 struct Recording {
-    /// Which [`LivenessRecorder`] owns it (a later `start` replaces it).
+    /// Which [`PeakBoundRecorder`] owns it (a later `start` replaces it).
     generation: u64,
     clock: u64,
     buffers: HashMap<u64, Buffer>,
@@ -75,14 +75,14 @@ thread_local! {
     static RECORDING: RefCell<Option<Recording>> = const { RefCell::new(None) };
 }
 
-/// Records tensor buffer lifetimes on the current thread until [`LivenessRecorder::finish`].
+/// Records tensor buffer lifetimes on the current thread until [`PeakBoundRecorder::finish`].
 ///
 /// ```
-/// # use vramguard_runtime::{Device, tensor::LivenessRecorder, Tensor};
+/// # use vramguard_runtime::{Device, tensor::PeakBoundRecorder, Tensor};
 /// # fn main() -> Result<(), vramguard_runtime::tensor::TensorError> {
 /// let dev = Device::isolated_host();
 /// let x = Tensor::ones(&[256], &dev)?; // 1 KiB, allocated before recording: not counted
-/// let recorder = LivenessRecorder::start();
+/// let recorder = PeakBoundRecorder::start();
 /// // exp's output dies after relu reads it, relu's after tanh reads it; tanh's lives on.
 /// let y = x.exp()?.relu()?.tanh()?;
 /// let bound = recorder.finish();
@@ -92,14 +92,14 @@ thread_local! {
 /// ```
 #[derive(Debug)]
 #[must_use = "the bound is only known once `finish` is called"]
-pub struct LivenessRecorder {
+pub struct PeakBoundRecorder {
     generation: u64,
     _not_send: std::marker::PhantomData<*const ()>,
 }
 
-impl LivenessRecorder {
+impl PeakBoundRecorder {
     /// Starts recording on this thread (replacing any recording already running here).
-    pub fn start() -> LivenessRecorder {
+    pub fn start() -> PeakBoundRecorder {
         static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
         let generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed);
         RECORDING.with(|r| {
@@ -108,15 +108,15 @@ impl LivenessRecorder {
                 ..Recording::default()
             })
         });
-        LivenessRecorder {
+        PeakBoundRecorder {
             generation,
             _not_send: std::marker::PhantomData,
         }
     }
 
     /// Stops recording and computes the bound. A recorder replaced by a later
-    /// [`LivenessRecorder::start`] on this thread saw nothing after that: its bound is zero.
-    pub fn finish(mut self) -> LivenessBound {
+    /// [`PeakBoundRecorder::start`] on this thread saw nothing after that: its bound is zero.
+    pub fn finish(mut self) -> PeakBound {
         bound_of(&self.take().unwrap_or_default())
     }
 
@@ -133,15 +133,15 @@ impl LivenessRecorder {
     }
 }
 
-impl Drop for LivenessRecorder {
+impl Drop for PeakBoundRecorder {
     fn drop(&mut self) {
         self.take();
     }
 }
 
-fn bound_of(recording: &Recording) -> LivenessBound {
+fn bound_of(recording: &Recording) -> PeakBound {
     let total = recording.buffers.values().map(|b| b.bytes).sum();
-    LivenessBound {
+    PeakBound {
         peak_bytes: peak_of(recording, false),
         peak_bytes_grads_held: peak_of(recording, true),
         buffers: recording.buffers.len() as u64,
@@ -247,7 +247,7 @@ mod tests {
 
     #[test]
     fn overlapping_and_disjoint_intervals() {
-        let r = LivenessRecorder::start();
+        let r = PeakBoundRecorder::start();
         on_alloc(1, 100); // t1
         on_alloc(2, 50); // t2
         on_use_end(1); // t3: 1 dies here (150 live at t2..t3)
@@ -264,7 +264,7 @@ mod tests {
 
     #[test]
     fn unfreed_buffers_live_to_the_end() {
-        let r = LivenessRecorder::start();
+        let r = PeakBoundRecorder::start();
         on_alloc(1, 10);
         on_alloc(2, 20);
         on_use_end(2);
@@ -275,7 +275,7 @@ mod tests {
 
     #[test]
     fn older_buffers_freed_while_recording_make_room() {
-        let r = LivenessRecorder::start();
+        let r = PeakBoundRecorder::start();
         on_free(90, 100, false); // t1: allocated before, unused while recording: gone from the start
         on_alloc(1, 150); // t2: 150 - 100 = 50 above the baseline
         on_use_end(91); // t3: allocated before, last used here
@@ -286,7 +286,7 @@ mod tests {
 
     #[test]
     fn gradients_held_by_leaves_live_until_freed_in_the_second_bound() {
-        let r = LivenessRecorder::start();
+        let r = PeakBoundRecorder::start();
         on_free(90, 40, true); // t1: last step's gradient, zeroed
         on_alloc(1, 100); // t2: a gradient
         on_use_end(1); // t3: the optimizer reads it
@@ -301,8 +301,8 @@ mod tests {
 
     #[test]
     fn dropping_a_replaced_recorder_leaves_the_newer_one_recording() {
-        let old = LivenessRecorder::start();
-        let new = LivenessRecorder::start();
+        let old = PeakBoundRecorder::start();
+        let new = PeakBoundRecorder::start();
         drop(old);
         on_alloc(1, 10);
         assert_eq!(new.finish().peak_bytes, 10);
@@ -311,7 +311,7 @@ mod tests {
     #[test]
     fn nothing_recorded_without_a_recorder() {
         on_alloc(1, 10);
-        let r = LivenessRecorder::start();
+        let r = PeakBoundRecorder::start();
         on_use_end(1);
         assert_eq!(r.finish().peak_bytes, 0);
     }

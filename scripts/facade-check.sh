@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The facade's public API, checked on rustdoc's JSON: every type in the signature of an item
+# public through `vramguard` can be named through `vramguard`, and no public type is of no use
+# (no public field, method or trait, in no signature). Rustdoc's JSON output is unstable, so it
+# runs with RUSTC_BOOTSTRAP=1, in a target directory of its own: a build script that probes for
+# nightly features (thiserror's) must not see that setting in the main target directory.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+target=target/rustdoc-json
+for crate in vramguard-runtime vramguard; do
+    RUSTC_BOOTSTRAP=1 CARGO_TARGET_DIR=$target cargo rustdoc -q -p "$crate" --lib -- \
+        -Z unstable-options --output-format json
+done
+python3 scripts/facade_check.py "$target/doc/vramguard_runtime.json" "$target/doc/vramguard.json"
