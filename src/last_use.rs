@@ -128,19 +128,65 @@ macro_rules! tensor_unary {
     )*};
 }
 
+/// The right-hand sides `add`, `sub`, `mul` and `div` take on a tensor: what `Tensor`'s own
+/// methods accept (`impl Into<Rhs>`: `&Tensor`, `f32`, `Rhs`) and what the operator traits on an
+/// owned tensor accept when they are in scope (`x.add(y)` with `y: Tensor` is `Add::add`).
+#[doc(hidden)]
+pub trait TensorOperand<'a> {
+    /// The operand, borrowed, owned or a scalar.
+    fn operand(self) -> Operand<'a>;
+}
+
+/// A right-hand side of an element-wise op (see [`TensorOperand`]).
+#[doc(hidden)]
+pub enum Operand<'a> {
+    /// A tensor, broadcast against the left operand.
+    Borrowed(&'a Tensor),
+    /// A tensor passed by value (freed after the op, as the operator frees it).
+    Owned(Tensor),
+    /// A scalar.
+    Scalar(f32),
+}
+
+impl<'a> TensorOperand<'a> for &'a Tensor {
+    fn operand(self) -> Operand<'a> {
+        Operand::Borrowed(self)
+    }
+}
+impl TensorOperand<'_> for Tensor {
+    fn operand(self) -> Operand<'static> {
+        Operand::Owned(self)
+    }
+}
+impl TensorOperand<'_> for f32 {
+    fn operand(self) -> Operand<'static> {
+        Operand::Scalar(self)
+    }
+}
+impl<'a> TensorOperand<'a> for Rhs<'a> {
+    fn operand(self) -> Operand<'a> {
+        match self {
+            Rhs::Tensor(t) => Operand::Borrowed(t),
+            Rhs::Scalar(s) => Operand::Scalar(s),
+        }
+    }
+}
+
 macro_rules! tensor_binary {
     ($($method:ident => $op:tt,)*) => {$(
         /// The consuming form of the op (see the module docs).
         #[inline(always)]
         #[track_caller]
-        pub fn $method<'a, R: Into<Rhs<'a>>, Plain: FnOnce(Tensor, R) -> TensorResult>(
+        pub fn $method<'a, R: TensorOperand<'a>, Plain: FnOnce(Tensor, R) -> TensorResult>(
             self,
             _plain: Plain,
             rhs: R,
         ) -> TensorResult {
-            match rhs.into() {
-                Rhs::Tensor(rhs) => self.0 $op rhs,
-                Rhs::Scalar(rhs) => self.0 $op rhs,
+            match rhs.operand() {
+                Operand::Borrowed(rhs) => self.0 $op rhs,
+                // As the operator on two owned tensors: `rhs` is freed after the op.
+                Operand::Owned(rhs) => self.0 $op &rhs,
+                Operand::Scalar(rhs) => self.0 $op rhs,
             }
         }
     )*};

@@ -93,6 +93,29 @@ fn every_op_runs_in_the_dying_buffer_with_the_plain_bits() -> Result<()> {
     Ok(())
 }
 
+/// With `std::ops::Add` in scope, `h.add(t)` on two owned tensors is the operator's method; the
+/// consuming form takes that right-hand side too (and an `Rhs`), with the same bits.
+#[inference]
+fn operator_methods(x: &Tensor, row: &Tensor) -> Result<Tensor> {
+    use std::ops::Add;
+    let h = x.exp()?;
+    let t = x.tanh()?;
+    let h = h.add(t)?;
+    let h = h.sub(vramguard::Rhs::Tensor(row))?;
+    let h = h.mul(vramguard::Rhs::Scalar(0.5))?;
+    Ok(h)
+}
+
+#[test]
+fn operator_methods_and_rhs_values_take_the_consuming_form() -> Result<()> {
+    let inputs = inputs()?;
+    let (x, row) = (&inputs.x, &inputs.row);
+    let expected = x.exp()?.add(&x.tanh()?)?.sub(row)?.mul(0.5)?;
+    let out = vramguard::no_grad(|| operator_methods(x, row))?;
+    assert_eq!(out.to_vec()?, expected.to_vec()?);
+    Ok(())
+}
+
 /// A local that another handle shares (a clone kept for later, a view) is computed out of
 /// place, and the shared data is unchanged.
 #[inference]

@@ -222,7 +222,10 @@ pub fn inference(args: TokenStream, item: TokenStream) -> TokenStream {
 /// Makes every loop of a function (or only the loops marked `#[batch_scope]`) a per-iteration
 /// batch scope: each iteration enters a runtime `BatchScope` that accounts what it allocates,
 /// reports what escapes it and warns when live memory grows iteration after iteration; the
-/// iteration's locals are released at their last use; and the body is linted.
+/// iteration's locals are released at their last use, and a listed op on one of them there
+/// runs in place as under [`inference`] (never on a tensor autograd saved: with grad mode on,
+/// the runtime computes out of place whenever a backward could read the buffer); and the body
+/// is linted.
 ///
 /// ```ignore
 /// #[vramguard::batch_scope(strict, every = 100)]
