@@ -3,7 +3,8 @@
 //! GPU memory discipline made automatic for people who write model code.
 //!
 //! - [`inference`]: runs a function with grad recording disabled and drops each local right
-//!   after its last use (in Rust, shadowing frees nothing).
+//!   after its last use (in Rust, shadowing frees nothing); an op on a tensor that dies there
+//!   writes into its buffer.
 //! - [`batch_scope`]: per-iteration scopes for training and evaluation loops, with leak and
 //!   growth reports.
 //! - Lints at compile time for the mistakes that waste memory, suppressible with [`allow`].
@@ -21,7 +22,16 @@
 //!     Ok(x)
 //! }
 //!
-//! // The same code: grad off, each `x` freed right after its last use.
+//! // The same code: grad off, each `x` freed right after its last use, every op out of place.
+//! #[vramguard::inference(inplace = false)]
+//! fn out_of_place(x: &Tensor) -> Result<Tensor, TensorError> {
+//!     let x = x.exp()?;
+//!     let x = x.tanh()?;
+//!     let x = x.sigmoid()?;
+//!     Ok(x)
+//! }
+//!
+//! // The attribute as is: also, an op on a local that dies there writes into its buffer.
 //! #[vramguard::inference]
 //! fn guarded(x: &Tensor) -> Result<Tensor, TensorError> {
 //!     let x = x.exp()?;
@@ -42,7 +52,8 @@
 //!     Ok(memory::stats(&device).peak_allocated_bytes - before)
 //! };
 //! assert_eq!(peak(plain)?, 3 * mib); // all three intermediates at once
-//! assert_eq!(peak(guarded)?, 2 * mib); // only an op's input and output
+//! assert_eq!(peak(out_of_place)?, 2 * mib); // only an op's input and output
+//! assert_eq!(peak(guarded)?, mib); // `exp`'s output carries `tanh` and `sigmoid`
 //! # Ok(()) }
 //! ```
 //!
