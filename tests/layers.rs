@@ -317,7 +317,7 @@ fn graph(root: &Path, layers: &Layers) -> BTreeMap<String, BTreeMap<String, Stri
                 continue;
             }
             let shown = file
-                .strip_prefix(&root)
+                .strip_prefix(root)
                 .unwrap_or(&file)
                 .display()
                 .to_string();
