@@ -9,12 +9,14 @@
 //! ```
 //!
 //! It loads one set of weights and runs the same forward pass (written in plain candle style,
-//! see `examples/common/bert.rs`) three ways: grad on without the attribute, under the no-grad
-//! guard alone, and under `#[inference]`. Peaks are exact allocator statistics above the bytes
-//! live before the pass. Then it finds the largest batch that fits a fixed memory budget,
-//! weights included, with grad on and with `#[inference]` (the article: batch 16 → 32), with
+//! see `examples/common/bert.rs`) four ways: grad on without the attribute, under the no-grad
+//! guard alone, under `#[inference(inplace = false)]` (every op out of place) and under
+//! `#[inference]` (ops on a local at its last use in its buffer: `gelu`, `broadcast_add`,
+//! `softmax`). Peaks are exact allocator statistics above the bytes live before the pass. Then
+//! it finds the largest batch that fits a fixed memory budget, weights included, with grad on
+//! and with both forms of the attribute (the article: batch 16 → 32), with
 //! `memory::max_batch`'s search (two measured peaks, a prediction, two confirmations).
-//! `--html FILE` writes the allocator's timeline of the three passes as one HTML page.
+//! `--html FILE` writes the allocator's timeline of the four passes as one HTML page.
 //! `--device cuda[:N]` runs it all on a GPU (peaks in device bytes; the budget is the GPU
 //! allocator's memory limit); without a usable GPU it says so in one line and exits 0.
 //! `--weights FILE` loads the weights from a safetensors file (names as in Hugging Face's BERT
@@ -93,7 +95,12 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     println!("batch {batch_size} × sequence {seq}, {backend}\n");
     println!("activation peak (exact allocator bytes above weights and inputs)");
     let mut peaks = Vec::new();
-    for variant in [Variant::Grad, Variant::GuardOnly, Variant::Inference] {
+    for variant in [
+        Variant::Grad,
+        Variant::GuardOnly,
+        Variant::Inference,
+        Variant::InferenceInPlace,
+    ] {
         let _label = vramguard::scope::tag(variant.name());
         peaks.push((
             variant,
@@ -103,7 +110,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let grad_peak = peaks[0].1;
     for (variant, peak) in &peaks {
         println!(
-            "  {:<24} {:>10.2} MiB  {:>5.2}×",
+            "  {:<30} {:>10.2} MiB  {:>5.2}×",
             variant.name(),
             mib(*peak),
             *peak as f64 / grad_peak as f64
@@ -111,7 +118,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     }
     let bound = liveness_bound(&weights, &batch)?;
     println!(
-        "  {:<24} {:>10.2} MiB  {:>5.2}×",
+        "  {:<30} {:>10.2} MiB  {:>5.2}×",
         "liveness lower bound",
         mib(bound),
         bound as f64 / grad_peak as f64
@@ -119,20 +126,29 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
 
     let plain =
         vramguard::no_grad(|| measure::forward(Variant::Grad, &weights, &batch))?.to_vec()?;
-    let transformed = measure::forward(Variant::Inference, &weights, &batch)?.to_vec()?;
-    let identical = plain
-        .iter()
-        .zip(&transformed)
-        .all(|(a, b)| a.to_bits() == b.to_bits());
-    println!(
-        "  outputs of #[inference] and the plain forward are bit-identical: {}",
-        if identical { "yes" } else { "NO" }
-    );
+    let mut identical = true;
+    for variant in [Variant::Inference, Variant::InferenceInPlace] {
+        let transformed = measure::forward(variant, &weights, &batch)?.to_vec()?;
+        let same = plain.len() == transformed.len()
+            && plain
+                .iter()
+                .zip(&transformed)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+        println!(
+            "  outputs of {} and the plain forward are bit-identical: {}",
+            variant.name(),
+            if same { "yes" } else { "NO" }
+        );
+        identical &= same;
+    }
 
     if let Some(path) = &html {
         std::fs::write(
             path,
-            memory::html_report(&device, "bert_inference: grad on, guard only, #[inference]"),
+            memory::html_report(
+                &device,
+                "bert_inference: grad on, guard only, #[inference] out of place and in place",
+            ),
         )?;
         println!("  memory timeline written to {path}");
     }
@@ -152,14 +168,27 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         budget_bytes,
         1024,
     )?;
-    println!("  {:<24} {grad}", Variant::Grad.name());
-    println!(
-        "  {:<24} {inference}: {:.1}× grad on",
-        Variant::Inference.name(),
-        inference.batch as f64 / grad.batch.max(1) as f64
-    );
+    let in_place = find_max_batch(
+        Variant::InferenceInPlace,
+        &weights,
+        seq,
+        &budget,
+        budget_bytes,
+        1024,
+    )?;
+    println!("  {:<30} {grad}", Variant::Grad.name());
+    for (variant, found) in [
+        (Variant::Inference, inference),
+        (Variant::InferenceInPlace, in_place),
+    ] {
+        println!(
+            "  {:<30} {found}: {:.1}× grad on",
+            variant.name(),
+            found.batch as f64 / grad.batch.max(1) as f64
+        );
+    }
     if !identical {
-        return Err("the #[inference] output differs from the plain output".into());
+        return Err("an #[inference] output differs from the plain output".into());
     }
     Ok(())
 }

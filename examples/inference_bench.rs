@@ -5,15 +5,20 @@
 //! and inputs excluded), so they are activation memory:
 //! - `peak_bytes_grad`: grad on, no attribute (the graph keeps activations alive);
 //! - `peak_bytes_nograd`: `#[inference(drops = false)]`, the no-grad guard alone;
-//! - `peak_bytes_inference`: `#[inference]`, guard plus drops at last use;
-//! - `peak_bytes_liveness_bound`: the same ops if every tensor died at its last use.
+//! - `peak_bytes_inference`: `#[inference(inplace = false)]`, guard plus drops at last use;
+//! - `peak_bytes_liveness_bound`: the same ops if every tensor died at its last use;
+//! - `peak_bytes_inference_inplace`: `#[inference]`, which also runs an op whose receiver dies
+//!   there in the receiver's buffer (`gelu`, `broadcast_add`, `softmax` in this encoder), so it
+//!   goes below the liveness bound of the out-of-place code (`inplace_over_liveness_bound`).
 //!
 //! `max_batch_*` is the largest batch whose forward pass fits a host device of `--budget-mib`
 //! capacity, weights included, by doubling then bisection (`max_batch_bisection_runs_*` forward
 //! passes). `max_batch_finder_runs_*` are the forward passes the library's `memory::max_batch`
 //! took on the same device, and `max_batch_finder_exact` is 1 when it found the bisection's
 //! answer for both variants. `time_ratio_inference_over_nograd` is the median run time with
-//! the attribute over the guard alone, interleaved in one run.
+//! the attribute over the guard alone, interleaved in one run (`time_ratio_inplace_over_nograd`
+//! the same for the in-place form); `max_batch_inference_inplace` the largest batch of the
+//! in-place form by the same bisection.
 //!
 //! Flags: `--layers N` (12), `--seq N` (128), `--batch N` (8), `--budget-mib N` (768),
 //! `--reps N` (5), `--quick` (2 layers, seq 64, batch 2, budget 256 MiB, 3 reps), plus the
@@ -90,6 +95,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let peak_grad = activation_peak(Variant::Grad, &weights, &batch, &device)?;
     let peak_nograd = activation_peak(Variant::GuardOnly, &weights, &batch, &device)?;
     let peak_inference = activation_peak(Variant::Inference, &weights, &batch, &device)?;
+    let peak_inplace = activation_peak(Variant::InferenceInPlace, &weights, &batch, &device)?;
     let bound = liveness_bound(&weights, &batch)?;
 
     // The transform must not change results: compare outputs bit for bit.
@@ -101,13 +107,20 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             .iter()
             .zip(&transformed)
             .all(|(a, b)| a.to_bits() == b.to_bits());
+    let in_place = measure::forward(Variant::InferenceInPlace, &weights, &batch)?.to_vec()?;
+    let identical_inplace = reference.len() == in_place.len()
+        && reference
+            .iter()
+            .zip(&in_place)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
 
     eprintln!("timing {reps} interleaved forward passes of each variant ...");
-    let (mut t_nograd, mut t_inference) = (Vec::new(), Vec::new());
+    let (mut t_nograd, mut t_inference, mut t_inplace) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..reps {
         for (variant, times) in [
             (Variant::GuardOnly, &mut t_nograd),
             (Variant::Inference, &mut t_inference),
+            (Variant::InferenceInPlace, &mut t_inplace),
         ] {
             let start = Instant::now();
             let out = measure::forward(variant, &weights, &batch)?;
@@ -116,7 +129,9 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             drop(out);
         }
     }
-    let time_ratio = median(&mut t_inference) / median(&mut t_nograd);
+    let median_nograd = median(&mut t_nograd);
+    let time_ratio = median(&mut t_inference) / median_nograd;
+    let time_ratio_inplace = median(&mut t_inplace) / median_nograd;
     drop((weights, batch, device));
 
     eprintln!(
@@ -141,6 +156,8 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let (max_inference, bisection_runs_inference) =
         max_batch_bisection(Variant::Inference, &weights, seq, &budget, 4096)?;
     let finder_exact = found_grad.batch == max_grad && found_inference.batch == max_inference;
+    let (max_inplace, _) =
+        max_batch_bisection(Variant::InferenceInPlace, &weights, seq, &budget, 4096)?;
 
     let mut r = Report::new(if on_gpu {
         "inference_cuda"
@@ -176,8 +193,25 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         "≤ 1.15",
         ratio(peak_inference, bound) <= 1.15,
     );
+    r.metric(
+        "peak_bytes_inference_inplace",
+        peak_inplace as f64,
+        Unit::Bytes,
+    );
+    r.metric_with_target(
+        "inplace_over_liveness_bound",
+        ratio(peak_inplace, bound),
+        Unit::Ratio,
+        "≤ 0.75",
+        ratio(peak_inplace, bound) <= 0.75,
+    );
     r.metric("max_batch_grad", max_grad as f64, Unit::Batch);
     r.metric("max_batch_inference", max_inference as f64, Unit::Batch);
+    r.metric(
+        "max_batch_inference_inplace",
+        max_inplace as f64,
+        Unit::Batch,
+    );
     r.metric_with_target(
         "max_batch_inference_over_grad",
         max_inference as f64 / max_grad.max(1) as f64,
@@ -223,10 +257,22 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         "≤ 1.02",
         time_ratio <= 1.02,
     );
+    r.metric_with_target(
+        "time_ratio_inplace_over_nograd",
+        time_ratio_inplace,
+        Unit::Ratio,
+        "≤ 1.02",
+        time_ratio_inplace <= 1.02,
+    );
     r.metric("weight_bytes", weight_bytes as f64, Unit::Bytes);
     r.metric(
         "outputs_bit_identical",
         f64::from(u8::from(identical)),
+        Unit::Count,
+    );
+    r.metric(
+        "outputs_bit_identical_inplace",
+        f64::from(u8::from(identical_inplace)),
         Unit::Count,
     );
     r.note(&format!(
@@ -234,13 +280,15 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
          Peaks: allocator statistics above the weights ({:.1} MiB) and inputs. Max batch: {} of {budget_mib} MiB, weights included, \
          doubling then bisection; `max_batch_finder_*`: the library's `memory::max_batch` on the same device (two measured peaks, \
          a prediction, confirmations), `exact` = 1 when it found the bisection's answer for both variants. Times: median of {reps} interleaved forward passes. `outputs_bit_identical` = 1 when the \
-         #[inference] output equals the plain no-grad output bit for bit.",
+         #[inference(inplace = false)] output equals the plain no-grad output bit for bit (`_inplace`: the #[inference] output). \
+         The in-place rows: `#[inference]`, which runs `gelu`, `broadcast_add` and `softmax` on a dying local in its buffer; the \
+         liveness bound is that of the out-of-place code.",
         mib(weight_bytes),
         if on_gpu { "a GPU allocator limited" } else { "host device" }
     ));
     r.finish(args);
-    if !identical {
-        return Err("the #[inference] output differs from the plain output".into());
+    if !identical || !identical_inplace {
+        return Err("an #[inference] output differs from the plain output".into());
     }
     Ok(())
 }

@@ -3,7 +3,8 @@
 //! GPU memory discipline made automatic for people who write model code.
 //!
 //! - [`inference`]: runs a function with grad recording disabled and drops each local right
-//!   after its last use (in Rust, shadowing frees nothing).
+//!   after its last use (in Rust, shadowing frees nothing); an op on a tensor that dies there
+//!   writes into its buffer.
 //! - [`batch_scope`]: per-iteration scopes for training and evaluation loops, with leak and
 //!   growth reports.
 //! - Lints at compile time for the mistakes that waste memory, suppressible with [`allow`].
@@ -21,7 +22,16 @@
 //!     Ok(x)
 //! }
 //!
-//! // The same code: grad off, each `x` freed right after its last use.
+//! // The same code: grad off, each `x` freed right after its last use, every op out of place.
+//! #[vramguard::inference(inplace = false)]
+//! fn out_of_place(x: &Tensor) -> Result<Tensor, TensorError> {
+//!     let x = x.exp()?;
+//!     let x = x.tanh()?;
+//!     let x = x.sigmoid()?;
+//!     Ok(x)
+//! }
+//!
+//! // The attribute as is: also, an op on a local that dies there writes into its buffer.
 //! #[vramguard::inference]
 //! fn guarded(x: &Tensor) -> Result<Tensor, TensorError> {
 //!     let x = x.exp()?;
@@ -42,7 +52,8 @@
 //!     Ok(memory::stats(&device).peak_allocated_bytes - before)
 //! };
 //! assert_eq!(peak(plain)?, 3 * mib); // all three intermediates at once
-//! assert_eq!(peak(guarded)?, 2 * mib); // only an op's input and output
+//! assert_eq!(peak(out_of_place)?, 2 * mib); // only an op's input and output
+//! assert_eq!(peak(guarded)?, mib); // `exp`'s output carries `tanh` and `sigmoid`
 //! # Ok(()) }
 //! ```
 //!
@@ -57,6 +68,7 @@
 //! | | vramguard `Tensor` | candle (CPU) | candle (CUDA) | burn (`burn-ndarray`) | ndarray | tch |
 //! | --- | --- | --- | --- | --- | --- | --- |
 //! | frees at last use | yes: `tests/inference_memory.rs` | yes: `tests/release_table.rs`, `candle_inference` | yes: the same tensor type | yes: `tests/release_table.rs`, `burn_inference` | yes: `tests/release_table.rs` | yes: `tests/release_table.rs` |
+//! | in place at last use | yes: `tests/inference_inplace.rs` | no: a tensor shares its storage with views and clones, and candle does not say whether a handle is the only one | as CPU | burn does it by itself (an op on a tensor whose handle is the only one reuses its buffer) | `mapv` of an owned array: `tests/inference_inplace.rs` (feature `ndarray`) | no: libtorch's storage is shared with views and autograd, not visible from Rust |
 //! | no-grad | yes: `runtime/tests/tensor_grad.rs` | no switch in candle: plain weights (notice: `tests/debug_notices.rs`) | as CPU | no switch in burn: `model.valid()` | nothing to record | yes: tch's guard, `tests/release_table.rs` |
 //! | `#[batch_scope]` accounting | yes: `runtime/tests/scope_accounting.rs` | yes: `tests/heap_scopes.rs` | yes, through the driver's pool: `examples/candle_cuda_pool.rs` (GPU) | yes: `burn_inference` | yes: `tests/heap_scopes.rs` | no: libtorch's memory is C++'s |
 //! | statistics | yes: `memory::stats` | yes: `heap::stats`, `tests/heap_stats.rs` | yes: `driver_pool::DriverPool::stats` (GPU) | yes: `heap::stats` | yes: `heap::stats` | no (as above) |
@@ -69,6 +81,7 @@
 //! neither passes through Rust's allocator, so the heap tools cannot see them.
 #![warn(missing_docs)]
 
+mod last_use;
 mod library_grad;
 mod notices;
 mod release;
@@ -166,6 +179,7 @@ pub mod __private {
     pub use vramguard_runtime::grad::{no_grad_future, NoGradGuard};
     pub use vramguard_runtime::scope::{BatchScope, BatchScopeGuard, ScopeOptions, WarningOutput};
 
+    pub use crate::last_use::{Dying, PlainAtLastUse};
     pub use crate::library_grad::{library_no_grad, with_library_no_grad, LibraryNoGrad};
     pub use crate::release::{CopyAtLastUse, KeepToScopeEnd, Probe, ReleaseAtLastUse};
 

@@ -6,7 +6,9 @@
 //! Each kind of kept value is one program in three forms — an `#[inference]` fn, the same work
 //! in the body of a loop under `#[batch_scope]`, and an `async fn` under `#[inference]` that
 //! holds the kept value across an `.await` that is pending once — stamped `with` and `without`
-//! the attributes by `cases!`. Every program also allocates `Mem` buffers (`Release`) around the
+//! the attributes by `cases!` (`consuming_forms` calls methods named like the consuming forms
+//! of issue #21, which the attributes route through `Dying`'s fallback: the calls and their
+//! order must not change). Every program also allocates `Mem` buffers (`Release`) around the
 //! kept values, so early frees do happen: the check (see `release_support::compare`) allows a
 //! `free` to move earlier and nothing else to move, and each form must show early frees.
 // The `async fn`s hold guards across an `.await` on purpose: the guard must keep its place.
@@ -231,6 +233,59 @@ macro_rules! cases {
         }
 
         // ---- a span-like guard, with work logged after its last use -------------------------
+
+        // ---- ops named like consuming forms, on `Release` values and on a kept `Rc` -------
+
+        $(#[$inference])?
+        pub fn consuming_forms() -> usize {
+            let a = Mem::new("a", 4);
+            let b = Mem::new("b", 2);
+            let shared = Rc::new(Mem::new("shared", 3));
+            let h = a.gelu();
+            let h = h.broadcast_add(&b);
+            let s = shared.gelu();
+            ev(format!("shared {}", Rc::strong_count(&shared)));
+            let h = h.softmax(1);
+            let n = h.len() + s.len();
+            ev(format!("n {n}"));
+            n
+        }
+
+        $(#[$batch])?
+        pub fn consuming_forms_loop() -> usize {
+            let shared = Rc::new(Mem::new("shared", 3));
+            let mut last = 0;
+            for i in 0..3usize {
+                let a = Mem::new(format!("a{i}"), 4 + i);
+                let b = Mem::new(format!("b{i}"), 2);
+                let h = a.gelu();
+                let h = h.broadcast_add(&b);
+                let s = shared.gelu();
+                ev(format!("shared {}", Rc::strong_count(&shared)));
+                let h = h.softmax(i);
+                let n = h.len() + s.len();
+                ev(format!("n {n}"));
+                last = n;
+            }
+            last
+        }
+
+        $(#[$inference])?
+        pub async fn consuming_forms_async() -> usize {
+            let a = Mem::new("a", 4);
+            let b = Mem::new("b", 2);
+            let shared = Rc::new(Mem::new("shared", 3));
+            let h = a.gelu();
+            pending_once().await;
+            let h = h.broadcast_add(&b);
+            let s = shared.gelu();
+            ev(format!("shared {}", Rc::strong_count(&shared)));
+            let h = h.softmax(1);
+            pending_once().await;
+            let n = h.len() + s.len();
+            ev(format!("n {n}"));
+            n
+        }
 
         $(#[$inference])?
         pub fn span_guard() -> usize {
@@ -1072,6 +1127,7 @@ fn inference_functions() {
     check!(t, rwlock_write() => (true, 1));
     check!(t, ref_map() => (10, false));
     check!(t, span_guard() => 2);
+    check!(t, consuming_forms() => 9);
     check!(t, env_guard("FN") => "inside".to_owned());
     check!(t, lock_file("lock-fn") => true);
     check!(t, pooled_connection() => (6, 1));
@@ -1093,7 +1149,7 @@ fn inference_functions() {
     );
     assert_eq!(accumulator_without::copy_accumulator(&xs), 9103);
     t.push(("copy_accumulator", outcome));
-    assert_eq!(table.len(), 19);
+    assert_eq!(table.len(), 20);
     summarize("#[inference] fn", &table);
 }
 
@@ -1106,6 +1162,7 @@ fn batch_scope_loops() {
     check!(t, rwlock_write_loop() => vec![5, 6, 7]);
     check!(t, ref_map_loop() => 3);
     check!(t, span_guard_loop() => 4);
+    check!(t, consuming_forms_loop() => 11);
     check!(t, env_guard_loop("LOOP") => "<unset>".to_owned());
     check!(t, lock_file_loop("lock-loop") => false);
     check!(t, pooled_connection_loop() => 2);
@@ -1127,7 +1184,7 @@ fn batch_scope_loops() {
     );
     assert_eq!(accumulator_without::copy_accumulator_loop(&xs), 10);
     t.push(("copy_accumulator_loop", outcome));
-    assert_eq!(table.len(), 19);
+    assert_eq!(table.len(), 20);
     summarize("#[batch_scope] loop", &table);
 }
 
@@ -1140,6 +1197,7 @@ fn async_functions() {
     check!(t, async rwlock_write_async() => (true, 1));
     check!(t, async ref_map_async() => (10, false));
     check!(t, async span_guard_async() => 2);
+    check!(t, async consuming_forms_async() => 9);
     check!(t, async env_guard_async("ASYNC") => "inside".to_owned());
     check!(t, async lock_file_async("lock-async") => true);
     check!(t, async pooled_connection_async() => (6, 1));
@@ -1164,7 +1222,7 @@ fn async_functions() {
         9103
     );
     t.push(("copy_accumulator_async", outcome));
-    assert_eq!(table.len(), 19);
+    assert_eq!(table.len(), 20);
     summarize("#[inference] async fn", &table);
 }
 

@@ -263,8 +263,15 @@ pub mod guard_only {
     bert_forward!(#[vramguard::inference(drops = false)]);
 }
 
-/// The full attribute: no-grad guard and drops at last use.
+/// No-grad guard and drops at last use, every op out of place (as before issue #21).
 pub mod inference {
+    use super::*;
+    bert_forward!(#[vramguard::inference(inplace = false)]);
+}
+
+/// The full attribute: no-grad guard, drops at last use, and ops on a local at its last use in
+/// place (`gelu`, `broadcast_add`, `softmax` here).
+pub mod inference_inplace {
     use super::*;
     bert_forward!(#[vramguard::inference]);
 }

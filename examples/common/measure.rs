@@ -15,8 +15,10 @@ pub enum Variant {
     Grad,
     /// `#[inference(drops = false)]`: the no-grad guard only.
     GuardOnly,
-    /// `#[inference]`: guard and drops at last use.
+    /// `#[inference(inplace = false)]`: guard and drops at last use, every op out of place.
     Inference,
+    /// `#[inference]`: guard, drops at last use, ops on a dying local in place.
+    InferenceInPlace,
 }
 
 impl Variant {
@@ -24,7 +26,8 @@ impl Variant {
         match self {
             Variant::Grad => "grad on, no attribute",
             Variant::GuardOnly => "no-grad guard only",
-            Variant::Inference => "#[inference]",
+            Variant::Inference => "#[inference(inplace = false)]",
+            Variant::InferenceInPlace => "#[inference]",
         }
     }
 }
@@ -35,6 +38,7 @@ pub fn forward(variant: Variant, weights: &BertWeights, batch: &Batch) -> Result
         Variant::Grad => bert::plain::Bert(weights).forward(batch),
         Variant::GuardOnly => bert::guard_only::Bert(weights).forward(batch),
         Variant::Inference => bert::inference::Bert(weights).forward(batch),
+        Variant::InferenceInPlace => bert::inference_inplace::Bert(weights).forward(batch),
     }
 }
 

@@ -74,8 +74,21 @@ use proc_macro::TokenStream;
 ///    Nested blocks (branches, loop bodies, closures, async blocks) get the same treatment for
 ///    the locals they declare. A local declared outside a loop and used inside is freed after
 ///    the loop.
-/// 3. **Lints** the body (`.backward()` here is a warning: there is no graph to differentiate).
-/// 4. **Notices in debug builds** (never in release builds), one `warning: vramguard:` line on
+/// 3. **In place at last use** (issue #21): where a value is moved into the statement of its
+///    last use and is the receiver of a listed op there — `relu`, `gelu`, `tanh`, `sigmoid`,
+///    `exp`, `log`, `add`, `sub`, `mul`, `div`, `broadcast_add`, `broadcast_sub`,
+///    `broadcast_mul`, `broadcast_div`, `add_scalar`, `mul_scalar`, `softmax`, `affine`,
+///    `layer_norm` with their usual argument counts, and ndarray's `mapv` — and is mentioned
+///    nowhere else in the statement (nor inside a closure, loop or macro there), the call lets
+///    the value's type choose a consuming form: vramguard's `Tensor` writes the result into
+///    the dying value's buffer when no other handle, view or saved-for-backward copy can see it
+///    (else it computes out of place, as written), an owned `ndarray` array of numbers maps
+///    with `mapv_into_any`, and every other type runs the call exactly as written. Results are
+///    bit-identical. `inplace = false` turns it off. The crate docs' library table says which
+///    libraries' tensors get it, why candle's and tch's cannot have it safely (storage shared
+///    with handles the macro cannot see) and what burn does by itself.
+/// 4. **Lints** the body (`.backward()` here is a warning: there is no graph to differentiate).
+/// 5. **Notices in debug builds** (never in release builds), one `warning: vramguard:` line on
 ///    stderr each, for the two cases where the releases would free nothing without another sign:
 ///    a tensor of a supported library (or a `Vec`, `Box`, `Option`… of them) reaches a release
 ///    point while the facade's feature for that library is off, or is another version of the
@@ -180,6 +193,7 @@ use proc_macro::TokenStream;
 ///
 /// - `keep(a, b)`: never release these locals early (a name that matches no local is an error);
 /// - `drops = false`: only the no-grad guard (and the lints), no early releases;
+/// - `inplace = false`: releases at last use, but every op computed out of place, as written;
 /// - `crate = path` (or `crate = "path"`): the facade under another name, for generated paths;
 /// - `owned(name, ..)`, `borrows(name, ..)`: extend the name lists (above).
 ///
@@ -208,7 +222,10 @@ pub fn inference(args: TokenStream, item: TokenStream) -> TokenStream {
 /// Makes every loop of a function (or only the loops marked `#[batch_scope]`) a per-iteration
 /// batch scope: each iteration enters a runtime `BatchScope` that accounts what it allocates,
 /// reports what escapes it and warns when live memory grows iteration after iteration; the
-/// iteration's locals are released at their last use; and the body is linted.
+/// iteration's locals are released at their last use, and a listed op on one of them there
+/// runs in place as under [`inference`] (never on a tensor autograd saved: with grad mode on,
+/// the runtime computes out of place whenever a backward could read the buffer); and the body
+/// is linted.
 ///
 /// ```ignore
 /// #[vramguard::batch_scope(strict, every = 100)]

@@ -39,7 +39,7 @@ macro_rules! keywords {
     };
 }
 
-keywords!(keep, drops, owned, borrows, label, strict, every, warn_after, warnings);
+keywords!(keep, drops, inplace, owned, borrows, label, strict, every, warn_after, warnings);
 
 /// `crate = path` (or `crate = "path"`): the path of the facade crate when it is renamed.
 pub(crate) struct CrateOption {

@@ -5,8 +5,8 @@ async fn generate(model: &Model, prompt: Tensor) -> Result<Tensor> {
                     #[allow(unused_imports)]
                     use ::vramguard::__private::{
                         CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
-                        Probe as __VgProbe, release as __vg_release,
-                        last_use as __vg_last_use,
+                        PlainAtLastUse as _, Probe as __VgProbe, release as __vg_release,
+                        last_use as __vg_last_use, Dying as __VgDying,
                     };
                     let hidden = model.encode(&prompt).await?;
                     if (&&&__VgProbe::of(&prompt)).__vg_releasable() {

@@ -4,7 +4,8 @@ fn attention(q: Tensor, k: Tensor, scale: f64) -> Result<Tensor> {
     #[allow(unused_imports)]
     use ::vramguard::__private::{
         CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
-        Probe as __VgProbe, release as __vg_release, last_use as __vg_last_use,
+        PlainAtLastUse as _, Probe as __VgProbe, release as __vg_release,
+        last_use as __vg_last_use, Dying as __VgDying,
     };
     let dims = q.dims();
     let kt = if (&&&__VgProbe::of(&k)).__vg_movable() {

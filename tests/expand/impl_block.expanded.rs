@@ -5,13 +5,15 @@ impl Module for Mlp {
         #[allow(unused_imports)]
         use vg::__private::{
             CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
-            Probe as __VgProbe, release as __vg_release, last_use as __vg_last_use,
+            PlainAtLastUse as _, Probe as __VgProbe, release as __vg_release,
+            last_use as __vg_last_use, Dying as __VgDying,
         };
         let h = self.up.forward(xs)?;
         let h = if (&&&__VgProbe::of(&h)).__vg_movable() {
             #[allow(unused_mut, unused_variables)]
             let h = __vg_last_use(h);
-            let __vg_value = h.relu()?;
+            let __vg_value = __VgDying(h)
+                .relu_at_last_use(|__vg_dying| __vg_dying.relu())?;
             __vg_value
         } else {
             h.relu()?
@@ -29,7 +31,8 @@ impl Module for Mlp {
         #[allow(unused_imports)]
         use vg::__private::{
             CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
-            Probe as __VgProbe, release as __vg_release, last_use as __vg_last_use,
+            PlainAtLastUse as _, Probe as __VgProbe, release as __vg_release,
+            last_use as __vg_last_use, Dying as __VgDying,
         };
         let h = (xs + &extra)?;
         if (&&&__VgProbe::of(&h)).__vg_movable() {

@@ -4,7 +4,8 @@ fn decode(tokens: Vec<u32>, cache: Cache, mode: Mode) -> Option<usize> {
     #[allow(unused_imports)]
     use ::vramguard::__private::{
         CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
-        Probe as __VgProbe, release as __vg_release, last_use as __vg_last_use,
+        PlainAtLastUse as _, Probe as __VgProbe, release as __vg_release,
+        last_use as __vg_last_use, Dying as __VgDying,
     };
     let table = build_table();
     let mut total = 0;

@@ -4,14 +4,15 @@ fn forward(&self, xs: &Tensor) -> Result<Tensor> {
     #[allow(unused_imports)]
     use ::vramguard::__private::{
         CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
-        Probe as __VgProbe, release as __vg_release, last_use as __vg_last_use,
+        PlainAtLastUse as _, Probe as __VgProbe, release as __vg_release,
+        last_use as __vg_last_use, Dying as __VgDying,
     };
     let _enter = self.span.enter();
     let xs = self.fc1.forward(xs)?;
     let xs = if (&&&__VgProbe::of(&xs)).__vg_movable() {
         #[allow(unused_mut, unused_variables)]
         let xs = __vg_last_use(xs);
-        let __vg_value = xs.gelu()?;
+        let __vg_value = __VgDying(xs).gelu_at_last_use(|__vg_dying| __vg_dying.gelu())?;
         __vg_value
     } else {
         xs.gelu()?

@@ -61,6 +61,25 @@ impl Mem {
     pub fn is_empty(&self) -> bool {
         self.data.is_empty()
     }
+    /// Named like a consuming form of vramguard's tensor (issue #21): at its last use the
+    /// attributes route the call through `Dying`'s fallback, which must call this, unchanged.
+    pub fn gelu(&self) -> Mem {
+        ev(format!("gelu {}", self.name));
+        Mem::new(format!("gelu({})", self.name), self.len())
+    }
+    /// As `gelu`, with an argument.
+    pub fn broadcast_add(&self, rhs: &Mem) -> Mem {
+        ev(format!("broadcast_add {} {}", self.name, rhs.name));
+        Mem::new(
+            format!("{}+{}", self.name, rhs.name),
+            self.len() + rhs.len(),
+        )
+    }
+    /// As `gelu`, with a value argument.
+    pub fn softmax(&self, dim: usize) -> Mem {
+        ev(format!("softmax {} {dim}", self.name));
+        Mem::new(format!("softmax({})", self.name), self.len())
+    }
 }
 
 /// Consumes a value (it is freed inside) and returns a new one named `name`.

@@ -15,6 +15,7 @@ pub(crate) fn expand(target: Target, options: &Options) -> TokenStream {
         .unwrap_or_else(crate::common::default_crate_path);
     let mut release_options = ReleaseOptions::new(krate.clone());
     release_options.keep = options.keep.clone();
+    release_options.inplace = options.inplace;
     release_options.owned = options.owned.iter().map(|i| i.to_string()).collect();
     release_options.borrows = options.borrows.iter().map(|i| i.to_string()).collect();
     let mut errors: Vec<syn::Error> = Vec::new();

@@ -11,8 +11,8 @@ use crate::options::{kw, CrateOption, NamedOption, OptionList};
 /// The option list of `#[inference(..)]`.
 const OPTIONS: OptionList = OptionList {
     attribute: "#[inference]",
-    accepted: "`keep(a, b)`, `drops = false`, `crate = path`, `owned(name, ..)`, \
-               `borrows(name, ..)`",
+    accepted: "`keep(a, b)`, `drops = false`, `inplace = false`, `crate = path`, \
+               `owned(name, ..)`, `borrows(name, ..)`",
 };
 
 /// The options of one `#[inference(...)]`.
@@ -21,6 +21,9 @@ pub(crate) struct Options {
     pub keep: Vec<syn::Ident>,
     /// Whether to insert releases at last use (`drops = false` keeps only the no-grad guard).
     pub drops: bool,
+    /// Whether a listed op on a local at its last use may run in place (`inplace = false`
+    /// calls every op as written).
+    pub inplace: bool,
     /// Path of the facade crate.
     pub krate: Option<syn::Path>,
     /// Extra names whose results own their data.
@@ -44,7 +47,8 @@ pub(crate) enum Target {
 impl Parse for Options {
     fn parse(input: ParseStream) -> syn::Result<Self> {
         let mut keep: Option<NameList<kw::keep>> = None;
-        let mut drops: Option<DropsOption> = None;
+        let mut drops: Option<BoolOption<kw::drops>> = None;
+        let mut inplace: Option<BoolOption<kw::inplace>> = None;
         let mut krate: Option<CrateOption> = None;
         let mut owned: Option<NameList<kw::owned>> = None;
         let mut borrows: Option<NameList<kw::borrows>> = None;
@@ -54,6 +58,8 @@ impl Parse for Options {
                 OPTIONS.set_once(&mut keep, input.parse()?)?;
             } else if input.peek(kw::drops) {
                 OPTIONS.set_once(&mut drops, input.parse()?)?;
+            } else if input.peek(kw::inplace) {
+                OPTIONS.set_once(&mut inplace, input.parse()?)?;
             } else if input.peek(Token![crate]) {
                 OPTIONS.set_once(&mut krate, input.parse()?)?;
             } else if input.peek(kw::owned) {
@@ -68,6 +74,7 @@ impl Parse for Options {
         Ok(Options {
             keep: keep.map_or_else(Vec::new, |list| list.names),
             drops: drops.is_none_or(|option| option.value),
+            inplace: inplace.is_none_or(|option| option.value),
             krate: krate.map(|option| option.path),
             owned: owned.map_or_else(Vec::new, |list| list.names),
             borrows: borrows.map_or_else(Vec::new, |list| list.names),
@@ -75,35 +82,38 @@ impl Parse for Options {
     }
 }
 
-/// `drops = true | false`.
-struct DropsOption {
-    span: Span,
+/// `drops = true | false`, `inplace = true | false`.
+struct BoolOption<K> {
+    keyword: K,
     value: bool,
 }
 
-impl Parse for DropsOption {
+impl<K: NamedOption + Parse> Parse for BoolOption<K> {
     fn parse(input: ParseStream) -> syn::Result<Self> {
-        const VALUE: &str = "`drops` takes a boolean: `drops = false` or `drops = true`";
-        let keyword: kw::drops = input.parse()?;
+        let value_error = format!(
+            "`{name}` takes a boolean: `{name} = false` or `{name} = true`",
+            name = K::NAME
+        );
+        let keyword: K = input.parse()?;
         if !input.peek(Token![=]) {
-            return Err(syn::Error::new(keyword.span, VALUE));
+            return Err(syn::Error::new(keyword.span(), value_error));
         }
         input.parse::<Token![=]>()?;
         if !input.peek(syn::LitBool) {
-            return Err(input.error(VALUE));
+            return Err(input.error(value_error));
         }
         let value: syn::LitBool = input.parse()?;
-        Ok(DropsOption {
-            span: keyword.span,
+        Ok(BoolOption {
+            keyword,
             value: value.value,
         })
     }
 }
 
-impl NamedOption for DropsOption {
-    const NAME: &'static str = "drops";
+impl<K: NamedOption> NamedOption for BoolOption<K> {
+    const NAME: &'static str = K::NAME;
     fn span(&self) -> Span {
-        self.span
+        self.keyword.span()
     }
 }
 

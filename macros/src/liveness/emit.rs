@@ -14,19 +14,21 @@ use syn::{Expr, Stmt};
 const PROBE: &str = "__VgProbe";
 const RELEASE: &str = "__vg_release";
 const LAST_USE: &str = "__vg_last_use";
+/// `__private::Dying`, the receiver of a consuming call (see `inplace`).
+pub(super) const DYING: &str = "__VgDying";
 
 /// `use krate::__private::{…};` at the top of a transformed block: the probe's answering traits
 /// (method resolution needs them in scope) and the helpers under their short names. Items of a
 /// block are visible in all of it, nested blocks and closures included.
 pub(super) fn imports(krate: &syn::Path) -> Stmt {
-    let [probe, release, last_use] = [PROBE, RELEASE, LAST_USE].map(short_name);
+    let [probe, release, last_use, dying] = [PROBE, RELEASE, LAST_USE, DYING].map(short_name);
     // Emitted as written: a `use` item needs no analysis after this point, and parsing it
     // back into a tree once per function was measurable in an unoptimized macro.
     Stmt::Item(syn::Item::Verbatim(quote::quote! {
         #[allow(unused_imports)]
         use #krate::__private::{
-            CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
-            Probe as #probe, release as #release, last_use as #last_use,
+            CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _, PlainAtLastUse as _,
+            Probe as #probe, release as #release, last_use as #last_use, Dying as #dying,
         };
     }))
 }
@@ -142,6 +144,28 @@ pub(super) fn rebind(target: Ident, mutable: bool, span: Span) -> Stmt {
         init: Some(syn::LocalInit {
             eq_token: syn::Token![=](span),
             expr: Box::new(value),
+            diverge: None,
+        }),
+        semi_token: syn::Token![;](span),
+    })
+}
+
+/// `#[allow(unused_mut)] let mut x = x;`
+pub(super) fn rebind_mut(target: Ident, span: Span) -> Stmt {
+    Stmt::Local(syn::Local {
+        attrs: vec![allow(&["unused_mut"], span)],
+        let_token: syn::Token![let](span),
+        modifiers: syn::LocalModifiers::default(),
+        pat: syn::Pat::Ident(syn::PatIdent {
+            attrs: Vec::new(),
+            by_ref: None,
+            mutability: Some(syn::Token![mut](span)),
+            ident: target.clone(),
+            subpat: None,
+        }),
+        init: Some(syn::LocalInit {
+            eq_token: syn::Token![=](span),
+            expr: Box::new(ident(target)),
             diverge: None,
         }),
         semi_token: syn::Token![;](span),

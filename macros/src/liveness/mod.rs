@@ -83,6 +83,7 @@
 
 mod analysis;
 mod emit;
+mod inplace;
 mod plan;
 mod rewrite;
 
@@ -111,6 +112,8 @@ pub(crate) struct ReleaseOptions {
     /// Measurement only: pretend every unknown call returns an owned value. Never used for
     /// code generation.
     pub optimistic: bool,
+    /// Call consuming forms at last use (`inplace = false` turns it off; see `inplace`).
+    pub inplace: bool,
 }
 
 impl ReleaseOptions {
@@ -122,6 +125,7 @@ impl ReleaseOptions {
             owned: Vec::new(),
             borrows: Vec::new(),
             optimistic: false,
+            inplace: true,
         }
     }
 }
@@ -140,6 +144,8 @@ pub(crate) struct ReleaseReport {
     /// Of the candidates, those whose last use passes them by value on every path (moved
     /// there with or without the attribute, so nothing is left to release).
     pub moved_at_last_use: usize,
+    /// Calls rewritten to let the receiver's type choose a consuming form (see `inplace`).
+    pub in_place_calls: usize,
     /// `mut` parameters moved into a later statement: the caller should put
     /// `#[allow(unused_mut)]` on them (the mutation may now happen on the rebinding).
     pub moved_mut_params: Vec<String>,

@@ -124,7 +124,12 @@ impl Rewriter<'_> {
                     .iter()
                     .map(|(ident, mutable)| emit::rebind(located(ident), *mutable, span))
                     .collect();
-                wrap(stmt, rebinds, condition, fallback);
+                let moved: &[(Ident, bool)] = if self.opts.inplace {
+                    &scheduled.move_in
+                } else {
+                    &[]
+                };
+                self.report.in_place_calls += wrap(stmt, rebinds, condition, fallback, moved);
             }
             // Released after the statement, latest declaration first (like a scope end);
             // only if the type is `Release`, otherwise the value stays to its scope's end
@@ -162,18 +167,27 @@ impl Rewriter<'_> {
 /// bindings are moved in, so they die at the statement's end whether it borrows or moves
 /// them; the second copy, `fallback`, is the statement with nothing moved, so values of other
 /// types keep their scope end and drop order. For a `let`, only the initializer is written
-/// twice.
-fn wrap(stmt: &mut Stmt, rebinds: Vec<Stmt>, condition: Expr, fallback: Stmt) {
+/// twice. In the first copy, calls of listed methods on the `moved` bindings become consuming
+/// calls (see [`super::inplace`]); returns how many.
+fn wrap(
+    stmt: &mut Stmt,
+    rebinds: Vec<Stmt>,
+    condition: Expr,
+    fallback: Stmt,
+    moved: &[(Ident, bool)],
+) -> usize {
+    let mut in_place = 0;
     // Built as syntax trees around the statement, never re-parsed: re-parsing a statement at
     // every level it is nested in would make the macro's own time grow with nesting depth.
     let span = first_span_of_stmt(stmt);
     match (stmt, fallback) {
         (Stmt::Local(local), Stmt::Local(fallback)) => {
             let (Some(init), Some(fallback_init)) = (&mut local.init, fallback.init) else {
-                return;
+                return 0;
             };
             let placeholder = Expr::Verbatim(TokenStream::new());
-            let expr = std::mem::replace(&mut *init.expr, placeholder);
+            let mut expr = std::mem::replace(&mut *init.expr, placeholder);
+            in_place += super::inplace::rewrite(&mut expr, moved);
             let mut then = rebinds;
             then.push(value_local(&local.pat, expr, span));
             then.push(Stmt::Expr(value_ident_expr(), None));
@@ -192,7 +206,10 @@ fn wrap(stmt: &mut Stmt, rebinds: Vec<Stmt>, condition: Expr, fallback: Stmt) {
         }
         (stmt @ (Stmt::Expr(..) | Stmt::Macro(_)), fallback) => {
             let placeholder = Stmt::Expr(Expr::Verbatim(TokenStream::new()), None);
-            let inner = as_statement(std::mem::replace(stmt, placeholder));
+            let mut inner = as_statement(std::mem::replace(stmt, placeholder));
+            if let Stmt::Expr(expr, _) = &mut inner {
+                in_place += super::inplace::rewrite(expr, moved);
+            }
             let mut then = rebinds;
             then.push(inner);
             let chosen = if_else(condition, then, vec![as_statement(fallback)], span);
@@ -200,6 +217,7 @@ fn wrap(stmt: &mut Stmt, rebinds: Vec<Stmt>, condition: Expr, fallback: Stmt) {
         }
         _ => {}
     }
+    in_place
 }
 
 /// `if condition { then } else { otherwise }`.

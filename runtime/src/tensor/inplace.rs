@@ -3,8 +3,10 @@
 //!
 //! - the in-place ops (`add_`, `sub_`, `mul_`, `div_`, `relu_`, `copy_`, `zero_`, `fill_`): they
 //!   bump the storage's version counter and, when recorded, rewrite the target's history;
-//! - the consuming forms (`into_relu`, …, and the operators on owned tensors, `x + &b`), which
-//!   reuse `x`'s buffer when nothing else can observe it;
+//! - the consuming forms (`into_relu`, …, `into_affine`, `into_softmax`, `into_layer_norm`, and
+//!   the operators on owned tensors, `x + &b`), which reuse `x`'s buffer when nothing else can
+//!   observe it and autograd does not need the overwritten input (what `#[inference]` calls at
+//!   a tensor's last use, issue #21); otherwise they compute out of place, with the same bits;
 //! - the version checks: a saved tensor written after it was saved fails backward
 //!   ([`Saved::check`]), and other handles on a rewritten storage become stale.
 
@@ -13,7 +15,7 @@ use super::error::{Result, TensorError};
 use super::kinds::{broadcast_shape, BinOp, Layout, MapOp, Unary, ZipOp};
 use super::ops::elementwise::{binary_record, scalar_record, unary_record};
 use super::ops::record::{attach, edges, should_record, OpRecord, Saved};
-use super::ops::{same_device, Rhs};
+use super::ops::{check_dim, same_device, Rhs};
 use super::storage::Storage;
 use super::{Inner, Tensor};
 use std::ops::{Add, Div, Mul, Neg, Sub};
@@ -160,6 +162,108 @@ impl Tensor {
     pub fn into_exp(self) -> Result<Tensor> {
         let _origin = crate::alloc::enter_op("into_exp");
         self.unary_owned(Unary::Exp)
+    }
+
+    /// Consuming [`Tensor::log`] (reuses the buffer unless backward needs the input).
+    #[track_caller]
+    pub fn into_log(self) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("into_log");
+        self.unary_owned(Unary::Log)
+    }
+
+    /// Consuming [`Tensor::affine`]: `self * mul + add`.
+    #[track_caller]
+    pub fn into_affine(mut self, mul: f32, add: f32) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("into_affine");
+        if !self.is_exclusively_owned() {
+            return self.affine(mul, add);
+        }
+        let edges = edges(&[&self]);
+        let (storage, layout) = match self.into_buffer() {
+            Ok(parts) => parts,
+            Err(this) => return this.affine(mul, add),
+        };
+        let out = Tensor::from_parts(storage, layout, false);
+        backend::map_inplace(out.strided(), "affine", MapOp::Affine(mul, add))?;
+        attach(&out, "affine", edges, || OpRecord::MulScalar(mul));
+        Ok(out)
+    }
+
+    /// Consuming [`Tensor::softmax`]. In place only along the last dimension, where the device
+    /// has the row kernel (host devices); otherwise out of place.
+    #[track_caller]
+    pub fn into_softmax(mut self, dim: usize) -> Result<Tensor> {
+        const OP: &str = "softmax";
+        let _origin = crate::alloc::enter_op("into_softmax");
+        check_dim(OP, &self, dim)?;
+        if dim + 1 != self.rank()
+            || !backend::has_inplace_row_kernels(self.device())
+            || !self.is_exclusively_owned()
+        {
+            return self.softmax(dim);
+        }
+        let edges = edges(&[&self]);
+        let (storage, layout) = match self.into_buffer() {
+            Ok(parts) => parts,
+            Err(this) => return this.softmax(dim),
+        };
+        let out = Tensor::from_parts(storage, layout, false);
+        backend::softmax_last_dim_inplace(out.strided(), OP)?;
+        // Softmax's backward needs its output, which is what the buffer now holds.
+        attach(&out, OP, edges, || OpRecord::Softmax {
+            out: Saved::new(&out, "output"),
+            dim,
+        });
+        Ok(out)
+    }
+
+    /// Consuming [`Tensor::layer_norm`] (over the last dimension). In place where the device
+    /// has the row kernel (host devices) and nothing records a gradient through it (backward
+    /// needs the input); otherwise out of place.
+    #[track_caller]
+    pub fn into_layer_norm(
+        mut self,
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        eps: f32,
+    ) -> Result<Tensor> {
+        const OP: &str = "layer_norm";
+        let _origin = crate::alloc::enter_op("into_layer_norm");
+        let mut inputs = vec![&self];
+        inputs.extend(weight);
+        inputs.extend(bias);
+        let recording = should_record(&inputs);
+        let d = self.dims().last().copied().unwrap_or(0);
+        // Every argument error is the borrowing form's to report.
+        let params_fit = [weight, bias]
+            .into_iter()
+            .flatten()
+            .all(|p| p.dims() == [d] && same_device(OP, &self, p).is_ok());
+        if recording
+            || d == 0
+            || !params_fit
+            || !backend::has_inplace_row_kernels(self.device())
+            || !self.is_exclusively_owned()
+        {
+            return self.layer_norm(weight, bias, eps);
+        }
+        let (w, b) = (
+            weight.map(Tensor::contiguous).transpose()?,
+            bias.map(Tensor::contiguous).transpose()?,
+        );
+        let (storage, layout) = match self.into_buffer() {
+            Ok(parts) => parts,
+            Err(this) => return this.layer_norm(weight, bias, eps),
+        };
+        let out = Tensor::from_parts(storage, layout, false);
+        // The parameters cannot share `out`'s storage: it was uniquely owned.
+        backend::layer_norm_inplace(
+            out.strided(),
+            w.as_ref().map(Tensor::strided),
+            b.as_ref().map(Tensor::strided),
+            eps,
+        )?;
+        Ok(out)
     }
 
     /// Checks shared by all in-place ops; returns whether the op will be recorded.

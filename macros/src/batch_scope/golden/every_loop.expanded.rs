@@ -11,7 +11,8 @@ fn train(model: &mut Model, data: &[Batch]) -> Result<f32, Error> {
             #[allow(unused_imports)]
             use ::vramguard::__private::{
                 CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
-                Probe as __VgProbe, release as __vg_release, last_use as __vg_last_use,
+                PlainAtLastUse as _, Probe as __VgProbe, release as __vg_release,
+                last_use as __vg_last_use, Dying as __VgDying,
             };
             let loss = model.step(batch)?;
             if (&&&__VgProbe::of(&loss)).__vg_movable() {

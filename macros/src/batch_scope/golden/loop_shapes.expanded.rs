@@ -9,7 +9,8 @@ fn drain(model: &mut Model, mut queue: Queue) -> usize {
             #[allow(unused_imports)]
             use ::vramguard::__private::{
                 CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
-                Probe as __VgProbe, release as __vg_release, last_use as __vg_last_use,
+                PlainAtLastUse as _, Probe as __VgProbe, release as __vg_release,
+                last_use as __vg_last_use, Dying as __VgDying,
             };
             let out = model.forward(&batch);
             if (&&&__VgProbe::of(&batch)).__vg_releasable() {

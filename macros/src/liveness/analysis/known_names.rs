@@ -248,6 +248,11 @@ pub(crate) const OWNED_METHODS: &[&str] = &[
     "to_uppercase",
     "repeat_interleave",
     "abs_diff",
+    // ndarray's eager maps: a new array of the closure's results (or the receiver's own,
+    // consumed), never a view of the receiver.
+    "mapv",
+    "mapv_into",
+    "mapv_into_any",
 ];
 
 /// Methods whose result borrows the receiver's storage (accessors returning references,
@@ -490,6 +495,10 @@ pub(crate) const BORROWING_RECEIVER_METHODS: &[&str] = &[
 /// Methods that consume an iterator (or read a value) into a result that holds none of the
 /// closures passed along the way (`v.iter().map(|a| a + 1).collect()`).
 pub(crate) const CLOSURE_FREE_RESULTS: &[&str] = &[
+    // ndarray's eager maps: a new (or the same) array of the closure's results.
+    "mapv",
+    "mapv_into",
+    "mapv_into_any",
     "collect",
     "sum",
     "product",

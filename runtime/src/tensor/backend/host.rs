@@ -364,6 +364,75 @@ pub(crate) fn softmax(
     })
 }
 
+/// Softmax along the last dimension of `x` (which covers its whole contiguous storage), written
+/// into `x`: each row with the arithmetic of [`softmax`], in its order.
+pub(crate) fn softmax_last_dim_inplace(x: StridedRef<'_>, op: &'static str) -> Result<()> {
+    let len = x.dims().last().copied().unwrap_or(0);
+    let write = x.storage().write(op)?;
+    // `chunks_exact_mut(0)` would panic; a row of no elements has nothing to normalise.
+    if len > 0 {
+        for row in write.data.chunks_exact_mut(len) {
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0.0f32;
+            for v in row.iter_mut() {
+                let e = (*v - max).exp();
+                *v = e;
+                sum += e;
+            }
+            let inv = 1.0 / sum;
+            for v in row.iter_mut() {
+                *v *= inv;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Layer norm of `x` (which covers its whole contiguous storage) over its last dimension,
+/// written into `x`: each row with the arithmetic of [`layer_norm`], in its order (an output
+/// element reads only its own input element once the row's statistics are known). `weight` and
+/// `bias` are contiguous, of the last dimension's size, and do not share `x`'s storage.
+pub(crate) fn layer_norm_inplace(
+    x: StridedRef<'_>,
+    weight: Option<StridedRef<'_>>,
+    bias: Option<StridedRef<'_>>,
+    eps: f32,
+) -> Result<()> {
+    const OP: &str = "layer_norm";
+    let d = x.dims().last().copied().unwrap_or(0);
+    if d == 0 {
+        return Ok(());
+    }
+    let params: Vec<StridedRef<'_>> = weight.into_iter().chain(bias).collect();
+    let reads = ReadSet::new(OP, &params)?;
+    let wd = weight.map(|w| reads.contiguous_data(w));
+    let bd = bias.map(|b| reads.contiguous_data(b));
+    if wd.is_some_and(|w| w.len() != d) || bd.is_some_and(|b| b.len() != d) {
+        return Err(unreachable_error(
+            OP,
+            "a parameter is not of the last dimension's size",
+        ));
+    }
+    let write = x.storage().write(OP)?;
+    let n = d as f32;
+    for row in write.data.chunks_exact_mut(d) {
+        let mean = row.iter().sum::<f32>() / n;
+        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n;
+        let rstd = 1.0 / (var + eps).sqrt();
+        for (j, v) in row.iter_mut().enumerate() {
+            let mut y = (*v - mean) * rstd;
+            if let Some(w) = wd {
+                y *= w[j];
+            }
+            if let Some(b) = bd {
+                y += b[j];
+            }
+            *v = y;
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn layer_norm(
     x: StridedRef<'_>,
     weight: Option<StridedRef<'_>>,

@@ -146,6 +146,36 @@ pub(crate) fn softmax(
     },)
 }
 
+/// Whether `device` has the row kernels below that write softmax and layer norm into their
+/// input (the host backend; the CUDA backend has none yet: callers compute out of place).
+pub(crate) fn has_inplace_row_kernels(device: &Device) -> bool {
+    device.is_host()
+}
+
+/// Softmax along the last dimension of `x`, which covers its whole contiguous storage, written
+/// into `x`. Only where [`has_inplace_row_kernels`]. Does not bump the version.
+pub(crate) fn softmax_last_dim_inplace(x: StridedRef<'_>, op: &'static str) -> Result<()> {
+    if !has_inplace_row_kernels(x.device()) {
+        return Err(unsupported(x.device(), op));
+    }
+    host::softmax_last_dim_inplace(x, op)
+}
+
+/// Layer norm of `x` (covering its whole contiguous storage) over its last dimension, written
+/// into `x`; `weight` and `bias` contiguous and not sharing `x`'s storage. Only where
+/// [`has_inplace_row_kernels`]. Does not bump the version.
+pub(crate) fn layer_norm_inplace(
+    x: StridedRef<'_>,
+    weight: Option<StridedRef<'_>>,
+    bias: Option<StridedRef<'_>>,
+    eps: f32,
+) -> Result<()> {
+    if !has_inplace_row_kernels(x.device()) {
+        return Err(unsupported(x.device(), "layer_norm"));
+    }
+    host::layer_norm_inplace(x, weight, bias, eps)
+}
+
 /// Layer norm of contiguous `x` over its last dimension (`d` values); also the per-row mean and
 /// 1/std when `stats`.
 pub(crate) fn layer_norm(
