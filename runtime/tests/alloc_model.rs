@@ -12,6 +12,9 @@
 //! size, with a limit + GC threshold), explicit expandable segments (alone, with a limit and a
 //! max split size, and with a GC threshold).
 
+#[path = "common/refusal.rs"]
+mod refusal;
+
 use proptest::prelude::*;
 use std::collections::HashMap;
 use vramguard_runtime::alloc::{
@@ -110,36 +113,10 @@ fn block_size(device: &Device, addr: u64) -> usize {
 fn really_could_not_fit(device: &Device, n: usize, e: &OutOfMemory) -> Result<(), String> {
     let allocator = device.allocator();
     let rounded = round_size(n) as u64;
-    let pool = if rounded <= MIB as u64 {
-        PoolKind::Small
-    } else {
-        PoolKind::Large
-    };
+    let pool = refusal::pool_of(rounded);
     let max_split = allocator.config().max_split_size.map(|m| m as u64);
     let snap = memory::snapshot(device);
-    let mut tail_free = 0;
-    for seg in snap.segments.iter().filter(|g| g.pool == pool) {
-        for b in seg.blocks.iter().filter(|b| !b.allocated) {
-            let allowed = seg.expandable
-                || max_split.is_none_or(|ms| {
-                    if rounded < ms {
-                        b.size < ms
-                    } else {
-                        b.size < rounded + 20 * MIB as u64
-                    }
-                });
-            if b.size >= rounded && allowed {
-                return Err(format!("free block {:#x} of {} bytes fits", b.addr, b.size));
-            }
-        }
-        if seg.expandable {
-            tail_free = seg
-                .blocks
-                .last()
-                .filter(|b| !b.allocated)
-                .map_or(0, |b| b.size);
-        }
-    }
+    let tail_free = refusal::no_free_block_fits(&snap, pool, rounded, max_split)?;
     let bound = allocator
         .memory_limit()
         .unwrap_or(CAPACITY as u64)

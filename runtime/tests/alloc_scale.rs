@@ -25,6 +25,8 @@
 
 #[path = "common/faulty.rs"]
 mod faulty;
+#[path = "common/refusal.rs"]
+mod refusal;
 
 use faulty::{FaultKind, Faulty, Injected, Rng, GRANULE};
 use std::collections::BTreeMap;
@@ -574,36 +576,10 @@ fn really_could_not_fit(a: &Alloc, limit: Option<u64>, n: usize) -> Result<(), S
     let Some(rounded) = a.rounded_size(n).map(|r| r as u64) else {
         return Ok(());
     };
-    let pool = if rounded <= MIB as u64 {
-        PoolKind::Small
-    } else {
-        PoolKind::Large
-    };
+    let pool = refusal::pool_of(rounded);
     let max_split = a.config().max_split_size.map(|m| m as u64);
     let snap = a.snapshot();
-    let mut tail_free = 0;
-    for seg in snap.segments.iter().filter(|g| g.pool == pool) {
-        for b in seg.blocks.iter().filter(|b| !b.allocated) {
-            let allowed = seg.expandable
-                || max_split.is_none_or(|ms| {
-                    if rounded < ms {
-                        b.size < ms
-                    } else {
-                        b.size < rounded + 20 * MIB as u64
-                    }
-                });
-            if b.size >= rounded && allowed {
-                return Err(format!("free block {:#x} of {} bytes fits", b.addr, b.size));
-            }
-        }
-        if seg.expandable {
-            tail_free = seg
-                .blocks
-                .last()
-                .filter(|b| !b.allocated)
-                .map_or(0, |b| b.size);
-        }
-    }
+    let tail_free = refusal::no_free_block_fits(&snap, pool, rounded, max_split)?;
     let bound = limit.unwrap_or(CAPACITY as u64).min(CAPACITY as u64);
     let room = bound.saturating_sub(a.stats().reserved_bytes);
     let least = if pool == PoolKind::Large && a.uses_expandable_segments() {
