@@ -129,6 +129,15 @@ fn really_could_not_fit(device: &Device, n: usize, e: &OutOfMemory) -> Result<()
     } else {
         rounded
     };
+    if e.cause == OomCause::AddressRangeUsedUp {
+        return refusal::range_really_used_up(
+            &snap,
+            allocator.expandable_range(),
+            least,
+            rounded,
+            room,
+        );
+    }
     if room >= least {
         return Err(format!(
             "{room} bytes left under the bound, {least} needed ({:?}; the device said {} free; \

@@ -341,7 +341,7 @@ impl Sequence {
         }
         if injected.is_empty() {
             assert_ne!(e.cause, OomCause::BackendFailed, "{e}");
-            if let Err(why) = really_could_not_fit(&self.a, self.limit, n) {
+            if let Err(why) = really_could_not_fit(&self.a, self.limit, n, e.cause) {
                 panic!("spurious out-of-memory for {n} bytes: {why}; {e}");
             }
         }
@@ -572,7 +572,12 @@ fn check_tiling(snap: &MemorySnapshot, reserved: u64) {
 /// ran): no free block of its pool may take it (the max split rule included), and the room left
 /// under the capacity and the limit is less than the least it needs reserved (its block in a
 /// fixed segment, or what the free tail of the expandable segment lacks, in whole granules).
-fn really_could_not_fit(a: &Alloc, limit: Option<u64>, n: usize) -> Result<(), String> {
+fn really_could_not_fit(
+    a: &Alloc,
+    limit: Option<u64>,
+    n: usize,
+    cause: OomCause,
+) -> Result<(), String> {
     let Some(rounded) = a.rounded_size(n).map(|r| r as u64) else {
         return Ok(());
     };
@@ -589,6 +594,9 @@ fn really_could_not_fit(a: &Alloc, limit: Option<u64>, n: usize) -> Result<(), S
     } else {
         rounded
     };
+    if cause == OomCause::AddressRangeUsedUp {
+        return refusal::range_really_used_up(&snap, a.expandable_range(), least, rounded, room);
+    }
     if room >= least {
         return Err(format!("{room} bytes left under the bound, {least} needed"));
     }
@@ -616,6 +624,21 @@ fn run_sequence(seed: u64, max_ops: usize) -> Tally {
              cargo test --release -p vramguard-runtime --test alloc_scale model_at_scale"
         )
     })
+}
+
+/// Sequences that found a bug, run on every `cargo test` whatever the seed (issue #22, point 5).
+/// 1796197838382965643: an expandable segment whose address range (then twice the limit) was
+/// used up by unmapped holes refused an 11.4 MiB request while the limit had room, and the
+/// refusal named fragmentation. The range is now twice the larger of limit and capacity, and a
+/// refusal for a used-up range says so (`OomCause::AddressRangeUsedUp`; unit tests in
+/// `alloc/tests.rs` build that case on purpose).
+const SEQUENCES_THAT_FOUND_BUGS: [u64; 1] = [1796197838382965643];
+
+#[test]
+fn sequences_that_found_bugs() {
+    for seed in SEQUENCES_THAT_FOUND_BUGS {
+        run_sequence(seed, 1000);
+    }
 }
 
 #[test]

@@ -153,6 +153,14 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         self.segment_mode == SegmentMode::Expandable
     }
 
+    /// The address range reserved for the expandable segment (`None` with fixed segments only):
+    /// its pages are mapped from the start of the range as the large pool grows.
+    pub fn expandable_range(&self) -> Option<std::ops::Range<u64>> {
+        lock(&self.state)
+            .expandable
+            .map(|e| e.addr..e.addr + e.virt as u64)
+    }
+
     /// Which segments the large pool uses, and for fixed ones whether by configuration or
     /// because expandable segments are unavailable.
     pub fn segment_mode(&self) -> SegmentMode {
@@ -236,6 +244,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     ) -> Result<Block, OutOfMemory> {
         let mut st = lock(&self.state);
         st.request_failure = None;
+        st.range_used_up = false;
         let Some(req) = self.request(bytes, st.stream_index(stream)) else {
             return Err(self.fail(&mut st, bytes, usize::MAX));
         };
@@ -288,6 +297,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         }
         let mut st = lock(&self.state);
         st.request_failure = None;
+        st.range_used_up = false;
         st.process_pending(&self.backend, &self.name);
         let ordinal = st.planner.on_request(id);
         if let Some(slot) = self.take_planned(&mut st, &req, ordinal) {
@@ -539,6 +549,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
                 device_free,
                 reserved: s.reserved_bytes,
                 limit: self.limit,
+                range_used_up: st.range_used_up,
             })
         };
         OutOfMemory {
@@ -742,6 +753,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         let size = policy::round_size(bytes);
         let mut st = lock(&self.state);
         st.request_failure = None;
+        st.range_used_up = false;
         if size as u64 >= ADDR_LIMIT {
             return Err(self.fail(&mut st, bytes, size));
         }

@@ -272,6 +272,9 @@ pub(crate) struct State {
     pub pending: Vec<PendingFree>,
     /// The backend failure met by the request being served (cleared when a request starts).
     pub request_failure: Option<BackendFailure>,
+    /// Whether the last attempt to grow the expandable segment at its end was refused because
+    /// its address range is used up (while the limit had room).
+    pub range_used_up: bool,
     /// The most recent backend failure.
     pub last_failure: Option<BackendFailure>,
     pub stats: DetailedStats,
@@ -302,6 +305,7 @@ impl State {
             stream_uses: HashMap::new(),
             pending: Vec::new(),
             request_failure: None,
+            range_used_up: false,
             last_failure: None,
             stats: DetailedStats::default(),
             max_split: None,

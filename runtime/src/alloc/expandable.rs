@@ -36,8 +36,9 @@ enum Unavailable {
     Reserve { bytes: usize, message: String },
 }
 
-/// Reserves the expandable segment's address range: twice `limit`, else twice the device
-/// capacity, else [`DEFAULT_EXPANDABLE_RANGE`], after the backend's self-test.
+/// Reserves the expandable segment's address range: twice the larger of `limit` and the device
+/// capacity (whichever is known), else [`DEFAULT_EXPANDABLE_RANGE`], after the backend's
+/// self-test.
 fn setup<B: Backend + ?Sized>(backend: &B, limit: Option<u64>) -> Result<Expandable, Unavailable> {
     let vm = backend
         .virtual_memory()
@@ -46,11 +47,15 @@ fn setup<B: Backend + ?Sized>(backend: &B, limit: Option<u64>) -> Result<Expanda
         .map_err(|e| Unavailable::SelfTest(e.to_string()))?;
     let granularity = vm.granularity();
     // Twice the bound: unmapped holes (see `unmap_free_granules`) keep their address space, so
-    // the end of the mapping can lie past the bound while reserved memory stays within it.
-    let wanted = limit
-        .map(|l| usize::try_from(l).unwrap_or(usize::MAX))
-        .or(backend.capacity())
-        .map_or(DEFAULT_EXPANDABLE_RANGE, |b| b.saturating_mul(2));
+    // the end of the mapping can lie past the bound while reserved memory stays within it. The
+    // larger bound, not the limit alone: address space costs nothing, and a range sized to a
+    // small limit was used up by holes in the model test (#22) while the limit had room.
+    let limit = limit.map(|l| usize::try_from(l).unwrap_or(usize::MAX));
+    let wanted = match (limit, backend.capacity()) {
+        (Some(l), Some(c)) => Some(l.max(c)),
+        (l, c) => l.or(c),
+    }
+    .map_or(DEFAULT_EXPANDABLE_RANGE, |b| b.saturating_mul(2));
     let virt = wanted
         .checked_next_multiple_of(granularity)
         .ok_or_else(|| Unavailable::Reserve {
@@ -177,6 +182,7 @@ impl State {
         name: &str,
         size: usize,
     ) -> bool {
+        self.range_used_up = false;
         let (Some(e), Some(vm)) = (self.expandable, backend.virtual_memory()) else {
             return false;
         };
@@ -220,6 +226,7 @@ impl State {
         let (Some(e), Some(vm)) = (self.expandable, backend.virtual_memory()) else {
             return false;
         };
+        self.range_used_up = false;
         let mapped = e.seg.map_or(0, |si| self.segs[si as usize].size) as u64;
         let Some(missing) = end.checked_sub(e.addr + mapped).filter(|&m| m > 0) else {
             return true;
@@ -242,7 +249,15 @@ impl State {
         need: usize,
     ) -> bool {
         let mapped = e.seg.map_or(0, |si| self.segs[si as usize].size);
-        if mapped + need > e.virt || limit.is_some_and(|l| self.reserved() + need as u64 > l) {
+        let under_limit = limit.is_none_or(|l| self.reserved() + need as u64 <= l);
+        if mapped + need > e.virt {
+            // Unmapped holes keep their addresses: the range can end before reserved memory
+            // reaches the limit. The caller falls back to a fixed segment; if that fails too,
+            // the out-of-memory error names this cause.
+            self.range_used_up = under_limit;
+            return false;
+        }
+        if !under_limit {
             return false;
         }
         let at = e.addr + mapped as u64;

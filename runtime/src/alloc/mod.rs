@@ -35,9 +35,10 @@
 //!   or the out-of-memory path unmap memory: every whole granule of every free block, as
 //!   PyTorch does (a plain free never unmaps, so a steady loop makes no backend calls). An
 //!   unmapped hole is mapped again when a request fits it with its free neighbours; the range is
-//!   twice the limit (or capacity), so holes do not use up the address space. Map and unmap calls count as
-//!   `backend_allocs`/`backend_frees`. When the range is used up, plain segments serve the
-//!   request. The small pool always uses fixed 2 MiB segments.
+//!   twice the larger of the limit and the capacity, since holes keep their address space. Map
+//!   and unmap calls count as `backend_allocs`/`backend_frees`. When the range is used up, a
+//!   plain segment serves the request; when that does not fit either, the error names the
+//!   range ([`OomCause::AddressRangeUsedUp`]). The small pool always uses fixed 2 MiB segments.
 //!   [`CachingAllocator::uses_expandable_segments`] tells what an allocator runs with;
 //!   `expandable_segments:false` gives PyTorch's default, fixed segments, where each segment is
 //!   a backend allocation of its own and the segment rules above (20 MiB segments, exact ones

@@ -14,6 +14,11 @@ pub const OOM_LARGEST_LIVE: usize = 5;
 pub enum OomCause {
     /// Enough bytes are cached free, but no free block is large enough.
     Fragmentation,
+    /// The expandable segment would hold the request by mapping pages at its end, and the limit
+    /// and the device have room for them, but its reserved address range is used up: unmapped
+    /// holes between live blocks keep their addresses. A fixed segment of the whole request did
+    /// not fit either.
+    AddressRangeUsedUp,
     /// The configured memory limit would be exceeded.
     LimitReached,
     /// The device itself has no room left.
@@ -169,6 +174,11 @@ impl fmt::Display for OutOfMemory {
                     human_bytes(self.largest_free_block)
                 )?
             }
+            OomCause::AddressRangeUsedUp => f.write_str(
+                "the expandable segment's address range is used up: unmapped holes between \
+                 live blocks keep their addresses, so it cannot grow at its end, and a fixed \
+                 segment of the whole request does not fit",
+            )?,
             OomCause::LimitReached => write!(
                 f,
                 "memory limit reached: {} reserved of a {} limit",
@@ -230,6 +240,14 @@ impl fmt::Display for OutOfMemory {
                     .setting("preallocate", "with_preallocate"),
                 self.config_source
                     .setting("max_split_size_mb", "with_max_split_size"),
+            )?,
+            OomCause::AddressRangeUsedUp => write!(
+                f,
+                "Free the long-lived blocks that sit between holes (allocate long-lived buffers \
+                 before short-lived ones, so that they share the start of the range), or \
+                 preallocate the largest buffer once (a Workspace, memory::reserve, {}).",
+                self.config_source
+                    .setting("preallocate", "with_preallocate"),
             )?,
             OomCause::LimitReached => write!(
                 f,

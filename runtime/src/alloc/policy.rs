@@ -124,13 +124,19 @@ pub(crate) struct OomFacts {
     pub reserved: u64,
     /// The memory limit, if any.
     pub limit: Option<u64>,
+    /// The expandable segment could not grow at its end because its address range is used up.
+    pub range_used_up: bool,
 }
 
 /// Why a request failed: fragmentation when the free memory would hold it but not in one piece
 /// (cached blocks too small, or split between such blocks and the device); the limit when
-/// reserving it would cross the limit; else the device is full.
+/// reserving it would cross the limit; else the device is full. An expandable segment that
+/// could not grow because its address range is used up is named first: neither the limit nor
+/// the device refused those pages.
 pub(crate) fn oom_cause(f: OomFacts) -> OomCause {
-    if f.cached_free >= f.rounded
+    if f.range_used_up {
+        OomCause::AddressRangeUsedUp
+    } else if f.cached_free >= f.rounded
         || (f.cached_free > 0 && f.cached_free + f.device_free >= f.rounded)
     {
         OomCause::Fragmentation

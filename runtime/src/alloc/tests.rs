@@ -1565,3 +1565,84 @@ fn memory_summary_is_pytorchs_table() {
 fn memory_summary_keys(a: &CachingAllocator<HostBackend>) -> usize {
     a.detailed_stats().to_map().len()
 }
+
+/// Four unmapped holes (4, 6, 6 and 6 MiB) between live blocks of 1 MiB + 512 B in a 16 MiB
+/// device whose expandable range is 32 MiB: 30 MiB of the range is used while 8 MiB is
+/// reserved, and no hole with its free neighbours holds more than 7.125 MiB.
+/// (#22: the model test found a refusal named fragmentation when the range, then twice the
+/// limit, was used up; the range is now twice the larger of limit and capacity, and the cause
+/// has its own name.)
+#[cfg(unix)]
+fn allocator_with_a_used_up_range() -> (CachingAllocator<HostBackend>, Vec<Block>) {
+    let a = alloc(
+        Some(16 * MIB),
+        AllocatorConfig::default().with_expandable_segments(true),
+    );
+    let range = a.expandable_range().unwrap();
+    assert_eq!(range.end - range.start, 32 * MIB as u64);
+    let mut live = Vec::new();
+    // Each block to be freed is larger than every hole so far and leaves room at the end of
+    // the mapping for the live block after it; freeing it and releasing the cache unmaps its
+    // whole granules.
+    for gone in [9 * MIB / 2, 13 * MIB / 2, 7 * MIB, 57 * MIB / 8] {
+        let gone = a.allocate(gone).unwrap();
+        let kept = a.allocate(MIB + 512).unwrap();
+        assert!(kept.addr > gone.addr);
+        live.push(kept);
+        a.free(gone);
+        a.empty_cache();
+    }
+    assert_eq!(a.stats().reserved_bytes, 8 * MIB as u64);
+    let mapped_end = a.snapshot().segments.iter().map(|g| g.addr + g.size).max();
+    assert_eq!(mapped_end, Some(range.start + 30 * MIB as u64));
+    check(&a);
+    (a, live)
+}
+
+#[cfg(unix)]
+#[test]
+fn a_used_up_expandable_range_falls_back_to_a_fixed_segment() {
+    let (a, live) = allocator_with_a_used_up_range();
+    // 8 MiB fits no hole, and the range has 2 MiB left past the mapped part: a fixed segment of
+    // exactly the request holds it (the device has 8 MiB left).
+    let big = a.allocate(8 * MIB).unwrap();
+    let range = a.expandable_range().unwrap();
+    assert!(!range.contains(&big.addr), "{:#x} in {range:x?}", big.addr);
+    let s = a.stats();
+    assert_eq!(s.reserved_bytes, 16 * MIB as u64);
+    assert_eq!(s.num_ooms, 0);
+    check(&a);
+    a.free(big);
+    for b in live {
+        a.free(b);
+    }
+    assert_eq!(a.empty_cache(), 16 * MIB as u64);
+    assert_eq!(a.backend().in_use(), 0);
+}
+
+#[cfg(unix)]
+#[test]
+fn a_used_up_expandable_range_is_named_when_nothing_else_fits() {
+    let (a, live) = allocator_with_a_used_up_range();
+    // 8 MiB + 64 KiB would fit the free tail (127.5 KiB) plus 8 MiB mapped at the end (the
+    // device has 8 MiB left), but the range ends 2 MiB after the mapped part, and a fixed
+    // segment of the whole request is larger than the device's 8 MiB.
+    let err = a.allocate(8 * MIB + 64 * KIB).unwrap_err();
+    assert_eq!(err.cause, OomCause::AddressRangeUsedUp, "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("the expandable segment's address range is used up"),
+        "{text}"
+    );
+    // Nothing changed: the books are as they were, and the next request that fits is served.
+    let s = a.stats();
+    assert_eq!((s.reserved_bytes, s.num_ooms), (8 * MIB as u64, 1));
+    check(&a);
+    let fits = a.allocate(6 * MIB).unwrap();
+    a.free(fits);
+    for b in live {
+        a.free(b);
+    }
+    a.empty_cache();
+    assert_eq!(a.backend().in_use(), 0);
+}

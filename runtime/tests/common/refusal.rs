@@ -1,6 +1,8 @@
 //! Whether an allocator's refusal was genuine, shared by the model tests (`alloc_model.rs`,
 //! `alloc_scale.rs`): the rules a request of `rounded` bytes is served by, read off a snapshot.
 
+use std::ops::Range;
+
 use vramguard_runtime::alloc::{MemorySnapshot, PoolKind};
 
 const MIB: u64 = 1 << 20;
@@ -48,4 +50,38 @@ pub fn no_free_block_fits(
         }
     }
     Ok(tail_free)
+}
+
+/// `Ok` when a refusal that names the expandable segment's used-up address range is genuine:
+/// mapping the `least` bytes the request needs at the end of the mapped part would run past
+/// `range`, and a fixed segment of the whole `rounded` request does not fit the `room` left
+/// under the bound.
+pub fn range_really_used_up(
+    snap: &MemorySnapshot,
+    range: Option<Range<u64>>,
+    least: u64,
+    rounded: u64,
+    room: u64,
+) -> Result<(), String> {
+    let Some(range) = range else {
+        return Err("the refusal names the expandable range, but there is none".into());
+    };
+    let mapped_end = snap
+        .segments
+        .iter()
+        .filter(|g| g.expandable)
+        .map(|g| g.addr + g.size)
+        .max()
+        .unwrap_or(range.start);
+    if mapped_end + least <= range.end {
+        return Err(format!(
+            "the range {range:x?} has room: mapped up to {mapped_end:#x}, {least} bytes needed"
+        ));
+    }
+    if rounded <= room {
+        return Err(format!(
+            "a fixed segment of {rounded} bytes fits the {room} bytes left under the bound"
+        ));
+    }
+    Ok(())
 }
