@@ -201,9 +201,10 @@ use proc_macro::TokenStream;
 ///
 /// # Limits
 ///
-/// - A method with explicit lifetimes tying its result to an `&` argument
-///   (`fn pick<'a>(&self, x: &'a T) -> &'a U`) breaks the elision assumption: the compile error
-///   (`x` does not live long enough) is fixed with `keep(x)`.
+/// - A fallible method (followed by `?`) with explicit lifetimes tying its result to an `&`
+///   argument (`fn pick<'a>(&self, x: &'a T) -> Result<&'a U>`): a fallible op's result is
+///   taken to be owned, as tensor ops' are, so the compile error (`x` is moved while borrowed) is
+///   fixed with `keep(x)`. Without `?`, a method's result is taken to borrow its `&` arguments.
 /// - A value used in only one branch of an `if`/`match` is released after the whole branch
 ///   statement, not inside the branch. Values used in the tail expression gain nothing.
 /// - Only `Release` types are freed early: your own tensor-holding structs need

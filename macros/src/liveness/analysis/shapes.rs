@@ -242,13 +242,11 @@ pub(crate) fn type_deferred(expr: &Expr) -> bool {
                     .filter(|owner| owner.arguments.is_none())
                     .map(|owner| owner.ident.to_string());
                 match owner.as_deref() {
-                    // `Vec::new()`, `HashMap::with_capacity(n)`: the element types come later.
+                    // `Vec::new()`, `Vec::with_capacity(2 * n)`, a trait's `Vec::zeros(2 * p)`:
+                    // the element types come later, whatever the arguments are, unless the
+                    // arguments are the elements (`Vec::from(xs)`, `Option::Some(x)`).
                     Some(owner) if lists::GENERIC_CONTAINERS.contains(&owner) => {
-                        !call
-                            .args
-                            .iter()
-                            .any(|a| !matches!(a, Expr::Lit(_) | Expr::Path(_)))
-                            && name != "from"
+                        !matches!(name.as_str(), "from" | "from_iter" | "Some")
                     }
                     // `Default::default()`, `From::from(x)`: `Self` comes later.
                     Some(owner) => lists::CONVERSION_TRAITS.contains(&owner),
@@ -264,6 +262,26 @@ pub(crate) fn type_deferred(expr: &Expr) -> bool {
             _ => false,
         },
         _ => false,
+    }
+}
+
+/// The local whose value `expr` copies or passes on (`u`, `u.clone()`, `u.to_owned()`,
+/// `u.unwrap()`): a value whose type is that local's, or follows from it, and so is known no
+/// sooner than that local's.
+pub(crate) fn copied_local(expr: &Expr) -> Option<String> {
+    match expr {
+        Expr::Path(path) => local_name(path),
+        Expr::Paren(p) => copied_local(&p.expr),
+        Expr::Group(g) => copied_local(&g.expr),
+        Expr::Try(t) => copied_local(&t.expr),
+        Expr::MethodCall(call) if call.turbofish.is_none() => {
+            let name = call.method.to_string();
+            (matches!(name.as_str(), "clone" | "to_owned")
+                || lists::PASSTHROUGH_METHODS.contains(&name.as_str()))
+            .then(|| copied_local(&call.receiver))
+            .flatten()
+        }
+        _ => None,
     }
 }
 

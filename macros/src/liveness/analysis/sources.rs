@@ -37,7 +37,7 @@ impl Env<'_> {
             }
             Expr::Reference(reference) => self.borrow_of(&reference.expr, BorrowKind::Borrow, out),
             Expr::RawAddr(raw) => self.borrow_of(&raw.expr, BorrowKind::Borrow, out),
-            Expr::MethodCall(call) => self.method_value(call, out),
+            Expr::MethodCall(call) => self.method_value(call, false, out),
             Expr::Call(call) => self.call_value(call, out),
             Expr::Macro(mac) => self.macro_value(&mac.mac, out),
             // Operators on tensors return owned values (`&a + &b`); a library whose operator
@@ -74,6 +74,11 @@ impl Env<'_> {
             // `x.t()?`: only a fallible tensor op is followed by `?`, so the result is owned.
             Expr::Try(try_) => match &*try_.expr {
                 Expr::MethodCall(call) if self.is_ambiguous(&call.method.to_string()) => {}
+                Expr::MethodCall(call) => self.method_value(call, true, out),
+                Expr::Await(a) => match &*a.base {
+                    Expr::MethodCall(call) => self.method_value(call, true, out),
+                    base => self.value(base, out),
+                },
                 inner => self.value(inner, out),
             },
             Expr::Await(await_) => self.value(&await_.base, out),
@@ -242,7 +247,8 @@ impl Env<'_> {
         out.extend(substitute(self.value_sources(tail), &locals));
     }
 
-    fn method_value(&self, call: &syn::ExprMethodCall, out: &mut Vec<Source>) {
+    /// `fallible`: the call is followed by `?` (after an `.await`, if any).
+    fn method_value(&self, call: &syn::ExprMethodCall, fallible: bool, out: &mut Vec<Source>) {
         let name = call.method.to_string();
         let user_owned = self.owned.contains(&name);
         if !user_owned && lists::ITEM_METHODS.contains(&name.as_str()) {
@@ -321,11 +327,15 @@ impl Env<'_> {
             return;
         }
         // Unknown method: the result may borrow the receiver (autoref) or own it (by-value
-        // `self`). Lifetime elision ties an output lifetime to `self`, not to `&arg`s, so
-        // reference arguments are not sources; by-value arguments may flow in (generics).
+        // `self`); by-value arguments may flow in (generics). Elision ties an output lifetime
+        // to `self`, but a named one can tie it to a reference argument (rten's
+        // `ctx.with_new_inputs(&inputs)` returns a context that borrows `inputs`), so those
+        // are sources too, except under `?`: a fallible op's result is owned, as above
+        // (`self.encoder.forward(&x)?`), and were it not, the rewrite would fail to compile,
+        // not misbehave.
         self.borrow_of(&call.receiver, BorrowKind::Maybe, out);
         for arg in &call.args {
-            if !matches!(arg, Expr::Reference(_)) {
+            if !fallible || !matches!(arg, Expr::Reference(_)) {
                 self.held(arg, out);
             }
         }

@@ -231,9 +231,21 @@ impl Graph {
             }
         }
         let uninit = local.init.is_none();
+        // `let newu = u.clone()` of a `u` whose type comes later: the copy's type comes later
+        // too, and may be fixed only by the copy's own uses, after `u`'s last one; a probe of
+        // `u` there could not know its type either, so `u` keeps its scope end.
+        let copied_deferred = local
+            .init
+            .as_ref()
+            .and_then(|init| shapes::copied_local(&init.expr))
+            .and_then(|name| self.current.get(&name).copied())
+            .filter(|&b| self.bindings[b].type_deferred);
+        if let Some(b) = copied_deferred {
+            self.bindings[b].kept = true;
+        }
         let type_deferred = match (&local.pat, &local.init) {
             (syn::Pat::Type(typed), _) if !shapes::has_placeholder(&typed.ty) => false,
-            (_, Some(init)) => shapes::type_deferred(&init.expr),
+            (_, Some(init)) => shapes::type_deferred(&init.expr) || copied_deferred.is_some(),
             (_, None) => true,
         };
         // A closure, an async block, or what a local closure returns: never `Release`, and

@@ -53,6 +53,13 @@ pub(super) fn schedule(
         let may_move_here = binding.mentions.contains(&at)
             && !borrowed_here
             && !binding.used_in_place.contains(&at);
+        // Passed by value here while a borrower of it is still used (`let widths =
+        // rows.iter()…; for row in rows { use(widths) }`): the plain code compiled, so the borrow
+        // had ended, but a release after the statement would name a moved value. The statement
+        // moves it: it keeps its scope end.
+        if borrowed_here && binding.consumed_at.contains(&at) {
+            continue;
+        }
         // Passed by value on every path of a straight-line statement (`f(x)`, `a + x`,
         // `x?`): the statement itself moves it, so its scope end is the same either way.
         if may_move_here && binding.consumed_at.contains(&at) && !branching[at] {

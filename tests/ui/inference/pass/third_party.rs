@@ -4,7 +4,10 @@
 //! (by-value parameters and `self`-consuming ops), borrowing methods whose names mean "owned"
 //! in other libraries (ndarray's `view`/`t`/`slice`, scraper's `select`, a `forward` returning
 //! a borrowing prediction), and ordinary Rust (borrows carried by loop variables, closure
-//! parameters, `if let` bindings, labeled-block values and `&mut` aliases; uppercase locals).
+//! parameters, `if let` bindings, labeled-block values and `&mut` aliases; uppercase locals);
+//! and, from the wider corpus of issue #19, rten (a method's output borrowing a reference
+//! argument, a loop moving a value a borrower was computed from) and smartcore (generic element
+//! types known only from later uses).
 #![deny(warnings)]
 
 #[macro_use]
@@ -149,6 +152,35 @@ pub mod borrowing_names {
     pub fn train(gan: &mut [usize], history: &mut Vec<usize>) {
         gan[0] += 1;
         history.push(gan.len());
+    }
+
+    /// rten's `OpRunContext`: `with_new_inputs` returns a context that borrows its argument
+    /// through a named lifetime (not the receiver, as elision would).
+    pub struct Ctx<'a>(pub &'a [super::support::T]);
+
+    impl<'a> Ctx<'a> {
+        pub fn with_new_inputs<'b>(&self, inputs: &'b [super::support::T]) -> Ctx<'b> {
+            Ctx(inputs)
+        }
+        pub fn run(&self) -> i64 {
+            self.0.iter().map(|t| t.v).sum::<i64>() + self.0.len() as i64
+        }
+    }
+
+    /// smartcore's `Array1::zeros`: a trait constructor on `Vec` whose element type comes from
+    /// later uses.
+    pub trait Zeros {
+        fn zeros(n: usize) -> Self;
+        fn add_mut(&mut self, k: f64);
+    }
+
+    impl<E: Copy + Default + From<f64> + std::ops::AddAssign> Zeros for Vec<E> {
+        fn zeros(n: usize) -> Self {
+            vec![E::default(); n]
+        }
+        fn add_mut(&mut self, k: f64) {
+            self.iter_mut().for_each(|x| *x += E::from(k));
+        }
     }
 
     /// A builder borrowing the holder (`VarBuilder::from_varmap(&varmap, ..)`).
@@ -412,6 +444,70 @@ macro_rules! cases {
             step("1");
             N + X[0]
         }
+
+        /// A method's output that borrows a reference argument (rten's
+        /// `let concat_ctx = ctx.with_new_inputs(&concat_inputs)`): the argument lives as long
+        /// as the output, not only to its own last mention.
+        $(#[$attr])?
+        pub fn output_borrows_an_argument() -> i64 {
+            let outer = vec![mk("outer", 1)];
+            let ctx = super::borrowing_names::Ctx(&outer);
+            let concat_inputs = vec![mk("a", 2), mk("b", 3)];
+            let concat_ctx = ctx.with_new_inputs(&concat_inputs);
+            step("1");
+            concat_ctx.run()
+        }
+
+        /// A value moved by a `for` loop while a value computed from a borrow of it is used in
+        /// the loop (rten's timing table: `col_widths` from `rows.iter()`, then
+        /// `for row in rows`): the loop moves it; nothing is released after the loop.
+        $(#[$attr])?
+        pub fn moved_by_a_loop_while_a_borrower_lives() -> usize {
+            let rows: Vec<[String; 2]> = vec![
+                ["a".to_string(), "bb".to_string()],
+                ["ccc".to_string(), "d".to_string()],
+            ];
+            let col_widths: Vec<usize> = (0..2)
+                .map(|col| rows.iter().fold(0, |width, row| row[col].len().max(width)))
+                .collect();
+            let scratch = mk("scratch", 1);
+            let mut total = scratch.v as usize;
+            for row in rows {
+                total += row[0].len() + col_widths[0] + row[1].len() + col_widths[1];
+            }
+            step("1");
+            total
+        }
+
+        /// Generic element types known only from later uses (smartcore's lasso optimizer):
+        /// `Vec::zeros(2 * p)` through a trait, and `u.clone()` of such a `u`, both used in a
+        /// loop that may move them. Their probes cannot be placed before the loop.
+        $(#[$attr])?
+        pub fn generic_elements_known_late<E>(p: usize, rounds: usize) -> f64
+        where
+            E: Copy + Default + From<f64> + Into<f64> + std::ops::AddAssign,
+        {
+            use super::borrowing_names::Zeros;
+            let mut grad = Vec::zeros(2 * p);
+            let u = Vec::zeros(p);
+            let mut newu = u.clone();
+            let marker = mk("marker", 1);
+            for _ in 0..rounds {
+                grad.add_mut(1.0);
+                newu.add_mut(0.5);
+                let g: &Vec<E> = &grad;
+                let n: &Vec<E> = &newu;
+                step("round");
+                assert!(g.len() == 2 * n.len());
+            }
+            let total: f64 = grad.iter().map(|&x| x.into()).sum();
+            total + marker.v as f64
+        }
+
+        $(#[$attr])?
+        pub fn generic_elements_known_late_f64() -> f64 {
+            generic_elements_known_late::<f64>(2, 3)
+        }
     };
 }
 
@@ -449,4 +545,7 @@ pub fn main() {
     check!(move_closure_captures());
     check!(boxed_closures_and_mutual_stores());
     check!(uppercase_locals());
+    check!(output_borrows_an_argument());
+    check!(moved_by_a_loop_while_a_borrower_lives());
+    check!(generic_elements_known_late_f64());
 }
