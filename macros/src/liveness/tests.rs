@@ -348,3 +348,52 @@ fn branches_that_cannot_release_a_value_leave_it_after_the_statement() {
         );
     }
 }
+
+/// `n` values declared before `n` nested `if`s, value `i` used at depth `i`: released at the
+/// start of every `else` it is dead in, that would be `n²/2` releases. Each branch pays for its
+/// start releases with its own statements (`plan::branches`), so the output stays linear.
+#[test]
+fn releases_inside_nested_branches_stay_linear() {
+    const DEPTH: usize = 40;
+    let mut source = String::from("fn deep(c: &[bool]) -> usize {\n");
+    for i in 0..DEPTH {
+        source += &format!("let a{i} = mk({i});\n");
+    }
+    for i in 0..DEPTH {
+        source += &format!("if c[{i}] {{ let k{i} = a{i}.len(); work(k{i});\n");
+    }
+    source += "0\n";
+    for i in (0..DEPTH).rev() {
+        source += &format!("}} else {{ other({i}); 1 }}\n");
+    }
+    source += "}\n";
+    let input = token_count(source.parse().expect("the input is tokens"));
+    let (text, report) = rewrite(&source, false);
+    let releases = text.matches("__vg_release(").count();
+    // The first levels still release inside their branches.
+    assert!(text.contains("other(0);"), "{text}");
+    let first_else = text.find("other(0);").unwrap_or(0);
+    assert!(
+        text[..first_else].rfind("__vg_release(a1)").is_some(),
+        "`a1` is not released in the first `else`"
+    );
+    assert!(report.released_early >= 6, "{report:?}");
+    // Each of the 40 `else`s (2 statements) pays for at most 6 releases; each value is released
+    // at most once more where it is used.
+    assert!(releases <= DEPTH * 6 + DEPTH, "{releases} releases");
+    let output = token_count(text.parse().expect("the output is tokens"));
+    assert!(
+        output < 3 * input,
+        "the output grew to {output} tokens from {input}"
+    );
+}
+
+fn token_count(stream: TokenStream) -> usize {
+    stream
+        .into_iter()
+        .map(|t| match t {
+            TokenTree::Group(g) => 2 + token_count(g.stream()),
+            _ => 1,
+        })
+        .sum()
+}

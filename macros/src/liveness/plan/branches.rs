@@ -17,7 +17,9 @@
 //!   block: the body is planned as a block to which the binding is *handed in* (see
 //!   `ParamBinding::handed_in`), where a value that dies in the body's tail is released there
 //!   too. A loop inside a body is one statement of it: a binding is never released inside a
-//!   loop that is not its own.
+//!   loop that is not its own;
+//! - the releases at a branch's start fit its budget ([`budget`]), which keeps the generated
+//!   code linear in the input.
 
 use proc_macro2::Ident;
 use syn::ext::IdentExt;
@@ -90,12 +92,16 @@ pub(super) fn pushable(
     // some branch must free it earlier than after the whole statement: one that does not use
     // it, or one that uses it before its last statement.
     let mut gains = vec![false; bindings.len()];
+    // Per branch: which bindings it does not use (released at its start), and how many
+    // such releases its own statements pay for.
+    let mut dead_in: Vec<(Vec<bool>, usize)> = Vec::new();
     for branch in &branches {
         let block = match branch.body {
             BranchBody::Block(block) => block.clone(),
             BranchBody::Arm(body) => facts::body_block(body),
             BranchBody::Empty => {
                 gains.iter_mut().for_each(|g| *g = true);
+                dead_in.push((vec![true; bindings.len()], budget(0)));
                 continue;
             }
         };
@@ -103,6 +109,10 @@ pub(super) fn pushable(
         for (name, gain) in names.iter().zip(&mut gains) {
             *gain |= !mentions.contains_key(name);
         }
+        dead_in.push((
+            names.iter().map(|n| !mentions.contains_key(n)).collect(),
+            budget(block.stmts.len()),
+        ));
         let handed: Vec<ParamBinding> = bindings
             .iter()
             .zip(&names)
@@ -142,5 +152,30 @@ pub(super) fn pushable(
             }
         }
     }
-    ok.iter().zip(gains).map(|(&ok, gain)| ok && gain).collect()
+    let mut ok: Vec<bool> = ok.iter().zip(gains).map(|(&ok, gain)| ok && gain).collect();
+    // Within each branch's budget of start releases, first declared first: the others are
+    // released after the statement, as before.
+    for (i, ok) in ok.iter_mut().enumerate() {
+        if !*ok {
+            continue;
+        }
+        if dead_in.iter().all(|(dead, left)| !dead[i] || *left > 0) {
+            for (dead, left) in &mut dead_in {
+                if dead[i] {
+                    *left -= 1;
+                }
+            }
+        } else {
+            *ok = false;
+        }
+    }
+    ok
+}
+
+/// How many bindings a branch of `stmts` statements may release at its start. Each release is
+/// paid for by the branch's own statements, so that the output stays linear in the input: a
+/// value declared before `n` nested `if`s and used in the innermost would otherwise be
+/// released at the start of all `n` `else`s, and `n` such values `n²` times.
+fn budget(stmts: usize) -> usize {
+    2 * stmts + 2
 }
