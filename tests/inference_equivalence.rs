@@ -73,3 +73,11 @@ mod third_party;
 fn third_party() {
     third_party::main();
 }
+
+#[path = "ui/inference/pass/branches.rs"]
+mod branches;
+
+#[test]
+fn branches() {
+    branches::main();
+}

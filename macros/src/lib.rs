@@ -73,7 +73,11 @@ use proc_macro::TokenStream;
 ///    compiler decides, from each value's type, whether it is released there (see below).
 ///    Nested blocks (branches, loop bodies, closures, async blocks) get the same treatment for
 ///    the locals they declare. A local declared outside a loop and used inside is freed after
-///    the loop.
+///    the loop. A value whose last use is inside an `if`/`match` (an `else if` chain, a
+///    `match` with guards, an `if let`) is freed inside it: in the branch that uses it, at its
+///    last use there; in every other branch, at its start (never inside a condition or a
+///    guard, which may run and fail before another arm). After a `let … else` whose `else`
+///    uses it, it is freed after the statement (the `else` diverges).
 /// 3. **In place at last use** (issue #21): where a value is moved into the statement of its
 ///    last use and is the receiver of a listed op there — `relu`, `gelu`, `tanh`, `sigmoid`,
 ///    `exp`, `log`, `add`, `sub`, `mul`, `div`, `broadcast_add`, `broadcast_sub`,
@@ -205,8 +209,10 @@ use proc_macro::TokenStream;
 ///   argument (`fn pick<'a>(&self, x: &'a T) -> Result<&'a U>`): a fallible op's result is
 ///   taken to be owned, as tensor ops' are, so the compile error (`x` is moved while borrowed) is
 ///   fixed with `keep(x)`. Without `?`, a method's result is taken to borrow its `&` arguments.
-/// - A value used in only one branch of an `if`/`match` is released after the whole branch
-///   statement, not inside the branch. Values used in the tail expression gain nothing.
+/// - Values whose last use is the function's value (its tail expression) gain nothing. A value
+///   that a non-`move` closure, a guard method in a `match`/`if let` scrutinee, or the
+///   statement's own value may borrow is released after the whole `if`/`match`, not inside
+///   its branches.
 /// - Only `Release` types are freed early: your own tensor-holding structs need
 ///   `#[derive(vramguard::Release)]` (or a manual impl) to benefit.
 /// - A statement written twice reports a type error inside it twice.

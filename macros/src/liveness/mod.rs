@@ -21,6 +21,8 @@
 //! - *kept*: never released early (`keep(..)`, `#[keep]`, guards, raw addresses…; the field
 //!   `Binding::kept`); the user-facing word is `keep`;
 //! - *fallback*: the copy of a statement written twice that runs when the type is not `Release`;
+//! - *handed in*: a binding of an enclosing block that dies inside an `if`/`match` statement,
+//!   planned as an entry binding of each branch that uses it (`ParamBinding::handed_in`);
 //! - `drops = false`: the attribute option that turns the transform off (public API, so its
 //!   name stays).
 //!
@@ -57,6 +59,17 @@
 //! most by one copy per nesting level. Several bindings moved into one statement share one choice (all of them
 //! or none), so a statement is never written more than twice.
 //!
+//! A binding whose release point is an `if`/`match` statement is released inside it instead
+//! where every branch can (see `plan::branches`): the branches that use it get it handed in
+//! and release it at their own last use (in a branch's value too: `{ …; let v = TAIL;
+//! release(x); v }`), the others at their start:
+//!
+//! ```text
+//! if c { let n = f(&x); g(n) } else { h() }
+//!   →  if c { let n = f(&x); if <x: Release> { release(x); } g(n) }
+//!      else { if <x: Release> { release(x); } h() }
+//! ```
+//!
 //! Temporaries never sit in a block's tail expression (edition 2021 drops those after the
 //! block's locals): the initializer is bound to a local first, with the `let`'s type
 //! annotation copied onto it so that inference is unchanged. A release lands inside a `let`'s
@@ -72,6 +85,9 @@
 //!   macros, `let … else`, nothing to gain at the block's end: `plan::release_points`;
 //! - moved in (written twice) or released after, closures, deferred types, the fallback copy:
 //!   `plan::schedule`;
+//! - released inside the branches of an `if`/`match` (conditions, scrutinees, guards, patterns,
+//!   each branch's own last use): `plan::branches`, with the branch shapes of
+//!   `analysis::branches`; written by `rewrite` (a missing `else` becomes one);
 //! - what counts as a use, a move, a borrow or a store: `analysis::mentions`; what a value may
 //!   borrow from: `analysis::sources` with the name lists of `analysis::known_names`.
 //!

@@ -9,6 +9,7 @@ use syn::visit_mut::{self, VisitMut};
 use syn::{Block, Expr, Ident, Item, Stmt};
 
 use super::analysis::block::ParamBinding;
+use super::analysis::branches::branching_expr_mut;
 use super::analysis::is_keep_attr;
 use super::analysis::patterns::let_bindings;
 use super::analysis::Env;
@@ -57,6 +58,7 @@ impl Rewriter<'_> {
             kept_names,
             no_dup: self.no_dup,
             depth: self.depth,
+            probe_only: false,
         };
         let plan = plan::plan(block, params, &ctx, &mut self.report);
         // A statement that may move a binding it releases is written twice (see `apply`);
@@ -69,8 +71,13 @@ impl Rewriter<'_> {
             .map(|(&index, _)| (index, block.stmts[index].clone()))
             .collect();
         self.depth += 1;
-        for stmt in &mut block.stmts {
-            self.visit_stmt_mut(stmt);
+        for (index, stmt) in block.stmts.iter_mut().enumerate() {
+            match plan.stmts.get(&index) {
+                Some(releases) if !releases.pushed.is_empty() => {
+                    self.push_into_stmt(stmt, &releases.pushed);
+                }
+                _ => self.visit_stmt_mut(stmt),
+            }
         }
         let no_dup = std::mem::replace(&mut self.no_dup, true);
         for stmt in fallback.values_mut() {
@@ -86,6 +93,118 @@ impl Rewriter<'_> {
         self.apply(block, plan, fallback);
     }
 
+    /// Rewrites a statement whose `if`/`match` releases `pushed` inside its branches (see
+    /// `plan::branches`): a branch that uses a binding is rewritten with the binding handed in
+    /// (released at its last use there), every other branch releases it at its start (a
+    /// missing `else` becomes one). Conditions, scrutinees and guards are rewritten as usual
+    /// and release nothing.
+    fn push_into_stmt(&mut self, stmt: &mut Stmt, pushed: &[(Ident, bool)]) {
+        match branching_expr_mut(stmt) {
+            Some(expr) => self.push_into_expr(expr, pushed),
+            None => self.visit_stmt_mut(stmt),
+        }
+    }
+
+    fn push_into_expr(&mut self, expr: &mut Expr, pushed: &[(Ident, bool)]) {
+        match expr {
+            Expr::If(if_) => {
+                self.visit_expr_mut(&mut if_.cond);
+                self.push_into_block(&mut if_.then_branch, pushed);
+                match &mut if_.else_branch {
+                    Some((_, otherwise)) => match &mut **otherwise {
+                        nested @ Expr::If(_) => self.push_into_expr(nested, pushed),
+                        Expr::Block(b) => self.push_into_block(&mut b.block, pushed),
+                        other => self.push_into_arm(other, pushed),
+                    },
+                    None => {
+                        let span = if_.then_branch.brace_token.span.close();
+                        let mut block = Block {
+                            brace_token: syn::token::Brace(span),
+                            stmts: Vec::new(),
+                        };
+                        self.push_into_block(&mut block, pushed);
+                        if_.else_branch = Some((
+                            syn::Token![else](span),
+                            Box::new(Expr::Block(syn::ExprBlock {
+                                attrs: Vec::new(),
+                                label: None,
+                                block,
+                            })),
+                        ));
+                    }
+                }
+            }
+            Expr::Match(match_) => {
+                self.visit_expr_mut(&mut match_.expr);
+                for arm in &mut match_.arms {
+                    // A guard (inside the pattern) is a condition: rewritten, never a release.
+                    self.visit_pat_mut(&mut arm.pat);
+                    self.push_into_arm(&mut arm.body, pushed);
+                }
+            }
+            other => self.visit_expr_mut(other),
+        }
+    }
+
+    /// A `match` arm's body (or an `else` that is no block) as a block (see
+    /// `analysis::branches::body_block`), then [`Self::push_into_block`].
+    fn push_into_arm(&mut self, body: &mut Expr, pushed: &[(Ident, bool)]) {
+        if !matches!(body, Expr::Block(b) if b.label.is_none() && b.attrs.is_empty()) {
+            let span = first_span(body);
+            let inner = std::mem::replace(body, Expr::Verbatim(TokenStream::new()));
+            *body = Expr::Block(syn::ExprBlock {
+                attrs: Vec::new(),
+                label: None,
+                block: Block {
+                    brace_token: syn::token::Brace(span),
+                    stmts: vec![Stmt::Expr(inner, None)],
+                },
+            });
+        }
+        if let Expr::Block(b) = body {
+            self.push_into_block(&mut b.block, pushed);
+        }
+    }
+
+    /// One branch: the bindings it uses are handed in to it, the others released at its start.
+    fn push_into_block(&mut self, block: &mut Block, pushed: &[(Ident, bool)]) {
+        let mentions = Env {
+            owned: &self.opts.owned,
+            borrows: &self.opts.borrows,
+            local_macros: &self.local_macros,
+            optimistic: self.opts.optimistic,
+        }
+        .scan_block(block)
+        .mentions;
+        let (used, dead): (Vec<_>, Vec<_>) = pushed
+            .iter()
+            .partition(|(ident, _)| mentions.contains_key(&ident.unraw().to_string()));
+        let handed: Vec<ParamBinding> = used
+            .into_iter()
+            .map(|(ident, mutable)| ParamBinding {
+                ident: ident.clone(),
+                mutable: *mutable,
+                handed_in: true,
+            })
+            .collect();
+        self.block(block, &handed);
+        if !dead.is_empty() {
+            self.probes = true;
+            let span = block.brace_token.span.open();
+            // Latest declaration first, like a scope end.
+            let releases: Vec<Stmt> = dead
+                .iter()
+                .rev()
+                .map(|(ident, _)| {
+                    let mut ident = ident.clone();
+                    ident.set_span(ident.span().located_at(span));
+                    emit::release(ident, span)
+                })
+                .collect();
+            block.stmts.splice(0..0, releases);
+        }
+    }
+
     fn apply(&mut self, block: &mut Block, plan: Plan, mut fallback: BTreeMap<usize, Stmt>) {
         for decl in plan.mut_decls {
             if let Some(Stmt::Local(local)) = block.stmts.get_mut(decl) {
@@ -94,7 +213,13 @@ impl Rewriter<'_> {
                     .push(emit::allow(&["unused_mut"], Span::call_site()));
             }
         }
+        // The block's value: only a binding handed in to a branch is released there.
+        let tail = match block.stmts.last() {
+            Some(Stmt::Expr(_, None)) => Some(block.stmts.len() - 1),
+            _ => None,
+        };
         for (index, scheduled) in plan.stmts.into_iter().rev() {
+            let is_tail = tail == Some(index);
             let stmt = &mut block.stmts[index];
             let span = first_span_of_stmt(stmt);
             let located = |ident: &Ident| {
@@ -129,7 +254,8 @@ impl Rewriter<'_> {
                 } else {
                     &[]
                 };
-                self.report.in_place_calls += wrap(stmt, rebinds, condition, fallback, moved);
+                self.report.in_place_calls +=
+                    wrap(stmt, rebinds, condition, fallback, moved, is_tail);
             }
             // Released after the statement, latest declaration first (like a scope end);
             // only if the type is `Release`, otherwise the value stays to its scope's end
@@ -147,6 +273,17 @@ impl Rewriter<'_> {
                 continue;
             }
             match stmt {
+                // `{ …; let v = TAIL; RELEASES v }`: the value keeps its place, the tail's
+                // temporaries are gone before the releases.
+                Stmt::Expr(expr, None) if is_tail => {
+                    let span = first_span(expr);
+                    let placeholder = Expr::Verbatim(TokenStream::new());
+                    let value = std::mem::replace(expr, placeholder);
+                    let mut stmts = vec![emit::local(value_ident(), None, value, span)];
+                    stmts.extend(releases);
+                    stmts.push(Stmt::Expr(value_ident_expr(), None));
+                    block.stmts.splice(index..=index, stmts);
+                }
                 Stmt::Local(local)
                     if local.init.is_some()
                         && !scheduled.after_value_borrows
@@ -175,12 +312,25 @@ fn wrap(
     condition: Expr,
     fallback: Stmt,
     moved: &[(Ident, bool)],
+    is_tail: bool,
 ) -> usize {
     let mut in_place = 0;
     // Built as syntax trees around the statement, never re-parsed: re-parsing a statement at
     // every level it is nested in would make the macro's own time grow with nesting depth.
     let span = first_span_of_stmt(stmt);
     match (stmt, fallback) {
+        // A branch's value (a binding handed in to it dies there): `if <..> { let x = x;
+        // let v = TAIL; v } else { TAIL }`, the value bound first so that the tail's
+        // temporaries die before `x` does.
+        (Stmt::Expr(expr, None), Stmt::Expr(fallback, None)) if is_tail => {
+            let placeholder = Expr::Verbatim(TokenStream::new());
+            let mut value = std::mem::replace(expr, placeholder);
+            in_place += super::inplace::rewrite(&mut value, moved);
+            let mut then = rebinds;
+            then.push(emit::local(value_ident(), None, value, span));
+            then.push(Stmt::Expr(value_ident_expr(), None));
+            *expr = if_else(condition, then, vec![Stmt::Expr(fallback, None)], span);
+        }
         (Stmt::Local(local), Stmt::Local(fallback)) => {
             let (Some(init), Some(fallback_init)) = (&mut local.init, fallback.init) else {
                 return 0;

@@ -260,3 +260,140 @@ fn a_store_through_a_shadowed_inner_binding_keeps_its_origin() {
         facts.stores
     );
 }
+
+/// Where the first release probe of `name` is, and where `marker` is, in `text`.
+fn first_probe_and(text: &str, name: &str, marker: &str) -> (usize, usize) {
+    let probe = text
+        .find(&format!("__VgProbe::of(&{name})"))
+        .unwrap_or_else(|| panic!("no probe of {name}: {text}"));
+    let marker = text
+        .find(marker)
+        .unwrap_or_else(|| panic!("no {marker}: {text}"));
+    (probe, marker)
+}
+
+#[test]
+fn a_value_dying_in_one_branch_is_released_at_the_other_branch_s_start() {
+    let (text, report) = rewrite(
+        "fn f(c: bool) -> usize {
+            let x = mk();
+            let n = if c { let k = x.len(); first(k) } else { second() };
+            n
+        }",
+        false,
+    );
+    assert_eq!(report.released, ["x@0"]);
+    let (release, second) = first_probe_and(&text, "x", "second()");
+    let (_, first) = first_probe_and(&text, "x", "first(k)");
+    // Once in each branch: after `let k` in the first, before `second()` in the other.
+    assert_eq!(text.matches("__vg_release(x)").count(), 2, "{text}");
+    assert!(release < first && text[first..].contains("__VgProbe::of(&x)"));
+    assert!(text[first..second].contains("__vg_release(x)"), "{text}");
+}
+
+#[test]
+fn a_guard_is_never_a_release_point() {
+    let (text, _) = rewrite(
+        "fn f(k: u32) -> usize {
+            let x = mk();
+            let n = match k { 0 if x.len() > 3 => zero(), 1 => one(), _ => other() };
+            n
+        }",
+        false,
+    );
+    // The guard reads `x` unchanged; each arm's body starts with the release.
+    assert!(text.contains("0 if x.len() > 3 => {"), "{text}");
+    assert_eq!(text.matches("__vg_release(x)").count(), 3, "{text}");
+    for body in ["zero()", "one()", "other()"] {
+        let at = text.find(body).unwrap_or_else(|| panic!("{body}: {text}"));
+        let arm = text[..at]
+            .rfind("=> {")
+            .unwrap_or_else(|| panic!("{body}: {text}"));
+        assert!(text[arm..at].contains("__vg_release(x)"), "{body}: {text}");
+    }
+}
+
+/// Shapes whose branches cannot release `x`: it is released at the whole statement (one probe,
+/// after it or moving `x` into it), as before.
+#[test]
+fn branches_that_cannot_release_a_value_leave_it_after_the_statement() {
+    let shapes = [
+        // A pattern binds the name: the arm's `x` is another value.
+        "let n = match k { Some(x) => x.len(), None => { let m = x.len(); done(); m } };",
+        // The scrutinee's guard lives through the arms.
+        "let n = match x.lock().unwrap().len() { 0 => 1, _ => { done(); 2 } };",
+        // An `if let` scrutinee that borrows `x`.
+        "let n = if let Some(v) = x.first() { v.len() } else { done(); 0 };",
+        // The statement's value borrows `x`.
+        "let n = if k.is_some() { x.first() } else { done(); None };",
+        // The condition may move `x`.
+        "let n = if x.into_flag() { 1 } else { done(); 0 };",
+    ];
+    for shape in shapes {
+        let (text, _) = rewrite(
+            &format!(
+                "fn f(k: Option<T>) -> usize {{
+                    let x = mk();
+                    {shape}
+                    after(&n);
+                    0
+                }}"
+            ),
+            false,
+        );
+        // Released inside the branches, it would be probed in each of them.
+        assert!(
+            text.matches("__VgProbe::of(&x)").count() <= 1,
+            "released inside a branch of `{shape}`:\n{text}"
+        );
+    }
+}
+
+/// `n` values declared before `n` nested `if`s, value `i` used at depth `i`: released at the
+/// start of every `else` it is dead in, that would be `n²/2` releases. Each branch pays for its
+/// start releases with its own statements (`plan::branches`), so the output stays linear.
+#[test]
+fn releases_inside_nested_branches_stay_linear() {
+    const DEPTH: usize = 40;
+    let mut source = String::from("fn deep(c: &[bool]) -> usize {\n");
+    for i in 0..DEPTH {
+        source += &format!("let a{i} = mk({i});\n");
+    }
+    for i in 0..DEPTH {
+        source += &format!("if c[{i}] {{ let k{i} = a{i}.len(); work(k{i});\n");
+    }
+    source += "0\n";
+    for i in (0..DEPTH).rev() {
+        source += &format!("}} else {{ other({i}); 1 }}\n");
+    }
+    source += "}\n";
+    let input = token_count(source.parse().expect("the input is tokens"));
+    let (text, report) = rewrite(&source, false);
+    let releases = text.matches("__vg_release(").count();
+    // The first levels still release inside their branches.
+    assert!(text.contains("other(0);"), "{text}");
+    let first_else = text.find("other(0);").unwrap_or(0);
+    assert!(
+        text[..first_else].rfind("__vg_release(a1)").is_some(),
+        "`a1` is not released in the first `else`"
+    );
+    assert!(report.released_early >= 6, "{report:?}");
+    // Each of the 40 `else`s (2 statements) pays for at most 6 releases; each value is released
+    // at most once more where it is used.
+    assert!(releases <= DEPTH * 6 + DEPTH, "{releases} releases");
+    let output = token_count(text.parse().expect("the output is tokens"));
+    assert!(
+        output < 3 * input,
+        "the output grew to {output} tokens from {input}"
+    );
+}
+
+fn token_count(stream: TokenStream) -> usize {
+    stream
+        .into_iter()
+        .map(|t| match t {
+            TokenTree::Group(g) => 2 + token_count(g.stream()),
+            _ => 1,
+        })
+        .sum()
+}

@@ -8,6 +8,8 @@ mod adversarial;
 mod basics;
 #[path = "../../ui/inference/pass/borrows.rs"]
 mod borrows;
+#[path = "../../ui/inference/pass/branches.rs"]
+mod branches;
 #[path = "../../ui/inference/pass/control.rs"]
 mod control;
 #[path = "../../ui/inference/pass/macros.rs"]
@@ -41,6 +43,7 @@ fn pass_cases_edition_2024() {
     adversarial::main();
     basics::main();
     borrows::main();
+    branches::main();
     control::main();
     macros::main();
     model::main();

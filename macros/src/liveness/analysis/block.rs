@@ -21,6 +21,10 @@ pub(crate) struct ParamBinding {
     pub ident: Ident,
     /// Declared `mut`: the rebinding must be `let mut` too.
     pub mutable: bool,
+    /// Handed in by the enclosing block to a branch of the `if`/`match` where it dies (see
+    /// `plan::branches`): owned by the enclosing block, so it must be released in this branch
+    /// (at the latest at its end) or not at all, and the enclosing block counts it.
+    pub handed_in: bool,
 }
 
 /// The by-value parameters of a signature: ident patterns (and destructured patterns) whose
@@ -35,11 +39,11 @@ pub(crate) fn params_of(sig: &syn::Signature) -> Vec<ParamBinding> {
             }
             let mut names = Vec::new();
             pattern_bindings(&typed.pat, &mut names);
-            out.extend(
-                names
-                    .into_iter()
-                    .map(|(ident, mutable)| ParamBinding { ident, mutable }),
-            );
+            out.extend(names.into_iter().map(|(ident, mutable)| ParamBinding {
+                ident,
+                mutable,
+                handed_in: false,
+            }));
         }
     }
     out
@@ -53,7 +57,11 @@ pub(crate) fn pattern_params(pat: &syn::Pat) -> Vec<ParamBinding> {
     names
         .into_iter()
         .filter(|(ident, _)| !ident.to_string().starts_with('_'))
-        .map(|(ident, mutable)| ParamBinding { ident, mutable })
+        .map(|(ident, mutable)| ParamBinding {
+            ident,
+            mutable,
+            handed_in: false,
+        })
         .collect()
 }
 

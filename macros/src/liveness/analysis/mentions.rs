@@ -43,6 +43,13 @@ impl Env<'_> {
         scanner.facts
     }
 
+    /// The facts of a block's statements (names its `let`s bind are not mentions after them).
+    pub(crate) fn scan_block(&self, block: &Block) -> Facts {
+        let mut scanner = Scanner::new(self);
+        scanner.block(block);
+        scanner.facts
+    }
+
     /// The facts of one expression.
     pub(crate) fn scan_expr(&self, expr: &Expr) -> Facts {
         let mut scanner = Scanner::new(self);

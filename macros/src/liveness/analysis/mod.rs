@@ -7,6 +7,7 @@
 //! block ([`block`]).
 
 pub(crate) mod block;
+pub(crate) mod branches;
 mod format;
 pub(crate) mod known_names;
 pub(crate) mod mentions;

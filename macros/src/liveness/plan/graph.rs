@@ -42,7 +42,8 @@ pub(super) fn build(block: &Block, params: &[ParamBinding], ctx: &PlanContext<'_
         current: BTreeMap::new(),
     };
     for param in params {
-        graph.declare(ctx, &param.ident, param.mutable, None, false);
+        let b = graph.declare(ctx, &param.ident, param.mutable, None, false);
+        graph.bindings[b].handed_in = param.handed_in;
     }
     for (index, stmt) in block.stmts.iter().enumerate() {
         let facts = ctx.env.scan_stmt(stmt);
@@ -82,6 +83,7 @@ impl Graph {
         self.bindings.push(Binding {
             ident: ident.clone(),
             mutable,
+            handed_in: false,
             decl,
             kept: kept || guard,
             mentions: Vec::new(),

@@ -5,9 +5,11 @@
 //!    edges between them, from the analysis' facts of each statement;
 //! 2. [`release_points`]: each binding's release point, its last use pushed back by the
 //!    bindings that may borrow it, or "never" ([`END`]), computed to a fixpoint;
-//! 3. [`schedule`]: for each statement, the bindings moved into it and those released after
-//!    it, and the counts of the [`ReleaseReport`].
+//! 3. [`schedule`]: for each statement, the bindings moved into it, those released after it
+//!    and those released inside its branches ([`branches`]), and the counts of the
+//!    [`ReleaseReport`].
 
+mod branches;
 mod graph;
 mod release_points;
 mod schedule;
@@ -36,6 +38,10 @@ pub(super) struct PlanContext<'a> {
     pub no_dup: bool,
     /// Nesting depth of the block, for the report's `name@depth` entries.
     pub depth: usize,
+    /// Planning a branch only to learn whether the bindings handed in to it are released there
+    /// (see [`branches`]): nothing is pushed into nested branches (whether a binding is
+    /// released in a branch does not depend on it, and the planning stays one level deep).
+    pub probe_only: bool,
 }
 
 /// The plan of one block.
@@ -46,6 +52,11 @@ pub(super) struct Plan {
     /// Statement indices of the block's `let mut` declarations moved into a later statement:
     /// the declaration gets `#[allow(unused_mut)]`.
     pub mut_decls: BTreeSet<usize>,
+    /// The bindings handed in to this block (a branch) that it releases, moves or leaves
+    /// with (`return`) — the others would outlive the branch —, each with whether that frees
+    /// it before the block's last statement, or may do so in a nested branch (a gain over a
+    /// release after the whole `if`/`match`).
+    pub handed_placed: BTreeMap<String, bool>,
 }
 
 /// For one statement: the bindings to move into it, and those to release after it.
@@ -60,6 +71,10 @@ pub(super) struct StmtReleases {
     pub release_after: Vec<Ident>,
     /// The `let`'s value may borrow a released binding: release after the whole statement.
     pub after_value_borrows: bool,
+    /// Bindings released inside the statement's branches (an `if`/`match` whose branches
+    /// each release them at their own last use, or at their start where they are dead), with
+    /// whether each is `mut`; see [`branches`].
+    pub pushed: Vec<(Ident, bool)>,
 }
 
 /// A binding of the block (a parameter or a name a `let` binds) and what its statements do
@@ -67,6 +82,8 @@ pub(super) struct StmtReleases {
 struct Binding {
     ident: Ident,
     mutable: bool,
+    /// Handed in by the enclosing block (see `ParamBinding::handed_in`).
+    handed_in: bool,
     /// Statement index of the declaration; `None` for parameters.
     decl: Option<usize>,
     /// Never released early whatever its uses (guard, `keep`, no initializer…).
@@ -110,6 +127,12 @@ pub(super) fn plan(
     report: &mut ReleaseReport,
 ) -> Plan {
     let graph = graph::build(block, params, ctx);
-    let points = release_points::compute(&graph, block.stmts.len());
+    let last_branches = !ctx.probe_only
+        && !ctx.no_dup
+        && block
+            .stmts
+            .last()
+            .is_some_and(|s| super::analysis::branches::branching_expr(s).is_some());
+    let points = release_points::compute(&graph, block.stmts.len(), last_branches);
     schedule::schedule(block, &graph, &points, ctx, report)
 }

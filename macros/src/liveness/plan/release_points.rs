@@ -7,9 +7,12 @@ use crate::liveness::analysis::BorrowKind;
 
 /// Each binding's release point: its own last use, pushed back by the bindings that may
 /// borrow it, or [`END`]. Releasing at the block's last statement or in its tail expression
-/// gains nothing.
-pub(super) fn compute(graph: &Graph, stmt_count: usize) -> Vec<usize> {
-    let last_stmt = stmt_count.saturating_sub(1);
+/// gains nothing, but for a binding handed in to a branch (it outlives the branch) or inside
+/// the branches of a last `if`/`match`.
+pub(super) fn compute(graph: &Graph, stmt_count: usize, last_branches: bool) -> Vec<usize> {
+    // A last statement that branches (`if`/`match`, often the block's value) may still free a
+    // binding early inside its branches (see `schedule`).
+    let last_stmt = stmt_count.saturating_sub(1) + usize::from(last_branches);
     let mut end: Vec<usize> = graph.bindings.iter().map(own_last_use).collect();
     // Both passes run every round (`|`, not `||`): each may move points the other reads.
     while extend_by_borrowers(graph, &mut end) | give_up_where_unsafe(graph, &mut end, last_stmt) {}
@@ -63,10 +66,12 @@ fn give_up_where_unsafe(graph: &Graph, end: &mut [usize], last_stmt: usize) -> b
         // value (the borrow was a conservative guess): nothing may be left to release.
         let partially_moved_before = binding.partial_moves.iter().any(|&p| p < at)
             || binding.consumed_at.iter().any(|&m| m < at);
-        let nothing_to_gain = at >= last_stmt;
+        // A binding handed in to a branch gains there too: the branch ends before its scope.
+        let nothing_to_gain = at >= last_stmt && !binding.handed_in;
         let mentioned = binding.mentions.contains(&at);
-        let cannot_move_in =
-            mentioned && (!graph.wrappable[at] || binding.no_move_in.contains(&at));
+        // (A `let … else` whose `else` uses the binding releases it after the statement:
+        // see `schedule`.)
+        let cannot_move_in = mentioned && !graph.wrappable[at];
         let maybe_borrowed_by_value = graph.borrowed_by_value[at]
             .iter()
             .any(|&(to, kind)| to == b && kind == BorrowKind::Maybe);

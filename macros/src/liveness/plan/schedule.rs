@@ -4,10 +4,13 @@
 
 use std::collections::BTreeMap;
 
-use syn::Block;
+use syn::ext::IdentExt;
+use syn::{Block, Stmt};
 
+use super::branches;
 use super::graph::Graph;
 use super::{Plan, PlanContext, END};
+use crate::liveness::analysis::branches as branches_facts;
 use crate::liveness::analysis::shapes;
 use crate::liveness::ReleaseReport;
 
@@ -21,18 +24,34 @@ pub(super) fn schedule(
 ) -> Plan {
     let duplicable: Vec<bool> = block.stmts.iter().map(shapes::duplicable).collect();
     let branching: Vec<bool> = block.stmts.iter().map(shapes::has_branches).collect();
+    // The block's value, where a binding handed in to a branch may die last (`{ …; f(&x) }`).
+    let tail = match block.stmts.last() {
+        Some(Stmt::Expr(expr, None)) => Some((block.stmts.len() - 1, expr)),
+        _ => None,
+    };
     let mut plan = Plan {
         stmts: BTreeMap::new(),
         mut_decls: Default::default(),
+        handed_placed: BTreeMap::new(),
     };
+    // Per statement that branches, the bindings that may be released inside its branches.
+    let mut in_branches: BTreeMap<usize, Vec<Candidate>> = BTreeMap::new();
     for (b, binding) in graph.bindings.iter().enumerate() {
+        // The enclosing block counts a binding handed in to a branch.
+        let counted = !ctx.no_dup && !binding.handed_in;
         let used_after_decl = !binding.mentions.is_empty();
         let guard = binding.ident.to_string().starts_with('_');
-        if used_after_decl && !guard && !ctx.no_dup {
+        if used_after_decl && !guard && counted {
             report.candidates += 1;
         }
         let at = end[b];
         if at == END || binding.never_released {
+            continue;
+        }
+        // A statement that leaves the block (`return f(&x);`) drops the binding itself.
+        if binding.handed_in && branches_facts::diverges(&block.stmts[at]) {
+            plan.handed_placed
+                .insert(binding.ident.unraw().to_string(), false);
             continue;
         }
         // Borrowed by the statement's own value, or by a borrower the statement still
@@ -44,6 +63,13 @@ pub(super) fn schedule(
                 .edges
                 .iter()
                 .any(|e| e.to == b && e.at < at && graph.bindings[e.from].mentions.contains(&at));
+        // Used in the `else` of a `let … else`: not movable into the initializer, but the
+        // `else` diverges, so after the statement the binding is dead on the one path that
+        // goes on; released there unless the `let` takes its name.
+        let in_let_else = binding.no_move_in.contains(&at);
+        if in_let_else && binding.shadowed_at == Some(at) {
+            continue;
+        }
         // Whether the statement may move the binding decides the form: a statement that
         // only borrows it is followed by a release; one that may move it is written twice,
         // with and without the binding moved in (see `rewrite`). A statement that mutates a
@@ -52,6 +78,7 @@ pub(super) fn schedule(
         // may be mutated too).
         let may_move_here = binding.mentions.contains(&at)
             && !borrowed_here
+            && !in_let_else
             && !binding.used_in_place.contains(&at);
         // Passed by value here while a borrower of it is still used (`let widths =
         // rows.iter()…; for row in rows { use(widths) }`): the plain code compiled, so the borrow
@@ -63,9 +90,23 @@ pub(super) fn schedule(
         // Passed by value on every path of a straight-line statement (`f(x)`, `a + x`,
         // `x?`): the statement itself moves it, so its scope end is the same either way.
         if may_move_here && binding.consumed_at.contains(&at) && !branching[at] {
-            if !ctx.no_dup {
+            if counted {
                 report.moved_at_last_use += 1;
             }
+            if binding.handed_in {
+                plan.handed_placed
+                    .insert(binding.ident.unraw().to_string(), false);
+            }
+            continue;
+        }
+        // The block's value (only a binding handed in to a branch is released there): it is
+        // bound to a local first, which a closure's type (one per copy) or a statement macro
+        // does not allow.
+        let tail_closure =
+            tail.is_some_and(|(index, expr)| index == at && shapes::may_hold_closure(expr));
+        let tail_macro = at + 1 == block.stmts.len()
+            && matches!(&block.stmts[at], Stmt::Macro(m) if m.semi_token.is_none());
+        if binding.handed_in && (tail_closure || tail_macro) {
             continue;
         }
         // The binding keeps its scope end where the statement cannot be written twice:
@@ -73,36 +114,148 @@ pub(super) fn schedule(
         // level at most, so the output stays linear in the input per level), where the
         // copies would have different types (a closure in a `let`'s value), or where the
         // probe, placed before the statement, could not know the binding's type yet.
-        if may_move_here && (ctx.no_dup || !duplicable[at] || binding.type_deferred) {
+        let cannot_move_in = ctx.no_dup || !duplicable[at] || binding.type_deferred;
+        // Released inside the branches of an `if`/`match` (decided below, per statement):
+        // not where another binding's borrow or the probe's need of a known type ties it to
+        // the statement as a whole. The statement itself is not written twice for it.
+        let may_go_into_branches = !ctx.no_dup
+            && !ctx.probe_only
+            && !borrowed_here
+            && !binding.type_deferred
+            && branches_facts::branching_expr(&block.stmts[at]).is_some();
+        // Released at the statement only inside its branches: at the block's last statement
+        // a release after it gains nothing (see `release_points`), and where it may move the
+        // binding but cannot be written twice, it keeps the binding otherwise.
+        let only_in_branches =
+            !binding.handed_in && at + 1 >= block.stmts.len() || may_move_here && cannot_move_in;
+        if only_in_branches && !may_go_into_branches {
             continue;
         }
-        if !ctx.no_dup {
-            report.released_early += 1;
-            report
-                .released
-                .push(format!("{}@{}", binding.ident, ctx.depth));
+        if binding.handed_in {
+            let gains = at + 1 < block.stmts.len()
+                || branches_facts::branching_expr(&block.stmts[at]).is_some();
+            plan.handed_placed
+                .insert(binding.ident.unraw().to_string(), gains);
         }
-        let releases = plan.stmts.entry(at).or_default();
-        if may_move_here {
-            releases
-                .move_in
-                .push((binding.ident.clone(), binding.mutable));
-            // The last mutation may now happen on the rebinding: the declaration's `mut`
-            // can become unneeded, which rustc would report on the user's line.
-            if binding.mutable {
-                match binding.decl {
-                    Some(decl) => {
-                        plan.mut_decls.insert(decl);
-                    }
-                    None => report.moved_mut_params.push(binding.ident.to_string()),
-                }
-            }
+        let candidate = Candidate {
+            binding: b,
+            may_move_here,
+            borrowed_by_value_here,
+            counted,
+            only_in_branches,
+        };
+        if may_go_into_branches {
+            in_branches.entry(at).or_default().push(candidate);
         } else {
-            releases.release_after.push(binding.ident.clone());
-            if borrowed_by_value_here {
-                releases.after_value_borrows = true;
+            place(&mut plan, graph, report, ctx, at, &candidate);
+        }
+    }
+    for (at, candidates) in in_branches {
+        // A statement written twice for another binding keeps its forms for all: its
+        // fallback copy would release nothing inside its branches.
+        let written_twice = plan.stmts.get(&at).is_some_and(|r| !r.move_in.is_empty());
+        let bindings: Vec<(proc_macro2::Ident, bool)> = candidates
+            .iter()
+            .map(|c| {
+                let binding = &graph.bindings[c.binding];
+                (binding.ident.clone(), binding.mutable)
+            })
+            .collect();
+        let pushable = if written_twice {
+            vec![false; candidates.len()]
+        } else {
+            branches::pushable(&block.stmts[at], &bindings, ctx)
+        };
+        // One that stays must be moved into the statement: then it is written twice, and
+        // all stay (as above).
+        let all_stay = candidates
+            .iter()
+            .zip(&pushable)
+            .any(|(c, &ok)| !ok && c.may_move_here && !c.only_in_branches);
+        for (candidate, ok) in candidates.iter().zip(pushable) {
+            let binding = &graph.bindings[candidate.binding];
+            if ok && !all_stay {
+                count(report, ctx, binding, candidate.counted);
+                plan.stmts
+                    .entry(at)
+                    .or_default()
+                    .pushed
+                    .push((binding.ident.clone(), binding.mutable));
+                // The last mutation may now happen on a rebinding inside a branch.
+                if binding.mutable {
+                    note_mut(&mut plan, report, binding);
+                }
+            } else if !candidate.only_in_branches {
+                place(&mut plan, graph, report, ctx, at, candidate);
             }
         }
     }
     plan
+}
+
+/// A binding released at a statement, and how the statement uses it.
+struct Candidate {
+    binding: usize,
+    may_move_here: bool,
+    borrowed_by_value_here: bool,
+    /// Counted in the report (not in a fallback copy, not handed in).
+    counted: bool,
+    /// Released inside the statement's branches or not early at all (see `schedule`).
+    only_in_branches: bool,
+}
+
+fn count(
+    report: &mut ReleaseReport,
+    ctx: &PlanContext<'_>,
+    binding: &super::Binding,
+    counted: bool,
+) {
+    if counted {
+        report.released_early += 1;
+        report
+            .released
+            .push(format!("{}@{}", binding.ident, ctx.depth));
+    }
+}
+
+/// Moves the binding into the statement at `at` (written twice) or releases it after.
+fn place(
+    plan: &mut Plan,
+    graph: &Graph,
+    report: &mut ReleaseReport,
+    ctx: &PlanContext<'_>,
+    at: usize,
+    candidate: &Candidate,
+) {
+    let binding = &graph.bindings[candidate.binding];
+    count(report, ctx, binding, candidate.counted);
+    let releases = plan.stmts.entry(at).or_default();
+    if candidate.may_move_here {
+        releases
+            .move_in
+            .push((binding.ident.clone(), binding.mutable));
+        // The last mutation may now happen on the rebinding: the declaration's `mut`
+        // can become unneeded, which rustc would report on the user's line.
+        if binding.mutable {
+            note_mut(plan, report, binding);
+        }
+    } else {
+        releases.release_after.push(binding.ident.clone());
+        if candidate.borrowed_by_value_here {
+            releases.after_value_borrows = true;
+        }
+    }
+}
+
+/// A `mut` binding may now be mutated only on a rebinding: its declaration gets
+/// `#[allow(unused_mut)]` (a parameter's, through the report; a binding handed in to a branch
+/// is noted where it is declared).
+fn note_mut(plan: &mut Plan, report: &mut ReleaseReport, binding: &super::Binding) {
+    match binding.decl {
+        Some(decl) => {
+            plan.mut_decls.insert(decl);
+        }
+        None if !binding.handed_in => report.moved_mut_params.push(binding.ident.to_string()),
+        None => {}
+    }
 }

@@ -1,0 +1,76 @@
+fn route(x: Tensor, mode: Mode, mask: Option<Tensor>) -> Result<Tensor> {
+    let __vg_no_grad = ::vramguard::__private::NoGradGuard::new();
+    let __vg_library_no_grad = ::vramguard::__private::library_no_grad();
+    #[allow(unused_imports)]
+    use ::vramguard::__private::{
+        CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
+        PlainAtLastUse as _, Probe as __VgProbe, release as __vg_release,
+        last_use as __vg_last_use, Dying as __VgDying,
+    };
+    let h = x.relu()?;
+    let Some(mask) = (if (&&&__VgProbe::of(&mask)).__vg_movable() {
+        #[allow(unused_mut, unused_variables)]
+        let mask = __vg_last_use(mask);
+        let __vg_value = mask;
+        __vg_value
+    } else {
+        mask
+    }) else {
+        return Err(Error::msg(format!("no mask for {:?}", x.dims())));
+    };
+    if (&&&__VgProbe::of(&x)).__vg_releasable() {
+        __vg_release(x);
+    }
+    let g = if (&&&__VgProbe::of(&h)).__vg_movable() {
+        #[allow(unused_mut, unused_variables)]
+        let h = __vg_last_use(h);
+        let __vg_value = __VgDying(h).gelu_at_last_use(|__vg_dying| __vg_dying.gelu())?;
+        __vg_value
+    } else {
+        h.gelu()?
+    };
+    let y = match mode {
+        Mode::Masked if mask.rank() > 1 => {
+            let m = if (&&&__VgProbe::of(&g)).__vg_movable() {
+                #[allow(unused_mut, unused_variables)]
+                let g = __vg_last_use(g);
+                let __vg_value = __VgDying(g)
+                    .broadcast_mul_at_last_use(
+                        |__vg_dying, __vg_arg0| __vg_dying.broadcast_mul(__vg_arg0),
+                        &mask,
+                    )?;
+                __vg_value
+            } else {
+                g.broadcast_mul(&mask)?
+            };
+            if (&&&__VgProbe::of(&mask)).__vg_releasable() {
+                __vg_release(mask);
+            }
+            m.sum_keepdim(1)?
+        }
+        Mode::Plain => {
+            if (&&&__VgProbe::of(&mask)).__vg_releasable() {
+                __vg_release(mask);
+            }
+            if (&&&__VgProbe::of(&g)).__vg_movable() {
+                #[allow(unused_mut, unused_variables)]
+                let g = __vg_last_use(g);
+                let __vg_value = __VgDying(g)
+                    .exp_at_last_use(|__vg_dying| __vg_dying.exp())?;
+                __vg_value
+            } else {
+                g.exp()?
+            }
+        }
+        Mode::Masked => {
+            if (&&&__VgProbe::of(&g)).__vg_releasable() {
+                __vg_release(g);
+            }
+            if (&&&__VgProbe::of(&mask)).__vg_releasable() {
+                __vg_release(mask);
+            }
+            Tensor::zeros(8)?
+        }
+    };
+    if y.rank() > 2 { y.flatten_all() } else { Ok(y) }
+}
