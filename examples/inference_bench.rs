@@ -1,6 +1,15 @@
 //! `inference` benchmark: what `#[inference]` saves on a BERT-style encoder written in plain,
 //! idiomatic style (see `examples/common/bert.rs`).
 //!
+//! What is measured changed once, for issue #21's second round (in place at last use): the
+//! encoder's layers now take their input by value (`self.layer(layer, hidden_states, …)`)
+//! instead of borrowing it (`&hidden_states`), in every variant, so that the input may die at
+//! its last use inside the layer. The liveness bound is recorded from that same by-value code;
+//! it counts each tensor's last use, not who owns it, so it is the borrowed code's bound too.
+//! Figures before the change (borrowed input, 2026-12-02): `peak_bytes_inference` 30.00 MiB,
+//! `peak_bytes_inference_inplace` 21.00 MiB (0.778 × the 27.00 MiB bound), largest batches
+//! 109 and 158; `BENCHMARKS.md` keeps them beside the new run.
+//!
 //! Peaks are exact allocator statistics above the bytes live before the forward pass (weights
 //! and inputs excluded), so they are activation memory:
 //! - `peak_bytes_grad`: grad on, no attribute (the graph keeps activations alive);
@@ -282,7 +291,8 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
          a prediction, confirmations), `exact` = 1 when it found the bisection's answer for both variants. Times: median of {reps} interleaved forward passes. `outputs_bit_identical` = 1 when the \
          #[inference(inplace = false)] output equals the plain no-grad output bit for bit (`_inplace`: the #[inference] output). \
          The in-place rows: `#[inference]`, which runs `gelu`, `broadcast_add` and `softmax` on a dying local in its buffer; the \
-         liveness bound is that of the out-of-place code.",
+         liveness bound is that of the out-of-place code. The encoder's layers take their input by value (since #21's second round; \
+         they borrowed it before), in every variant and in the code the bound is recorded from.",
         mib(weight_bytes),
         if on_gpu { "a GPU allocator limited" } else { "host device" }
     ));

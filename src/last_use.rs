@@ -29,8 +29,12 @@
 //!   holds the storage, so it is shared), not a leaf that requires grad, and, under grad mode,
 //!   not an input the new op's backward needs. Otherwise it computes out of place, exactly as
 //!   the plain method. The values are bit-identical either way.
-//! - **ndarray** (feature `ndarray`): `mapv` on an owned `Array` becomes `mapv_into_any`, which
-//!   maps in place when the element type does not change. An owned array is never shared.
+//! - **ndarray** (feature `ndarray`): `x.mapv(f)` on an owned `Array` becomes
+//!   `Dying(x).mapv_receiver().mapv(f)` (the closure still gets its parameter types from a
+//!   `mapv` with ndarray's signature), which maps in place, with `mapv_into`, when the elements
+//!   are numbers, `f` returns their type, and the array is contiguous; otherwise it is the plain
+//!   `mapv` (see [`MapvAtLastUse`]). An owned array is never shared. Every other type's
+//!   `mapv_receiver` is the value itself, so its own `mapv` runs as written.
 //! - **candle and tch**: not offered. Their tensors are handles on reference-counted storage
 //!   that views, clones and the autograd graph share (candle's `Arc`'d storage, libtorch's
 //!   intrusive pointer), and neither exposes whether a handle is the only one. The macro sees
@@ -48,18 +52,6 @@ type TensorResult = vramguard_runtime::tensor::Result<Tensor>;
 #[doc(hidden)]
 pub struct Dying<T>(pub T);
 
-// `x.mapv(f)` becomes `Dying(x).mapv(f)`, not a call through a closure: `f` is usually a
-// closure literal, whose parameter types come from the method it is passed to, and a generic
-// fallback could not give them. Owned arrays of numbers have an inherent `mapv` on `Dying`;
-// every other type reaches its own `mapv` through this `Deref`, resolved as written.
-impl<T> std::ops::Deref for Dying<T> {
-    type Target = T;
-    #[inline(always)]
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
-
 /// Declares the fallback trait: for each listed method, `NAME_at_last_use(self, plain, args..)`
 /// calls `plain(value, args..)`, the original call.
 macro_rules! plain_at_last_use {
@@ -69,6 +61,10 @@ macro_rules! plain_at_last_use {
         pub trait PlainAtLastUse: Sized {
             /// The dying value's type.
             type Value;
+
+            /// The receiver of `mapv` at the value's last use: the value itself, whose own
+            /// `mapv` then runs as written.
+            fn mapv_receiver(self) -> Self::Value;
             $(
                 /// Calls `plain` (the original call) on the value and the arguments.
                 fn $method<Out, Plain: FnOnce(Self::Value, $($ty),*) -> Out, $($ty),*>(
@@ -81,6 +77,11 @@ macro_rules! plain_at_last_use {
 
         impl<T> PlainAtLastUse for Dying<T> {
             type Value = T;
+
+            #[inline(always)]
+            fn mapv_receiver(self) -> T {
+                self.0
+            }
             $(
                 #[inline(always)]
                 fn $method<Out, Plain: FnOnce(T, $($ty),*) -> Out, $($ty),*>(
@@ -288,22 +289,119 @@ impl Dying<Tensor> {
     }
 }
 
-/// `mapv` at an owned array's last use, for arrays of numbers: `mapv_into_any`, in place when
-/// `f` keeps the element type. Numbers only: a method's `'static` bound would not steer method
-/// resolution to the fallback for an element type that borrows, it would fail to compile.
-/// The output type must be `'static` too (a `mapv` whose closure returns a borrow is a compile
-/// error here: mark the `let` `#[keep]`).
 #[cfg(feature = "ndarray")]
-macro_rules! numeric_mapv {
-    ($($element:ty),*) => {$(
-        impl<D: ndarray::Dimension> Dying<ndarray::Array<$element, D>> {
-            /// `mapv` at the array's last use (see [`numeric_mapv`]).
-            #[inline(always)]
-            pub fn mapv<B: 'static, F: FnMut($element) -> B>(self, f: F) -> ndarray::Array<B, D> {
-                self.0.mapv_into_any(f)
-            }
-        }
-    )*};
+impl<A, D: ndarray::Dimension> Dying<ndarray::Array<A, D>> {
+    /// The receiver of `mapv` at an owned array's last use (see [`MapvAtLastUse`]). For every
+    /// element type: a bound here would make the call fail to compile where the element type
+    /// is still being inferred, or is not one of ours, instead of falling back.
+    #[inline(always)]
+    pub fn mapv_receiver(self) -> MapvAtLastUse<A, D> {
+        MapvAtLastUse(self.0)
+    }
 }
+
+/// An owned array at its last use, as the receiver of `mapv` (feature `ndarray`).
+///
+/// `x.mapv(f)` becomes `Dying(x).mapv_receiver().mapv(f)`: the closure is checked against this
+/// `mapv`, whose signature is ndarray's (`F: FnMut(A) -> B`, any `B`), so it compiles and infers
+/// exactly as the plain call. Whether it maps in place is decided after type checking, on the
+/// concrete types: only when the element type is a number, `f` returns that same type, and the
+/// array is contiguous (then `mapv_into` visits the elements in the memory order `mapv` does,
+/// so even a closure with side effects sees the same sequence). Otherwise it is the plain
+/// `mapv`. A number has no lifetime and no drop glue, so writing `f`'s results over the array
+/// it reads from is unobservable.
 #[cfg(feature = "ndarray")]
-numeric_mapv!(f32, f64, i8, i16, i32, i64, i128, isize, u8, u16, u32, u64, u128, usize);
+#[doc(hidden)]
+pub struct MapvAtLastUse<A, D: ndarray::Dimension>(ndarray::Array<A, D>);
+
+#[cfg(feature = "ndarray")]
+impl<A: Clone, D: ndarray::Dimension> MapvAtLastUse<A, D> {
+    /// ndarray's `mapv`, in the array's buffer when that is unobservable (see the type's docs).
+    #[inline]
+    pub fn mapv<B, F: FnMut(A) -> B>(self, mut f: F) -> ndarray::Array<B, D> {
+        let array = self.0;
+        if !(is_number::<A>() && same_type::<A, B>() && array.as_slice_memory_order().is_some()) {
+            return array.mapv(f);
+        }
+        let mapped = array.mapv_into(|a| {
+            // SAFETY: `B` is `A` (checked above), so this is the identity.
+            unsafe { transmute_same::<B, A>(f(a)) }
+        });
+        // SAFETY: as above: `Array<A, D>` is `Array<B, D>`.
+        unsafe { transmute_same::<ndarray::Array<A, D>, ndarray::Array<B, D>>(mapped) }
+    }
+}
+
+/// Moves a value of type `From` into type `To`.
+///
+/// # Safety
+///
+/// `From` and `To` must be the same type.
+#[cfg(feature = "ndarray")]
+#[inline(always)]
+unsafe fn transmute_same<From, To>(value: From) -> To {
+    let value = std::mem::ManuallyDrop::new(value);
+    // SAFETY: the caller guarantees `To` is `From`: same size, alignment and validity.
+    unsafe { std::ptr::read((&*value as *const From).cast::<To>()) }
+}
+
+/// Whether `A` is one of Rust's number types (no lifetime, no drop glue).
+#[cfg(feature = "ndarray")]
+fn is_number<A>() -> bool {
+    use std::any::TypeId;
+    let id = type_id_erased::<A>();
+    [
+        TypeId::of::<f32>(),
+        TypeId::of::<f64>(),
+        TypeId::of::<i8>(),
+        TypeId::of::<i16>(),
+        TypeId::of::<i32>(),
+        TypeId::of::<i64>(),
+        TypeId::of::<i128>(),
+        TypeId::of::<isize>(),
+        TypeId::of::<u8>(),
+        TypeId::of::<u16>(),
+        TypeId::of::<u32>(),
+        TypeId::of::<u64>(),
+        TypeId::of::<u128>(),
+        TypeId::of::<usize>(),
+    ]
+    .contains(&id)
+}
+
+/// Whether `B` is `A`, for an `A` that has no lifetime parameters (a number): their ids with
+/// lifetimes erased are equal only if `B` is `A` itself.
+#[cfg(feature = "ndarray")]
+fn same_type<A, B>() -> bool {
+    type_id_erased::<A>() == type_id_erased::<B>()
+}
+
+/// `TypeId::of::<T>()` for any `T`, `'static` or not, with its lifetimes erased: the technique
+/// of dtolnay's `typeid` crate. `TypeId::of` needs `T: 'static` only so that types differing in
+/// lifetimes cannot be told apart at run time; callers here compare against types that have no
+/// lifetimes, where erasing them loses nothing.
+#[cfg(feature = "ndarray")]
+fn type_id_erased<T: ?Sized>() -> std::any::TypeId {
+    use std::marker::PhantomData;
+
+    trait NonStaticAny {
+        fn type_id_erased(&self) -> std::any::TypeId
+        where
+            Self: 'static;
+    }
+    impl<T: ?Sized> NonStaticAny for PhantomData<T> {
+        fn type_id_erased(&self) -> std::any::TypeId
+        where
+            Self: 'static,
+        {
+            std::any::TypeId::of::<T>()
+        }
+    }
+    let phantom = PhantomData::<T>;
+    // SAFETY: only the lifetime of the trait object changes; the method reads nothing through
+    // it, and lifetimes do not exist at run time, so the id is `T`'s with lifetimes erased.
+    let erased = unsafe {
+        std::mem::transmute::<&dyn NonStaticAny, &(dyn NonStaticAny + 'static)>(&phantom)
+    };
+    erased.type_id_erased()
+}

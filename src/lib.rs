@@ -179,6 +179,8 @@ pub mod __private {
     pub use vramguard_runtime::grad::{no_grad_future, NoGradGuard};
     pub use vramguard_runtime::scope::{BatchScope, BatchScopeGuard, ScopeOptions, WarningOutput};
 
+    #[cfg(feature = "ndarray")]
+    pub use crate::last_use::MapvAtLastUse;
     pub use crate::last_use::{Dying, PlainAtLastUse};
     pub use crate::library_grad::{library_no_grad, with_library_no_grad, LibraryNoGrad};
     pub use crate::release::{CopyAtLastUse, KeepToScopeEnd, Probe, ReleaseAtLastUse};

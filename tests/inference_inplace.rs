@@ -208,7 +208,7 @@ fn writing_a_saved_tensor_in_place_is_what_the_checks_prevent() -> Result<()> {
 
 #[cfg(feature = "ndarray")]
 mod ndarray_arrays {
-    use ndarray::Array2;
+    use ndarray::{s, Array1, Array2};
 
     /// `mapv` at an owned array's last use maps in place when the element type stays. (The
     /// transform moves nothing into a function's last statement, hence the `let` after it.)
@@ -244,5 +244,79 @@ mod ndarray_arrays {
 
         let a = input();
         assert_eq!(positive(a.clone()).0, a.mapv(|v| v + 1.0).mapv(|v| v > 1.5));
+    }
+
+    /// Each `mapv` below compiles plain and must compile and compute the same annotated: a
+    /// closure returning a borrow, one with a side effect (the order of its calls shows in the
+    /// values), a float literal whose type only the fallback to `f64` decides, and elements
+    /// that are not numbers.
+    macro_rules! mapv_shapes {
+        ($name:ident $(, #[$attr:meta])?) => {
+            $(#[$attr])?
+            fn $name(idx: Array1<usize>, a: Array2<f32>, z: Array1<f32>, words: Array1<String>, table: &[String])
+                -> (Vec<String>, Array2<f32>, Vec<usize>, usize, Array1<String>)
+            {
+                let names = idx.mapv(|i| &table[i]);
+                let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+                let mut calls = Vec::new();
+                let b = a.mapv(|v| {
+                    calls.push(calls.len());
+                    v * 3.0 + calls.len() as f32
+                });
+                let c = z.mapv(|_| 0.1);
+                let element_size = std::mem::size_of_val(&c[0]);
+                let words = words.mapv(|w| w + "!");
+                (names, b, calls, element_size, words)
+            }
+        };
+    }
+
+    mapv_shapes!(shapes_plain);
+    mapv_shapes!(shapes_annotated, #[vramguard::inference]);
+
+    fn shape_inputs(contiguous: bool) -> (Array1<usize>, Array2<f32>, Array1<f32>, Array1<String>) {
+        let idx = Array1::from(vec![2, 0, 1, 1]);
+        let a = input();
+        // Every other column of an owned array: still owned, not contiguous.
+        let a = if contiguous {
+            a
+        } else {
+            a.slice_move(s![.., ..;2])
+        };
+        let words = Array1::from(vec!["a".to_string(), "b".to_string()]);
+        (idx, a, Array1::zeros(3), words)
+    }
+
+    #[test]
+    fn mapv_shapes_compute_as_written() {
+        let table: Vec<String> = ["x", "y", "z"].iter().map(|s| s.to_string()).collect();
+        for contiguous in [true, false] {
+            let (idx, a, z, words) = shape_inputs(contiguous);
+            let expected = shapes_plain(idx, a, z, words, &table);
+            let (idx, a, z, words) = shape_inputs(contiguous);
+            assert_eq!(a.as_slice_memory_order().is_some(), contiguous);
+            let actual = shapes_annotated(idx, a, z, words, &table);
+            assert_eq!(actual, expected, "contiguous: {contiguous}");
+            assert_eq!(actual.1.strides(), expected.1.strides());
+        }
+        // `|_| 0.1` maps to `f64`, by the literal's fallback, as in the plain function.
+        let (idx, a, z, words) = shape_inputs(true);
+        assert_eq!(shapes_annotated(idx, a, z, words, &table).3, 8);
+    }
+
+    /// The in-place path: a contiguous array of numbers whose closure keeps the element type
+    /// keeps its buffer; a non-contiguous one is mapped into a new array, as `mapv` does.
+    #[test]
+    fn mapv_maps_in_place_only_in_a_contiguous_array() {
+        let a = input();
+        let address = a.as_ptr();
+        let (out, _) = scaled(a);
+        assert_eq!(out.as_ptr(), address);
+
+        let table: Vec<String> = Vec::new();
+        let (_, a, z, _) = shape_inputs(false);
+        let address = a.as_ptr();
+        let b = shapes_annotated(Array1::from(vec![]), a, z, Array1::from(vec![]), &table).1;
+        assert_ne!(b.as_ptr(), address);
     }
 }

@@ -3,9 +3,16 @@
 //! `Result` with `?`, borrows through `dims()`. Nothing here is arranged to flatter the
 //! `#[inference]` transform.
 //!
-//! The forward pass is stamped out three times by [`bert_forward!`], once per variant the
-//! benchmarks compare: plain (no attribute), guard only (`#[inference(drops = false)]`) and
-//! `#[inference]`. The weights are shared.
+//! The forward pass is stamped out by [`bert_forward!`], once per variant the benchmarks
+//! compare: plain (no attribute), guard only (`#[inference(drops = false)]`),
+//! `#[inference(inplace = false)]` and `#[inference]`. The weights are shared.
+//!
+//! Each layer takes its input by value (`hidden_states = self.layer(layer, hidden_states, …)`),
+//! as code written for in-place ops does (and as burn's modules do), so that the layer's input
+//! can die at its last use, the residual add in `attention`. Until issue #21's second round
+//! the layers borrowed it (`&hidden_states`, as candle-transformers' `bert.rs` does), and the
+//! caller's loop kept it alive until the layer returned: 3 MiB more at batch 8, sequence 128,
+//! at both peaks (see `inference_bench`'s docs).
 
 #![allow(dead_code)] // Each program uses a different subset.
 
@@ -196,12 +203,12 @@ macro_rules! bert_forward {
                 let embeddings = w.embeddings_layer_norm.forward(&embeddings)?;
                 let mut hidden_states = embeddings;
                 for layer in w.layers.iter() {
-                    hidden_states = self.layer(layer, &hidden_states, &batch.attention_mask)?;
+                    hidden_states = self.layer(layer, hidden_states, &batch.attention_mask)?;
                 }
                 Ok(hidden_states)
             }
 
-            fn layer(&self, layer: &BertLayer, hidden_states: &Tensor, attention_mask: &Tensor) -> Result<Tensor> {
+            fn layer(&self, layer: &BertLayer, hidden_states: Tensor, attention_mask: &Tensor) -> Result<Tensor> {
                 let attention_output = self.attention(layer, hidden_states, attention_mask)?;
                 let intermediate_output = layer.intermediate.forward(&attention_output)?;
                 let intermediate_output = intermediate_output.gelu()?;
@@ -211,10 +218,10 @@ macro_rules! bert_forward {
                 Ok(layer_output)
             }
 
-            fn attention(&self, layer: &BertLayer, hidden_states: &Tensor, attention_mask: &Tensor) -> Result<Tensor> {
-                let self_outputs = self.self_attention(layer, hidden_states, attention_mask)?;
+            fn attention(&self, layer: &BertLayer, hidden_states: Tensor, attention_mask: &Tensor) -> Result<Tensor> {
+                let self_outputs = self.self_attention(layer, &hidden_states, attention_mask)?;
                 let attention_output = layer.attention_output.forward(&self_outputs)?;
-                let attention_output = (attention_output + hidden_states)?;
+                let attention_output = (attention_output + &hidden_states)?;
                 let attention_output = layer.attention_layer_norm.forward(&attention_output)?;
                 Ok(attention_output)
             }

@@ -87,7 +87,8 @@ use proc_macro::TokenStream;
 ///    the value's type choose a consuming form: vramguard's `Tensor` writes the result into
 ///    the dying value's buffer when no other handle, view or saved-for-backward copy can see it
 ///    (else it computes out of place, as written), an owned `ndarray` array of numbers maps
-///    with `mapv_into_any`, and every other type runs the call exactly as written. Results are
+///    with `mapv_into` when the closure returns the element type and the array is contiguous
+///    (else with `mapv`, as written), and every other type runs the call exactly as written. Results are
 ///    bit-identical. `inplace = false` turns it off. The crate docs' library table says which
 ///    libraries' tensors get it, why candle's and tch's cannot have it safely (storage shared
 ///    with handles the macro cannot see) and what burn does by itself.

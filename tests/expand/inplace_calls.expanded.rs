@@ -10,7 +10,7 @@ fn scaled(a: Array2<f32>, row: &Tensor) -> (Array2<f32>, usize) {
     let b = if (&&&__VgProbe::of(&a)).__vg_movable() {
         #[allow(unused_mut, unused_variables)]
         let a = __vg_last_use(a);
-        let __vg_value = __VgDying(a).mapv(|v| v * 2.0);
+        let __vg_value = __VgDying(a).mapv_receiver().mapv(|v| v * 2.0);
         __vg_value
     } else {
         a.mapv(|v| v * 2.0)
@@ -18,7 +18,7 @@ fn scaled(a: Array2<f32>, row: &Tensor) -> (Array2<f32>, usize) {
     let c = if (&&&__VgProbe::of(&b)).__vg_movable() {
         #[allow(unused_mut, unused_variables)]
         let b = __vg_last_use(b);
-        let __vg_value = __VgDying(b).mapv(|v| v + 1.0);
+        let __vg_value = __VgDying(b).mapv_receiver().mapv(|v| v + 1.0);
         __vg_value
     } else {
         b.mapv(|v| v + 1.0)

@@ -5,14 +5,17 @@
 //! ```text
 //! x.gelu()              →  __VgDying(x).gelu_at_last_use(|v| v.gelu())
 //! x.broadcast_add(&b)   →  __VgDying(x).broadcast_add_at_last_use(|v, a0| v.broadcast_add(a0), &b)
-//! x.mapv(f)             →  __VgDying(x).mapv(f)
+//! x.mapv(f)             →  __VgDying(x).mapv_receiver().mapv(f)
 //! ```
 //!
 //! `__private::Dying<T>` has inherent `*_at_last_use` methods only for types with consuming
 //! forms (vramguard's `Tensor`), and a fallback trait, for every `T`, that calls the closure:
-//! the original call. `mapv` keeps its name (its argument is usually a closure literal, whose
-//! parameter types only the real method can give): `Dying` has an inherent `mapv` for owned
-//! arrays of numbers and reaches every other type's `mapv` through `Deref`.
+//! the original call. `mapv` stays a method call on a receiver (its argument is usually a
+//! closure literal, whose parameter types only a `mapv` method can give): the fallback's
+//! `mapv_receiver` is the value itself, whose own `mapv` then runs as written, by value,
+//! `&self` or `&mut self`; an owned ndarray array's is a wrapper whose `mapv` has ndarray's
+//! signature and maps in place only when that is unobservable (decided on the concrete types,
+//! after type checking).
 //!
 //! Rewritten only where nothing else can be affected: `x` is mentioned exactly once in the
 //! statement (as that receiver), the method name and argument count are in [`METHODS`], no
@@ -145,7 +148,7 @@ impl VisitMut for Calls {
 }
 
 /// `__VgDying(x).NAME_at_last_use(|v, a0, ..| v.NAME(a0, ..), args..)`, or for `mapv`
-/// `__VgDying(x).mapv(args)`.
+/// `__VgDying(x).mapv_receiver().mapv(args)`.
 fn consuming_call(call: syn::ExprMethodCall, target: Ident, mutable: bool) -> Expr {
     let span = call.method.span();
     let dying = Expr::Call(syn::ExprCall {
@@ -158,8 +161,17 @@ fn consuming_call(call: syn::ExprMethodCall, target: Ident, mutable: bool) -> Ex
         args: std::iter::once(path_expr(target)).collect(),
     });
     if call.method == MAPV {
-        return Expr::MethodCall(syn::ExprMethodCall {
+        let receiver = Expr::MethodCall(syn::ExprMethodCall {
+            attrs: Vec::new(),
             receiver: Box::new(dying),
+            dot_token: call.dot_token,
+            method: Ident::new("mapv_receiver", span),
+            turbofish: None,
+            paren_token: call.paren_token,
+            args: Punctuated::new(),
+        });
+        return Expr::MethodCall(syn::ExprMethodCall {
+            receiver: Box::new(receiver),
             ..call
         });
     }
@@ -259,7 +271,7 @@ mod tests {
         let (text, n) = rewritten(quote!(a.mapv(|v| v * 2.0)), &["a"]);
         assert_eq!(n, 1);
         assert!(
-            text.contains("__VgDying (a) . mapv (| v | v * 2.0)"),
+            text.contains("__VgDying (a) . mapv_receiver () . mapv (| v | v * 2.0)"),
             "{text}"
         );
     }
