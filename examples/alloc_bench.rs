@@ -404,6 +404,9 @@ fn new_device(cuda: bool, config: AllocatorConfig) -> Device {
     })
 }
 
+/// Bytes in a MiB, for the note's figures.
+const MIB: f64 = (1u64 << 20) as f64;
+
 /// Events the recording device's trace keeps.
 const RECORDED_EVENTS: usize = 4096;
 
@@ -829,12 +832,10 @@ fn main() {
          and its label; \
          `_fixed_segments`: the same pairs with `expandable_segments:false`, interleaved with \
          the default ones: the expandable segment costs a pair nothing, since a pair is served \
-         from cached blocks either way and a free never unmaps; `_2threads` varies between runs \
-         on this 2-core machine from about 95 to 700 ns with the same build, for either kind of \
-         segment (six runs in a row gave 250/95, 263/413, 409/95, 135/138, 232/95 and 102/182 \
-         ns default/fixed), most likely depending on whether both threads get a core at once \
-         and contend for the allocator's lock; the system pair itself moves between about 50 \
-         and 100 ns from run to run on this shared machine, the ratio to it much less). \
+         from cached blocks either way and a free never unmaps; `_2threads` swings from run to \
+         run with the same build on a machine shared with other work, depending on whether both \
+         threads get a core at once and contend for the allocator's lock, and so do the system \
+         pair's times, the ratio to them much less). \
          `pair_loop_peak_reserved_bytes`: what the default device reserved for its pair loop \
          (warm-up and rounds); `pair_loop_block_bytes`: one block of each distinct size the loop \
          asks for, added up — what a per-thread cache of freed blocks by size (#24's proposal) \
@@ -846,12 +847,10 @@ fn main() {
          out from the recording of a previous one with the same events (greedy by size over \
          the recorded lifetimes, live blocks as obstacles, sizes learned as the iteration goes; \
          `trace_requests_planned`/`_left_plan` count the large-pool requests placed by a plan \
-         and those of planned iterations that fell back to best fit). Peak: 242.0 MiB reserved \
-         (small-pool segments and 2 MiB page rounding included) for 237.5 MiB allocated, set \
-         at the first 8 × 509 batch (step 20): 1.019. `_unplanned`: `iteration_planning:false`, best \
-         fit as before: 1.120, a free 23.9 MiB at the start of the range at step 20 (where the \
-         previous layer's out and x1 were when the new x was allocated: placement without \
-         lookahead) below x, qkv, scores and probs. Steady calls are 0 with and without \
+         and those of planned iterations that fell back to best fit). Peak: {:.1} MiB reserved \
+         (small-pool segments and 2 MiB page rounding included) for {:.1} MiB allocated: \
+         {:.3}. `_unplanned`: `iteration_planning:false`, best fit as before, which places \
+         without lookahead: {:.3}. Steady calls are 0 with and without \
          planning: pages are mapped only when no free block fits and unmapped only by \
          empty_cache or the out-of-memory path, never by a free. `trace_backend_calls_limited`: \
          the same replay on a host device of `trace_limited_capacity_bytes` (the smallest, in \
@@ -860,11 +859,11 @@ fn main() {
          same with best fit. `_fixed_segments`: `expandable_segments:false` (PyTorch's \
          default; planning needs the expandable segment); `_warmup`: one max-size batch first; \
          `_max_split_64mb`: `max_split_size_mb:64`; `min_capacity`: smallest bounded host \
-         device (2 MiB steps) the trace runs on. Why fixed segments miss (snapshot at step 20): \
-         scores and probs need new 96 MiB segments while the pool still caches 168 MiB of fully \
+         device (2 MiB steps) the trace runs on. Why fixed segments miss: the attention scores \
+         and probabilities of a longer batch need new segments while the pool still caches fully \
          free segments sized for earlier, shorter batches, and PyTorch's rules never release on \
-         an unbounded device; the warm-up row stays above 1.3 because the max-size batch itself \
-         needs a third 96 MiB segment.",
+         an unbounded device; after the warm-up the max-size batch itself needs more segments \
+         of its size.",
         if cuda { "cuda:0" } else { "host" },
         if expandable_in_use {
             "expandable"
@@ -872,7 +871,11 @@ fn main() {
             "fixed"
         },
         rounds,
-        steps.len()
+        steps.len(),
+        base.peak_reserved as f64 / MIB,
+        base.peak_allocated as f64 / MIB,
+        base.ratio,
+        unplanned.ratio
     ));
     report.finish(&args);
 }
