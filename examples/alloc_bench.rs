@@ -10,7 +10,11 @@
 //! size and every free, in order, as JSON; `--quick` for the 100-step one) and exits: what
 //! `scripts/torch-compare.py` replays through PyTorch's caching allocator.
 //! `--count-pairs cached|recording|system [--rounds N]` only runs the pair loops, for
-//! `scripts/alloc-callgrind.sh` (instructions per pair under callgrind).
+//! `scripts/alloc-callgrind.sh` (instructions per pair under callgrind). `--pair-footprint`
+//! only prints, for block sizes up to each of a few bounds, how many of the pair loop's 256
+//! requests ask for one and what one block of each distinct size adds up to: what a per-thread
+//! cache of freed blocks limited to those sizes would have to hold for all of them to be served
+//! from it (BENCHMARKS.md, #24).
 //!
 //! Metrics:
 //!
@@ -36,6 +40,10 @@
 //!   keeps its cache: what candle's CUDA tensors use) and `cuda_raw_pair_ns` (`cuMemAlloc` +
 //!   `cuMemFree`), each ns per pair as the host sees it (stream-ordered calls only enqueue;
 //!   the stream is synchronised between rounds, outside the timing).
+//! - `pair_loop_peak_reserved_bytes`: the default device's peak reserved bytes over its pair
+//!   loop (the warm-up pass and the rounds); `pair_loop_block_bytes`: one block of each distinct
+//!   size the loop asks for, added up — what a per-thread cache of freed blocks by size would
+//!   have to hold for every pair to be served from it.
 //! - `cached_pair_ns_2threads`: the same loop on two threads sharing one allocator (ns per pair
 //!   as each thread sees it, median over rounds and threads; target ≤ 1.2 × `cached_pair_ns`);
 //!   `_fixed_segments` too.
@@ -396,6 +404,9 @@ fn new_device(cuda: bool, config: AllocatorConfig) -> Device {
     })
 }
 
+/// Bytes in a MiB, for the note's figures.
+const MIB: f64 = (1u64 << 20) as f64;
+
 /// Events the recording device's trace keeps.
 const RECORDED_EVENTS: usize = 4096;
 
@@ -450,6 +461,47 @@ fn count_pairs(mode: &str, rounds: usize) {
     println!("pairs {}", rounds * sizes.len());
 }
 
+/// `--pair-footprint`: for block sizes up to each bound, the pair loop's requests of such a
+/// size, their distinct block sizes, and those sizes added up (one cached block of each).
+fn pair_footprint() {
+    let device = new_device(false, base_config());
+    let blocks: Vec<usize> = mixed_sizes()
+        .iter()
+        .map(|&s| device.allocator().rounded_size(s).unwrap_or(usize::MAX))
+        .collect();
+    println!(
+        "block sizes up to | requests (of {}) | distinct sizes | bytes of one block each",
+        blocks.len()
+    );
+    for bound in [
+        4usize << 10,
+        16 << 10,
+        64 << 10,
+        256 << 10,
+        1 << 20,
+        4 << 20,
+    ] {
+        let requests: Vec<usize> = blocks.iter().copied().filter(|&b| b <= bound).collect();
+        let distinct = distinct_sizes(&requests);
+        println!(
+            "{} KiB | {} | {} | {} ({:.2} MiB)",
+            bound >> 10,
+            requests.len(),
+            distinct.len(),
+            distinct.iter().sum::<usize>(),
+            distinct.iter().sum::<usize>() as f64 / (1u64 << 20) as f64
+        );
+    }
+}
+
+/// The distinct values of `blocks`, ascending.
+fn distinct_sizes(blocks: &[usize]) -> Vec<usize> {
+    let mut distinct = blocks.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    distinct
+}
+
 #[inline(never)]
 fn counted_cached_pairs(device: &Device, sizes: &[usize], rounds: usize) {
     for _ in 0..rounds {
@@ -478,6 +530,10 @@ fn main() {
     let args = Args::parse();
     if let Some(mode) = args.value::<String>("count-pairs") {
         count_pairs(&mode, args.value("rounds").unwrap_or(20));
+        return;
+    }
+    if args.rest.iter().any(|a| a == "--pair-footprint") {
+        pair_footprint();
         return;
     }
     if let Some(path) = args.value::<String>("export-trace") {
@@ -538,6 +594,14 @@ fn main() {
         "the recording device recorded every pair with its origin and label"
     );
     drop((fixed_device, recording_device));
+    // What the default device reserved for its pair loop, beside what a per-thread cache would
+    // hold to serve every pair (one block of each distinct size).
+    let pair_loop_peak_reserved = memory::stats(&device).peak_reserved_bytes;
+    let pair_loop_blocks: Vec<usize> = sizes
+        .iter()
+        .map(|&s| device.allocator().rounded_size(s).unwrap_or(usize::MAX))
+        .collect();
+    let pair_loop_block_bytes: usize = distinct_sizes(&pair_loop_blocks).iter().sum();
     let (cached, system, fixed, recording) = (
         median(cached),
         median(system),
@@ -578,6 +642,16 @@ fn main() {
     );
     report.metric("system_pair_ns", system, Unit::Ns);
     report.metric("cached_pair_ns_fixed_segments", fixed, Unit::Ns);
+    report.metric(
+        "pair_loop_peak_reserved_bytes",
+        pair_loop_peak_reserved as f64,
+        Unit::Bytes,
+    );
+    report.metric(
+        "pair_loop_block_bytes",
+        pair_loop_block_bytes as f64,
+        Unit::Bytes,
+    );
 
     let two = two_threads(&device, &sizes, rounds);
     report.metric_with_target(
@@ -758,12 +832,14 @@ fn main() {
          and its label; \
          `_fixed_segments`: the same pairs with `expandable_segments:false`, interleaved with \
          the default ones: the expandable segment costs a pair nothing, since a pair is served \
-         from cached blocks either way and a free never unmaps; `_2threads` varies between runs \
-         on this 2-core machine from about 95 to 700 ns with the same build, for either kind of \
-         segment (six runs in a row gave 250/95, 263/413, 409/95, 135/138, 232/95 and 102/182 \
-         ns default/fixed), most likely depending on whether both threads get a core at once \
-         and contend for the allocator's lock; the system pair itself moves between about 50 \
-         and 100 ns from run to run on this shared machine, the ratio to it much less). Trace: {} steps \
+         from cached blocks either way and a free never unmaps; `_2threads` swings from run to \
+         run with the same build on a machine shared with other work, depending on whether both \
+         threads get a core at once and contend for the allocator's lock, and so do the system \
+         pair's times, the ratio to them much less). \
+         `pair_loop_peak_reserved_bytes`: what the default device reserved for its pair loop \
+         (warm-up and rounds); `pair_loop_block_bytes`: one block of each distinct size the loop \
+         asks for, added up — what a per-thread cache of freed blocks by size (#24's proposal) \
+         would hold for every pair to be served from it. Trace: {} steps \
          of a BERT-base-shaped encoder, batch ∈ {{1,2,4,8}}, length 16–512, drop-at-last-use, \
          each step one iteration of a batch scope (as `#[batch_scope]` makes it); ratios and \
          counts from the allocator's statistics; backend calls include page maps and unmaps. \
@@ -771,12 +847,10 @@ fn main() {
          out from the recording of a previous one with the same events (greedy by size over \
          the recorded lifetimes, live blocks as obstacles, sizes learned as the iteration goes; \
          `trace_requests_planned`/`_left_plan` count the large-pool requests placed by a plan \
-         and those of planned iterations that fell back to best fit). Peak: 242.0 MiB reserved \
-         (small-pool segments and 2 MiB page rounding included) for 237.5 MiB allocated, set \
-         at the first 8 × 509 batch (step 20): 1.019. `_unplanned`: `iteration_planning:false`, best \
-         fit as before: 1.120, a free 23.9 MiB at the start of the range at step 20 (where the \
-         previous layer's out and x1 were when the new x was allocated: placement without \
-         lookahead) below x, qkv, scores and probs. Steady calls are 0 with and without \
+         and those of planned iterations that fell back to best fit). Peak: {:.1} MiB reserved \
+         (small-pool segments and 2 MiB page rounding included) for {:.1} MiB allocated: \
+         {:.3}. `_unplanned`: `iteration_planning:false`, best fit as before, which places \
+         without lookahead: {:.3}. Steady calls are 0 with and without \
          planning: pages are mapped only when no free block fits and unmapped only by \
          empty_cache or the out-of-memory path, never by a free. `trace_backend_calls_limited`: \
          the same replay on a host device of `trace_limited_capacity_bytes` (the smallest, in \
@@ -785,11 +859,11 @@ fn main() {
          same with best fit. `_fixed_segments`: `expandable_segments:false` (PyTorch's \
          default; planning needs the expandable segment); `_warmup`: one max-size batch first; \
          `_max_split_64mb`: `max_split_size_mb:64`; `min_capacity`: smallest bounded host \
-         device (2 MiB steps) the trace runs on. Why fixed segments miss (snapshot at step 20): \
-         scores and probs need new 96 MiB segments while the pool still caches 168 MiB of fully \
+         device (2 MiB steps) the trace runs on. Why fixed segments miss: the attention scores \
+         and probabilities of a longer batch need new segments while the pool still caches fully \
          free segments sized for earlier, shorter batches, and PyTorch's rules never release on \
-         an unbounded device; the warm-up row stays above 1.3 because the max-size batch itself \
-         needs a third 96 MiB segment.",
+         an unbounded device; after the warm-up the max-size batch itself needs more segments \
+         of its size.",
         if cuda { "cuda:0" } else { "host" },
         if expandable_in_use {
             "expandable"
@@ -797,7 +871,11 @@ fn main() {
             "fixed"
         },
         rounds,
-        steps.len()
+        steps.len(),
+        base.peak_reserved as f64 / MIB,
+        base.peak_allocated as f64 / MIB,
+        base.ratio,
+        unplanned.ratio
     ));
     report.finish(&args);
 }

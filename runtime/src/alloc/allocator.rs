@@ -20,7 +20,6 @@ use std::fmt;
 use std::panic::Location;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
-use std::time::Instant;
 
 /// Caching allocator over a backend: see the [module documentation](super) for its rules.
 pub struct CachingAllocator<B: Backend + ?Sized> {
@@ -128,7 +127,7 @@ impl<B: Backend> CachingAllocator<B> {
         name: String,
         resolved: Resolved,
     ) -> Self {
-        let mut state = State::new(config.trace_capacity, Instant::now());
+        let mut state = State::new(config.trace_capacity);
         state.expandable = resolved.expandable;
         state.max_split = config.max_split_size;
         Self {
@@ -379,10 +378,19 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     /// The slot of a cached free block, else of one carved from a new segment, else of one from
     /// a new segment after the cache was released, else (when the expandable segment could not
     /// grow) of one from a fixed segment.
+    #[inline]
     fn serve(&self, st: &mut State, req: &Request) -> Option<u32> {
         st.process_pending(&self.backend, &self.name);
         self.take_cached(st, req)
-            .or_else(|| self.take_from_new_segment(st, req))
+            .or_else(|| self.serve_uncached(st, req))
+    }
+
+    /// [`Self::serve`] once no cached block fits: kept out of line, so that the cached path
+    /// carries none of its code.
+    #[cold]
+    #[inline(never)]
+    fn serve_uncached(&self, st: &mut State, req: &Request) -> Option<u32> {
+        self.take_from_new_segment(st, req)
             .or_else(|| self.take_after_release(st, req))
             .or_else(|| self.take_from_fixed_segment(st, req))
     }
@@ -597,10 +605,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         let mut st = lock(&self.state);
         let slot = block.slot;
         if !self.owns(&st, &block) {
-            crate::diagnostics::error(&format!(
-                "{}: refused to free block {:#x} ({} bytes): another allocator handed it out",
-                self.name, block.addr, block.size
-            ));
+            self.refuse_free(&block);
             return;
         }
         let (node_size, pool) = (st.nodes[slot as usize].size, st.nodes[slot as usize].pool);
@@ -613,12 +618,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         // Shown only in the trace: rebuilt only while it records.
         if st.trace.enabled() {
             let origin = st.sites.origin(&kept);
-            st.record(
-                TraceEventKind::Free,
-                block.addr,
-                block.size as u64,
-                origin.as_ref(),
-            );
+            st.push_event(TraceEventKind::Free, block.addr, block.size as u64, origin);
         }
         st.planner.on_free(block.id);
         // The common case: no other stream used the block, it goes back to its pool now.
@@ -626,6 +626,14 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             st.finish_free(slot);
             return;
         }
+        self.free_after_uses(&mut st, slot);
+    }
+
+    /// The rest of [`Self::free`] for a block other streams were recorded as using: it waits
+    /// for events recorded on them now (out of line: the common free carries none of it).
+    #[cold]
+    #[inline(never)]
+    fn free_after_uses(&self, st: &mut State, slot: u32) {
         let uses = st.stream_uses.remove(&slot).unwrap_or_default();
         let mut pending = PendingFree {
             slot,
@@ -657,6 +665,16 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             st.nodes[slot as usize].pending = true;
             st.pending.push(pending);
         }
+    }
+
+    /// Logs the refusal of a block another allocator handed out (out of line, as it is rare).
+    #[cold]
+    #[inline(never)]
+    fn refuse_free(&self, block: &Block) {
+        crate::diagnostics::error(&format!(
+            "{}: refused to free block {:#x} ({} bytes): another allocator handed it out",
+            self.name, block.addr, block.size
+        ));
     }
 
     /// Whether `block` is a live block this allocator handed out.

@@ -25,7 +25,6 @@ use super::{
     MemoryStats, PoolKind, SegmentSnapshot, StreamId, TraceEvent, TraceEventKind,
 };
 use std::collections::{BTreeSet, HashMap};
-use std::time::Instant;
 
 /// No block (end of a segment's list).
 pub(crate) const NIL: u32 = u32::MAX;
@@ -183,6 +182,61 @@ impl FreeSet {
             }
         }
     }
+    /// Replaces block `old` (size, address, slot) by block `new`: the set afterwards is the
+    /// one `remove(old)` then `insert(new)` leave, in one move of the keys between their two
+    /// places instead of two (a split leaves the remainder where the taken block was, a
+    /// coalescing free the merged block where a neighbour was). Returns whether `old` was held.
+    #[inline(always)]
+    pub fn replace(&mut self, old: (usize, u64, u32), new: (usize, u64, u32)) -> bool {
+        // The pool's only free block (a pair loop's usual case): nothing to search or move.
+        if let FreeSet::Sorted(v) = self {
+            if let [only] = v.as_mut_slice() {
+                if *only == Self::key(old.0, old.1, old.2) {
+                    *only = Self::key(new.0, new.1, new.2);
+                    return true;
+                }
+            }
+        }
+        self.replace_searched(old, new)
+    }
+
+    /// [`Self::replace`] past its one-block case: a search in the sorted vector, or the B-tree's
+    /// removal and insertion.
+    #[inline(never)]
+    fn replace_searched(&mut self, old: (usize, u64, u32), new: (usize, u64, u32)) -> bool {
+        let FreeSet::Sorted(v) = self else {
+            let held = self.remove(old.0, old.1, old.2);
+            self.insert(new.0, new.1, new.2);
+            return held;
+        };
+        let (ko, kn) = (
+            Self::key(old.0, old.1, old.2),
+            Self::key(new.0, new.1, new.2),
+        );
+        let Ok(i) = v.binary_search(&ko) else {
+            self.insert(new.0, new.1, new.2);
+            return false;
+        };
+        if kn >= ko {
+            // `new` goes after `old`'s place: the keys between move one to the left.
+            let j = i + 1 + v[i + 1..].partition_point(|&k| k < kn);
+            if v.get(j) == Some(&kn) {
+                v.remove(i);
+            } else {
+                v.copy_within(i + 1..j, i);
+                v[j - 1] = kn;
+            }
+        } else {
+            let j = v[..i].partition_point(|&k| k < kn);
+            if v[j] == kn {
+                v.remove(i);
+            } else {
+                v.copy_within(j..i, j + 1);
+                v[j] = kn;
+            }
+        }
+        true
+    }
     pub fn contains(&self, size: usize, addr: u64, slot: u32) -> bool {
         let k = Self::key(size, addr, slot);
         match self {
@@ -285,14 +339,15 @@ pub(crate) struct State {
     pub lookups: [u64; 2],
     pub trace: TraceRing,
     pub expandable: Option<Expandable>,
-    /// The allocator's creation, the origin of trace times.
-    pub start: Instant,
+    /// The allocator's creation on the clock of [`super::trace::monotonic_ns`]: the origin of
+    /// trace times.
+    pub start_ns: u64,
     /// Recordings and plans of batch-scope iterations.
     pub planner: Planner,
 }
 
 impl State {
-    pub fn new(trace_capacity: usize, start: Instant) -> Self {
+    pub fn new(trace_capacity: usize) -> Self {
         State {
             nodes: Vec::new(),
             origins: Vec::new(),
@@ -313,7 +368,7 @@ impl State {
             lookups: [0; 2],
             trace: TraceRing::new(trace_capacity),
             expandable: None,
-            start,
+            start_ns: super::trace::monotonic_ns(),
             planner: Planner::default(),
         }
     }
@@ -540,10 +595,16 @@ impl State {
                     policy::may_take(max_split, size, b, self.in_expandable(slot))
                 })?,
         };
-        self.free_set(pool, stream).remove(bsize, baddr, slot);
         self.note_inactive(slot, bsize, false);
         if policy::should_split(pool, self.in_expandable(slot), bsize, size, max_split) {
-            self.split(slot, size);
+            // The remainder takes the block's place in the free set.
+            let rest = self.cut(slot, size);
+            let rest_addr = baddr + size as u64;
+            self.free_set(pool, stream)
+                .replace((bsize, baddr, slot), (bsize - size, rest_addr, rest));
+            self.note_inactive(rest, bsize - size, true);
+        } else {
+            self.free_set(pool, stream).remove(bsize, baddr, slot);
         }
         Some(slot)
     }
@@ -594,11 +655,33 @@ impl State {
     /// Cuts free block `slot` (out of its free set) to `size` bytes; the rest becomes a free
     /// block after it.
     fn split(&mut self, slot: u32, size: usize) {
+        let block = self.nodes[slot as usize].size;
+        let rest = self.cut(slot, size);
+        let addr = self.nodes[rest as usize].addr;
+        self.free_set_of(rest).insert(block - size, addr, rest);
+        self.note_inactive(rest, block - size, true);
+    }
+
+    /// Cuts block `slot` to `size` bytes; the rest becomes a free block linked after it, not
+    /// yet in its free set nor counted. Returns the rest's slot.
+    #[inline(always)]
+    fn cut(&mut self, slot: u32, size: usize) -> u32 {
         let (addr, block, seg, next) = {
             let n = &self.nodes[slot as usize];
             (n.addr, n.size, n.seg, n.next)
         };
-        let rest = self.insert_free_node(addr + size as u64, block - size, seg, slot, next);
+        let (pool, stream) = (self.segs[seg as usize].pool, self.segs[seg as usize].stream);
+        let now = self.lookups[pool as usize];
+        let rest = self.new_node(Node::free(
+            addr + size as u64,
+            block - size,
+            seg,
+            slot,
+            next,
+            pool,
+            stream,
+            now,
+        ));
         if next != NIL {
             self.nodes[next as usize].prev = rest;
         } else {
@@ -607,7 +690,7 @@ impl State {
         let n = &mut self.nodes[slot as usize];
         n.next = rest;
         n.size = size;
-        self.note_inactive(rest, block - size, true);
+        rest
     }
 
     /// Marks block `slot` free and merges it with free neighbours of its segment; the merged
@@ -622,13 +705,16 @@ impl State {
         n.allocated = false;
         n.pending = false;
         n.has_uses = false;
+        // The first free neighbour's key is replaced by the merged block's (one move in the
+        // free set instead of a removal and an insertion); a second one is removed.
+        let mut merged_into: Option<(usize, u64, u32)> = None;
         let prev = self.nodes[slot as usize].prev;
         if prev != NIL && self.is_free(prev) {
             let (psize, paddr) = (
                 self.nodes[prev as usize].size,
                 self.nodes[prev as usize].addr,
             );
-            self.free_set(pool, stream).remove(psize, paddr, prev);
+            merged_into = Some((psize, paddr, prev));
             self.note_inactive(prev, psize, false);
             self.absorb_next(prev);
             slot = prev;
@@ -639,18 +725,29 @@ impl State {
                 self.nodes[next as usize].size,
                 self.nodes[next as usize].addr,
             );
-            self.free_set(pool, stream).remove(nsize, naddr, next);
+            if merged_into.is_some() {
+                self.free_set(pool, stream).remove(nsize, naddr, next);
+            } else {
+                merged_into = Some((nsize, naddr, next));
+            }
             self.note_inactive(next, nsize, false);
             self.absorb_next(slot);
         }
         let n = &mut self.nodes[slot as usize];
         n.freed_at = tick;
         let (size, addr) = (n.size, n.addr);
-        self.free_set(pool, stream).insert(size, addr, slot);
+        let set = self.free_set(pool, stream);
+        match merged_into {
+            Some(old) => {
+                set.replace(old, (size, addr, slot));
+            }
+            None => set.insert(size, addr, slot),
+        }
         self.note_inactive(slot, size, true);
     }
 
     /// Merges the block after `slot` into `slot` (both in the same segment).
+    #[inline(always)]
     pub fn absorb_next(&mut self, slot: u32) {
         let next = self.nodes[slot as usize].next;
         let (nsize, nnext) = (
@@ -878,26 +975,27 @@ impl State {
     ) {
         // Checked inline: every alloc and free passes here, and the trace is usually off.
         if self.trace.enabled() {
-            self.push_event(kind, addr, size, origin);
+            self.push_event(kind, addr, size, origin.cloned());
         }
     }
 
+    /// Records an event in the trace (which the caller saw recording), taking its origin.
     #[cold]
     #[inline(never)]
-    fn push_event(
+    pub fn push_event(
         &mut self,
         kind: TraceEventKind,
         addr: u64,
         size: u64,
-        origin: Option<&AllocOrigin>,
+        origin: Option<AllocOrigin>,
     ) {
         let event = TraceEvent {
             kind,
             addr,
             size,
-            time_ns: self.start.elapsed().as_nanos() as u64,
+            time_ns: super::trace::monotonic_ns().saturating_sub(self.start_ns),
             label: super::trace::thread_label(),
-            origin: origin.cloned(),
+            origin,
             allocated_bytes: self.stats.all.allocated_bytes.current,
             reserved_bytes: self.reserved(),
         };
@@ -1090,8 +1188,22 @@ mod tests {
     use super::FreeSet;
     use std::collections::BTreeSet;
 
-    /// Random inserts and removals that cross the vector/B-tree bounds both ways: every answer
-    /// equals a plain B-tree's over the same blocks.
+    /// A set of one block (the pair loop's case, replaced without a search): the replacement
+    /// is the one block afterwards; a key it does not hold is inserted beside it instead.
+    #[test]
+    fn replacing_the_only_block_leaves_the_new_one_alone() {
+        let mut set = FreeSet::default();
+        set.insert(2 << 20, 0x10_0000, 7);
+        assert!(set.replace((2 << 20, 0x10_0000, 7), (1536, 0x10_0200, 9)));
+        assert!(set.fitting(0).eq([(1536, 0x10_0200, 9)]));
+        assert!(!set.replace((2 << 20, 0x10_0000, 7), (4096, 0x20_0000, 3)));
+        assert!(set
+            .fitting(0)
+            .eq([(1536, 0x10_0200, 9), (4096, 0x20_0000, 3)]));
+    }
+
+    /// Random inserts, removals and replacements that cross the vector/B-tree bounds both ways:
+    /// every answer equals a plain B-tree's over the same blocks.
     #[test]
     fn free_set_answers_as_a_btree_across_its_representations() {
         let mut set = FreeSet::default();
@@ -1119,6 +1231,26 @@ mod tests {
                 assert!(set.remove(s, a, slot));
                 model.remove(&(s, a, slot));
                 assert!(!set.remove(s, a, slot), "a removed block is gone");
+            }
+            if let Some(&(s, a, slot)) = model
+                .iter()
+                .nth((r >> 24) as usize % model.len().max(1))
+                .filter(|_| (r >> 50) % 3 == 0)
+            {
+                // A replacement (as a split or a merge makes): larger or smaller, sometimes
+                // a block the set already holds.
+                let new = match (r >> 52) % 4 {
+                    0 => model.iter().next().copied().unwrap_or((s, a, slot)),
+                    1 => (s, a, slot),
+                    _ => (512 * (1 + (r >> 54) as usize % 64), a + 512, step),
+                };
+                assert!(set.replace((s, a, slot), new));
+                model.remove(&(s, a, slot));
+                model.insert(new);
+                assert!(set.fitting(0).eq(model.iter().copied()), "step {step}");
+                let absent = (1 << 40, 0, u32::MAX);
+                assert!(!set.replace(absent, absent), "a block never held");
+                set.remove(absent.0, absent.1, absent.2);
             }
             match &set {
                 FreeSet::Tree(_) => saw_tree = true,

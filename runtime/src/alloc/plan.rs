@@ -206,7 +206,17 @@ impl Planner {
     }
 
     /// Notes the free of block `id` (a block of the current run, or any other).
+    #[inline]
     pub fn on_free(&mut self, id: u64) {
+        // Checked inline: every free passes here, and most happen outside any run.
+        if self.run.is_some() {
+            self.on_free_in_run(id);
+        }
+    }
+
+    /// [`Self::on_free`] while an iteration is being recorded or followed.
+    #[inline(never)]
+    fn on_free_in_run(&mut self, id: u64) {
         let Some(run) = self.run.as_mut() else {
             return;
         };

@@ -574,6 +574,7 @@ fn statistics_track_peaks_and_reset() {
 
 #[test]
 fn trace_records_events_with_labels_in_a_bounded_ring() {
+    let before = std::time::Instant::now();
     let a = alloc(None, fixed_config().with_trace_capacity(4));
     let x = {
         let _label = crate::scope::tag("batch 7");
@@ -597,6 +598,13 @@ fn trace_records_events_with_labels_in_a_bounded_ring() {
     assert_eq!(t.events[1].allocated_bytes, 4 * KIB as u64);
     assert_eq!(t.events[2].label, None);
     assert!(t.events.windows(2).all(|w| w[0].time_ns <= w[1].time_ns));
+    // Times count from the allocator's creation: none exceeds the time since just before it.
+    let since_before = before.elapsed().as_nanos() as u64;
+    assert!(
+        t.events.iter().all(|e| e.time_ns <= since_before),
+        "{since_before} ns since creation: {:?}",
+        t.events.iter().map(|e| e.time_ns).collect::<Vec<_>>()
+    );
     a.empty_cache();
     let y = a.allocate(512).unwrap();
     a.free(y);
