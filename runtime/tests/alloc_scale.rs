@@ -631,8 +631,14 @@ fn run_sequence(seed: u64, max_ops: usize) -> Tally {
 /// used up by unmapped holes refused an 11.4 MiB request while the limit had room, and the
 /// refusal named fragmentation. The range is now twice the larger of limit and capacity, and a
 /// refusal for a used-up range says so (`OomCause::AddressRangeUsedUp`; unit tests in
-/// `alloc/tests.rs` build that case on purpose).
-const SEQUENCES_THAT_FOUND_BUGS: [u64; 1] = [1796197838382965643];
+/// `alloc/tests.rs` build that case on purpose). 1796215301571043105 and 1796215301571044173: the
+/// same defect, found by a random run before the fix (a 9.0 and a 9.6 MiB request refused with
+/// 9.0 and 8.6 MiB left under the limit and 8 MiB needed at the end of the range).
+const SEQUENCES_THAT_FOUND_BUGS: [u64; 3] = [
+    1796197838382965643,
+    1796215301571043105,
+    1796215301571044173,
+];
 
 #[test]
 fn sequences_that_found_bugs() {
