@@ -184,6 +184,7 @@ pub mod __private {
     pub use crate::last_use::{Dying, PlainAtLastUse};
     pub use crate::library_grad::{library_no_grad, with_library_no_grad, LibraryNoGrad};
     pub use crate::release::{CopyAtLastUse, KeepToScopeEnd, Probe, ReleaseAtLastUse};
+    pub use vramguard_runtime::tensor::TensorAtLastUse;
 
     // The two functions below are what a compile error caused by the rewrite points into:
     // rustc quotes their signature line ("consider changing this parameter type in function

@@ -1289,3 +1289,82 @@ fn copy_release_mixed_hygiene() {
         copy_release_with::by_assignment,
     );
 }
+
+/// An `async fn`'s parameters drop at the end of its body, not when the finished future is
+/// dropped: rustc's lowering rebinds each inside the future, and so does `#[inference]`. The
+/// future is polled to completion and kept; the caller logs before dropping it.
+mod async_parameters {
+    use super::release_support::{ev, pending_once, Mem};
+
+    /// Not `Release`: it keeps its drop point, which the log shows.
+    pub struct Noisy(pub &'static str);
+
+    impl Drop for Noisy {
+        fn drop(&mut self) {
+            ev(format!("drop {}", self.0));
+        }
+    }
+
+    macro_rules! program {
+        ($($inference:meta)?) => {
+            $(#[$inference])?
+            pub async fn run(first: Noisy, buffer: Mem, mut count: usize, second: Noisy) -> usize {
+                ev(format!("start {} {}", first.0, second.0));
+                count += buffer.len();
+                pending_once().await;
+                let local = Noisy("local");
+                ev(format!("end {}", local.0));
+                count
+            }
+        };
+    }
+
+    pub mod without {
+        use super::{ev, pending_once, Mem, Noisy};
+        program!();
+    }
+
+    pub mod with {
+        use super::{ev, pending_once, Mem, Noisy};
+        program!(vramguard::inference);
+    }
+
+    /// Polls `future` to completion, logs, then drops it.
+    pub fn poll_keep_then_drop<F: std::future::Future<Output = usize>>(future: F) -> usize {
+        let mut future = std::pin::pin!(future);
+        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+        let value = loop {
+            if let std::task::Poll::Ready(value) = future.as_mut().poll(&mut context) {
+                break value;
+            }
+        };
+        ev("completed, future still held");
+        value
+    }
+}
+
+#[test]
+fn async_parameters_drop_at_the_end_of_the_body_as_without_the_attribute() {
+    use async_parameters::{poll_keep_then_drop, with, without, Noisy};
+    use release_support::Mem;
+    let outcome = release_support::compare(
+        "async_parameters",
+        || poll_keep_then_drop(without::run(Noisy("a"), Mem::new("m", 3), 1, Noisy("b"))),
+        || poll_keep_then_drop(with::run(Noisy("a"), Mem::new("m", 3), 1, Noisy("b"))),
+    );
+    assert_eq!(
+        poll_keep_then_drop(without::run(Noisy("a"), Mem::new("m", 3), 1, Noisy("b"))),
+        4
+    );
+    let log = release_support::take_log();
+    let completed = log
+        .iter()
+        .position(|e| e == "completed, future still held")
+        .unwrap();
+    let dropped = log.iter().position(|e| e == "drop a").unwrap();
+    assert!(
+        dropped < completed,
+        "a parameter drops inside the body: {log:?}"
+    );
+    println!("async parameters: {outcome:?}");
+}

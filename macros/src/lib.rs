@@ -216,12 +216,15 @@ use proc_macro::TokenStream;
 ///   its branches.
 /// - Only `Release` types are freed early: your own tensor-holding structs need
 ///   `#[derive(vramguard::Release)]` (or a manual impl) to benefit.
-/// - A statement written twice reports a type error inside it twice.
 /// - With `#[async_trait]` on the enclosing `impl`, that macro runs first and turns the method
 ///   into one returning a boxed future: grad mode then covers creating it, not polling it.
 ///
-/// Compile errors in user code point at user code (the rewrite keeps spans), and
-/// `cargo expand` output stays readable (see `tests/expand/*.expanded.rs`).
+/// Compile errors in user code point at user code (the rewrite keeps spans) and are reported
+/// once, as without the attribute: the two copies of a statement written twice differ only in
+/// the rebinding and in-place receivers, which keep the user's spans and the methods' own
+/// definitions, so rustc sees the same diagnostic twice and shows it once (the compile-fail
+/// cases `one_diagnostic_*`). `cargo expand` output stays readable (see
+/// `tests/expand/*.expanded.rs`).
 #[proc_macro_attribute]
 pub fn inference(args: TokenStream, item: TokenStream) -> TokenStream {
     inference::expand(args.into(), item.into()).into()

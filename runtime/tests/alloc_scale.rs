@@ -634,10 +634,16 @@ fn run_sequence(seed: u64, max_ops: usize) -> Tally {
 /// `alloc/tests.rs` build that case on purpose). 1796215301571043105 and 1796215301571044173: the
 /// same defect, found by a random run before the fix (a 9.0 and a 9.6 MiB request refused with
 /// 9.0 and 8.6 MiB left under the limit and 8 MiB needed at the end of the range).
-const SEQUENCES_THAT_FOUND_BUGS: [u64; 3] = [
+/// 1796223147230632205 and 1796223147230637617 (CI): the out-of-memory retry's wait returned a
+/// block next to the expandable segment's free tail, but the retry grew the segment only when it
+/// had unmapped something (9.3 and 7.5 MiB requests refused with 8.2 and 6.3 MiB left and 8 and
+/// 6 MiB needed; `the_out_of_memory_retry_grows_the_tail_its_wait_returned`).
+const SEQUENCES_THAT_FOUND_BUGS: [u64; 5] = [
     1796197838382965643,
     1796215301571043105,
     1796215301571044173,
+    1796223147230632205,
+    1796223147230637617,
 ];
 
 #[test]
@@ -866,6 +872,46 @@ fn the_out_of_memory_retry_reuses_the_blocks_its_wait_returned() {
     );
     assert_eq!(a.pending_frees(), 0);
     a.free(second);
+    a.free(third);
+    a.check_invariants().unwrap_or_else(|e| panic!("{e}"));
+}
+
+// Regression (found by `model_at_scale` in CI, seeds 1796223147230632205 and
+// 1796223147230637617): the out-of-memory retry waited for the blocks other streams used and
+// reused one that held the request, but when none did and nothing could be unmapped it gave up,
+// although a returned block had joined the expandable segment's free tail, so that growing the
+// segment now needed fewer pages than the limit had room for.
+#[test]
+fn the_out_of_memory_retry_grows_the_tail_its_wait_returned() {
+    let cfg = AllocatorConfig::default()
+        .with_expandable_segments(true)
+        .with_memory_limit(16 * MIB as u64);
+    let a = CachingAllocator::with_config(Faulty::new(CAPACITY, 1), cfg)
+        .unwrap_or_else(|e| panic!("{e}"));
+    a.backend().ledger().hold_events = true;
+    // 12 MiB mapped: `first` and a 1.5 MiB free tail, of which `second` takes 1.25 MiB.
+    let first = a
+        .allocate(10 * MIB + MIB / 2)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let second = a.allocate(MIB + MIB / 4).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(a.stats().reserved_bytes, 12 * MIB as u64);
+    let addr = second.addr;
+    a.record_stream(&second, SIDE_STREAMS[0]);
+    a.free(second);
+    assert_eq!(a.pending_frees(), 1);
+    // 4 MiB left under the limit. A 5 MiB request needs 6 MiB more at the end while `second`
+    // is pending, 4 MiB once it is back (its 1.5 MiB and the 0.25 MiB after it are free, and
+    // hold no whole 2 MiB page that the retry could unmap).
+    let third = a
+        .allocate(5 * MIB)
+        .unwrap_or_else(|e| panic!("refused: {e}"));
+    assert_eq!(third.addr, addr);
+    let s = a.stats();
+    assert_eq!(
+        (s.num_ooms, s.reserved_bytes, a.pending_frees()),
+        (0, 16 * MIB as u64, 0)
+    );
+    a.free(first);
     a.free(third);
     a.check_invariants().unwrap_or_else(|e| panic!("{e}"));
 }

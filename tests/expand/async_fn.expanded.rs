@@ -1,6 +1,8 @@
 async fn generate(model: &Model, prompt: Tensor) -> Result<Tensor> {
     ::vramguard::__private::no_grad_future(
             ::vramguard::__private::with_library_no_grad(async move {
+                let model = model;
+                let prompt = prompt;
                 let __vg_return: Result<Tensor> = {
                     #[allow(unused_imports)]
                     use ::vramguard::__private::{
@@ -16,13 +18,13 @@ async fn generate(model: &Model, prompt: Tensor) -> Result<Tensor> {
                     if (&&&__VgProbe::of(&hidden)).__vg_releasable() {
                         __vg_release(hidden);
                     }
-                    let next = if (&&&__VgProbe::of(&logits)).__vg_movable() {
+                    let next = if !(&&&__VgProbe::of(&logits)).__vg_movable() {
+                        logits.argmax(1)?
+                    } else {
                         #[allow(unused_mut, unused_variables)]
                         let logits = __vg_last_use(logits);
                         let __vg_value = logits.argmax(1)?;
                         __vg_value
-                    } else {
-                        logits.argmax(1)?
                     };
                     Ok(next)
                 };

@@ -8,13 +8,13 @@ fn attention(q: Tensor, k: Tensor, scale: f64) -> Result<Tensor> {
         last_use as __vg_last_use, Dying as __VgDying,
     };
     let dims = q.dims();
-    let kt = if (&&&__VgProbe::of(&k)).__vg_movable() {
+    let kt = if !(&&&__VgProbe::of(&k)).__vg_movable() {
+        k.t()?
+    } else {
         #[allow(unused_mut, unused_variables)]
         let k = __vg_last_use(k);
         let __vg_value = k.t()?;
         __vg_value
-    } else {
-        k.t()?
     };
     let scores = q.matmul(&kt)?;
     if (&&&__VgProbe::of(&kt)).__vg_releasable() {

@@ -8,40 +8,38 @@ fn route(x: Tensor, mode: Mode, mask: Option<Tensor>) -> Result<Tensor> {
         last_use as __vg_last_use, Dying as __VgDying,
     };
     let h = x.relu()?;
-    let Some(mask) = (if (&&&__VgProbe::of(&mask)).__vg_movable() {
+    let Some(mask) = (if !(&&&__VgProbe::of(&mask)).__vg_movable() {
+        mask
+    } else {
         #[allow(unused_mut, unused_variables)]
         let mask = __vg_last_use(mask);
         let __vg_value = mask;
         __vg_value
-    } else {
-        mask
     }) else {
         return Err(Error::msg(format!("no mask for {:?}", x.dims())));
     };
     if (&&&__VgProbe::of(&x)).__vg_releasable() {
         __vg_release(x);
     }
-    let g = if (&&&__VgProbe::of(&h)).__vg_movable() {
+    let g = if !(&&&__VgProbe::of(&h)).__vg_movable() {
+        h.gelu()?
+    } else {
         #[allow(unused_mut, unused_variables)]
         let h = __vg_last_use(h);
-        let __vg_value = __VgDying(h).gelu_at_last_use(|__vg_dying| __vg_dying.gelu())?;
+        let __vg_value = __VgDying(h).gelu_receiver().gelu()?;
         __vg_value
-    } else {
-        h.gelu()?
     };
     let y = match mode {
         Mode::Masked if mask.rank() > 1 => {
-            let m = if (&&&__VgProbe::of(&g)).__vg_movable() {
+            let m = if !(&&&__VgProbe::of(&g)).__vg_movable() {
+                g.broadcast_mul(&mask)?
+            } else {
                 #[allow(unused_mut, unused_variables)]
                 let g = __vg_last_use(g);
                 let __vg_value = __VgDying(g)
-                    .broadcast_mul_at_last_use(
-                        |__vg_dying, __vg_arg0| __vg_dying.broadcast_mul(__vg_arg0),
-                        &mask,
-                    )?;
+                    .broadcast_mul_receiver()
+                    .broadcast_mul(&mask)?;
                 __vg_value
-            } else {
-                g.broadcast_mul(&mask)?
             };
             if (&&&__VgProbe::of(&mask)).__vg_releasable() {
                 __vg_release(mask);
@@ -52,14 +50,13 @@ fn route(x: Tensor, mode: Mode, mask: Option<Tensor>) -> Result<Tensor> {
             if (&&&__VgProbe::of(&mask)).__vg_releasable() {
                 __vg_release(mask);
             }
-            if (&&&__VgProbe::of(&g)).__vg_movable() {
+            if !(&&&__VgProbe::of(&g)).__vg_movable() {
+                g.exp()?
+            } else {
                 #[allow(unused_mut, unused_variables)]
                 let g = __vg_last_use(g);
-                let __vg_value = __VgDying(g)
-                    .exp_at_last_use(|__vg_dying| __vg_dying.exp())?;
+                let __vg_value = __VgDying(g).exp_receiver().exp()?;
                 __vg_value
-            } else {
-                g.exp()?
             }
         }
         Mode::Masked => {

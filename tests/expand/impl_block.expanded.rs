@@ -9,14 +9,13 @@ impl Module for Mlp {
             last_use as __vg_last_use, Dying as __VgDying,
         };
         let h = self.up.forward(xs)?;
-        let h = if (&&&__VgProbe::of(&h)).__vg_movable() {
+        let h = if !(&&&__VgProbe::of(&h)).__vg_movable() {
+            h.relu()?
+        } else {
             #[allow(unused_mut, unused_variables)]
             let h = __vg_last_use(h);
-            let __vg_value = __VgDying(h)
-                .relu_at_last_use(|__vg_dying| __vg_dying.relu())?;
+            let __vg_value = __VgDying(h).relu_receiver().relu()?;
             __vg_value
-        } else {
-            h.relu()?
         };
         self.down.forward(&h)
     }
@@ -35,11 +34,11 @@ impl Module for Mlp {
             last_use as __vg_last_use, Dying as __VgDying,
         };
         let h = (xs + &extra)?;
-        if (&&&__VgProbe::of(&h)).__vg_movable() {
-            #[allow(unused_mut, unused_variables)]
-            let h = __vg_last_use(h);
+        if !(&&&__VgProbe::of(&h)).__vg_movable() {
             extra = h.sqr()?;
         } else {
+            #[allow(unused_mut, unused_variables)]
+            let h = __vg_last_use(h);
             extra = h.sqr()?;
         }
         let out = self.down.forward(&extra)?;

@@ -7,51 +7,43 @@ fn scaled(a: Array2<f32>, row: &Tensor) -> (Array2<f32>, usize) {
         PlainAtLastUse as _, Probe as __VgProbe, release as __vg_release,
         last_use as __vg_last_use, Dying as __VgDying,
     };
-    let b = if (&&&__VgProbe::of(&a)).__vg_movable() {
+    let b = if !(&&&__VgProbe::of(&a)).__vg_movable() {
+        a.mapv(|v| v * 2.0)
+    } else {
         #[allow(unused_mut, unused_variables)]
         let a = __vg_last_use(a);
         let __vg_value = __VgDying(a).mapv_receiver().mapv(|v| v * 2.0);
         __vg_value
-    } else {
-        a.mapv(|v| v * 2.0)
     };
-    let c = if (&&&__VgProbe::of(&b)).__vg_movable() {
+    let c = if !(&&&__VgProbe::of(&b)).__vg_movable() {
+        b.mapv(|v| v + 1.0)
+    } else {
         #[allow(unused_mut, unused_variables)]
         let b = __vg_last_use(b);
         let __vg_value = __VgDying(b).mapv_receiver().mapv(|v| v + 1.0);
         __vg_value
-    } else {
-        b.mapv(|v| v + 1.0)
     };
     let h = Tensor::ones(&[2, 3], row.device())?;
-    let h = if (&&&__VgProbe::of(&h)).__vg_movable() {
+    let h = if !(&&&__VgProbe::of(&h)).__vg_movable() {
+        h.broadcast_add(row)?.softmax(1)?
+    } else {
         #[allow(unused_mut, unused_variables)]
         let h = __vg_last_use(h);
         let __vg_value = __VgDying(h)
-            .broadcast_add_at_last_use(
-                |__vg_dying, __vg_arg0| __vg_dying.broadcast_add(__vg_arg0),
-                row,
-            )?
+            .broadcast_add_receiver()
+            .broadcast_add(row)?
             .softmax(1)?;
         __vg_value
-    } else {
-        h.broadcast_add(row)?.softmax(1)?
     };
-    let h = if (&&&__VgProbe::of(&h)).__vg_movable() {
+    let h = if !(&&&__VgProbe::of(&h)).__vg_movable() {
+        h.layer_norm(None, None, 1e-5)?
+    } else {
         #[allow(unused_mut, unused_variables)]
         let h = __vg_last_use(h);
         let __vg_value = __VgDying(h)
-            .layer_norm_at_last_use(
-                |__vg_dying, __vg_arg0, __vg_arg1, __vg_arg2| {
-                    __vg_dying.layer_norm(__vg_arg0, __vg_arg1, __vg_arg2)
-                },
-                None,
-                None,
-                1e-5,
-            )?;
+            .layer_norm_receiver()
+            .layer_norm(None, None, 1e-5)?;
         __vg_value
-    } else {
-        h.layer_norm(None, None, 1e-5)?
     };
     let n = c.len() + h.elem_count();
     if (&&&__VgProbe::of(&h)).__vg_releasable() {

@@ -9,13 +9,13 @@ fn forward(&self, xs: &Tensor) -> Result<Tensor> {
     };
     let _enter = self.span.enter();
     let xs = self.fc1.forward(xs)?;
-    let xs = if (&&&__VgProbe::of(&xs)).__vg_movable() {
+    let xs = if !(&&&__VgProbe::of(&xs)).__vg_movable() {
+        xs.gelu()?
+    } else {
         #[allow(unused_mut, unused_variables)]
         let xs = __vg_last_use(xs);
-        let __vg_value = __VgDying(xs).gelu_at_last_use(|__vg_dying| __vg_dying.gelu())?;
+        let __vg_value = __VgDying(xs).gelu_receiver().gelu()?;
         __vg_value
-    } else {
-        xs.gelu()?
     };
     let xs = {
         let __vg_value = self.fc2.forward(&xs)?;

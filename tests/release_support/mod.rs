@@ -33,7 +33,8 @@ fn log_free(name: &str) {
     LOG.with(|l| l.borrow_mut().push(format!("free {name}")));
 }
 
-fn take_log() -> Vec<String> {
+/// The events logged so far, taken (the log is then empty).
+pub fn take_log() -> Vec<String> {
     LOG.with(|l| std::mem::take(&mut *l.borrow_mut()))
 }
 

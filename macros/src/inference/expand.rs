@@ -137,6 +137,10 @@ fn body(
         }
     };
     if sig.asyncness.is_some() {
+        // Each by-value parameter is rebound inside the future, as rustc's own lowering of an
+        // `async fn` does: it then drops at the end of the body (not when the future is
+        // dropped), and a borrow error names it as it would without the attribute.
+        let rebinds = async_param_rebinds(sig);
         // A guard must not be held across `.await` (the task may move threads): the runtime
         // sets grad mode around each poll of the body instead.
         let annotated = match &sig.output {
@@ -152,7 +156,7 @@ fn body(
             brace_token: braces,
             stmts,
         };
-        let future_stmts = match annotated {
+        let mut future_stmts = match annotated {
             // The annotation lets `?` inside the body find the error type.
             Some(ty) => {
                 let value = syn::Ident::new("__vg_return", Span::mixed_site());
@@ -171,6 +175,7 @@ fn body(
             }
             None => body.stmts,
         };
+        future_stmts.splice(0..0, rebinds);
         // Grad mode (vramguard's and the other libraries' that have one, `tch` with its
         // feature) set around each poll.
         let mut call: syn::Expr = syn::parse_quote!(
@@ -210,6 +215,35 @@ fn body(
         brace_token: braces,
         stmts: new_stmts,
     }
+}
+
+/// `let x = x;` (or `let mut x = x;`) for each parameter bound by a plain identifier, in
+/// order; a `mut` parameter keeps its `mut` on the rebinding, and the user's, now never
+/// mutated, gets `#[allow(unused_mut)]`. Other patterns (`_`, tuples, `ref`) stay captured.
+fn async_param_rebinds(sig: &mut syn::Signature) -> Vec<syn::Stmt> {
+    let mut rebinds = Vec::new();
+    let mut mutable = Vec::new();
+    for input in &sig.inputs {
+        let syn::FnArg::Typed(typed) = input else {
+            continue;
+        };
+        let syn::Pat::Ident(pat) = &*typed.pat else {
+            continue;
+        };
+        if pat.by_ref.is_some() || pat.subpat.is_some() {
+            continue;
+        }
+        let ident = &pat.ident;
+        rebinds.push(match pat.mutability {
+            Some(token) => {
+                mutable.push(ident.to_string());
+                syn::parse_quote!(let #token #ident = #ident;)
+            }
+            None => syn::parse_quote!(let #ident = #ident;),
+        });
+    }
+    allow_unused_mut(sig, &mutable);
+    rebinds
 }
 
 /// `mut` parameters whose last mutation moved onto a rebinding would trip `unused_mut` on the

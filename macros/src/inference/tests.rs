@@ -68,3 +68,37 @@ fn golden_expansions() {
     }
     assert!(checked >= 5, "expected golden inputs in tests/expand");
 }
+
+/// The compile-fail cases of "one diagnostic per mistake" (`tests/ui/inference/fail/
+/// one_diagnostic_*.rs`) prove something only if the statement holding each mistake is
+/// rewritten: each function there follows a `// rewritten: MARKER` line, and its expansion
+/// must contain MARKER (`__vg_last_use`: written twice; `__vg_release`: released after or in a
+/// branch; `NAME_receiver`: in place).
+#[test]
+fn one_diagnostic_cases_are_rewritten() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/ui/inference/fail");
+    let mut checked = 0;
+    for name in [
+        "one_diagnostic_type_errors.rs",
+        "one_diagnostic_borrow_errors.rs",
+    ] {
+        let source = std::fs::read_to_string(dir.join(name)).unwrap();
+        for case in source.split("// rewritten: ").skip(1) {
+            let (marker, rest) = case.split_once('\n').unwrap();
+            let item = rest.split("\n}\n").next().unwrap().to_string() + "\n}\n";
+            let mut function: syn::ItemFn = syn::parse_str(&item)
+                .unwrap_or_else(|e| panic!("{name}: case `{marker}` parses: {e}"));
+            function.attrs.clear();
+            let expanded =
+                super::expand(proc_macro2::TokenStream::new(), function.to_token_stream());
+            let text = expanded.to_string();
+            assert!(
+                text.contains(marker.trim()),
+                "{name}: `{}` is not rewritten as `{marker}`:\n{text}",
+                function.sig.ident
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 19, "the cases of both files");
+}

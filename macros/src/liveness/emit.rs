@@ -150,28 +150,6 @@ pub(super) fn rebind(target: Ident, mutable: bool, span: Span) -> Stmt {
     })
 }
 
-/// `#[allow(unused_mut)] let mut x = x;`
-pub(super) fn rebind_mut(target: Ident, span: Span) -> Stmt {
-    Stmt::Local(syn::Local {
-        attrs: vec![allow(&["unused_mut"], span)],
-        let_token: syn::Token![let](span),
-        modifiers: syn::LocalModifiers::default(),
-        pat: syn::Pat::Ident(syn::PatIdent {
-            attrs: Vec::new(),
-            by_ref: None,
-            mutability: Some(syn::Token![mut](span)),
-            ident: target.clone(),
-            subpat: None,
-        }),
-        init: Some(syn::LocalInit {
-            eq_token: syn::Token![=](span),
-            expr: Box::new(ident(target)),
-            diverge: None,
-        }),
-        semi_token: syn::Token![;](span),
-    })
-}
-
 fn call(func: Expr, args: Vec<Expr>, span: Span) -> Expr {
     Expr::Call(syn::ExprCall {
         attrs: Vec::new(),

@@ -1,28 +1,27 @@
 //! In place at last use: inside the copy of a statement into which a binding `x` was moved (see
-//! `rewrite::wrap`), a call of a listed method on `x` becomes a call that lets `x`'s type choose
-//! a consuming form:
+//! `rewrite::wrap`), a call of a listed method on `x` gets a receiver that lets `x`'s type
+//! choose a consuming form:
 //!
 //! ```text
-//! x.gelu()              →  __VgDying(x).gelu_at_last_use(|v| v.gelu())
-//! x.broadcast_add(&b)   →  __VgDying(x).broadcast_add_at_last_use(|v, a0| v.broadcast_add(a0), &b)
+//! x.gelu()              →  __VgDying(x).gelu_receiver().gelu()
+//! x.broadcast_add(&b)   →  __VgDying(x).broadcast_add_receiver().broadcast_add(&b)
 //! x.mapv(f)             →  __VgDying(x).mapv_receiver().mapv(f)
 //! ```
 //!
-//! `__private::Dying<T>` has inherent `*_at_last_use` methods only for types with consuming
-//! forms (vramguard's `Tensor`), and a fallback trait, for every `T`, that calls the closure:
-//! the original call. `mapv` stays a method call on a receiver (its argument is usually a
-//! closure literal, whose parameter types only a `mapv` method can give): the fallback's
-//! `mapv_receiver` is the value itself, whose own `mapv` then runs as written, by value,
-//! `&self` or `&mut self`; an owned ndarray array's is a wrapper whose `mapv` has ndarray's
-//! signature and maps in place only when that is unobservable (decided on the concrete types,
-//! after type checking).
+//! `__private::Dying<T>` has inherent `*_receiver` methods only for types with consuming forms
+//! (vramguard's `Tensor`, an owned ndarray array's `mapv`), whose receiver is a wrapper with
+//! methods of the same names and parameters; a fallback trait, for every `T`, gives the value
+//! itself, whose own method then runs as written, by value, `&self` or `&mut self`. The method,
+//! its arguments and their tokens stay the user's: a closure argument gets its parameter types
+//! from the method as before, and a mistake in the call is reported at the user's code with the
+//! same text as in the statement's other copy, so rustc shows it once.
 //!
 //! Rewritten only where nothing else can be affected: `x` is mentioned exactly once in the
 //! statement (as that receiver), the method name and argument count are in [`METHODS`], no
 //! turbofish, and the call is not inside a closure, a loop, an async block or a macro (moving
 //! `x` there would change the closure's kind or move it once per iteration).
 
-use proc_macro2::{Span, TokenStream, TokenTree};
+use proc_macro2::{TokenStream, TokenTree};
 use quote::ToTokens;
 use syn::punctuated::Punctuated;
 use syn::visit_mut::{self, VisitMut};
@@ -52,16 +51,16 @@ pub(super) const METHODS: &[(&str, usize)] = &[
     ("layer_norm", 3),
 ];
 
-/// The method that keeps its name on `Dying` (see the module docs).
+/// ndarray's `mapv`: listed for any one argument (its receiver is an owned array's).
 const MAPV: &str = "mapv";
 
 /// Rewrites the calls of listed methods on the `moved` bindings (name, declared `mut`) in
 /// `expr`. Returns how many calls were rewritten.
 pub(super) fn rewrite(expr: &mut Expr, moved: &[(Ident, bool)]) -> usize {
-    let mut once: Vec<(Ident, bool)> = Vec::new();
-    for (ident, mutable) in moved {
+    let mut once: Vec<Ident> = Vec::new();
+    for (ident, _) in moved {
         if mentions(expr.to_token_stream(), ident) == 1 {
-            once.push((ident.clone(), *mutable));
+            once.push(ident.clone());
         }
     }
     if once.is_empty() {
@@ -88,13 +87,13 @@ fn mentions(tokens: TokenStream, ident: &Ident) -> usize {
 }
 
 struct Calls {
-    targets: Vec<(Ident, bool)>,
+    targets: Vec<Ident>,
     rewritten: usize,
 }
 
 impl Calls {
-    /// The target that `receiver` names, if it is one on its own.
-    fn target(&self, receiver: &Expr) -> Option<(Ident, bool)> {
+    /// The receiver, as written, if it names a target on its own.
+    fn target(&self, receiver: &Expr) -> Option<Ident> {
         let Expr::Path(path) = receiver else {
             return None;
         };
@@ -102,7 +101,7 @@ impl Calls {
             return None;
         }
         let ident = path.path.get_ident()?;
-        self.targets.iter().find(|(t, _)| t == ident).cloned()
+        self.targets.contains(ident).then(|| ident.clone())
     }
 }
 
@@ -124,7 +123,7 @@ impl VisitMut for Calls {
                         .iter()
                         .any(|&(m, arity)| m == name && arity == call.args.len());
                 if listed {
-                    if let Some((target, mutable)) = self.target(&call.receiver) {
+                    if let Some(target) = self.target(&call.receiver) {
                         self.rewritten += 1;
                         // Arguments may hold calls on other targets.
                         for arg in call.args.iter_mut() {
@@ -134,7 +133,7 @@ impl VisitMut for Calls {
                         let Expr::MethodCall(call) = std::mem::replace(expr, placeholder) else {
                             return;
                         };
-                        *expr = consuming_call(call, target, mutable);
+                        *expr = consuming_call(call, target);
                         return;
                     }
                 }
@@ -147,96 +146,30 @@ impl VisitMut for Calls {
     fn visit_item_mut(&mut self, _item: &mut syn::Item) {}
 }
 
-/// `__VgDying(x).NAME_at_last_use(|v, a0, ..| v.NAME(a0, ..), args..)`, or for `mapv`
-/// `__VgDying(x).mapv_receiver().mapv(args)`.
-fn consuming_call(call: syn::ExprMethodCall, target: Ident, mutable: bool) -> Expr {
-    let span = call.method.span();
+/// `__VgDying(x).NAME_receiver().NAME(args..)`: only the receiver changes. The tokens added
+/// carry the receiver's own span (location and hygiene), so the call as a whole spans what the
+/// user wrote, and a mistake in it reads exactly as in the statement's other copy: rustc shows
+/// the two identical diagnostics once.
+fn consuming_call(call: syn::ExprMethodCall, target: Ident) -> Expr {
+    let span = target.span();
     let dying = Expr::Call(syn::ExprCall {
         attrs: Vec::new(),
-        func: Box::new(path_expr(Ident::new(
-            super::emit::DYING,
-            Span::call_site().located_at(span),
-        ))),
+        func: Box::new(path_expr(Ident::new(super::emit::DYING, span))),
         paren_token: syn::token::Paren(span),
         args: std::iter::once(path_expr(target)).collect(),
     });
-    if call.method == MAPV {
-        let receiver = Expr::MethodCall(syn::ExprMethodCall {
-            attrs: Vec::new(),
-            receiver: Box::new(dying),
-            dot_token: call.dot_token,
-            method: Ident::new("mapv_receiver", span),
-            turbofish: None,
-            paren_token: call.paren_token,
-            args: Punctuated::new(),
-        });
-        return Expr::MethodCall(syn::ExprMethodCall {
-            receiver: Box::new(receiver),
-            ..call
-        });
-    }
-    let value = Ident::new("__vg_dying", Span::mixed_site().located_at(span));
-    let arg_names: Vec<Ident> = (0..call.args.len())
-        .map(|i| Ident::new(&format!("__vg_arg{i}"), Span::mixed_site().located_at(span)))
-        .collect();
-    let plain_call = Expr::MethodCall(syn::ExprMethodCall {
+    let receiver = Expr::MethodCall(syn::ExprMethodCall {
         attrs: Vec::new(),
-        receiver: Box::new(path_expr(value.clone())),
-        dot_token: call.dot_token,
-        method: call.method.clone(),
-        turbofish: None,
-        paren_token: call.paren_token,
-        args: arg_names.iter().cloned().map(path_expr).collect(),
-    });
-    // A `mut` binding may be the receiver of a `&mut self` method of the same name (a type
-    // without a consuming form): the closure's value is rebound `mut`, as the binding was.
-    let body = if mutable {
-        let rebind = super::emit::rebind_mut(value.clone(), span);
-        Expr::Block(syn::ExprBlock {
-            attrs: Vec::new(),
-            label: None,
-            block: syn::Block {
-                brace_token: syn::token::Brace(span),
-                stmts: vec![rebind, syn::Stmt::Expr(plain_call, None)],
-            },
-        })
-    } else {
-        plain_call
-    };
-    let mut inputs: Punctuated<syn::Pat, syn::Token![,]> = Punctuated::new();
-    for name in std::iter::once(&value).chain(&arg_names) {
-        inputs.push(syn::Pat::Ident(syn::PatIdent {
-            attrs: Vec::new(),
-            by_ref: None,
-            mutability: None,
-            ident: name.clone(),
-            subpat: None,
-        }));
-    }
-    let plain = Expr::Closure(syn::ExprClosure {
-        attrs: Vec::new(),
-        lifetimes: None,
-        modifiers: syn::ClosureModifiers::default(),
-        constness: None,
-        asyncness: None,
-        capture: None,
-        inputs_begin: syn::Token![|](span),
-        inputs,
-        inputs_end: syn::Token![|](span),
-        output: syn::ReturnType::Default,
-        body: Box::new(body),
-    });
-    let mut args: Punctuated<Expr, syn::Token![,]> = Punctuated::new();
-    args.push(plain);
-    args.extend(call.args);
-    Expr::MethodCall(syn::ExprMethodCall {
-        attrs: call.attrs,
         receiver: Box::new(dying),
-        dot_token: call.dot_token,
-        method: Ident::new(&format!("{}_at_last_use", call.method), span),
+        dot_token: syn::Token![.](span),
+        method: Ident::new(&format!("{}_receiver", call.method), span),
         turbofish: None,
-        paren_token: call.paren_token,
-        args,
+        paren_token: syn::token::Paren(span),
+        args: Punctuated::new(),
+    });
+    Expr::MethodCall(syn::ExprMethodCall {
+        receiver: Box::new(receiver),
+        ..call
     })
 }
 
@@ -247,6 +180,7 @@ fn path_expr(ident: Ident) -> Expr {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proc_macro2::Span;
     use quote::quote;
 
     fn rewritten(expr: TokenStream, moved: &[&str]) -> (String, usize) {
@@ -263,11 +197,13 @@ mod tests {
     fn listed_calls_on_a_moved_receiver_take_the_consuming_path() {
         let (text, n) = rewritten(quote!(x.gelu()?), &["x"]);
         assert_eq!(n, 1);
-        assert!(text.contains("__VgDying (x) . gelu_at_last_use"), "{text}");
+        assert_eq!(text, "__VgDying (x) . gelu_receiver () . gelu () ?");
         let (text, n) = rewritten(quote!(h.broadcast_add(&self.b)?), &["h"]);
         assert_eq!(n, 1);
-        assert!(text.contains("broadcast_add_at_last_use"), "{text}");
-        assert!(text.contains("& self . b"), "{text}");
+        assert_eq!(
+            text,
+            "__VgDying (h) . broadcast_add_receiver () . broadcast_add (& self . b) ?"
+        );
         let (text, n) = rewritten(quote!(a.mapv(|v| v * 2.0)), &["a"]);
         assert_eq!(n, 1);
         assert!(

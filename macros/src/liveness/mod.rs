@@ -47,17 +47,19 @@
 //! f(&x);            →   f(&x); if <x: Release> { release(x); }
 //! let x = g(&x)?;   →   let x = { let v = g(&x)?; if <x: Release> { release(x); } v };
 //! // the statement may move `x` (`x.relu()`, `h(x)`): written twice, the type chooses
-//! let y = x.relu()?; →  let y = if <x: Release or Copy> { let x = last_use(x); let v = x.relu()?; v }
-//!                                else { x.relu()? };
+//! let y = x.relu()?; →  let y = if !<x: Release or Copy> { x.relu()? }
+//!                                else { let x = last_use(x); let v = x.relu()?; v };
 //! ```
 //!
 //! The conditional release is a conditional move: when the probe says no, the compiler's drop
 //! flag keeps the value to the end of its scope, in its original drop order. The statement
 //! written twice moves the binding in only when its type allows; a `mut` binding is moved in
-//! only if `Release` (a moved-in `Copy` value would be mutated as a copy). Inside the second
-//! copy (the fallback) no statement is written twice again (`no_dup`), so the output grows at
-//! most by one copy per nesting level. Several bindings moved into one statement share one choice (all of them
-//! or none), so a statement is never written more than twice.
+//! only if `Release` (a moved-in `Copy` value would be mutated as a copy). Inside the fallback
+//! copy no statement is written twice again (`no_dup`), so the output grows at most by one copy
+//! per nesting level. Several bindings moved into one statement share one choice (all of them
+//! or none), so a statement is never written more than twice. The copies differ only in the
+//! rebinding and the receivers of in-place calls, so a mistake inside the statement is the same
+//! diagnostic twice, which rustc reports once.
 //!
 //! A binding whose release point is an `if`/`match` statement is released inside it instead
 //! where every branch can (see `plan::branches`): the branches that use it get it handed in

@@ -300,12 +300,13 @@ impl Rewriter<'_> {
 }
 
 /// Writes a statement that may move the bindings it releases twice, and lets their types
-/// choose: `if <all Release> { let x = x; STMT } else { STMT }`. In the first copy the
-/// bindings are moved in, so they die at the statement's end whether it borrows or moves
-/// them; the second copy, `fallback`, is the statement with nothing moved, so values of other
-/// types keep their scope end and drop order. For a `let`, only the initializer is written
-/// twice. In the first copy, calls of listed methods on the `moved` bindings become consuming
-/// calls (see [`super::inplace`]); returns how many.
+/// choose: `if !<all Release> { STMT } else { let x = x; STMT }`. The first copy, `fallback`,
+/// is the statement with nothing moved, so values of other types keep their scope end and drop
+/// order; in the second the bindings are moved in, so they die at the statement's end whether
+/// it borrows or moves them. For a `let`, only the initializer is written twice. In the moved
+/// copy, calls of listed methods on the `moved` bindings get a receiver that may consume them
+/// (see [`super::inplace`]); returns how many. The two copies differ in nothing else, so a
+/// mistake inside the statement gives the same diagnostic twice, which rustc shows once.
 fn wrap(
     stmt: &mut Stmt,
     rebinds: Vec<Stmt>,
@@ -341,7 +342,18 @@ fn wrap(
             let mut then = rebinds;
             then.push(value_local(&local.pat, expr, span));
             then.push(Stmt::Expr(value_ident_expr(), None));
-            let otherwise = vec![Stmt::Expr(*fallback_init.expr, None)];
+            // With a type annotation, the fallback carries its value the same way, so that a
+            // type error reads the same in both copies ("expected due to this" at the
+            // annotation) and rustc shows it once. Its initializer's temporaries then die at
+            // that inner `let`, where nothing else runs before the statement ends.
+            let otherwise = if matches!(local.pat, syn::Pat::Type(_)) {
+                vec![
+                    value_local(&local.pat, *fallback_init.expr, span),
+                    Stmt::Expr(value_ident_expr(), None),
+                ]
+            } else {
+                vec![Stmt::Expr(*fallback_init.expr, None)]
+            };
             let chosen = if_else(condition, then, otherwise, span);
             // `let … else` initializers may not end with `}`.
             *init.expr = if init.diverge.is_some() {
@@ -370,23 +382,37 @@ fn wrap(
     in_place
 }
 
-/// `if condition { then } else { otherwise }`.
-fn if_else(condition: Expr, then: Vec<Stmt>, otherwise: Vec<Stmt>, span: Span) -> Expr {
+/// `if !condition { fallback } else { moved }`: the statement as written comes first, so that
+/// where rustc reports an error once per place and predicate (an unmet trait bound), the copy
+/// it reports is the user's own.
+fn if_else(condition: Expr, moved: Vec<Stmt>, fallback: Vec<Stmt>, span: Span) -> Expr {
     let block = |stmts| syn::Block {
         brace_token: syn::token::Brace(span),
         stmts,
     };
+    let condition = match condition {
+        binary @ Expr::Binary(_) => Expr::Paren(syn::ExprParen {
+            attrs: Vec::new(),
+            paren_token: syn::token::Paren(span),
+            expr: Box::new(binary),
+        }),
+        other => other,
+    };
     Expr::If(syn::ExprIf {
         attrs: Vec::new(),
         if_token: syn::Token![if](span),
-        cond: Box::new(condition),
-        then_branch: block(then),
+        cond: Box::new(Expr::Unary(syn::ExprUnary {
+            attrs: Vec::new(),
+            op: syn::UnOp::Not(syn::Token![!](span)),
+            expr: Box::new(condition),
+        })),
+        then_branch: block(fallback),
         else_branch: Some((
             syn::Token![else](span),
             Box::new(Expr::Block(syn::ExprBlock {
                 attrs: Vec::new(),
                 label: None,
-                block: block(otherwise),
+                block: block(moved),
             })),
         )),
     })

@@ -417,12 +417,16 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         let released = st.release_cached(&self.backend, &self.name);
         // The release waited for the blocks other streams used: those are back in the pool,
         // and one may hold the request without any new segment.
-        if st.pending.len() < pending {
+        let returned = st.pending.len() < pending;
+        if returned {
             if let Some(slot) = self.take_cached(st, req) {
                 return Some(slot);
             }
         }
-        if released == 0 {
+        // A returned block may also have joined the expandable segment's free tail, so that
+        // growing it now needs fewer pages than before the wait: grow again even when nothing
+        // was unmapped.
+        if released == 0 && !returned {
             return None;
         }
         st.stats.num_alloc_retries += 1;

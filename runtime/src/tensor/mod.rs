@@ -43,6 +43,8 @@
 //! - `backend`: the primitives, on storage and layout (host loops, CUDA kernels);
 //! - `ops`: shape checks, the backend call and the op's record for autograd; `inspect`;
 //! - `inplace`: everything that writes into existing memory, and the version checks;
+//! - `last_use`: a tensor at its last use as the receiver of an op with a consuming form
+//!   (what `#[inference]` calls), defined from the same tokens as `Tensor`'s op;
 //! - `autograd`: the engine and every gradient formula.
 
 mod autograd;
@@ -51,6 +53,8 @@ mod error;
 mod inplace;
 mod inspect;
 mod kinds;
+#[macro_use]
+mod last_use;
 mod ops;
 mod peak_bound;
 pub mod rng;
@@ -59,6 +63,8 @@ mod storage;
 pub use error::{Result, TensorError};
 pub(crate) use kinds::AdamStep;
 pub use kinds::DType;
+#[doc(hidden)]
+pub use last_use::TensorAtLastUse;
 pub use ops::Rhs;
 pub use peak_bound::{PeakBound, PeakBoundRecorder};
 pub use storage::Storage;

@@ -15,11 +15,11 @@ fn train(model: &mut Model, data: &[Batch]) -> Result<f32, Error> {
                 last_use as __vg_last_use, Dying as __VgDying,
             };
             let loss = model.step(batch)?;
-            if (&&&__VgProbe::of(&loss)).__vg_movable() {
-                #[allow(unused_mut, unused_variables)]
-                let loss = __vg_last_use(loss);
+            if !(&&&__VgProbe::of(&loss)).__vg_movable() {
                 total += loss.item();
             } else {
+                #[allow(unused_mut, unused_variables)]
+                let loss = __vg_last_use(loss);
                 total += loss.item();
             }
             if total > 10.0 {

@@ -78,97 +78,6 @@ impl Tensor {
         Ok(out)
     }
 
-    /// `self + rhs` (tensor, broadcast; or scalar).
-    #[track_caller]
-    pub fn add<'a>(&self, rhs: impl Into<Rhs<'a>>) -> Result<Tensor> {
-        let _origin = crate::alloc::enter_op("add");
-        match rhs.into() {
-            Rhs::Tensor(t) => self.binary(t, BinOp::Add),
-            Rhs::Scalar(s) => self.scalar_op(s, BinOp::Add),
-        }
-    }
-
-    /// `self - rhs` (tensor, broadcast; or scalar).
-    #[track_caller]
-    pub fn sub<'a>(&self, rhs: impl Into<Rhs<'a>>) -> Result<Tensor> {
-        let _origin = crate::alloc::enter_op("sub");
-        match rhs.into() {
-            Rhs::Tensor(t) => self.binary(t, BinOp::Sub),
-            Rhs::Scalar(s) => self.scalar_op(s, BinOp::Sub),
-        }
-    }
-
-    /// `self * rhs` element-wise (tensor, broadcast; or scalar).
-    #[track_caller]
-    pub fn mul<'a>(&self, rhs: impl Into<Rhs<'a>>) -> Result<Tensor> {
-        let _origin = crate::alloc::enter_op("mul");
-        match rhs.into() {
-            Rhs::Tensor(t) => self.binary(t, BinOp::Mul),
-            Rhs::Scalar(s) => self.scalar_op(s, BinOp::Mul),
-        }
-    }
-
-    /// `self / rhs` element-wise (tensor, broadcast; or scalar).
-    #[track_caller]
-    pub fn div<'a>(&self, rhs: impl Into<Rhs<'a>>) -> Result<Tensor> {
-        let _origin = crate::alloc::enter_op("div");
-        match rhs.into() {
-            Rhs::Tensor(t) => self.binary(t, BinOp::Div),
-            Rhs::Scalar(s) => self.scalar_op(s, BinOp::Div),
-        }
-    }
-
-    /// Broadcasting add (candle's name).
-    #[track_caller]
-    pub fn broadcast_add(&self, rhs: &Tensor) -> Result<Tensor> {
-        let _origin = crate::alloc::enter_op("broadcast_add");
-        self.binary(rhs, BinOp::Add)
-    }
-
-    /// Broadcasting subtract (candle's name).
-    #[track_caller]
-    pub fn broadcast_sub(&self, rhs: &Tensor) -> Result<Tensor> {
-        let _origin = crate::alloc::enter_op("broadcast_sub");
-        self.binary(rhs, BinOp::Sub)
-    }
-
-    /// Broadcasting multiply (candle's name).
-    #[track_caller]
-    pub fn broadcast_mul(&self, rhs: &Tensor) -> Result<Tensor> {
-        let _origin = crate::alloc::enter_op("broadcast_mul");
-        self.binary(rhs, BinOp::Mul)
-    }
-
-    /// Broadcasting divide (candle's name).
-    #[track_caller]
-    pub fn broadcast_div(&self, rhs: &Tensor) -> Result<Tensor> {
-        let _origin = crate::alloc::enter_op("broadcast_div");
-        self.binary(rhs, BinOp::Div)
-    }
-
-    /// `self + s`.
-    #[track_caller]
-    pub fn add_scalar(&self, s: f32) -> Result<Tensor> {
-        let _origin = crate::alloc::enter_op("add_scalar");
-        self.scalar_op(s, BinOp::Add)
-    }
-
-    /// `self * s`.
-    #[track_caller]
-    pub fn mul_scalar(&self, s: f32) -> Result<Tensor> {
-        let _origin = crate::alloc::enter_op("mul_scalar");
-        self.scalar_op(s, BinOp::Mul)
-    }
-
-    /// `self * mul + add`.
-    #[track_caller]
-    pub fn affine(&self, mul: f32, add: f32) -> Result<Tensor> {
-        let _origin = crate::alloc::enter_op("affine");
-        let out = self.map("affine", MapOp::Affine(mul, add))?;
-        record(&out, "affine", &[self], || OpRecord::MulScalar(mul));
-        Ok(out)
-    }
-
     /// `-self`.
     #[track_caller]
     pub fn neg(&self) -> Result<Tensor> {
@@ -183,12 +92,155 @@ impl Tensor {
         record(&out, op.name(), &[self], || unary_record(op, self, &out));
         Ok(out)
     }
+}
+
+// The ops with a consuming form: each defined once for `Tensor` and, from the same tokens, for
+// `TensorAtLastUse` (see `tensor::last_use`).
+with_consuming_form! {
+    /// `self + rhs` (tensor, broadcast; or scalar).
+    #[track_caller]
+    pub fn add<'a>(&self, rhs: impl Into<Rhs<'a>>) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("add");
+        match rhs.into() {
+            Rhs::Tensor(t) => self.binary(t, BinOp::Add),
+            Rhs::Scalar(s) => self.scalar_op(s, BinOp::Add),
+        }
+    }
+    consuming(tensor) {
+        match rhs.into() {
+            Rhs::Tensor(rhs) => tensor + rhs,
+            Rhs::Scalar(rhs) => tensor + rhs,
+        }
+    }
+
+    /// `self - rhs` (tensor, broadcast; or scalar).
+    #[track_caller]
+    pub fn sub<'a>(&self, rhs: impl Into<Rhs<'a>>) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("sub");
+        match rhs.into() {
+            Rhs::Tensor(t) => self.binary(t, BinOp::Sub),
+            Rhs::Scalar(s) => self.scalar_op(s, BinOp::Sub),
+        }
+    }
+    consuming(tensor) {
+        match rhs.into() {
+            Rhs::Tensor(rhs) => tensor - rhs,
+            Rhs::Scalar(rhs) => tensor - rhs,
+        }
+    }
+
+    /// `self * rhs` element-wise (tensor, broadcast; or scalar).
+    #[track_caller]
+    pub fn mul<'a>(&self, rhs: impl Into<Rhs<'a>>) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("mul");
+        match rhs.into() {
+            Rhs::Tensor(t) => self.binary(t, BinOp::Mul),
+            Rhs::Scalar(s) => self.scalar_op(s, BinOp::Mul),
+        }
+    }
+    consuming(tensor) {
+        match rhs.into() {
+            Rhs::Tensor(rhs) => tensor * rhs,
+            Rhs::Scalar(rhs) => tensor * rhs,
+        }
+    }
+
+    /// `self / rhs` element-wise (tensor, broadcast; or scalar).
+    #[track_caller]
+    pub fn div<'a>(&self, rhs: impl Into<Rhs<'a>>) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("div");
+        match rhs.into() {
+            Rhs::Tensor(t) => self.binary(t, BinOp::Div),
+            Rhs::Scalar(s) => self.scalar_op(s, BinOp::Div),
+        }
+    }
+    consuming(tensor) {
+        match rhs.into() {
+            Rhs::Tensor(rhs) => tensor / rhs,
+            Rhs::Scalar(rhs) => tensor / rhs,
+        }
+    }
+
+    /// Broadcasting add (candle's name).
+    #[track_caller]
+    pub fn broadcast_add(&self, rhs: &Tensor) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("broadcast_add");
+        self.binary(rhs, BinOp::Add)
+    }
+    consuming(tensor) {
+        tensor + rhs
+    }
+
+    /// Broadcasting subtract (candle's name).
+    #[track_caller]
+    pub fn broadcast_sub(&self, rhs: &Tensor) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("broadcast_sub");
+        self.binary(rhs, BinOp::Sub)
+    }
+    consuming(tensor) {
+        tensor - rhs
+    }
+
+    /// Broadcasting multiply (candle's name).
+    #[track_caller]
+    pub fn broadcast_mul(&self, rhs: &Tensor) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("broadcast_mul");
+        self.binary(rhs, BinOp::Mul)
+    }
+    consuming(tensor) {
+        tensor * rhs
+    }
+
+    /// Broadcasting divide (candle's name).
+    #[track_caller]
+    pub fn broadcast_div(&self, rhs: &Tensor) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("broadcast_div");
+        self.binary(rhs, BinOp::Div)
+    }
+    consuming(tensor) {
+        tensor / rhs
+    }
+
+    /// `self + s`.
+    #[track_caller]
+    pub fn add_scalar(&self, s: f32) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("add_scalar");
+        self.scalar_op(s, BinOp::Add)
+    }
+    consuming(tensor) {
+        tensor + s
+    }
+
+    /// `self * s`.
+    #[track_caller]
+    pub fn mul_scalar(&self, s: f32) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("mul_scalar");
+        self.scalar_op(s, BinOp::Mul)
+    }
+    consuming(tensor) {
+        tensor * s
+    }
+
+    /// `self * mul + add`.
+    #[track_caller]
+    pub fn affine(&self, mul: f32, add: f32) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("affine");
+        let out = self.map("affine", MapOp::Affine(mul, add))?;
+        record(&out, "affine", &[self], || OpRecord::MulScalar(mul));
+        Ok(out)
+    }
+    consuming(tensor) {
+        tensor.into_affine(mul, add)
+    }
 
     /// `max(x, 0)`.
     #[track_caller]
     pub fn relu(&self) -> Result<Tensor> {
         let _origin = crate::alloc::enter_op("relu");
         self.unary(Unary::Relu)
+    }
+    consuming(tensor) {
+        tensor.into_relu()
     }
 
     /// GELU, tanh approximation (as in BERT/GPT-2 implementations).
@@ -197,12 +249,18 @@ impl Tensor {
         let _origin = crate::alloc::enter_op("gelu");
         self.unary(Unary::Gelu)
     }
+    consuming(tensor) {
+        tensor.into_gelu()
+    }
 
     /// Hyperbolic tangent.
     #[track_caller]
     pub fn tanh(&self) -> Result<Tensor> {
         let _origin = crate::alloc::enter_op("tanh");
         self.unary(Unary::Tanh)
+    }
+    consuming(tensor) {
+        tensor.into_tanh()
     }
 
     /// Logistic sigmoid.
@@ -211,6 +269,9 @@ impl Tensor {
         let _origin = crate::alloc::enter_op("sigmoid");
         self.unary(Unary::Sigmoid)
     }
+    consuming(tensor) {
+        tensor.into_sigmoid()
+    }
 
     /// `e^x`.
     #[track_caller]
@@ -218,12 +279,18 @@ impl Tensor {
         let _origin = crate::alloc::enter_op("exp");
         self.unary(Unary::Exp)
     }
+    consuming(tensor) {
+        tensor.into_exp()
+    }
 
     /// Natural logarithm.
     #[track_caller]
     pub fn log(&self) -> Result<Tensor> {
         let _origin = crate::alloc::enter_op("log");
         self.unary(Unary::Log)
+    }
+    consuming(tensor) {
+        tensor.into_log()
     }
 }
 

@@ -159,86 +159,11 @@ impl Tensor {
         Ok(out)
     }
 
-    /// Softmax along `dim`.
-    #[track_caller]
-    pub fn softmax(&self, dim: usize) -> Result<Tensor> {
-        let _origin = crate::alloc::enter_op("softmax");
-        self.softmax_impl(dim, false)
-    }
-
     /// Log-softmax along `dim` (numerically stable).
     #[track_caller]
     pub fn log_softmax(&self, dim: usize) -> Result<Tensor> {
         let _origin = crate::alloc::enter_op("log_softmax");
         self.softmax_impl(dim, true)
-    }
-
-    /// Layer normalisation over the last dimension, with optional `weight` and `bias` of
-    /// shape `[last dim]`. When recorded, it saves the input and the per-row mean and 1/std.
-    #[track_caller]
-    pub fn layer_norm(
-        &self,
-        weight: Option<&Tensor>,
-        bias: Option<&Tensor>,
-        eps: f32,
-    ) -> Result<Tensor> {
-        let _origin = crate::alloc::enter_op("layer_norm");
-        const OP: &str = "layer_norm";
-        if self.rank() == 0 {
-            return Err(TensorError::InvalidArgument {
-                op: OP,
-                shape: Vec::new(),
-                message: "needs at least one dimension".into(),
-            });
-        }
-        let d = self.dims()[self.rank() - 1];
-        if d == 0 {
-            // Nothing to normalise over; the per-row statistics would be left unwritten.
-            return Err(TensorError::InvalidArgument {
-                op: OP,
-                shape: self.dims().to_vec(),
-                message: "the last dimension (normalised over) has size 0".into(),
-            });
-        }
-        for p in [weight, bias].into_iter().flatten() {
-            same_device(OP, self, p)?;
-            if p.dims() != [d] {
-                return Err(TensorError::ShapeMismatch {
-                    op: OP,
-                    lhs: self.dims().to_vec(),
-                    rhs: p.dims().to_vec(),
-                    reason: format!("weight and bias must have shape [{d}] (the last dimension)"),
-                });
-            }
-        }
-        let mut inputs = vec![self];
-        inputs.extend(weight);
-        inputs.extend(bias);
-        let recording = should_record(&inputs);
-        let x = self.contiguous()?;
-        let (w, b) = (
-            weight.map(Tensor::contiguous).transpose()?,
-            bias.map(Tensor::contiguous).transpose()?,
-        );
-        let (out, stats) = backend::layer_norm(
-            x.strided(),
-            w.as_ref().map(Tensor::strided),
-            b.as_ref().map(Tensor::strided),
-            eps,
-            recording,
-        )?;
-        let out = Tensor::from(out);
-        let stats = stats.map(|(mean, rstd)| (Tensor::from(mean), Tensor::from(rstd)));
-        if let Some((mean, rstd)) = stats {
-            record(&out, OP, &inputs, || OpRecord::LayerNorm {
-                x: Saved::new(&x, "input"),
-                mean: Saved::new(&mean, "mean"),
-                rstd: Saved::new(&rstd, "rstd"),
-                weight: w.as_ref().map(|w| Saved::new(w, "weight")),
-                has_bias: bias.is_some(),
-            });
-        }
-        Ok(out)
     }
 
     /// Mean cross-entropy of `self` (logits `[.., classes]`) against class indices `targets`
@@ -319,5 +244,90 @@ impl Tensor {
             diff: Saved::new(&diff, "difference"),
         });
         Ok(out)
+    }
+}
+
+// The ops with a consuming form: each defined once for `Tensor` and, from the same tokens, for
+// `TensorAtLastUse` (see `tensor::last_use`).
+with_consuming_form! {
+    /// Softmax along `dim`.
+    #[track_caller]
+    pub fn softmax(&self, dim: usize) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("softmax");
+        self.softmax_impl(dim, false)
+    }
+    consuming(tensor) {
+        tensor.into_softmax(dim)
+    }
+
+    /// Layer normalisation over the last dimension, with optional `weight` and `bias` of
+    /// shape `[last dim]`. When recorded, it saves the input and the per-row mean and 1/std.
+    #[track_caller]
+    pub fn layer_norm(
+        &self,
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        eps: f32,
+    ) -> Result<Tensor> {
+        let _origin = crate::alloc::enter_op("layer_norm");
+        const OP: &str = "layer_norm";
+        if self.rank() == 0 {
+            return Err(TensorError::InvalidArgument {
+                op: OP,
+                shape: Vec::new(),
+                message: "needs at least one dimension".into(),
+            });
+        }
+        let d = self.dims()[self.rank() - 1];
+        if d == 0 {
+            // Nothing to normalise over; the per-row statistics would be left unwritten.
+            return Err(TensorError::InvalidArgument {
+                op: OP,
+                shape: self.dims().to_vec(),
+                message: "the last dimension (normalised over) has size 0".into(),
+            });
+        }
+        for p in [weight, bias].into_iter().flatten() {
+            same_device(OP, self, p)?;
+            if p.dims() != [d] {
+                return Err(TensorError::ShapeMismatch {
+                    op: OP,
+                    lhs: self.dims().to_vec(),
+                    rhs: p.dims().to_vec(),
+                    reason: format!("weight and bias must have shape [{d}] (the last dimension)"),
+                });
+            }
+        }
+        let mut inputs = vec![self];
+        inputs.extend(weight);
+        inputs.extend(bias);
+        let recording = should_record(&inputs);
+        let x = self.contiguous()?;
+        let (w, b) = (
+            weight.map(Tensor::contiguous).transpose()?,
+            bias.map(Tensor::contiguous).transpose()?,
+        );
+        let (out, stats) = backend::layer_norm(
+            x.strided(),
+            w.as_ref().map(Tensor::strided),
+            b.as_ref().map(Tensor::strided),
+            eps,
+            recording,
+        )?;
+        let out = Tensor::from(out);
+        let stats = stats.map(|(mean, rstd)| (Tensor::from(mean), Tensor::from(rstd)));
+        if let Some((mean, rstd)) = stats {
+            record(&out, OP, &inputs, || OpRecord::LayerNorm {
+                x: Saved::new(&x, "input"),
+                mean: Saved::new(&mean, "mean"),
+                rstd: Saved::new(&rstd, "rstd"),
+                weight: w.as_ref().map(|w| Saved::new(w, "weight")),
+                has_bias: bias.is_some(),
+            });
+        }
+        Ok(out)
+    }
+    consuming(tensor) {
+        tensor.into_layer_norm(weight, bias, eps)
     }
 }
