@@ -5,7 +5,8 @@
 //! and `annotated`, with `#[vramguard::inference]` on every function. Dependencies are built
 //! once; then each crate's own compilation (`cargo build`, dev profile, incremental off) is
 //! timed `--reps` times, the two interleaved, and the medians compared:
-//! `compile_time_ratio` = annotated / plain (target ≤ 1.3). The annotated time includes running
+//! `compile_time_ratio` = annotated / plain (a reported figure: the target is on real model
+//! code, `scripts/compile-time.sh`). The annotated time includes running
 //! the macro itself.
 //!
 //! `compile_time_ratio_no_drops` times a third crate with `#[vramguard::inference(drops =
@@ -95,12 +96,12 @@ fn run(args: &Args) -> Result<(), Error> {
             annotated,
             Unit::Ratio,
         );
-        report.metric_with_target(
+        // A reported figure with no target (issue #19): the target is on real model code,
+        // `scripts/compile-time.sh`.
+        report.metric(
             &format!("compile_time_ratio{suffix}"),
             annotated / plain,
             Unit::Ratio,
-            "≤ 1.3",
-            annotated / plain <= 1.3,
         );
         report.metric(
             &format!("compile_time_ratio_no_drops{suffix}"),
@@ -125,7 +126,9 @@ fn run(args: &Args) -> Result<(), Error> {
          CARGO_INCREMENTAL=0, dependencies prebuilt; median of {reps} interleaved builds each \
          (seconds, reported with unit `ratio` for want of a time unit). The annotated time \
          includes the macro's own run: unoptimized as a debug build compiles proc macros, and \
-         (`_optimized_macro`) with `[profile.dev.build-override] opt-level = 3`."
+         (`_optimized_macro`) with `[profile.dev.build-override] opt-level = 3`. A reported \
+         figure with no target: the target is on real model code (`scripts/compile-time.sh`, \
+         \"Compile time on real code\")."
     ));
     report.finish(args);
     Ok(())

@@ -47,6 +47,7 @@ const TENSOR: Layers = Layers {
         &["peak_bound", "rng"],
         &["storage"],
         &["backend"],
+        &["last_use"],
         &["ops", "inspect"],
         &["autograd", "inplace"],
     ],

@@ -113,8 +113,12 @@ fn body(
     // The body of an `unsafe fn` is unsafe code throughout (see `liveness::insert_releases`).
     let unsafe_fn = matches!(sig.safety, syn::Safety::Unsafe(_));
     if options.drops && !unsafe_fn {
+        let release_options = ReleaseOptions {
+            scalars: liveness::scalar_params(sig),
+            ..release_options.clone()
+        };
         let report =
-            liveness::insert_releases(&mut block, &liveness::params_of(sig), release_options);
+            liveness::insert_releases(&mut block, &liveness::params_of(sig), &release_options);
         allow_unused_mut(sig, &report.moved_mut_params);
     } else {
         liveness::strip_keep_markers(&mut block);

@@ -105,14 +105,14 @@ mod inplace;
 mod plan;
 mod rewrite;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use syn::{Block, Ident};
 
 use analysis::block::{self, ParamBinding};
 use rewrite::Rewriter;
 
-pub(crate) use analysis::block::{declared_names, params_of, pattern_params};
+pub(crate) use analysis::block::{declared_names, params_of, pattern_params, scalar_params};
 pub(crate) use analysis::patterns::pattern_names;
 pub(crate) use rewrite::strip_keep_markers;
 
@@ -132,6 +132,9 @@ pub(crate) struct ReleaseOptions {
     pub optimistic: bool,
     /// Call consuming forms at last use (`inplace = false` turns it off; see `inplace`).
     pub inplace: bool,
+    /// Names the function's signature declares as primitive numbers (`eps: f64`): what is
+    /// computed from them is a number too (see `analysis::shapes::scalar`).
+    pub scalars: BTreeSet<String>,
 }
 
 impl ReleaseOptions {
@@ -144,6 +147,7 @@ impl ReleaseOptions {
             borrows: Vec::new(),
             optimistic: false,
             inplace: true,
+            scalars: BTreeSet::new(),
         }
     }
 }
@@ -197,6 +201,7 @@ pub(crate) fn insert_releases(
         depth: 0,
         no_dup: false,
         probes: false,
+        outer_scalars: opts.scalars.clone(),
     };
     rewriter.block(block, params);
     if rewriter.probes {

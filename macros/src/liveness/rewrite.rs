@@ -36,6 +36,9 @@ pub(super) struct Rewriter<'o> {
     pub no_dup: bool,
     /// A release probe was emitted: the block needs the probe traits in scope.
     pub probes: bool,
+    /// Names known to be numbers where the block being rewritten starts (see
+    /// `analysis::shapes::scalar`).
+    pub outer_scalars: BTreeSet<String>,
 }
 
 impl Rewriter<'_> {
@@ -59,6 +62,7 @@ impl Rewriter<'_> {
             no_dup: self.no_dup,
             depth: self.depth,
             probe_only: false,
+            outer_scalars: &self.outer_scalars,
         };
         let plan = plan::plan(block, params, &ctx, &mut self.report);
         // A statement that may move a binding it releases is written twice (see `apply`);
@@ -71,7 +75,10 @@ impl Rewriter<'_> {
             .map(|(&index, _)| (index, block.stmts[index].clone()))
             .collect();
         self.depth += 1;
+        // Blocks nested in a statement see the numbers known there.
+        let outer_scalars = self.outer_scalars.clone();
         for (index, stmt) in block.stmts.iter_mut().enumerate() {
+            self.outer_scalars = plan.scalars_at[index].clone();
             match plan.stmts.get(&index) {
                 Some(releases) if !releases.pushed.is_empty() => {
                     self.push_into_stmt(stmt, &releases.pushed);
@@ -80,9 +87,11 @@ impl Rewriter<'_> {
             }
         }
         let no_dup = std::mem::replace(&mut self.no_dup, true);
-        for stmt in fallback.values_mut() {
+        for (&index, stmt) in fallback.iter_mut() {
+            self.outer_scalars = plan.scalars_at[index].clone();
             self.visit_stmt_mut(stmt);
         }
+        self.outer_scalars = outer_scalars;
         self.no_dup = no_dup;
         self.depth -= 1;
         for stmt in block.stmts.iter_mut().chain(fallback.values_mut()) {
@@ -500,6 +509,46 @@ impl VisitMut for Rewriter<'_> {
 
     // Nested items are other functions: not ours to rewrite.
     fn visit_item_mut(&mut self, _: &mut Item) {}
+
+    // The loop's pattern binds its names in the body: over a range of numbers
+    // (`for i in 0..n`) a single name is a number there; otherwise they are not.
+    fn visit_expr_for_loop_mut(&mut self, for_loop: &mut syn::ExprForLoop) {
+        self.visit_expr_mut(&mut for_loop.expr);
+        let outer_scalars = self.outer_scalars.clone();
+        let mut names = Vec::new();
+        super::analysis::patterns::pattern_bindings(&for_loop.pat, &mut names);
+        for (ident, _) in &names {
+            self.outer_scalars.remove(&ident.unraw().to_string());
+        }
+        let numbers = match (&*for_loop.pat, &*for_loop.expr) {
+            (syn::Pat::Ident(pat), Expr::Range(range)) if pat.subpat.is_none() => {
+                let known = |name: &str| outer_scalars.contains(name);
+                [&range.start, &range.end]
+                    .into_iter()
+                    .flatten()
+                    .all(|bound| super::analysis::shapes::scalar(bound, &known))
+                    .then(|| pat.ident.unraw().to_string())
+            }
+            _ => None,
+        };
+        self.outer_scalars.extend(numbers);
+        self.visit_block_mut(&mut for_loop.body);
+        self.outer_scalars = outer_scalars;
+    }
+
+    // A closure's parameters shadow the names they bind.
+    fn visit_expr_closure_mut(&mut self, closure: &mut syn::ExprClosure) {
+        let outer_scalars = self.outer_scalars.clone();
+        for input in &closure.inputs {
+            let mut names = Vec::new();
+            super::analysis::patterns::pattern_bindings(input, &mut names);
+            for (ident, _) in &names {
+                self.outer_scalars.remove(&ident.unraw().to_string());
+            }
+        }
+        visit_mut::visit_expr_closure_mut(self, closure);
+        self.outer_scalars = outer_scalars;
+    }
 
     // A `const { }` block runs at compile time: nothing there to free, and a release probe
     // is not a `const` call.

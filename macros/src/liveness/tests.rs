@@ -11,6 +11,7 @@ pub(crate) fn rewrite(source: &str, optimistic: bool) -> (String, ReleaseReport)
     let mut function: syn::ItemFn = syn::parse_str(source).expect("test source parses");
     let mut options = ReleaseOptions::new(syn::parse_quote!(::vramguard));
     options.optimistic = optimistic;
+    options.scalars = scalar_params(&function.sig);
     let params = params_of(&function.sig);
     let report = insert_releases(&mut function.block, &params, &options);
     let file: syn::File = syn::parse_quote!(#function);
@@ -224,6 +225,59 @@ fn locals_whose_syntax_is_not_release_get_no_probe() {
     }
     // A parenthesised call is not plain: its value may be `Release`.
     assert!(text.contains("__VgProbe::of(&held)"), "{text}");
+}
+
+/// Numbers by their syntax (issue #19, compile time): sizes, arithmetic on numbers, number
+/// methods on numbers, primitive parameters, `for` variables over a range of numbers, seen in
+/// nested blocks too. None is probed, and no statement is written twice for one. What might be
+/// a tensor is probed as before: an operator on a reference or on an unknown local, a name a
+/// nested `let` or a closure parameter shadows.
+#[test]
+fn numbers_by_their_syntax_get_no_probe_even_in_nested_blocks() {
+    let (text, _) = rewrite(
+        "fn f(x: T, xs: T, eps: f64, heads: usize) -> T {
+            let (b, t, c) = x.dims3()?;
+            let rows = b * t;
+            let last = x.dim(2)? - 1;
+            let kshape = x.dims();
+            let width = x.dims()[1];
+            let scale = (eps * 2.0).sqrt();
+            let limit = (rows + 1).min(c);
+            let sum = &x + &x;
+            let other = xs + 1;
+            let mut acc = x.zeros_like()?;
+            for h in 0..heads {
+                let off = h * width + last;
+                let s = off as f64 * scale;
+                let scaled = x.affine(s, 0.0)?;
+                acc = acc.add(&scaled)?;
+                let rows = acc.clone();
+                let kept = rows.relu()?;
+                g(&kept);
+                let f = |limit: T| limit.relu();
+                g(&f(x.clone()));
+            }
+            g(&kshape);
+            g(&sum);
+            g(&other);
+            h(rows, limit, c, last, width, acc)
+        }",
+        false,
+    );
+    for number in ["b", "t", "last", "width", "scale", "limit", "off", "s"] {
+        for form in ["__VgProbe::of(&{})", "__vg_last_use({})"] {
+            let probe = form.replace("{}", number);
+            assert!(!text.contains(&probe), "{number} probed: {text}");
+        }
+    }
+    for maybe_tensor in ["sum", "other", "scaled", "kept"] {
+        assert!(
+            text.contains(&format!("__VgProbe::of(&{maybe_tensor})")),
+            "{maybe_tensor} not probed: {text}"
+        );
+    }
+    // The loop's `rows` shadows the number with a tensor (a clone): that one is probed.
+    assert!(text.contains("__VgProbe::of(&rows)"), "{text}");
 }
 
 /// A borrow carried through a name that an inner `let` shadows (`let a = a;`) reaches the

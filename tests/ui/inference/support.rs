@@ -60,6 +60,12 @@ impl T {
         self.name
     }
     /// Consumes `self`.
+    /// A value named like a size (`elem_count`, a number in candle), but a `T`: the transform
+    /// takes it for a number and keeps it to its scope end, which changes nothing else.
+    pub fn elem_count(&self) -> T {
+        mk("count", self.v * 10)
+    }
+
     pub fn into_value(self) -> i64 {
         self.v
     }

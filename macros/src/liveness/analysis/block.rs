@@ -49,6 +49,20 @@ pub(crate) fn params_of(sig: &syn::Signature) -> Vec<ParamBinding> {
     out
 }
 
+/// The parameters bound by a plain identifier to a primitive number type (`eps: f64`).
+pub(crate) fn scalar_params(sig: &syn::Signature) -> BTreeSet<String> {
+    sig.inputs
+        .iter()
+        .filter_map(|input| match input {
+            syn::FnArg::Typed(typed) if super::shapes::primitive(&typed.ty) => match &*typed.pat {
+                syn::Pat::Ident(pat) => Some(pat.ident.unraw().to_string()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
+}
+
 /// The bindings of a pattern (a `for` or `while let` pattern), as owned bindings of the block
 /// that follows it; `_`-prefixed names are left out (guards by convention).
 pub(crate) fn pattern_params(pat: &syn::Pat) -> Vec<ParamBinding> {

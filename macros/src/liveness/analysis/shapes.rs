@@ -4,7 +4,8 @@
 
 use proc_macro2::{TokenStream, TokenTree};
 use quote::ToTokens;
-use syn::{BinOp, Expr, Macro, Stmt};
+use syn::ext::IdentExt;
+use syn::{BinOp, Expr, Ident, Macro, Stmt};
 
 use super::known_names::{self as lists, macro_name};
 use super::patterns::local_name;
@@ -148,47 +149,167 @@ fn closure_tokens(tokens: TokenStream) -> bool {
     })
 }
 
-/// A value whose type the syntax alone shows is not `Release`: a literal, a comparison or a
-/// boolean operator (`bool`), a reference, a range, a cast to a primitive. Such a local needs
-/// no probe; it keeps its scope end either way.
-pub(crate) fn never_release(expr: &Expr) -> bool {
+/// A value whose type the syntax alone shows is not `Release`: a literal, a reference, a range,
+/// or a number or `bool` (see [`scalar`]), given which locals are known numbers. Such a local
+/// needs no probe, and no statement is written twice for it; it keeps its scope end either way.
+pub(crate) fn never_release(expr: &Expr, scalar_local: &dyn Fn(&str) -> bool) -> bool {
     match expr {
         Expr::Lit(_) | Expr::Reference(_) | Expr::Range(_) => true,
-        Expr::Cast(cast) => plain_type(&cast.ty),
-        Expr::Binary(binary) => matches!(
-            binary.op,
-            BinOp::Eq(_)
-                | BinOp::Ne(_)
-                | BinOp::Lt(_)
-                | BinOp::Le(_)
-                | BinOp::Gt(_)
-                | BinOp::Ge(_)
-                | BinOp::And(_)
-                | BinOp::Or(_)
+        Expr::Paren(paren) => never_release(&paren.expr, scalar_local),
+        Expr::Group(group) => never_release(&group.expr, scalar_local),
+        _ => scalar(expr, scalar_local),
+    }
+}
+
+/// Methods of the primitive number types that return a number (or `bool`) when called on one
+/// with numbers as arguments.
+const NUMBER_METHODS: &[&str] = &[
+    "abs",
+    "ceil",
+    "clamp",
+    "cos",
+    "div_ceil",
+    "div_euclid",
+    "exp",
+    "floor",
+    "is_finite",
+    "is_nan",
+    "ln",
+    "log10",
+    "log2",
+    "max",
+    "min",
+    "mul_add",
+    "pow",
+    "powf",
+    "powi",
+    "recip",
+    "rem_euclid",
+    "round",
+    "saturating_add",
+    "saturating_mul",
+    "saturating_sub",
+    "signum",
+    "sin",
+    "sqrt",
+    "tan",
+    "tanh",
+    "trunc",
+    "wrapping_add",
+    "wrapping_mul",
+    "wrapping_sub",
+];
+
+/// Methods that return a size or a `bool` on whatever they are called (`v.len()`,
+/// `t.rank()`, `t.elem_count()`); `dim(d)?` on a tensor is its size along `d`.
+const SIZE_METHODS: &[&str] = &["elem_count", "is_contiguous", "is_empty", "len", "rank"];
+
+/// The `dimsN()` of candle, which return a tuple of sizes (`let (b, t, c) = x.dims3()?`).
+const DIMS_METHODS: &[&str] = &["dims1", "dims2", "dims3", "dims4", "dims5"];
+
+/// Whether `expr` is, by its syntax alone, a primitive number or a `bool`: a number, `bool` or
+/// `char` literal, a cast to a primitive, a comparison or boolean operator, arithmetic and
+/// negation of numbers, a known number local (`scalar_local`), a constant of a primitive type
+/// (`usize::MAX`), a size (`v.len()`, `x.dim(1)?`, `x.dims()[0]`), or a number method on a
+/// number (`(a + 1).min(n)`). A misjudged value only keeps its scope end (no early release), so
+/// the lists are of what model code writes, not of every possibility.
+pub(crate) fn scalar(expr: &Expr, scalar_local: &dyn Fn(&str) -> bool) -> bool {
+    match expr {
+        Expr::Lit(lit) => !matches!(
+            lit.lit,
+            syn::Lit::Str(_) | syn::Lit::ByteStr(_) | syn::Lit::CStr(_) | syn::Lit::Verbatim(_)
         ),
-        Expr::Paren(paren) => never_release(&paren.expr),
-        Expr::Group(group) => never_release(&group.expr),
+        Expr::Cast(cast) => primitive(&cast.ty),
+        Expr::Paren(paren) => scalar(&paren.expr, scalar_local),
+        Expr::Group(group) => scalar(&group.expr, scalar_local),
+        Expr::Unary(unary) => {
+            matches!(unary.op, syn::UnOp::Neg(_) | syn::UnOp::Not(_))
+                && scalar(&unary.expr, scalar_local)
+        }
+        Expr::Binary(binary) => match binary.op {
+            BinOp::Eq(_)
+            | BinOp::Ne(_)
+            | BinOp::Lt(_)
+            | BinOp::Le(_)
+            | BinOp::Gt(_)
+            | BinOp::Ge(_)
+            | BinOp::And(_)
+            | BinOp::Or(_) => true,
+            BinOp::Add(_)
+            | BinOp::Sub(_)
+            | BinOp::Mul(_)
+            | BinOp::Div(_)
+            | BinOp::Rem(_)
+            | BinOp::BitAnd(_)
+            | BinOp::BitOr(_)
+            | BinOp::BitXor(_)
+            | BinOp::Shl(_)
+            | BinOp::Shr(_) => {
+                scalar(&binary.left, scalar_local) && scalar(&binary.right, scalar_local)
+            }
+            _ => false,
+        },
+        Expr::Path(path) if path.qself.is_none() => {
+            let segments = &path.path.segments;
+            match segments.len() {
+                1 => scalar_local(&segments[0].ident.unraw().to_string()),
+                // `usize::MAX`, `f32::NEG_INFINITY`.
+                2 => is_primitive_name(&segments[0].ident),
+                _ => false,
+            }
+        }
+        Expr::MethodCall(call) => {
+            let name = call.method.to_string();
+            (call.args.is_empty() && SIZE_METHODS.contains(&name.as_str()))
+                || (NUMBER_METHODS.contains(&name.as_str())
+                    && scalar(&call.receiver, scalar_local)
+                    && call.args.iter().all(|a| scalar(a, scalar_local)))
+        }
+        // `x.dim(1)?`: a size.
+        Expr::Try(t) => matches!(&*t.expr, Expr::MethodCall(call) if call.method == "dim"),
+        // `x.dims()[0]`.
+        Expr::Index(index) => {
+            matches!(&*index.expr, Expr::MethodCall(call) if call.method == "dims" && call.args.is_empty())
+        }
         _ => false,
     }
 }
 
+/// `let (b, t, c) = x.dims3()?;` (or without `?`, a tuple): every name a size.
+pub(crate) fn dims_tuple(expr: &Expr) -> bool {
+    let call = match expr {
+        Expr::Try(t) => &*t.expr,
+        other => other,
+    };
+    matches!(call, Expr::MethodCall(c) if c.args.is_empty() && DIMS_METHODS.contains(&c.method.to_string().as_str()))
+}
+
+fn is_primitive_name(ident: &Ident) -> bool {
+    PRIMITIVES.contains(&ident.to_string().as_str())
+}
+
+/// A primitive number, `bool` or `char` type.
+pub(crate) fn primitive(ty: &syn::Type) -> bool {
+    match ty {
+        syn::Type::Paren(paren) => primitive(&paren.elem),
+        syn::Type::Path(path) => {
+            path.qself.is_none() && path.path.get_ident().is_some_and(is_primitive_name)
+        }
+        _ => false,
+    }
+}
+
+const PRIMITIVES: &[&str] = &[
+    "bool", "char", "f32", "f64", "i8", "i16", "i32", "i64", "i128", "isize", "u8", "u16", "u32",
+    "u64", "u128", "usize",
+];
+
 /// A primitive scalar, a reference or a raw pointer: never `Release`.
 pub(crate) fn plain_type(ty: &syn::Type) -> bool {
-    const PRIMITIVES: &[&str] = &[
-        "bool", "char", "f32", "f64", "i8", "i16", "i32", "i64", "i128", "isize", "u8", "u16",
-        "u32", "u64", "u128", "usize",
-    ];
     match ty {
         syn::Type::Reference(_) | syn::Type::Ptr(_) => true,
         syn::Type::Paren(paren) => plain_type(&paren.elem),
-        syn::Type::Path(path) => {
-            path.qself.is_none()
-                && path
-                    .path
-                    .get_ident()
-                    .is_some_and(|i| PRIMITIVES.contains(&i.to_string().as_str()))
-        }
-        _ => false,
+        other => primitive(other),
     }
 }
 

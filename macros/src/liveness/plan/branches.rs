@@ -138,6 +138,7 @@ pub(super) fn pushable(
             no_dup: false,
             depth: ctx.depth + 1,
             probe_only: true,
+            outer_scalars: ctx.outer_scalars,
         };
         let placed = plan(&block, &handed, &probe, &mut ReleaseReport::default()).handed_placed;
         for param in &handed {

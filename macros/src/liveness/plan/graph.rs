@@ -1,7 +1,7 @@
 //! The borrow graph of one block: its bindings, and which may hold references into which,
 //! built statement by statement from the analysis' facts.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use syn::ext::IdentExt;
 use syn::{Block, Expr, Ident, Stmt};
@@ -27,6 +27,8 @@ pub(super) struct Graph {
     /// into that statement would leave the value dangling (`let _ = &x;` binds nothing to
     /// carry the borrow).
     pub borrowed_by_value: Vec<Vec<(usize, BorrowKind)>>,
+    /// Per statement, the names known to be numbers there.
+    pub scalars_at: Vec<BTreeSet<String>>,
     /// The binding each name refers to at the current statement.
     current: BTreeMap<String, usize>,
 }
@@ -39,6 +41,7 @@ pub(super) fn build(block: &Block, params: &[ParamBinding], ctx: &PlanContext<'_
         edges: Vec::new(),
         wrappable: vec![true; count],
         borrowed_by_value: vec![Vec::new(); count],
+        scalars_at: Vec::with_capacity(count),
         current: BTreeMap::new(),
     };
     for param in params {
@@ -46,6 +49,7 @@ pub(super) fn build(block: &Block, params: &[ParamBinding], ctx: &PlanContext<'_
         graph.bindings[b].handed_in = param.handed_in;
     }
     for (index, stmt) in block.stmts.iter().enumerate() {
+        graph.scalars_at.push(graph.scalars_here(ctx));
         let facts = ctx.env.scan_stmt(stmt);
         graph.record_mentions(index, &facts);
         graph.record_stores(index, &facts);
@@ -64,6 +68,24 @@ pub(super) fn build(block: &Block, params: &[ParamBinding], ctx: &PlanContext<'_
 }
 
 impl Graph {
+    /// The names known to be numbers at the current statement: the enclosing blocks' that no
+    /// binding of this block shadows, and this block's own.
+    fn scalars_here(&self, ctx: &PlanContext<'_>) -> BTreeSet<String> {
+        let mut names: BTreeSet<String> = ctx
+            .outer_scalars
+            .iter()
+            .filter(|name| !self.current.contains_key(*name))
+            .cloned()
+            .collect();
+        names.extend(
+            self.current
+                .iter()
+                .filter(|(_, &b)| self.bindings[b].scalar)
+                .map(|(name, _)| name.clone()),
+        );
+        names
+    }
+
     /// Adds a binding that from now on owns `ident`'s name; returns its index.
     fn declare(
         &mut self,
@@ -92,6 +114,7 @@ impl Graph {
             used_in_place: Vec::new(),
             type_deferred: false,
             never_released: false,
+            scalar: false,
             shadowed_at: None,
             no_move_in: Vec::new(),
         });
@@ -257,10 +280,25 @@ impl Graph {
             shapes::may_hold_closure(&init.expr)
                 || shapes::calls_local(&init.expr, &|name| self.current.contains_key(name))
         });
+        // A number or `bool` by its syntax (what later arithmetic on it gives is one too).
+        let scalar_local = |name: &str| match self.current.get(name) {
+            Some(&b) => self.bindings[b].scalar,
+            None => ctx.outer_scalars.contains(name),
+        };
+        let dims = local
+            .init
+            .as_ref()
+            .is_some_and(|init| shapes::dims_tuple(&init.expr));
+        let scalar = match (&local.pat, &local.init) {
+            (syn::Pat::Type(typed), _) => shapes::primitive(&typed.ty),
+            (syn::Pat::Tuple(_), Some(_)) => dims,
+            (_, Some(init)) => shapes::scalar(&init.expr, &scalar_local),
+            (_, None) => false,
+        };
         // Not `Release` by its syntax: a probe would only ever answer "keep".
         let plain = match (&local.pat, &local.init) {
             (syn::Pat::Type(typed), _) if shapes::plain_type(&typed.ty) => true,
-            (_, Some(init)) => shapes::never_release(&init.expr),
+            (_, Some(init)) => dims || shapes::never_release(&init.expr, &scalar_local),
             (_, None) => false,
         };
         // `#[cfg(..)] let x = …;` may be compiled out: whether it shadows `x` is unknown, so
@@ -280,6 +318,7 @@ impl Graph {
                 marked_keep || uninit || conditional,
             );
             self.bindings[new].never_released = closure_typed || plain;
+            self.bindings[new].scalar = scalar;
             self.bindings[new].type_deferred = type_deferred;
             self.edges
                 .extend(resolved.iter().map(|&(to, kind, into)| Edge {

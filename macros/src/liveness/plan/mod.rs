@@ -42,6 +42,9 @@ pub(super) struct PlanContext<'a> {
     /// (see [`branches`]): nothing is pushed into nested branches (whether a binding is
     /// released in a branch does not depend on it, and the planning stays one level deep).
     pub probe_only: bool,
+    /// Names of enclosing blocks (and primitive parameters) known to be numbers where this
+    /// block starts (see `analysis::shapes::scalar`).
+    pub outer_scalars: &'a BTreeSet<String>,
 }
 
 /// The plan of one block.
@@ -57,6 +60,8 @@ pub(super) struct Plan {
     /// it before the block's last statement, or may do so in a nested branch (a gain over a
     /// release after the whole `if`/`match`).
     pub handed_placed: BTreeMap<String, bool>,
+    /// Per statement, the names known to be numbers there (for the blocks nested in it).
+    pub scalars_at: Vec<BTreeSet<String>>,
 }
 
 /// For one statement: the bindings to move into it, and those to release after it.
@@ -97,9 +102,12 @@ struct Binding {
     /// Statements that use this binding without moving it (`x += 1`, `f(&mut x)`, `x = …`):
     /// such a statement only borrows it (see [`schedule`] on `mut` bindings).
     used_in_place: Vec<usize>,
-    /// A closure or async block: never `Release`, so never released; its last use still
-    /// ends the borrows it holds (it has no drop glue of its own that uses them).
+    /// A closure, an async block, or a value that is not `Release` by its syntax (a literal, a
+    /// reference, a number): never released; its last use still ends the borrows it holds.
     never_released: bool,
+    /// A primitive number or `bool` by its syntax (`let n = x.len() + 1`): never released, and
+    /// arithmetic on it gives another (see `analysis::shapes::scalar`).
+    scalar: bool,
     /// Its type may be decided by a later use (`Vec::new()`, `parse()`, `collect()`,
     /// `x as _`, `None`): a probe placed before that use could not tell its type yet.
     type_deferred: bool,

@@ -33,6 +33,7 @@ pub(super) fn schedule(
         stmts: BTreeMap::new(),
         mut_decls: Default::default(),
         handed_placed: BTreeMap::new(),
+        scalars_at: graph.scalars_at.clone(),
     };
     // Per statement that branches, the bindings that may be released inside its branches.
     let mut in_branches: BTreeMap<usize, Vec<Candidate>> = BTreeMap::new();

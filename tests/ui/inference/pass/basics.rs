@@ -46,6 +46,29 @@ macro_rules! cases {
             total + parsed.len() as i64
         }
 
+        /// Numbers by their syntax (sizes, arithmetic on them, a `for` variable over a range
+        /// of them, a primitive parameter) are never probed, in nested blocks too; a `T` whose
+        /// method is named like a size is taken for a number and kept to its scope end.
+        $(#[$attr])?
+        pub fn numbers(x: T, heads: usize, eps: f64) -> i64 {
+            let parts = vec![mk("p0", 1), mk("p1", 2)];
+            let n = parts.len();
+            let width = n * 2 + 1;
+            let scale = (eps * 2.0).sqrt();
+            let counted = x.elem_count();
+            step("1");
+            let mut total = 0;
+            for h in 0..heads {
+                let off = h * width;
+                let t = mk("t", off as i64);
+                total += t.v + (scale as i64);
+                step("loop");
+            }
+            let rows = mk("rows", 3);
+            step("2");
+            total + rows.v + counted.v + parts[0].v
+        }
+
         /// Tuple and struct patterns; a struct field moved out.
         $(#[$attr])?
         pub fn patterns() -> i64 {
@@ -222,6 +245,7 @@ pub fn main() {
     check!(shadowing() => earlier);
     check!(mutable_and_annotated() => earlier);
     check!(patterns() => earlier);
+    check!(numbers(mk("x", 2), 2, 2.0) => earlier);
     check!(parameters(mk("a", 1), (mk("b", 2), mk("c", 3)), mk("d", 4), &mk("r", 5)) => earlier);
     check!(guards() => earlier);
     check!(nested_blocks() => earlier);
