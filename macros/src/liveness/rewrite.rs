@@ -354,8 +354,9 @@ fn wrap(
             // With a type annotation, the fallback carries its value the same way, so that a
             // type error reads the same in both copies ("expected due to this" at the
             // annotation) and rustc shows it once. Its initializer's temporaries then die at
-            // that inner `let`, where nothing else runs before the statement ends.
-            let otherwise = if matches!(local.pat, syn::Pat::Type(_)) {
+            // that inner `let`, where nothing else runs before the statement ends (not so in a
+            // `let … else`, whose `else` runs in between: left as written).
+            let otherwise = if matches!(local.pat, syn::Pat::Type(_)) && init.diverge.is_none() {
                 vec![
                     value_local(&local.pat, *fallback_init.expr, span),
                     Stmt::Expr(value_ident_expr(), None),

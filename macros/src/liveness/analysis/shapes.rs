@@ -155,6 +155,8 @@ fn closure_tokens(tokens: TokenStream) -> bool {
 pub(crate) fn never_release(expr: &Expr, scalar_local: &dyn Fn(&str) -> bool) -> bool {
     match expr {
         Expr::Lit(_) | Expr::Reference(_) | Expr::Range(_) => true,
+        // To a number, a reference or a raw pointer.
+        Expr::Cast(cast) => plain_type(&cast.ty),
         Expr::Paren(paren) => never_release(&paren.expr, scalar_local),
         Expr::Group(group) => never_release(&group.expr, scalar_local),
         _ => scalar(expr, scalar_local),
