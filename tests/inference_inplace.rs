@@ -320,3 +320,109 @@ mod ndarray_arrays {
         assert_ne!(b.as_ptr(), address);
     }
 }
+
+/// Every listed method on a type without consuming forms: each call at a local's last use gets
+/// the fallback receiver (the value itself), so a name the macros list but the facade gave no
+/// receiver would fail to compile here. The calls are logged; the log and the result must be
+/// the plain function's.
+mod every_listed_method_on_another_type {
+    use std::cell::RefCell;
+
+    thread_local! {
+        static LOG: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// Not `Release`, not a tensor: methods named like the consuming forms.
+    pub struct Plain(pub i64);
+
+    macro_rules! methods {
+        ($($name:ident($($arg:ident),*) => $value:expr;)*) => {
+            impl Plain {$(
+                #[allow(clippy::should_implement_trait)]
+                pub fn $name(&self $(, $arg: i64)*) -> Plain {
+                    LOG.with(|l| l.borrow_mut().push(stringify!($name).to_owned()));
+                    let v = self.0;
+                    $(let v = v + $arg;)*
+                    Plain($value(v))
+                }
+            )*}
+        };
+    }
+
+    methods! {
+        relu() => |v: i64| v.max(0);
+        gelu() => |v: i64| v + 1;
+        tanh() => |v: i64| v - 1;
+        sigmoid() => |v: i64| v * 2;
+        exp() => |v: i64| v + 3;
+        log() => |v: i64| v - 2;
+        add(a) => |v: i64| v;
+        sub(a) => |v: i64| v - 7;
+        mul(a) => |v: i64| v * 3;
+        div(a) => |v: i64| v / 2;
+        broadcast_add(a) => |v: i64| v + 5;
+        broadcast_sub(a) => |v: i64| v - 5;
+        broadcast_mul(a) => |v: i64| v * 5;
+        broadcast_div(a) => |v: i64| v / 5;
+        add_scalar(a) => |v: i64| v + 11;
+        mul_scalar(a) => |v: i64| v * 11;
+        softmax(a) => |v: i64| v % 1000;
+        affine(a, b) => |v: i64| v - 13;
+        layer_norm(a, b, c) => |v: i64| v % 997;
+    }
+
+    impl Plain {
+        pub fn mapv(&self, f: impl Fn(i64) -> i64) -> Plain {
+            LOG.with(|l| l.borrow_mut().push("mapv".to_owned()));
+            Plain(f(self.0))
+        }
+    }
+
+    macro_rules! chain {
+        ($name:ident $(, #[$attr:meta])?) => {
+            $(#[$attr])?
+            pub fn $name(x: Plain) -> i64 {
+                let h = x.relu();
+                let h = h.gelu();
+                let h = h.tanh();
+                let h = h.sigmoid();
+                let h = h.exp();
+                let h = h.log();
+                let h = h.add(1);
+                let h = h.sub(2);
+                let h = h.mul(3);
+                let h = h.div(4);
+                let h = h.broadcast_add(5);
+                let h = h.broadcast_sub(6);
+                let h = h.broadcast_mul(7);
+                let h = h.broadcast_div(8);
+                let h = h.add_scalar(9);
+                let h = h.mul_scalar(10);
+                let h = h.softmax(11);
+                let h = h.affine(12, 13);
+                let h = h.layer_norm(14, 15, 16);
+                let h = h.mapv(|v| v * 2);
+                h.0
+            }
+        };
+    }
+
+    chain!(plain);
+    chain!(annotated, #[vramguard::inference]);
+
+    pub fn logged(f: fn(Plain) -> i64) -> (i64, Vec<String>) {
+        LOG.with(|l| l.borrow_mut().clear());
+        let value = f(Plain(17));
+        (value, LOG.with(|l| std::mem::take(&mut *l.borrow_mut())))
+    }
+}
+
+#[test]
+fn every_listed_method_runs_as_written_on_a_type_without_consuming_forms() {
+    use every_listed_method_on_another_type::{annotated, logged, plain};
+    let (expected, plain_log) = logged(plain);
+    let (actual, annotated_log) = logged(annotated);
+    assert_eq!(actual, expected);
+    assert_eq!(annotated_log, plain_log);
+    assert_eq!(plain_log.len(), 20, "{plain_log:?}");
+}
