@@ -74,12 +74,12 @@ macro_rules! receivers {
         impl<T> PlainAtLastUse for Dying<T> {
             type Value = T;
             $(
-                #[inline(always)]
+                #[inline]
                 fn $receiver(self) -> T {
                     self.0
                 }
             )*
-            #[inline(always)]
+            #[inline]
             fn $mapv(self) -> T {
                 self.0
             }
@@ -88,7 +88,7 @@ macro_rules! receivers {
         impl Dying<Tensor> {
             $(
                 /// The receiver whose method of the same name is the consuming form.
-                #[inline(always)]
+                #[inline]
                 pub fn $receiver(self) -> TensorAtLastUse {
                     TensorAtLastUse::new(self.0)
                 }
@@ -111,7 +111,7 @@ impl<A, D: ndarray::Dimension> Dying<ndarray::Array<A, D>> {
     /// The receiver of `mapv` at an owned array's last use (see [`MapvAtLastUse`]). For every
     /// element type: a bound here would make the call fail to compile where the element type
     /// is still being inferred, or is not one of ours, instead of falling back.
-    #[inline(always)]
+    #[inline]
     pub fn mapv_receiver(self) -> MapvAtLastUse<A, D> {
         MapvAtLastUse(self.0)
     }
@@ -155,7 +155,7 @@ impl<A: Clone, D: ndarray::Dimension> MapvAtLastUse<A, D> {
 ///
 /// `From` and `To` must be the same type.
 #[cfg(feature = "ndarray")]
-#[inline(always)]
+#[inline]
 unsafe fn transmute_same<From, To>(value: From) -> To {
     let value = std::mem::ManuallyDrop::new(value);
     // SAFETY: the caller guarantees `To` is `From`: same size, alignment and validity.

@@ -182,7 +182,9 @@ pub mod __private {
     #[cfg(feature = "ndarray")]
     pub use crate::last_use::MapvAtLastUse;
     pub use crate::last_use::{Dying, PlainAtLastUse};
-    pub use crate::library_grad::{library_no_grad, with_library_no_grad, LibraryNoGrad};
+    pub use crate::library_grad::{
+        inference_guard, library_no_grad, with_library_no_grad, InferenceGuard, LibraryNoGrad,
+    };
     pub use crate::release::{CopyAtLastUse, KeepToScopeEnd, Probe, ReleaseAtLastUse};
     pub use vramguard_runtime::tensor::TensorAtLastUse;
 
@@ -192,14 +194,14 @@ pub mod __private {
 
     /// Ends the life of a value. Generic so that releasing a reference or a `Copy` value does
     /// not trip rustc's `dropping_references` / `dropping_copy_types` lints in user code.
-    #[inline(always)]
+    #[inline]
     #[rustfmt::skip]
     pub fn release<T>(value: T) { // #[vramguard::inference]/#[batch_scope] freed this value after its last use; to keep it alive: `#[inference(keep(name))]`, or `#[keep]` on its `let`
         drop(value);
     }
 
     /// Moves a value into the statement of its last use (identity).
-    #[inline(always)]
+    #[inline]
     #[rustfmt::skip]
     pub fn last_use<T>(value: T) -> T { // #[vramguard::inference]/#[batch_scope] moved this value into its last use; to keep it alive: `#[inference(keep(name))]`, or `#[keep]` on its `let`
         value

@@ -113,7 +113,7 @@ pub trait Release {
     /// releasing does not free (for the debug-build notice; not API). Only candle's tensor and
     /// the containers of `Release` values answer anything but `false`.
     #[doc(hidden)]
-    #[inline(always)]
+    #[inline]
     fn __vg_records_graph(&self) -> bool {
         false
     }
@@ -121,7 +121,7 @@ pub trait Release {
     /// Whether a value of this type may answer `true` to `__vg_records_graph`, so that a
     /// container walks its elements only when one might (not API).
     #[doc(hidden)]
-    #[inline(always)]
+    #[inline]
     fn __vg_may_record_graph() -> bool
     where
         Self: Sized,
@@ -289,17 +289,11 @@ impl Release for tch::Tensor {}
 ///   the statement of its last use: moving a `Copy` value copies it, which nobody can observe).
 ///
 /// The probe holds the value's reference for the debug-build notices (`crate::notices`): the
-/// answers themselves come from the type alone.
+/// answers themselves come from the type alone. The generated code builds it as
+/// `__VgProbe(&x)`, a struct expression rather than a constructor call: one call fewer per
+/// release point for a debug build to compile.
 #[doc(hidden)]
-pub struct Probe<'a, T: ?Sized>(&'a T);
-
-impl<'a, T: ?Sized> Probe<'a, T> {
-    /// A probe for the type of `value`.
-    #[inline(always)]
-    pub fn of(value: &'a T) -> Self {
-        Probe(value)
-    }
-}
+pub struct Probe<'a, T: ?Sized>(pub &'a T);
 
 /// First step: `T: Release`.
 #[doc(hidden)]
@@ -310,14 +304,14 @@ pub trait ReleaseAtLastUse {
     fn __vg_movable(&self) -> bool;
 }
 impl<T: Release + ?Sized> ReleaseAtLastUse for &&Probe<'_, T> {
-    #[inline(always)]
+    #[inline]
     fn __vg_releasable(&self) -> bool {
         if cfg!(debug_assertions) {
             crate::notices::released_with_graph(self.0);
         }
         true
     }
-    #[inline(always)]
+    #[inline]
     fn __vg_movable(&self) -> bool {
         if cfg!(debug_assertions) {
             crate::notices::released_with_graph(self.0);
@@ -330,7 +324,7 @@ impl<T: Release + ?Sized> ReleaseAtLastUse for &&Probe<'_, T> {
 #[doc(hidden)]
 pub trait CopyAtLastUse {
     /// `true`: a copy may be moved into the statement of its last use.
-    #[inline(always)]
+    #[inline]
     fn __vg_movable(&self) -> bool {
         true
     }
@@ -347,14 +341,14 @@ pub trait KeepToScopeEnd {
 }
 // The bodies are here, not in the trait, to see `T` (its name, for the notice).
 impl<T: ?Sized> KeepToScopeEnd for Probe<'_, T> {
-    #[inline(always)]
+    #[inline]
     fn __vg_releasable(&self) -> bool {
         if cfg!(debug_assertions) {
             crate::notices::kept_tensor(core::any::type_name::<T>());
         }
         false
     }
-    #[inline(always)]
+    #[inline]
     fn __vg_movable(&self) -> bool {
         if cfg!(debug_assertions) {
             crate::notices::kept_tensor(core::any::type_name::<T>());

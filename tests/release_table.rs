@@ -18,7 +18,7 @@ macro_rules! releasable {
         use vramguard::__private::{
             CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
         };
-        (&&&vramguard::__private::Probe::of(&$value)).__vg_releasable()
+        (&&&vramguard::__private::Probe(&$value)).__vg_releasable()
     }};
 }
 
@@ -90,7 +90,7 @@ fn values_with_observable_drops_or_nothing_to_free_keep_their_drop_point() {
 
 #[test]
 fn the_answer_is_the_same_through_any_number_of_references_in_the_probe() {
-    // The generated code probes the place itself (`Probe::of(&x)`), never a reference to it;
+    // The generated code probes the place itself (`Probe(&x)`), never a reference to it;
     // a local that *is* a reference is a reference type, and kept.
     let t = tensor();
     let r = &t;

@@ -217,7 +217,7 @@ mod tests {
         for args in [quote!(crate = my_vg), quote!(crate = "my_vg")] {
             let inference = inference(args.clone());
             assert!(
-                inference.contains("my_vg :: __private :: NoGradGuard"),
+                inference.contains("my_vg :: __private :: inference_guard"),
                 "{inference}"
             );
             let batch_scope = batch_scope(args);

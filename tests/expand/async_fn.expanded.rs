@@ -11,14 +11,14 @@ async fn generate(model: &Model, prompt: Tensor) -> Result<Tensor> {
                         last_use as __vg_last_use, Dying as __VgDying,
                     };
                     let hidden = model.encode(&prompt).await?;
-                    if (&&&__VgProbe::of(&prompt)).__vg_releasable() {
+                    if (&&&__VgProbe(&prompt)).__vg_releasable() {
                         __vg_release(prompt);
                     }
                     let logits = model.head.forward(&hidden)?;
-                    if (&&&__VgProbe::of(&hidden)).__vg_releasable() {
+                    if (&&&__VgProbe(&hidden)).__vg_releasable() {
                         __vg_release(hidden);
                     }
-                    let next = if !(&&&__VgProbe::of(&logits)).__vg_movable() {
+                    let next = if !(&&&__VgProbe(&logits)).__vg_movable() {
                         logits.argmax(1)?
                     } else {
                         #[allow(unused_mut, unused_variables)]

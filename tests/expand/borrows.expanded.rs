@@ -1,6 +1,5 @@
 fn attention(q: Tensor, k: Tensor, scale: f64) -> Result<Tensor> {
-    let __vg_no_grad = ::vramguard::__private::NoGradGuard::new();
-    let __vg_library_no_grad = ::vramguard::__private::library_no_grad();
+    let __vg_no_grad = ::vramguard::__private::inference_guard();
     #[allow(unused_imports)]
     use ::vramguard::__private::{
         CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
@@ -8,7 +7,7 @@ fn attention(q: Tensor, k: Tensor, scale: f64) -> Result<Tensor> {
         last_use as __vg_last_use, Dying as __VgDying,
     };
     let dims = q.dims();
-    let kt = if !(&&&__VgProbe::of(&k)).__vg_movable() {
+    let kt = if !(&&&__VgProbe(&k)).__vg_movable() {
         k.t()?
     } else {
         #[allow(unused_mut, unused_variables)]
@@ -17,25 +16,25 @@ fn attention(q: Tensor, k: Tensor, scale: f64) -> Result<Tensor> {
         __vg_value
     };
     let scores = q.matmul(&kt)?;
-    if (&&&__VgProbe::of(&kt)).__vg_releasable() {
+    if (&&&__VgProbe(&kt)).__vg_releasable() {
         __vg_release(kt);
     }
     let scores = {
         let __vg_value = (&scores * scale)?;
-        if (&&&__VgProbe::of(&scores)).__vg_releasable() {
+        if (&&&__VgProbe(&scores)).__vg_releasable() {
             __vg_release(scores);
         }
         __vg_value
     };
     let n = dims[0];
-    if (&&&__VgProbe::of(&dims)).__vg_releasable() {
+    if (&&&__VgProbe(&dims)).__vg_releasable() {
         __vg_release(dims);
     }
-    if (&&&__VgProbe::of(&q)).__vg_releasable() {
+    if (&&&__VgProbe(&q)).__vg_releasable() {
         __vg_release(q);
     }
     let probs = softmax(&scores)?;
-    if (&&&__VgProbe::of(&scores)).__vg_releasable() {
+    if (&&&__VgProbe(&scores)).__vg_releasable() {
         __vg_release(scores);
     }
     probs.narrow(0, 0, n)

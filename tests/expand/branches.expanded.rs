@@ -1,6 +1,5 @@
 fn route(x: Tensor, mode: Mode, mask: Option<Tensor>) -> Result<Tensor> {
-    let __vg_no_grad = ::vramguard::__private::NoGradGuard::new();
-    let __vg_library_no_grad = ::vramguard::__private::library_no_grad();
+    let __vg_no_grad = ::vramguard::__private::inference_guard();
     #[allow(unused_imports)]
     use ::vramguard::__private::{
         CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
@@ -8,20 +7,13 @@ fn route(x: Tensor, mode: Mode, mask: Option<Tensor>) -> Result<Tensor> {
         last_use as __vg_last_use, Dying as __VgDying,
     };
     let h = x.relu()?;
-    let Some(mask) = (if !(&&&__VgProbe::of(&mask)).__vg_movable() {
-        mask
-    } else {
-        #[allow(unused_mut, unused_variables)]
-        let mask = __vg_last_use(mask);
-        let __vg_value = mask;
-        __vg_value
-    }) else {
+    let Some(mask) = mask else {
         return Err(Error::msg(format!("no mask for {:?}", x.dims())));
     };
-    if (&&&__VgProbe::of(&x)).__vg_releasable() {
+    if (&&&__VgProbe(&x)).__vg_releasable() {
         __vg_release(x);
     }
-    let g = if !(&&&__VgProbe::of(&h)).__vg_movable() {
+    let g = if !(&&&__VgProbe(&h)).__vg_movable() {
         h.gelu()?
     } else {
         #[allow(unused_mut, unused_variables)]
@@ -31,7 +23,7 @@ fn route(x: Tensor, mode: Mode, mask: Option<Tensor>) -> Result<Tensor> {
     };
     let y = match mode {
         Mode::Masked if mask.rank() > 1 => {
-            let m = if !(&&&__VgProbe::of(&g)).__vg_movable() {
+            let m = if !(&&&__VgProbe(&g)).__vg_movable() {
                 g.broadcast_mul(&mask)?
             } else {
                 #[allow(unused_mut, unused_variables)]
@@ -41,16 +33,16 @@ fn route(x: Tensor, mode: Mode, mask: Option<Tensor>) -> Result<Tensor> {
                     .broadcast_mul(&mask)?;
                 __vg_value
             };
-            if (&&&__VgProbe::of(&mask)).__vg_releasable() {
+            if (&&&__VgProbe(&mask)).__vg_releasable() {
                 __vg_release(mask);
             }
             m.sum_keepdim(1)?
         }
         Mode::Plain => {
-            if (&&&__VgProbe::of(&mask)).__vg_releasable() {
+            if (&&&__VgProbe(&mask)).__vg_releasable() {
                 __vg_release(mask);
             }
-            if !(&&&__VgProbe::of(&g)).__vg_movable() {
+            if !(&&&__VgProbe(&g)).__vg_movable() {
                 g.exp()?
             } else {
                 #[allow(unused_mut, unused_variables)]
@@ -60,10 +52,10 @@ fn route(x: Tensor, mode: Mode, mask: Option<Tensor>) -> Result<Tensor> {
             }
         }
         Mode::Masked => {
-            if (&&&__VgProbe::of(&g)).__vg_releasable() {
+            if (&&&__VgProbe(&g)).__vg_releasable() {
                 __vg_release(g);
             }
-            if (&&&__VgProbe::of(&mask)).__vg_releasable() {
+            if (&&&__VgProbe(&mask)).__vg_releasable() {
                 __vg_release(mask);
             }
             Tensor::zeros(8)?

@@ -1,7 +1,6 @@
 impl Module for Mlp {
     fn forward(&self, xs: &Tensor) -> Result<Tensor> {
-        let __vg_no_grad = vg::__private::NoGradGuard::new();
-        let __vg_library_no_grad = vg::__private::library_no_grad();
+        let __vg_no_grad = vg::__private::inference_guard();
         #[allow(unused_imports)]
         use vg::__private::{
             CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
@@ -9,7 +8,7 @@ impl Module for Mlp {
             last_use as __vg_last_use, Dying as __VgDying,
         };
         let h = self.up.forward(xs)?;
-        let h = if !(&&&__VgProbe::of(&h)).__vg_movable() {
+        let h = if !(&&&__VgProbe(&h)).__vg_movable() {
             h.relu()?
         } else {
             #[allow(unused_mut, unused_variables)]
@@ -25,8 +24,7 @@ impl Module for Mlp {
         #[allow(unused_mut)]
         mut extra: Tensor,
     ) -> Result<Tensor> {
-        let __vg_no_grad = vg::__private::NoGradGuard::new();
-        let __vg_library_no_grad = vg::__private::library_no_grad();
+        let __vg_no_grad = vg::__private::inference_guard();
         #[allow(unused_imports)]
         use vg::__private::{
             CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
@@ -34,7 +32,7 @@ impl Module for Mlp {
             last_use as __vg_last_use, Dying as __VgDying,
         };
         let h = (xs + &extra)?;
-        if !(&&&__VgProbe::of(&h)).__vg_movable() {
+        if !(&&&__VgProbe(&h)).__vg_movable() {
             extra = h.sqr()?;
         } else {
             #[allow(unused_mut, unused_variables)]
@@ -42,7 +40,7 @@ impl Module for Mlp {
             extra = h.sqr()?;
         }
         let out = self.down.forward(&extra)?;
-        if (&&&__VgProbe::of(&extra)).__vg_releasable() {
+        if (&&&__VgProbe(&extra)).__vg_releasable() {
             __vg_release(extra);
         }
         Ok(out)

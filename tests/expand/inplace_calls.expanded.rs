@@ -1,13 +1,12 @@
 fn scaled(a: Array2<f32>, row: &Tensor) -> (Array2<f32>, usize) {
-    let __vg_no_grad = ::vramguard::__private::NoGradGuard::new();
-    let __vg_library_no_grad = ::vramguard::__private::library_no_grad();
+    let __vg_no_grad = ::vramguard::__private::inference_guard();
     #[allow(unused_imports)]
     use ::vramguard::__private::{
         CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
         PlainAtLastUse as _, Probe as __VgProbe, release as __vg_release,
         last_use as __vg_last_use, Dying as __VgDying,
     };
-    let b = if !(&&&__VgProbe::of(&a)).__vg_movable() {
+    let b = if !(&&&__VgProbe(&a)).__vg_movable() {
         a.mapv(|v| v * 2.0)
     } else {
         #[allow(unused_mut, unused_variables)]
@@ -15,7 +14,7 @@ fn scaled(a: Array2<f32>, row: &Tensor) -> (Array2<f32>, usize) {
         let __vg_value = __VgDying(a).mapv_receiver().mapv(|v| v * 2.0);
         __vg_value
     };
-    let c = if !(&&&__VgProbe::of(&b)).__vg_movable() {
+    let c = if !(&&&__VgProbe(&b)).__vg_movable() {
         b.mapv(|v| v + 1.0)
     } else {
         #[allow(unused_mut, unused_variables)]
@@ -24,7 +23,7 @@ fn scaled(a: Array2<f32>, row: &Tensor) -> (Array2<f32>, usize) {
         __vg_value
     };
     let h = Tensor::ones(&[2, 3], row.device())?;
-    let h = if !(&&&__VgProbe::of(&h)).__vg_movable() {
+    let h = if !(&&&__VgProbe(&h)).__vg_movable() {
         h.broadcast_add(row)?.softmax(1)?
     } else {
         #[allow(unused_mut, unused_variables)]
@@ -35,7 +34,7 @@ fn scaled(a: Array2<f32>, row: &Tensor) -> (Array2<f32>, usize) {
             .softmax(1)?;
         __vg_value
     };
-    let h = if !(&&&__VgProbe::of(&h)).__vg_movable() {
+    let h = if !(&&&__VgProbe(&h)).__vg_movable() {
         h.layer_norm(None, None, 1e-5)?
     } else {
         #[allow(unused_mut, unused_variables)]
@@ -46,7 +45,7 @@ fn scaled(a: Array2<f32>, row: &Tensor) -> (Array2<f32>, usize) {
         __vg_value
     };
     let n = c.len() + h.elem_count();
-    if (&&&__VgProbe::of(&h)).__vg_releasable() {
+    if (&&&__VgProbe(&h)).__vg_releasable() {
         __vg_release(h);
     }
     (c, n)

@@ -1,6 +1,5 @@
 fn decode(tokens: Vec<u32>, cache: Cache, mode: Mode) -> Option<usize> {
-    let __vg_no_grad = ::vramguard::__private::NoGradGuard::new();
-    let __vg_library_no_grad = ::vramguard::__private::library_no_grad();
+    let __vg_no_grad = ::vramguard::__private::inference_guard();
     #[allow(unused_imports)]
     use ::vramguard::__private::{
         CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
@@ -13,7 +12,7 @@ fn decode(tokens: Vec<u32>, cache: Cache, mode: Mode) -> Option<usize> {
         let row = table.row(*t);
         total += row.len();
     }
-    if (&&&__VgProbe::of(&table)).__vg_releasable() {
+    if (&&&__VgProbe(&table)).__vg_releasable() {
         __vg_release(table);
     }
     let Some(first) = tokens.first() else {
@@ -23,14 +22,14 @@ fn decode(tokens: Vec<u32>, cache: Cache, mode: Mode) -> Option<usize> {
         Mode::Fast => format!("fast {first}"),
         Mode::Exact => format!("exact {first:>8}"),
     };
-    if (&&&__VgProbe::of(&first)).__vg_releasable() {
+    if (&&&__VgProbe(&first)).__vg_releasable() {
         __vg_release(first);
     }
-    if (&&&__VgProbe::of(&tokens)).__vg_releasable() {
+    if (&&&__VgProbe(&tokens)).__vg_releasable() {
         __vg_release(tokens);
     }
     println!("{label} {total}");
-    if (&&&__VgProbe::of(&label)).__vg_releasable() {
+    if (&&&__VgProbe(&label)).__vg_releasable() {
         __vg_release(label);
     }
     cache.store(total);

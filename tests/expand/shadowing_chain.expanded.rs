@@ -1,6 +1,5 @@
 fn forward(&self, xs: &Tensor) -> Result<Tensor> {
-    let __vg_no_grad = ::vramguard::__private::NoGradGuard::new();
-    let __vg_library_no_grad = ::vramguard::__private::library_no_grad();
+    let __vg_no_grad = ::vramguard::__private::inference_guard();
     #[allow(unused_imports)]
     use ::vramguard::__private::{
         CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
@@ -9,7 +8,7 @@ fn forward(&self, xs: &Tensor) -> Result<Tensor> {
     };
     let _enter = self.span.enter();
     let xs = self.fc1.forward(xs)?;
-    let xs = if !(&&&__VgProbe::of(&xs)).__vg_movable() {
+    let xs = if !(&&&__VgProbe(&xs)).__vg_movable() {
         xs.gelu()?
     } else {
         #[allow(unused_mut, unused_variables)]
@@ -19,14 +18,14 @@ fn forward(&self, xs: &Tensor) -> Result<Tensor> {
     };
     let xs = {
         let __vg_value = self.fc2.forward(&xs)?;
-        if (&&&__VgProbe::of(&xs)).__vg_releasable() {
+        if (&&&__VgProbe(&xs)).__vg_releasable() {
             __vg_release(xs);
         }
         __vg_value
     };
     let xs = {
         let __vg_value = (&xs + &self.residual)?;
-        if (&&&__VgProbe::of(&xs)).__vg_releasable() {
+        if (&&&__VgProbe(&xs)).__vg_releasable() {
             __vg_release(xs);
         }
         __vg_value

@@ -204,13 +204,12 @@ fn body(
         new_stmts.push(syn::Stmt::Expr(call, None));
     } else {
         let guard = syn::Ident::new("__vg_no_grad", Span::mixed_site());
-        let library_guard = syn::Ident::new("__vg_library_no_grad", Span::mixed_site());
-        // Emitted as written (nothing analyses the body after this point): parsing them back
-        // into trees once per function was measurable in an unoptimized macro. The second is
-        // the no-grad mode of the other libraries that have one (`tch`, with its feature).
+        // Emitted as written (nothing analyses the body after this point): parsing it back
+        // into a tree once per function was measurable in an unoptimized macro. One guard for
+        // vramguard's no-grad mode and the other libraries' that have one (`tch`, with its
+        // feature): one local and one drop per function.
         let guards = quote! {
-            let #guard = #krate::__private::NoGradGuard::new();
-            let #library_guard = #krate::__private::library_no_grad();
+            let #guard = #krate::__private::inference_guard();
         };
         new_stmts.insert(0, syn::Stmt::Expr(syn::Expr::Verbatim(guards), None));
         new_stmts.extend(stmts);

@@ -67,7 +67,7 @@ fn helper(name: &str, span: Span) -> Expr {
     ident(Ident::new(name, Span::call_site().located_at(span)))
 }
 
-/// `if (&&&__VgProbe::of(&x)).__vg_releasable() { __vg_release(x); }`
+/// `if (&&&__VgProbe(&x)).__vg_releasable() { __vg_release(x); }`
 pub(super) fn release(target: Ident, span: Span) -> Stmt {
     let condition = probe(target.clone(), "__vg_releasable", span);
     let call = call(helper(RELEASE, span), vec![ident(target)], span);
@@ -87,16 +87,10 @@ pub(super) fn release(target: Ident, span: Span) -> Stmt {
     )
 }
 
-/// `(&&&__VgProbe::of(&x)).question()`: answered from `x`'s type.
+/// `(&&&__VgProbe(&x)).question()`: answered from `x`'s type.
 pub(super) fn probe(target: Ident, question: &str, span: Span) -> Expr {
-    let mut of_path: syn::Path = Ident::new(PROBE, Span::call_site().located_at(span)).into();
-    of_path.segments.push(Ident::new("of", span).into());
-    let of_path = Expr::Path(syn::ExprPath {
-        attrs: Vec::new(),
-        qself: None,
-        path: of_path,
-    });
-    let of = call(of_path, vec![reference(ident(target), span)], span);
+    let probe_path = helper(PROBE, span);
+    let of = call(probe_path, vec![reference(ident(target), span)], span);
     let mut receiver = of;
     for _ in 0..3 {
         receiver = reference(receiver, span);

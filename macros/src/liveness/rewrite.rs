@@ -151,6 +151,7 @@ impl Rewriter<'_> {
                     self.push_into_arm(&mut arm.body, pushed);
                 }
             }
+            Expr::Block(b) => self.push_into_block(&mut b.block, pushed),
             other => self.visit_expr_mut(other),
         }
     }

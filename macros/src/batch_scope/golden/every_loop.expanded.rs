@@ -15,7 +15,7 @@ fn train(model: &mut Model, data: &[Batch]) -> Result<f32, Error> {
                 last_use as __vg_last_use, Dying as __VgDying,
             };
             let loss = model.step(batch)?;
-            if !(&&&__VgProbe::of(&loss)).__vg_movable() {
+            if !(&&&__VgProbe(&loss)).__vg_movable() {
                 total += loss.item();
             } else {
                 #[allow(unused_mut, unused_variables)]

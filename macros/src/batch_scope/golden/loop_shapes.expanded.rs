@@ -13,7 +13,7 @@ fn drain(model: &mut Model, mut queue: Queue) -> usize {
                 last_use as __vg_last_use, Dying as __VgDying,
             };
             let out = model.forward(&batch);
-            if (&&&__VgProbe::of(&batch)).__vg_releasable() {
+            if (&&&__VgProbe(&batch)).__vg_releasable() {
                 __vg_release(batch);
             }
             model.record(out);

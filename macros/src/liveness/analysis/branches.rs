@@ -9,6 +9,9 @@ use super::known_names::{self as lists, macro_name};
 
 /// The `if`/`match` of a statement whose branches a release may go into: the statement itself
 /// (with or without `;`, or as a block's tail), or the initializer of a `let` without `else`.
+/// A plain block (`let x = { …; tail };`) counts as an `if` of one branch: a value dying in it
+/// dies at its last use inside, and only the statement of that last use is written twice, not
+/// the whole block.
 pub(crate) fn branching_expr(stmt: &Stmt) -> Option<&Expr> {
     let expr = match stmt {
         Stmt::Expr(expr, _) => expr,
@@ -18,7 +21,12 @@ pub(crate) fn branching_expr(stmt: &Stmt) -> Option<&Expr> {
         },
         _ => return None,
     };
-    matches!(expr, Expr::If(_) | Expr::Match(_)).then_some(expr)
+    (matches!(expr, Expr::If(_) | Expr::Match(_)) || plain_block(expr)).then_some(expr)
+}
+
+/// A block without label or attributes (not `unsafe`, `async` or `const`).
+fn plain_block(expr: &Expr) -> bool {
+    matches!(expr, Expr::Block(b) if b.label.is_none() && b.attrs.is_empty())
 }
 
 /// [`branching_expr`], to rewrite.
@@ -31,7 +39,7 @@ pub(crate) fn branching_expr_mut(stmt: &mut Stmt) -> Option<&mut Expr> {
         },
         _ => return None,
     };
-    matches!(expr, Expr::If(_) | Expr::Match(_)).then_some(expr)
+    (matches!(expr, Expr::If(_) | Expr::Match(_)) || plain_block(expr)).then_some(expr)
 }
 
 /// What runs before one branch's body: the conditions, and the names its patterns bind.
@@ -81,6 +89,12 @@ pub(crate) fn branches(expr: &Expr) -> Vec<Branch<'_>> {
                 });
             }
         }
+        Expr::Block(b) => out.push(Branch {
+            body: BranchBody::Block(&b.block),
+            conditions: Vec::new(),
+            scrutinees: Vec::new(),
+            patterns: Vec::new(),
+        }),
         _ => {}
     }
     out
@@ -218,6 +232,7 @@ pub(crate) fn diverges(stmt: &Stmt) -> bool {
 fn diverging_macro(mac: &syn::Macro) -> bool {
     matches!(
         macro_name(mac).as_str(),
-        "panic" | "unreachable" | "todo" | "unimplemented"
+        // `bail!`: candle's and anyhow's early `return Err(..)`.
+        "panic" | "unreachable" | "todo" | "unimplemented" | "bail"
     )
 }

@@ -114,6 +114,11 @@ struct Scanner<'e, 'a> {
     /// error unless the path diverges (`return`, `?`, a panic) and so never reaches the code
     /// after the loop. Such a use is released after the statement, never written twice.
     breakless_loops: usize,
+    /// Inside a part of the statement that may not run when it completes: a branch, a loop
+    /// body, the right side of `&&`/`||`, a macro's tokens, a matched place (which only a
+    /// destructuring arm moves). A closure body is not one: a closure takes what it uses by
+    /// value when it is created.
+    conditional: usize,
     facts: Facts,
 }
 
@@ -126,18 +131,28 @@ impl<'e, 'a> Scanner<'e, 'a> {
             closure_sources: Vec::new(),
             move_captures: 0,
             breakless_loops: 0,
+            conditional: 0,
             facts: Facts::default(),
         }
+    }
+
+    /// Runs `visit` as a part of the statement that may not run (see `conditional`).
+    fn maybe(&mut self, visit: impl FnOnce(&mut Self)) {
+        self.conditional += 1;
+        visit(self);
+        self.conditional -= 1;
     }
 
     /// Visits a loop's repeated part (its body, and a `while` condition).
     fn loop_body(&mut self, body: &Block, condition: Option<&Expr>) {
         let breakless = !can_break(body) && !condition.is_some_and(can_break_expr);
         self.breakless_loops += usize::from(breakless);
+        self.conditional += 1;
         if let Some(condition) = condition {
             self.cond(condition);
         }
         self.block(body);
+        self.conditional -= 1;
         self.breakless_loops -= usize::from(breakless);
     }
 
@@ -161,6 +176,7 @@ impl<'e, 'a> Scanner<'e, 'a> {
             Ctx::Value => {
                 mention.moved = true;
                 mention.consumed |= !projected;
+                mention.consumed_always |= !projected && self.conditional == 0;
                 mention.partial |= projected;
             }
             Ctx::Receiver => mention.moved = true,
@@ -264,7 +280,7 @@ impl<'e, 'a> Scanner<'e, 'a> {
                 if let Some(init) = &local.init {
                     self.matched(&init.expr, destructures(&local.pat));
                     if let Some((_, otherwise)) = &init.diverge {
-                        self.expr(otherwise, Ctx::Value);
+                        self.maybe(|s| s.expr(otherwise, Ctx::Value));
                     }
                 }
                 // A `#[cfg(..)]` `let` may be compiled out: later uses of its names may be
@@ -285,7 +301,7 @@ impl<'e, 'a> Scanner<'e, 'a> {
             // Items cannot capture locals; a local `macro_rules!` counts where it is invoked.
             Stmt::Item(_) => {}
             Stmt::Expr(expr, _) => self.expr(expr, Ctx::Value),
-            Stmt::Macro(mac) => self.mac(&mac.mac),
+            Stmt::Macro(mac) => self.maybe(|s| s.mac(&mac.mac)),
         }
     }
 
@@ -316,13 +332,13 @@ impl<'e, 'a> Scanner<'e, 'a> {
     fn cond(&mut self, cond: &Expr) {
         match cond {
             Expr::Let(let_) => {
-                self.matched(&let_.expr, destructures(&let_.pat));
+                self.maybe(|s| s.matched(&let_.expr, destructures(&let_.pat)));
                 let sources = self.substitute_bound(self.scrutinee_sources(&let_.pat, &let_.expr));
                 self.bind_from(&let_.pat, sources);
             }
             Expr::Binary(binary) if matches!(binary.op, BinOp::And(_)) => {
                 self.cond(&binary.left);
-                self.cond(&binary.right);
+                self.maybe(|s| s.cond(&binary.right));
             }
             Expr::Paren(paren) => self.cond(&paren.expr),
             other => self.expr(other, Ctx::Value),
@@ -376,10 +392,10 @@ impl<'e, 'a> Scanner<'e, 'a> {
             Expr::If(if_) => {
                 let depth = self.bound.len();
                 self.cond(&if_.cond);
-                self.block(&if_.then_branch);
+                self.maybe(|s| s.block(&if_.then_branch));
                 self.bound.truncate(depth);
                 if let Some((_, otherwise)) = &if_.else_branch {
-                    self.expr(otherwise, Ctx::Value);
+                    self.maybe(|s| s.expr(otherwise, Ctx::Value));
                 }
             }
             Expr::While(while_) => {
@@ -398,11 +414,11 @@ impl<'e, 'a> Scanner<'e, 'a> {
             Expr::Match(match_) => self.match_arms(match_),
             Expr::Let(let_) => {
                 // Outside an `if`/`while` condition (e.g. in a `matches!`-like position).
-                self.matched(&let_.expr, destructures(&let_.pat));
+                self.maybe(|s| s.matched(&let_.expr, destructures(&let_.pat)));
                 let sources = self.substitute_bound(self.scrutinee_sources(&let_.pat, &let_.expr));
                 self.bind_from(&let_.pat, sources);
             }
-            Expr::Macro(mac) => self.mac(&mac.mac),
+            Expr::Macro(mac) => self.maybe(|s| s.mac(&mac.mac)),
             Expr::Return(r) => r.expr.iter().for_each(|e| self.expr(e, Ctx::Value)),
             Expr::Break(b) => b.expr.iter().for_each(|e| self.expr(e, Ctx::Value)),
             Expr::Yield(y) => y.expr.iter().for_each(|e| self.expr(e, Ctx::Value)),
@@ -434,7 +450,7 @@ impl<'e, 'a> Scanner<'e, 'a> {
                     .for_each(|e| self.expr(e, Ctx::Value));
             }
             Expr::Lit(_) | Expr::Continue(_) | Expr::Infer(_) => {}
-            other => self.tokens(other.to_token_stream()),
+            other => self.maybe(|s| s.tokens(other.to_token_stream())),
         }
     }
 
@@ -522,7 +538,12 @@ impl<'e, 'a> Scanner<'e, 'a> {
             _ => (Ctx::Value, Ctx::Value),
         };
         self.expr(&binary.left, left);
-        self.expr(&binary.right, right);
+        // `a && f(x)`: the right side may not run.
+        if matches!(binary.op, BinOp::And(_) | BinOp::Or(_)) {
+            self.maybe(|s| s.expr(&binary.right, right));
+        } else {
+            self.expr(&binary.right, right);
+        }
     }
 
     /// A closure: its parameters bind what the call it is passed to hands it, and a `move`
@@ -545,7 +566,8 @@ impl<'e, 'a> Scanner<'e, 'a> {
     /// bindings hold what the scrutinee holds.
     fn match_arms(&mut self, match_: &syn::ExprMatch) {
         let destructuring = match_.arms.iter().any(|a| destructures(&a.pat));
-        self.matched(&match_.expr, destructuring);
+        self.maybe(|s| s.matched(&match_.expr, destructuring));
+        self.conditional += 1;
         for arm in &match_.arms {
             let depth = self.bound.len();
             let sources = self.substitute_bound(self.scrutinee_sources(&arm.pat, &match_.expr));
@@ -553,6 +575,7 @@ impl<'e, 'a> Scanner<'e, 'a> {
             self.expr(&arm.body, Ctx::Value);
             self.bound.truncate(depth);
         }
+        self.conditional -= 1;
     }
 
     fn projection_or_assign(&mut self, target: &Expr) {

@@ -50,6 +50,10 @@ pub(crate) struct Mention {
     /// Passed by value somewhere other than as a method receiver (`f(x)`, `let y = x;`,
     /// `a + x`): moved unless `Copy` (a receiver may be auto-referenced instead).
     pub consumed: bool,
+    /// Passed by value so on every path on which the statement completes (not only inside a
+    /// branch, a loop body or a macro; a closure created unconditionally counts, as it takes
+    /// the value when created): the statement itself moves it.
+    pub consumed_always: bool,
     /// A field (or the pointee) may be moved out: the local is partially moved afterwards.
     pub partial: bool,
     /// Its address is taken as a raw pointer (`&raw`, `as *const _`, `addr_of!`, `as_ptr()`):

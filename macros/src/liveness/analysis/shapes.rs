@@ -104,41 +104,6 @@ pub(crate) fn calls_local(expr: &Expr, is_local: &dyn Fn(&str) -> bool) -> bool 
     }
 }
 
-/// Whether a statement has paths that may skip part of it (a branch, a loop, a block, a
-/// macro, a `let … else`): a value it passes by value may not be moved on every path. A closure
-/// is no such path: it captures what it uses by value when it is created.
-pub(crate) fn has_branches(stmt: &Stmt) -> bool {
-    struct Find(bool);
-    impl<'ast> syn::visit::Visit<'ast> for Find {
-        fn visit_expr(&mut self, expr: &'ast Expr) {
-            match expr {
-                Expr::If(_)
-                | Expr::Match(_)
-                | Expr::Loop(_)
-                | Expr::While(_)
-                | Expr::ForLoop(_)
-                | Expr::Block(_)
-                | Expr::Unsafe(_)
-                | Expr::TryBlock(_)
-                | Expr::Macro(_) => self.0 = true,
-                // `a && f(x)`: the right side may not run.
-                Expr::Binary(b) if matches!(b.op, BinOp::And(_) | BinOp::Or(_)) => self.0 = true,
-                other => syn::visit::visit_expr(self, other),
-            }
-        }
-        fn visit_local(&mut self, local: &'ast syn::Local) {
-            self.0 |= local.init.as_ref().is_some_and(|i| i.diverge.is_some());
-            syn::visit::visit_local(self, local);
-        }
-        fn visit_stmt_macro(&mut self, _: &'ast syn::StmtMacro) {
-            self.0 = true;
-        }
-    }
-    let mut find = Find(false);
-    syn::visit::Visit::visit_stmt(&mut find, stmt);
-    find.0
-}
-
 /// Tokens that may form a closure or an async block (`|`, `move`, `async`).
 fn closure_tokens(tokens: TokenStream) -> bool {
     tokens.into_iter().any(|token| match token {
@@ -159,7 +124,33 @@ pub(crate) fn never_release(expr: &Expr, scalar_local: &dyn Fn(&str) -> bool) ->
         Expr::Cast(cast) => plain_type(&cast.ty),
         Expr::Paren(paren) => never_release(&paren.expr, scalar_local),
         Expr::Group(group) => never_release(&group.expr, scalar_local),
+        // Every arm has the type of the others: one that shows its type decides for all
+        // (`match l.offsets() { None => bail!(..), Some((a, b)) => &src[a..b] }`). A coercion
+        // to a common type keeps a reference a reference (or a pointer).
+        Expr::Match(match_) => match_
+            .arms
+            .iter()
+            .any(|arm| never_release(&arm.body, scalar_local)),
+        Expr::If(if_) => {
+            if_.else_branch.is_some()
+                && (block_value(&if_.then_branch).is_some_and(|v| never_release(v, scalar_local))
+                    || if_
+                        .else_branch
+                        .as_ref()
+                        .is_some_and(|(_, e)| never_release(e, scalar_local)))
+        }
+        Expr::Block(block) if block.label.is_none() => {
+            block_value(&block.block).is_some_and(|v| never_release(v, scalar_local))
+        }
         _ => scalar(expr, scalar_local),
+    }
+}
+
+/// The value of a block: its tail expression.
+fn block_value(block: &syn::Block) -> Option<&Expr> {
+    match block.stmts.last() {
+        Some(Stmt::Expr(expr, None)) => Some(expr),
+        _ => None,
     }
 }
 

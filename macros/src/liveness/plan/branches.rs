@@ -91,7 +91,9 @@ pub(super) fn pushable(
     // Each body that uses a binding must release it (planned once per body, for all), and
     // some branch must free it earlier than after the whole statement: one that does not use
     // it, or one that uses it before its last statement.
-    let mut gains = vec![false; bindings.len()];
+    // A plain block (one branch) always gains: where the binding would be moved into the
+    // statement, only the block's statement of its last use is written twice, not the block.
+    let mut gains = vec![matches!(expr, syn::Expr::Block(_)); bindings.len()];
     // Per branch: which bindings it does not use (released at its start), and how many
     // such releases its own statements pay for.
     let mut dead_in: Vec<(Vec<bool>, usize)> = Vec::new();

@@ -111,6 +111,7 @@ impl Graph {
             mentions: Vec::new(),
             partial_moves: Vec::new(),
             consumed_at: Vec::new(),
+            consumed_always_at: Vec::new(),
             used_in_place: Vec::new(),
             type_deferred: false,
             never_released: false,
@@ -176,6 +177,9 @@ impl Graph {
                 }
                 if mention.consumed {
                     binding.consumed_at.push(index);
+                }
+                if mention.consumed_always {
+                    binding.consumed_always_at.push(index);
                 }
                 // Not after a statement that may move it (`loop { let n = f(cur);
                 // if .. { break } cur = n; }` can exit with `cur` moved).

@@ -99,6 +99,9 @@ struct Binding {
     partial_moves: Vec<usize>,
     /// Statements passing it by value (see [`super::analysis::Mention::consumed`]).
     consumed_at: Vec<usize>,
+    /// Statements that move it on every path on which they complete (see
+    /// [`super::analysis::Mention::consumed_always`]).
+    consumed_always_at: Vec<usize>,
     /// Statements that use this binding without moving it (`x += 1`, `f(&mut x)`, `x = …`):
     /// such a statement only borrows it (see [`schedule`] on `mut` bindings).
     used_in_place: Vec<usize>,

@@ -11,7 +11,7 @@ use super::branches;
 use super::graph::Graph;
 use super::{Plan, PlanContext, END};
 use crate::liveness::analysis::branches as branches_facts;
-use crate::liveness::analysis::shapes;
+use crate::liveness::analysis::{known_names, shapes};
 use crate::liveness::ReleaseReport;
 
 /// Turns release points into the per-statement plan of `block`, counting in `report`.
@@ -23,7 +23,6 @@ pub(super) fn schedule(
     report: &mut ReleaseReport,
 ) -> Plan {
     let duplicable: Vec<bool> = block.stmts.iter().map(shapes::duplicable).collect();
-    let branching: Vec<bool> = block.stmts.iter().map(shapes::has_branches).collect();
     // The block's value, where a binding handed in to a branch may die last (`{ …; f(&x) }`).
     let tail = match block.stmts.last() {
         Some(Stmt::Expr(expr, None)) => Some((block.stmts.len() - 1, expr)),
@@ -88,9 +87,10 @@ pub(super) fn schedule(
         if borrowed_here && binding.consumed_at.contains(&at) {
             continue;
         }
-        // Passed by value on every path of a straight-line statement (`f(x)`, `a + x`,
-        // `x?`): the statement itself moves it, so its scope end is the same either way.
-        if may_move_here && binding.consumed_at.contains(&at) && !branching[at] {
+        // Passed by value on every path on which the statement completes (`f(x)`, `a + x`,
+        // `x?`, `x.into_iter().map(|v| ..)`, `for i in 0..n { .. }`, a closure that takes it):
+        // the statement itself moves it, so its scope end is the same either way.
+        if may_move_here && binding.consumed_always_at.contains(&at) {
             if counted {
                 report.moved_at_last_use += 1;
             }
@@ -105,8 +105,16 @@ pub(super) fn schedule(
         // does not allow.
         let tail_closure =
             tail.is_some_and(|(index, expr)| index == at && shapes::may_hold_closure(expr));
+        // A macro the lists do not know may leave the block (a release after it would be
+        // unreachable code, which rustc warns about).
         let tail_macro = at + 1 == block.stmts.len()
-            && matches!(&block.stmts[at], Stmt::Macro(m) if m.semi_token.is_none());
+            && match &block.stmts[at] {
+                Stmt::Macro(m) => m.semi_token.is_none(),
+                Stmt::Expr(syn::Expr::Macro(m), None) => {
+                    !known_names::is_known_macro(&known_names::macro_name(&m.mac))
+                }
+                _ => false,
+            };
         if binding.handed_in && (tail_closure || tail_macro) {
             continue;
         }

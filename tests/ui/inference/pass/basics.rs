@@ -10,6 +10,43 @@ macro_rules! cases {
         #[allow(unused_imports)]
         use super::support::{guard, mk, step, T};
 
+        /// Moved by the statement itself on every path (issue #19, compile time): a consuming
+        /// receiver ahead of closures, a `for` over a range, a value a closure takes; and a
+        /// `match` whose value is a reference by one arm's syntax. None needs a second copy of
+        /// its statement; the drops are those of the plain code.
+        $(#[$attr])?
+        pub fn moved_by_the_statement(flag: bool) -> i64 {
+            let xs = vec![mk("x1", 1), mk("x2", 2)];
+            let n = 3;
+            let sum: i64 = xs
+                .into_iter()
+                .filter(|t| t.v > 0)
+                .map(|t| {
+                    let v = t.v;
+                    step("mapped");
+                    v
+                })
+                .sum();
+            step("summed");
+            let mut total = 0;
+            for i in 0..n {
+                if i > 0 {
+                    total += i;
+                }
+            }
+            let held = mk("held", 5);
+            let take = move || held.v;
+            step("closure made");
+            let pair = [mk("p0", 7), mk("p1", 8)];
+            let chosen = match flag {
+                true => &pair[0],
+                false => &pair[1],
+            };
+            let picked = chosen.v;
+            step("picked");
+            sum + total + take() + picked + pair.len() as i64
+        }
+
         /// Straight line: each value dies after its last use.
         $(#[$attr])?
         pub fn straight(p: T) -> i64 {
@@ -242,6 +279,8 @@ mod without {
 pub fn main() {
     use support::mk;
     check!(straight(mk("p", 1)) => earlier);
+    check!(moved_by_the_statement(true));
+    check!(moved_by_the_statement(false));
     check!(shadowing() => earlier);
     check!(mutable_and_annotated() => earlier);
     check!(patterns() => earlier);

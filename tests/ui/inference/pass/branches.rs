@@ -7,6 +7,13 @@
 #[path = "../support.rs"]
 mod support;
 
+/// An early `return Err(..)`, as candle's and anyhow's `bail!`.
+macro_rules! bail {
+    ($($message:tt)*) => {
+        return Err(format!($($message)*))
+    };
+}
+
 macro_rules! cases {
     ($($attr:meta)?) => {
         #[allow(unused_imports)]
@@ -235,6 +242,22 @@ macro_rules! cases {
             r
         }
 
+        /// A branch that ends in a macro that returns (`bail!`, as candle's and anyhow's):
+        /// nothing is released after it (that would be unreachable code, a warning here).
+        $(#[$attr])?
+        pub fn bail_in_branch(fail: bool, early: bool) -> Result<i64, String> {
+            let a = mk("a", 3);
+            let b = mk("b", 4);
+            if early {
+                bail!("early {}", a.v);
+            }
+            if fail {
+                bail!("failed at {}", b.v)
+            }
+            step("passed");
+            Ok(a.v)
+        }
+
         /// A closure and a borrow inside a branch.
         $(#[$attr])?
         pub fn closures_in_branch(take: bool) -> i64 {
@@ -307,6 +330,9 @@ pub fn main() {
     check!(let_else_and_shadow(Some(3)) => earlier);
     check!(let_else_and_shadow(Some(1)) => earlier);
     check!(let_else_and_shadow(None));
+    check!(bail_in_branch(false, false) => earlier);
+    check!(bail_in_branch(true, false));
+    check!(bail_in_branch(false, true));
     // A non-`move` closure may borrow `a` to the branch's end: kept, as before.
     check!(closures_in_branch(true));
     check!(closures_in_branch(false));

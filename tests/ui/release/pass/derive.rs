@@ -14,7 +14,7 @@ macro_rules! releasable {
     ($value:expr) => {{
         #[allow(unused_imports)]
         use vramguard::__private::*;
-        (&&&Probe::of(&$value)).__vg_releasable()
+        (&&&Probe(&$value)).__vg_releasable()
     }};
 }
 
