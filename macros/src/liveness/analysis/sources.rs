@@ -45,6 +45,8 @@ impl Env<'_> {
             // misbehave.
             Expr::Binary(_) | Expr::Lit(_) | Expr::Let(_) | Expr::Assign(_) | Expr::Return(_) => {}
             Expr::Break(_) | Expr::Continue(_) | Expr::Infer(_) => {}
+            // `for` and `while` loops are `()`: no `break value` leaves them.
+            Expr::ForLoop(_) | Expr::While(_) => {}
             Expr::Unary(unary) => {
                 if let UnOp::Deref(_) = unary.op {
                     self.projection_value(&unary.expr, out);

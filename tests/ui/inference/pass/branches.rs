@@ -258,6 +258,31 @@ macro_rules! cases {
             Ok(a.v)
         }
 
+        /// Branches that end in a `for` or `while` loop: a loop's value is `()`, so it holds
+        /// nothing of `a`, and `a` is released at the start of the arm that does not use it.
+        $(#[$attr])?
+        pub fn loop_tails(mode: u8) -> i64 {
+            let a = mk("a", 3);
+            let mut n = 0;
+            match mode {
+                0 => {
+                    for k in 0..a.into_value() {
+                        n += k;
+                    }
+                }
+                1 => {
+                    while n < a.v {
+                        n += 1;
+                    }
+                }
+                _ => {
+                    step("other");
+                }
+            }
+            step("after");
+            n
+        }
+
         /// A closure and a borrow inside a branch.
         $(#[$attr])?
         pub fn closures_in_branch(take: bool) -> i64 {
@@ -333,6 +358,11 @@ pub fn main() {
     check!(bail_in_branch(false, false) => earlier);
     check!(bail_in_branch(true, false));
     check!(bail_in_branch(false, true));
+    check!(loop_tails(0));
+    check!(loop_tails(1));
+    // Before the rule, the whole `match` was written twice and `a` died after it.
+    let other = check!(loop_tails(2) => earlier);
+    assert_eq!(other.with[..2], ["drop a", "step other"], "{other:?}");
     // A non-`move` closure may borrow `a` to the branch's end: kept, as before.
     check!(closures_in_branch(true));
     check!(closures_in_branch(false));
