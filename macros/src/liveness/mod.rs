@@ -49,6 +49,9 @@
 //! // the statement may move `x` (`x.relu()`, `h(x)`): written twice, the type chooses
 //! let y = x.relu()?; →  let y = if !<x: Release or Copy> { x.relu()? }
 //!                                else { let x = last_use(x); let v = x.relu()?; v };
+//! // the statement moves `x` on every path on which it completes (`h(x)`, `x?`, `a + x`,
+//! // `for i in x {..}`, a `move` closure that takes it): nothing to release, left as written
+//! let y = h(x);     →   let y = h(x);
 //! ```
 //!
 //! The conditional release is a conditional move: when the probe says no, the compiler's drop
