@@ -172,14 +172,17 @@ pub(crate) fn target(item: TokenStream) -> syn::Result<Target> {
             };
         }
     };
-    let span = parsed.span();
+    // (Only an item that is refused needs its span: `Spanned::span` prints the whole item.)
     Ok(match parsed {
         syn::Item::Fn(function) => Target::Fn(function),
         syn::Item::Impl(block) => Target::Impl(block),
-        syn::Item::Verbatim(tokens) => match syn::parse2::<syn::TraitItemFn>(tokens) {
-            Ok(method) => Target::TraitFn(method),
-            Err(_) => Target::Other("this item", span),
-        },
+        syn::Item::Verbatim(tokens) => {
+            let span = tokens.span();
+            match syn::parse2::<syn::TraitItemFn>(tokens) {
+                Ok(method) => Target::TraitFn(method),
+                Err(_) => Target::Other("this item", span),
+            }
+        }
         syn::Item::Struct(s) => Target::Other("a struct", s.ident.span()),
         syn::Item::Enum(e) => Target::Other("an enum", e.ident.span()),
         syn::Item::Union(u) => Target::Other("a union", u.ident.span()),
@@ -193,6 +196,6 @@ pub(crate) fn target(item: TokenStream) -> syn::Result<Target> {
         syn::Item::Use(u) => Target::Other("a use declaration", u.span()),
         syn::Item::ExternCrate(e) => Target::Other("an extern crate declaration", e.ident.span()),
         syn::Item::Macro(m) => Target::Other("a macro item", m.mac.path.span()),
-        _ => Target::Other("this item", span),
+        other => Target::Other("this item", other.span()),
     })
 }
