@@ -127,6 +127,19 @@ impl<'c, 'a> Walker<'c, 'a> {
         (!frame.locals.contains_key(&ident.to_string())).then(|| ident.to_string())
     }
 
+    /// What the innermost local named `name` was declared holding (`None`: not a local of
+    /// this function, e.g. a parameter).
+    fn declared_holds(&self, name: &str) -> Option<Holds> {
+        self.blocks.iter().rev().find_map(|frame| {
+            frame
+                .locals
+                .iter()
+                .rev()
+                .find(|(local, _)| local == name)
+                .map(|&(_, holds)| holds)
+        })
+    }
+
     fn holds_of(&self, expr: &Expr) -> Holds {
         let lookup = |name: &str| self.lookup(name);
         classify(expr, &lookup)
@@ -196,6 +209,11 @@ impl<'c, 'a> Walker<'c, 'a> {
         let Some(total) = self.declared_outside_loop(target) else {
             return;
         };
+        // A total declared as a number (`let mut sum = 0f32;`) is a primitive: no tensor can
+        // be added to it, whatever `added` is.
+        if self.declared_holds(&total) == Some(Holds::Scalar) {
+            return;
+        }
         if self.holds_of(peel_value(added)) == Holds::Produced {
             let shown = shown(added, 60);
             self.report(

@@ -136,6 +136,9 @@ fn running_totals_fire_unless_scalar_or_detached() {
         quote! { fn f(xs: &[T]) { let mut t = zeros(); for x in xs { let l = x.loss()?; t += l.detach(); } } },
         quote! { fn f(xs: &[T]) { let mut n = 0; for x in xs { n += 1; } } },
         quote! { fn f(xs: &[u32]) { let mut n = 0; for x in xs { n += x; } } },
+        // candle-nn's layer norm: a total declared as a number, whatever is added to it.
+        quote! { fn f(src: &[T]) { let mut sum = 0f32; for v in src { let v = v.as_(); sum += v; sum += v * v; } } },
+        quote! { fn f(src: &[T]) { let mut sum = 0.0; for v in src { sum = sum + v.forward(); } } },
         quote! { fn f(xs: &[T]) { let mut n = 0; for x in xs { n += usize::from(x.ok()); } } },
         quote! { fn f(xs: &[T]) { for x in xs { let mut t = zeros(); let l = x.loss(); t += l; } } },
         quote! { fn f(xs: &[T]) { let mut t = 0.0; for x in xs { let l: f32 = x.loss(); t += l; } } },
