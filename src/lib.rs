@@ -176,7 +176,7 @@ pub mod tensor {
 /// Items used by code the macros generate. Not public API: no stability guarantees.
 #[doc(hidden)]
 pub mod __private {
-    pub use vramguard_runtime::grad::{no_grad_future, NoGradGuard};
+    pub use vramguard_runtime::grad::no_grad_future;
     pub use vramguard_runtime::scope::{BatchScope, BatchScopeGuard, ScopeOptions, WarningOutput};
 
     #[cfg(feature = "ndarray")]
