@@ -5,7 +5,8 @@
 # parses the function with syn and prints it back: what any syn-based attribute pays) and
 # annotated. Dev profile, incremental off, dependencies prebuilt, the macros as a dev build
 # compiles them (unoptimized); `REPS` (3) interleaved builds of the crate itself each. Prints
-# each build, then the medians on a last line:
+# each build with the share of CPU time the VM's host took meanwhile (steal), the steal over
+# all of them, then the medians on a last line:
 #
 #   compile NAME: plain P s, floor F s, annotated A s, ratio R, floor ratio Q
 #
@@ -87,17 +88,28 @@ for copy in plain floor annotated; do
         exit 1
     fi
 done
+# CPU time the hypervisor gave to other guests ("steal", /proc/stat) and all CPU time, in
+# ticks: on a shared VM the wall times of builds that ran while steal was high are not
+# comparable with those of builds that ran while it was low.
+cpu_ticks() { awk '/^cpu / {print $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat; }
 declare -A times
+read -r steal_start total_start < <(cpu_ticks)
 for ((rep = 1; rep <= ${REPS:-3}; rep++)); do
     for copy in plain floor annotated; do
         touch "$W/$copy/src/lib.rs"
+        read -r steal_before total_before < <(cpu_ticks)
         start=$(date +%s.%N)
         (cd "$W/$copy" && cargo build --lib --quiet 2> /dev/null)
         seconds=$(echo "$(date +%s.%N) - $start" | bc)
-        echo "  rep $rep: $copy $seconds s"
+        read -r steal_after total_after < <(cpu_ticks)
+        steal=$(( 100 * (steal_after - steal_before) / (total_after - total_before + 1) ))
+        echo "  rep $rep: $copy $seconds s (steal $steal %)"
         times[$copy]+="$seconds "
     done
 done
+read -r steal_end total_end < <(cpu_ticks)
+echo "steal: $(( 100 * (steal_end - steal_start) / (total_end - total_start + 1) )) % of the CPU time" \
+    "during the timed builds (above a few % the times are not comparable)"
 median() { tr ' ' '\n' <<< "$1" | sed '/^$/d' | sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
 plain=$(median "${times[plain]}")
 floor=$(median "${times[floor]}")

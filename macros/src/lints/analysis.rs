@@ -7,6 +7,7 @@ use super::syntax::{
     shown, single_ident, stmt_attrs_mut, Holds,
 };
 use super::LintContext;
+use crate::common::NameList;
 use crate::liveness::pattern_names;
 use proc_macro2::Span;
 use quote::ToTokens;
@@ -24,7 +25,7 @@ pub(crate) struct Finding {
 }
 
 /// Collection methods that keep their argument.
-const COLLECTING: &[&str] = &[
+static COLLECTING: NameList = NameList::new(&[
     "push",
     "push_back",
     "push_front",
@@ -32,7 +33,7 @@ const COLLECTING: &[&str] = &[
     "extend",
     "extend_from_slice",
     "append",
-];
+]);
 
 /// Locals bound inside the current iteration of a loop.
 #[derive(Default)]
@@ -160,7 +161,7 @@ impl<'c, 'a> Walker<'c, 'a> {
         if self.loops.is_empty() {
             return;
         }
-        if is_one_of(&call.method, COLLECTING) {
+        if is_one_of(&call.method, &COLLECTING) {
             self.check_accumulation(call);
         }
         if is_inplace(&method) && !self.ctx.inference && self.no_grad == 0 {

@@ -4,6 +4,7 @@
 //! lean towards silence: a lint fires only on shapes that model code produces (a call or a
 //! method call producing a new value), never on literals, casts, counters or host scalars.
 
+use crate::common::NameList;
 use proc_macro2::{TokenStream, TokenTree};
 use std::collections::HashSet;
 use syn::{Attribute, Expr, Pat, Stmt, Type};
@@ -33,7 +34,7 @@ impl Holds {
 }
 
 /// Methods that return host scalars or host copies: the fix for accumulating device values.
-const SCALAR_METHODS: &[&str] = &[
+static SCALAR_METHODS: NameList = NameList::new(&[
     "item",
     "to_scalar",
     "to_f32",
@@ -89,10 +90,10 @@ const SCALAR_METHODS: &[&str] = &[
     "contains",
     "starts_with",
     "ends_with",
-];
+]);
 
 /// Functions and methods that create new values that are not computed from activations.
-const CREATION: &[&str] = &[
+static CREATION: NameList = NameList::new(&[
     "new",
     "default",
     "with_capacity",
@@ -113,10 +114,10 @@ const CREATION: &[&str] = &[
     "from_vec",
     "from_iter",
     "collect",
-];
+]);
 
 /// `Option`/`Result`/iterator plumbing: not a computation on device values.
-const PLUMBING: &[&str] = &[
+static PLUMBING: NameList = NameList::new(&[
     "and_then",
     "or_else",
     "map_or",
@@ -159,26 +160,26 @@ const PLUMBING: &[&str] = &[
     "floor",
     "ceil",
     "round",
-];
+]);
 
 /// Methods that return a value without autograd history.
-const DETACHING: &[&str] = &["detach", "detach_"];
+static DETACHING: NameList = NameList::new(&["detach", "detach_"]);
 
 /// Methods that keep the receiver's nature (a copy or a conversion of it).
-const TRANSPARENT: &[&str] = &[
+static TRANSPARENT: NameList = NameList::new(&[
     "clone",
     "to_owned",
     "into",
     "unwrap",
     "expect",
     "contiguous",
-];
+]);
 
 /// Primitive scalar types: a `let` annotated with one holds a host scalar.
-const SCALAR_TYPES: &[&str] = &[
+static SCALAR_TYPES: NameList = NameList::new(&[
     "f32", "f64", "f16", "bf16", "usize", "isize", "u8", "u16", "u32", "u64", "u128", "i8", "i16",
     "i32", "i64", "i128", "bool", "char", "String",
-];
+]);
 
 /// Strips parentheses, invisible groups, `?` and `.await`.
 pub(crate) fn peel(mut expr: &Expr) -> &Expr {
@@ -199,14 +200,14 @@ pub(crate) fn peel_value(mut expr: &Expr) -> &Expr {
         expr = match peel(expr) {
             Expr::Reference(e) => &e.expr,
             Expr::Unary(e) if matches!(e.op, syn::UnOp::Deref(_)) => &e.expr,
-            Expr::MethodCall(m) if is_one_of(&m.method, TRANSPARENT) => &m.receiver,
+            Expr::MethodCall(m) if is_one_of(&m.method, &TRANSPARENT) => &m.receiver,
             other => return other,
         };
     }
 }
 
-pub(crate) fn is_one_of(ident: &syn::Ident, names: &[&str]) -> bool {
-    names.iter().any(|n| ident == n)
+pub(crate) fn is_one_of(ident: &syn::Ident, names: &NameList) -> bool {
+    names.contains(ident.to_string())
 }
 
 /// The single identifier an expression names (`x`), if it is one.
@@ -240,15 +241,15 @@ pub(crate) fn classify(expr: &Expr, lookup: &dyn Fn(&str) -> Option<Holds>) -> H
             }
         }
         Expr::MethodCall(m) => {
-            if is_one_of(&m.method, SCALAR_METHODS) {
+            if is_one_of(&m.method, &SCALAR_METHODS) {
                 Holds::Scalar
-            } else if is_one_of(&m.method, DETACHING) {
+            } else if is_one_of(&m.method, &DETACHING) {
                 Holds::Detached
-            } else if is_one_of(&m.method, CREATION) {
+            } else if is_one_of(&m.method, &CREATION) {
                 Holds::Created
-            } else if is_one_of(&m.method, TRANSPARENT) {
+            } else if is_one_of(&m.method, &TRANSPARENT) {
                 classify(&m.receiver, lookup)
-            } else if is_one_of(&m.method, PLUMBING) {
+            } else if is_one_of(&m.method, &PLUMBING) {
                 Holds::Other
             } else {
                 Holds::Produced
@@ -261,13 +262,13 @@ pub(crate) fn classify(expr: &Expr, lookup: &dyn Fn(&str) -> Option<Holds>) -> H
                     .path
                     .segments
                     .iter()
-                    .any(|s| is_one_of(&s.ident, SCALAR_TYPES)) =>
+                    .any(|s| is_one_of(&s.ident, &SCALAR_TYPES)) =>
                 {
                     Holds::Scalar
                 }
                 // `Instant::now()`, `memory::stats(&dev)`: host values.
-                Some(last) if is_one_of(&last.ident, SCALAR_METHODS) => Holds::Scalar,
-                Some(last) if is_one_of(&last.ident, CREATION) => Holds::Created,
+                Some(last) if is_one_of(&last.ident, &SCALAR_METHODS) => Holds::Scalar,
+                Some(last) if is_one_of(&last.ident, &CREATION) => Holds::Created,
                 // `Some(x)`, `Ok(x)`, `Wrapper(x)`: a constructor, not a computation.
                 Some(last) if last.ident.to_string().starts_with(char::is_uppercase) => {
                     Holds::Other
@@ -330,7 +331,7 @@ fn is_scalar_type(ty: &Type) -> bool {
         Type::Path(p) => p
             .path
             .get_ident()
-            .is_some_and(|ident| is_one_of(ident, SCALAR_TYPES)),
+            .is_some_and(|ident| is_one_of(ident, &SCALAR_TYPES)),
         Type::Reference(_) => true,
         Type::Paren(p) => is_scalar_type(&p.elem),
         _ => false,

@@ -3,6 +3,8 @@
 //! branches, each branch's body as a block, the conditions evaluated before a body runs, and
 //! whether a statement leaves the block.
 
+use std::borrow::Cow;
+
 use syn::{Block, Expr, Pat, Stmt};
 
 use super::known_names::{self as lists, macro_name};
@@ -183,13 +185,13 @@ fn contains_let(cond: &Expr) -> bool {
 /// A branch's body as a block: an `if`'s block as it is, a `match` arm's expression as the
 /// tail of a new block (`=> { body }`), which keeps its value and its temporaries' scope (an
 /// arm's body is a temporary scope of its own).
-pub(crate) fn body_block(body: &Expr) -> Block {
+pub(crate) fn body_block(body: &Expr) -> Cow<'_, Block> {
     match body {
-        Expr::Block(b) if b.label.is_none() && b.attrs.is_empty() => b.block.clone(),
-        other => Block {
+        Expr::Block(b) if b.label.is_none() && b.attrs.is_empty() => Cow::Borrowed(&b.block),
+        other => Cow::Owned(Block {
             brace_token: syn::token::Brace(crate::liveness::emit::first_span(other)),
             stmts: vec![Stmt::Expr(other.clone(), None)],
-        },
+        }),
     }
 }
 
@@ -200,7 +202,7 @@ pub(crate) fn calls_guard_method(expr: &Expr) -> bool {
     struct Find(bool);
     impl<'ast> syn::visit::Visit<'ast> for Find {
         fn visit_expr_method_call(&mut self, call: &'ast syn::ExprMethodCall) {
-            self.0 |= lists::GUARD_METHODS.contains(&call.method.to_string().as_str());
+            self.0 |= lists::GUARD_METHODS.contains(call.method.to_string());
             syn::visit::visit_expr_method_call(self, call);
         }
         fn visit_macro(&mut self, mac: &'ast syn::Macro) {

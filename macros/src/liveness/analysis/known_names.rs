@@ -6,10 +6,12 @@
 //! function with `#[inference(owned(a, b), borrows(c))]`. Anything not listed gets the
 //! conservative default: its result may borrow (or own) its receiver.
 
+use crate::common::NameList;
+
 /// Methods whose result owns its data: it borrows neither the receiver nor the arguments.
 /// Mostly tensor operations returning `Tensor` / `Result<Tensor>`, and std methods returning
 /// plain values.
-pub(crate) const OWNED_METHODS: &[&str] = &[
+pub(crate) static OWNED_METHODS: NameList = NameList::new(&[
     // tensor arithmetic and linear algebra
     "matmul",
     "broadcast_matmul",
@@ -253,11 +255,11 @@ pub(crate) const OWNED_METHODS: &[&str] = &[
     "mapv",
     "mapv_into",
     "mapv_into_any",
-];
+]);
 
 /// Methods whose result borrows the receiver's storage (accessors returning references,
 /// iterators, lock guards, raw pointers).
-pub(crate) const BORROW_METHODS: &[&str] = &[
+pub(crate) static BORROW_METHODS: NameList = NameList::new(&[
     "dims",
     "shape",
     "stride",
@@ -333,21 +335,22 @@ pub(crate) const BORROW_METHODS: &[&str] = &[
     "parameters",
     "weight",
     "bias",
-];
+]);
 
 /// Tensor operations (owned results) that are also `Iterator` methods yielding the iterator's
 /// items, which may be references (`v.iter().max()`, `nested.iter().flatten()`): treated as
 /// pass-through, which costs a tensor nothing (its value borrows nothing).
-pub(crate) const ITEM_METHODS: &[&str] = &["max", "min", "flatten"];
+pub(crate) static ITEM_METHODS: NameList = NameList::new(&["max", "min", "flatten"]);
 
 /// Of the borrowing methods, those std also defines on a by-value `self` (`Iterator::last`,
 /// `BufRead::lines`, `BufRead::split`, `Read::bytes`): called directly on a local they may move
 /// it, so a binding of their result keeps the local to the end of its scope.
-pub(crate) const MAYBE_CONSUMING_METHODS: &[&str] = &["last", "lines", "split", "bytes"];
+pub(crate) static MAYBE_CONSUMING_METHODS: NameList =
+    NameList::new(&["last", "lines", "split", "bytes"]);
 
 /// Of the borrowing methods, those returning a guard or another value whose drop still uses
 /// the borrow (`Ref`, `MutexGuard`, `Drain`): the receiver must outlive the guard's drop.
-pub(crate) const GUARD_METHODS: &[&str] = &[
+pub(crate) static GUARD_METHODS: NameList = NameList::new(&[
     // `get` is `Option<&T>` in std but a guard in connection pools and concurrent maps.
     "get",
     "get_mut",
@@ -365,12 +368,12 @@ pub(crate) const GUARD_METHODS: &[&str] = &[
     "drain",
     "enter",
     "splice",
-];
+]);
 
 /// Of the borrowing methods, those returning a plain reference into the receiver (not an
 /// iterator, an `Option<&T>` or a guard): reading through the result yields what the receiver
 /// holds, never the receiver's storage.
-pub(crate) const REFERENCE_METHODS: &[&str] = &[
+pub(crate) static REFERENCE_METHODS: NameList = NameList::new(&[
     "dims",
     "shape",
     "stride",
@@ -394,11 +397,11 @@ pub(crate) const REFERENCE_METHODS: &[&str] = &[
     "bias",
     "get_unchecked",
     "get_unchecked_mut",
-];
+]);
 
 /// Methods whose result carries the receiver's *value* (and the values of their arguments):
 /// `unwrap`, `?`-like adapters, iterator adapters, `into_*` conversions.
-pub(crate) const PASSTHROUGH_METHODS: &[&str] = &[
+pub(crate) static PASSTHROUGH_METHODS: NameList = NameList::new(&[
     "unwrap",
     "expect",
     "unwrap_or",
@@ -444,28 +447,29 @@ pub(crate) const PASSTHROUGH_METHODS: &[&str] = &[
     "by_ref",
     "then",
     "then_some",
-];
+]);
 
 /// Methods that own their result in one library and borrow the receiver in another: candle's
 /// `t`, `narrow`, `i`, `chunk`, `forward` (owned `Result<Tensor>`), ndarray's `view`, `t`,
 /// `slice` and scraper's `select` (views), a model's `forward` returning `Prediction<'_>`.
 /// Read safely: the result may borrow the receiver, unless the code shows it owns its data
 /// (the call is followed by `?`, which only fallible tensor ops are).
-pub(crate) const AMBIGUOUS_METHODS: &[&str] = &[
+pub(crate) static AMBIGUOUS_METHODS: NameList = NameList::new(&[
     "t", "view", "slice", "narrow", "i", "chunk", "select", "forward",
-];
+]);
 
 /// Methods that copy what the receiver holds (`held.clone()` of a `Vec<&T>` holds the same
 /// borrows): the result holds whatever the receiver's value holds, never the receiver itself.
-pub(crate) const VALUE_COPYING_METHODS: &[&str] = &["clone", "to_vec", "to_owned"];
+pub(crate) static VALUE_COPYING_METHODS: NameList = NameList::new(&["clone", "to_vec", "to_owned"]);
 
 /// Associated functions of owned types whose result may borrow their arguments
 /// (`String::from_utf8_lossy(&buf)` is a `Cow`, `HashMap::from([("w", &w)])`).
-pub(crate) const BORROWING_CONSTRUCTORS: &[&str] = &["from_utf8_lossy", "from", "from_iter"];
+pub(crate) static BORROWING_CONSTRUCTORS: NameList =
+    NameList::new(&["from_utf8_lossy", "from", "from_iter"]);
 
 /// Methods with owned results whose receiver is only borrowed (`&self` in std and in the
 /// tensor libraries): the statement that calls them on a local does not move it.
-pub(crate) const BORROWING_RECEIVER_METHODS: &[&str] = &[
+pub(crate) static BORROWING_RECEIVER_METHODS: NameList = NameList::new(&[
     "len",
     "is_empty",
     "clone",
@@ -490,11 +494,11 @@ pub(crate) const BORROWING_RECEIVER_METHODS: &[&str] = &[
     "to_vec2",
     "to_vec3",
     "to_scalar",
-];
+]);
 
 /// Methods that consume an iterator (or read a value) into a result that holds none of the
 /// closures passed along the way (`v.iter().map(|a| a + 1).collect()`).
-pub(crate) const CLOSURE_FREE_RESULTS: &[&str] = &[
+pub(crate) static CLOSURE_FREE_RESULTS: NameList = NameList::new(&[
     // ndarray's eager maps: a new (or the same) array of the closure's results.
     "mapv",
     "mapv_into",
@@ -528,10 +532,10 @@ pub(crate) const CLOSURE_FREE_RESULTS: &[&str] = &[
     "is_ok",
     "is_err",
     "contains",
-];
+]);
 
 /// Methods whose result type is usually decided by a later use (`let n = s.parse()?;`).
-pub(crate) const TYPE_DEFERRING_METHODS: &[&str] = &[
+pub(crate) static TYPE_DEFERRING_METHODS: NameList = NameList::new(&[
     "collect",
     "parse",
     "into",
@@ -539,10 +543,10 @@ pub(crate) const TYPE_DEFERRING_METHODS: &[&str] = &[
     "sum",
     "product",
     "unwrap_or_default",
-];
+]);
 
 /// Generic std containers: `Vec::new()` and the like get their element type from later uses.
-pub(crate) const GENERIC_CONTAINERS: &[&str] = &[
+pub(crate) static GENERIC_CONTAINERS: NameList = NameList::new(&[
     "Vec",
     "VecDeque",
     "HashMap",
@@ -552,10 +556,10 @@ pub(crate) const GENERIC_CONTAINERS: &[&str] = &[
     "BinaryHeap",
     "LinkedList",
     "Option",
-];
+]);
 
 /// Traits whose constructors get `Self` from the use of their result (`Default::default()`).
-pub(crate) const CONVERSION_TRAITS: &[&str] = &[
+pub(crate) static CONVERSION_TRAITS: NameList = NameList::new(&[
     "Default",
     "From",
     "TryFrom",
@@ -563,10 +567,10 @@ pub(crate) const CONVERSION_TRAITS: &[&str] = &[
     "TryInto",
     "FromIterator",
     "FromStr",
-];
+]);
 
 /// Methods returning a raw pointer into the receiver: the local is then never released early.
-pub(crate) const RAW_POINTER_METHODS: &[&str] = &[
+pub(crate) static RAW_POINTER_METHODS: NameList = NameList::new(&[
     "as_ptr",
     "as_mut_ptr",
     "as_raw",
@@ -578,10 +582,10 @@ pub(crate) const RAW_POINTER_METHODS: &[&str] = &[
     "as_mut_ptr_range",
     "into_raw",
     "leak",
-];
+]);
 
 /// Methods that may store their arguments inside the receiver (`v.push(&x)`).
-pub(crate) const STORING_METHODS: &[&str] = &[
+pub(crate) static STORING_METHODS: NameList = NameList::new(&[
     "push",
     "push_back",
     "push_front",
@@ -598,10 +602,10 @@ pub(crate) const STORING_METHODS: &[&str] = &[
     "or_insert_with",
     "send",
     "store",
-];
+]);
 
 /// Free functions (last path segment) whose result owns its data.
-pub(crate) const OWNED_FUNCTIONS: &[&str] = &[
+pub(crate) static OWNED_FUNCTIONS: NameList = NameList::new(&[
     "softmax",
     "log_softmax",
     "softmax_last_dim",
@@ -641,14 +645,15 @@ pub(crate) const OWNED_FUNCTIONS: &[&str] = &[
     "format",
     "to_string",
     "default",
-];
+]);
 
 /// Types (second-to-last path segment) whose associated functions return owned values,
 /// e.g. `Tensor::cat(&[&a, &b], 0)` or `Tensor::zeros(..)`.
-pub(crate) const OWNED_TYPES: &[&str] = &["Tensor", "String", "Vec", "HashMap", "BTreeMap"];
+pub(crate) static OWNED_TYPES: NameList =
+    NameList::new(&["Tensor", "String", "Vec", "HashMap", "BTreeMap"]);
 
 /// Macros whose result owns its data (or is `()`), and whose arguments are only borrowed.
-pub(crate) const FORMAT_MACROS: &[&str] = &[
+pub(crate) static FORMAT_MACROS: NameList = NameList::new(&[
     "format",
     "print",
     "println",
@@ -677,16 +682,16 @@ pub(crate) const FORMAT_MACROS: &[&str] = &[
     "debug_assert_eq",
     "debug_assert_ne",
     "ensure",
-];
+]);
 
 /// Macros that build a container holding their arguments' values.
-pub(crate) const CONTAINER_MACROS: &[&str] = &["vec", "dbg"];
+pub(crate) static CONTAINER_MACROS: NameList = NameList::new(&["vec", "dbg"]);
 
 /// Macros known to produce a value and to declare no binding visible to the caller: a
 /// statement made of one of these can be wrapped in a block.
 pub(crate) fn is_known_macro(name: &str) -> bool {
-    FORMAT_MACROS.contains(&name)
-        || CONTAINER_MACROS.contains(&name)
+    FORMAT_MACROS.contains(name)
+        || CONTAINER_MACROS.contains(name)
         || matches!(name, "matches" | "assert_matches" | "concat" | "stringify")
 }
 
@@ -725,12 +730,12 @@ impl Env<'_> {
     /// declared it borrowing.
     pub(super) fn is_owned_method(&self, name: &str) -> bool {
         self.owned.iter().any(|n| n == name)
-            || (OWNED_METHODS.contains(&name) && !self.is_user_borrow(name))
+            || (OWNED_METHODS.contains(name) && !self.is_user_borrow(name))
     }
 
     /// Owned in one library, a view of the receiver in another (and not listed by the user).
     pub(super) fn is_ambiguous(&self, name: &str) -> bool {
-        AMBIGUOUS_METHODS.contains(&name) && !self.owned.iter().any(|n| n == name)
+        AMBIGUOUS_METHODS.contains(name) && !self.owned.iter().any(|n| n == name)
     }
 
     /// Named in `borrows(..)`.
@@ -740,11 +745,11 @@ impl Env<'_> {
 
     /// A borrowing name that std also defines on a by-value `self` (and the user did not list).
     pub(super) fn maybe_consumes(&self, name: &str) -> bool {
-        MAYBE_CONSUMING_METHODS.contains(&name) && !self.is_user_borrow(name)
+        MAYBE_CONSUMING_METHODS.contains(name) && !self.is_user_borrow(name)
     }
 
     /// A method whose result borrows the receiver (listed, or named in `borrows(..)`).
     pub(super) fn is_borrow_method(&self, name: &str) -> bool {
-        self.is_user_borrow(name) || BORROW_METHODS.contains(&name)
+        self.is_user_borrow(name) || BORROW_METHODS.contains(name)
     }
 }

@@ -39,6 +39,7 @@ impl Env<'_> {
     /// The facts of one statement of a block.
     pub(crate) fn scan_stmt(&self, stmt: &Stmt) -> Facts {
         let mut scanner = Scanner::new(self);
+        scanner.whole_stmt = true;
         scanner.stmt(stmt);
         scanner.facts
     }
@@ -119,6 +120,10 @@ struct Scanner<'e, 'a> {
     /// destructuring arm moves). A closure body is not one: a closure takes what it uses by
     /// value when it is created.
     conditional: usize,
+    /// The next statement visited is the one [`Env::scan_stmt`] was asked about: nothing
+    /// after it in the scan can name what its `let` binds, so what those names hold is not
+    /// worked out (the plan's graph does that for the block's own `let`s).
+    whole_stmt: bool,
     facts: Facts,
 }
 
@@ -132,6 +137,7 @@ impl<'e, 'a> Scanner<'e, 'a> {
             move_captures: 0,
             breakless_loops: 0,
             conditional: 0,
+            whole_stmt: false,
             facts: Facts::default(),
         }
     }
@@ -275,6 +281,7 @@ impl<'e, 'a> Scanner<'e, 'a> {
     }
 
     fn stmt(&mut self, stmt: &Stmt) {
+        let whole_stmt = std::mem::take(&mut self.whole_stmt);
         match stmt {
             Stmt::Local(local) => {
                 if let Some(init) = &local.init {
@@ -291,8 +298,8 @@ impl<'e, 'a> Scanner<'e, 'a> {
                     .any(|a| a.path().is_ident("cfg") || a.path().is_ident("cfg_attr"));
                 if !conditional {
                     let sources = match &local.init {
-                        Some(init) => self.scrutinee_sources(&local.pat, &init.expr),
-                        None => Vec::new(),
+                        Some(init) if !whole_stmt => self.scrutinee_sources(&local.pat, &init.expr),
+                        _ => Vec::new(),
                     };
                     let sources = self.substitute_bound(sources);
                     self.bind_from(&local.pat, sources);
@@ -461,33 +468,39 @@ impl<'e, 'a> Scanner<'e, 'a> {
         let receiver_ctx = if self.env.maybe_consumes(&name) {
             Ctx::Receiver
         } else if self.env.is_borrow_method(&name)
-            || lists::BORROWING_RECEIVER_METHODS.contains(&name.as_str())
+            || lists::BORROWING_RECEIVER_METHODS.contains(name.as_str())
         {
             Ctx::Borrow
-        } else if name.starts_with("into_") || lists::PASSTHROUGH_METHODS.contains(&name.as_str()) {
+        } else if name.starts_with("into_") || lists::PASSTHROUGH_METHODS.contains(name.as_str()) {
             Ctx::Value
         } else {
             Ctx::Receiver
         };
         self.expr(&call.receiver, receiver_ctx);
         // A closure argument's parameters may borrow from the receiver and the other
-        // arguments (`names.iter().for_each(|n| refs.push(n))`).
-        let mut passed = self.env.value_sources(&call.receiver);
-        call.args
-            .iter()
-            .filter(|a| !matches!(a, Expr::Closure(_)))
-            .for_each(|a| self.env.held(a, &mut passed));
-        let passed = self.substitute_bound(passed);
+        // arguments (`names.iter().for_each(|n| refs.push(n))`). Only worked out when there is
+        // one: the receiver's sources walk the whole call chain below it, so computing them at
+        // every link of a chain (`x.a()?.b()?.c()?`) would cost its length squared.
+        let passed = if call.args.iter().any(|a| matches!(a, Expr::Closure(_))) {
+            let mut passed = self.env.value_sources(&call.receiver);
+            call.args
+                .iter()
+                .filter(|a| !matches!(a, Expr::Closure(_)))
+                .for_each(|a| self.env.held(a, &mut passed));
+            self.substitute_bound(passed)
+        } else {
+            Vec::new()
+        };
         for arg in &call.args {
             if matches!(arg, Expr::Closure(_)) {
                 self.closure_sources = passed.clone();
             }
             self.expr(arg, Ctx::Value);
         }
-        if lists::RAW_POINTER_METHODS.contains(&name.as_str()) {
+        if lists::RAW_POINTER_METHODS.contains(name.as_str()) {
             self.raw_address_of(call.receiver.to_token_stream());
         }
-        if lists::STORING_METHODS.contains(&name.as_str()) {
+        if lists::STORING_METHODS.contains(name.as_str()) {
             let mut sources = Vec::new();
             call.args
                 .iter()
@@ -601,7 +614,7 @@ impl<'e, 'a> Scanner<'e, 'a> {
                 }
             }
         }
-        if lists::FORMAT_MACROS.contains(&name.as_str()) {
+        if lists::FORMAT_MACROS.contains(name.as_str()) {
             let parser = Punctuated::<Expr, Token![,]>::parse_terminated;
             if let Ok(args) = parser.parse2(mac.tokens.clone()) {
                 for arg in &args {
@@ -609,7 +622,7 @@ impl<'e, 'a> Scanner<'e, 'a> {
                 }
                 return;
             }
-        } else if lists::CONTAINER_MACROS.contains(&name.as_str()) {
+        } else if lists::CONTAINER_MACROS.contains(name.as_str()) {
             if let Some(args) = container_args(mac) {
                 args.iter().for_each(|a| self.expr(a, Ctx::Value));
                 return;

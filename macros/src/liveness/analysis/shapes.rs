@@ -9,6 +9,7 @@ use syn::{BinOp, Expr, Ident, Macro, Stmt};
 
 use super::known_names::{self as lists, macro_name};
 use super::patterns::local_name;
+use crate::common::NameList;
 
 /// Whether a statement may be written twice (`if <Release> { let x = x; S } else { S }`).
 ///
@@ -40,9 +41,7 @@ pub(crate) fn may_hold_closure(expr: &Expr) -> bool {
     match expr {
         Expr::Closure(_) | Expr::Async(_) => true,
         // A consuming end of an iterator chain (`collect`, `sum`, …) leaves no closure type.
-        Expr::MethodCall(call)
-            if lists::CLOSURE_FREE_RESULTS.contains(&call.method.to_string().as_str()) =>
-        {
+        Expr::MethodCall(call) if lists::CLOSURE_FREE_RESULTS.contains(call.method.to_string()) => {
             false
         }
         Expr::MethodCall(call) => {
@@ -156,7 +155,7 @@ fn block_value(block: &syn::Block) -> Option<&Expr> {
 
 /// Methods of the primitive number types that return a number (or `bool`) when called on one
 /// with numbers as arguments.
-const NUMBER_METHODS: &[&str] = &[
+static NUMBER_METHODS: NameList = NameList::new(&[
     "abs",
     "ceil",
     "clamp",
@@ -191,14 +190,15 @@ const NUMBER_METHODS: &[&str] = &[
     "wrapping_add",
     "wrapping_mul",
     "wrapping_sub",
-];
+]);
 
 /// Methods that return a size or a `bool` on whatever they are called (`v.len()`,
 /// `t.rank()`, `t.elem_count()`); `dim(d)?` on a tensor is its size along `d`.
-const SIZE_METHODS: &[&str] = &["elem_count", "is_contiguous", "is_empty", "len", "rank"];
+static SIZE_METHODS: NameList =
+    NameList::new(&["elem_count", "is_contiguous", "is_empty", "len", "rank"]);
 
 /// The `dimsN()` of candle, which return a tuple of sizes (`let (b, t, c) = x.dims3()?`).
-const DIMS_METHODS: &[&str] = &["dims1", "dims2", "dims3", "dims4", "dims5"];
+static DIMS_METHODS: NameList = NameList::new(&["dims1", "dims2", "dims3", "dims4", "dims5"]);
 
 /// Whether `expr` is, by its syntax alone, a primitive number or a `bool`: a number, `bool` or
 /// `char` literal, a cast to a primitive, a comparison or boolean operator, arithmetic and
@@ -253,8 +253,8 @@ pub(crate) fn scalar(expr: &Expr, scalar_local: &dyn Fn(&str) -> bool) -> bool {
         }
         Expr::MethodCall(call) => {
             let name = call.method.to_string();
-            (call.args.is_empty() && SIZE_METHODS.contains(&name.as_str()))
-                || (NUMBER_METHODS.contains(&name.as_str())
+            (call.args.is_empty() && SIZE_METHODS.contains(name.as_str()))
+                || (NUMBER_METHODS.contains(name.as_str())
                     && scalar(&call.receiver, scalar_local)
                     && call.args.iter().all(|a| scalar(a, scalar_local)))
         }
@@ -274,11 +274,11 @@ pub(crate) fn dims_tuple(expr: &Expr) -> bool {
         Expr::Try(t) => &*t.expr,
         other => other,
     };
-    matches!(call, Expr::MethodCall(c) if c.args.is_empty() && DIMS_METHODS.contains(&c.method.to_string().as_str()))
+    matches!(call, Expr::MethodCall(c) if c.args.is_empty() && DIMS_METHODS.contains(c.method.to_string()))
 }
 
 fn is_primitive_name(ident: &Ident) -> bool {
-    PRIMITIVES.contains(&ident.to_string().as_str())
+    PRIMITIVES.contains(ident.to_string())
 }
 
 /// A primitive number, `bool` or `char` type.
@@ -292,10 +292,10 @@ pub(crate) fn primitive(ty: &syn::Type) -> bool {
     }
 }
 
-const PRIMITIVES: &[&str] = &[
+static PRIMITIVES: NameList = NameList::new(&[
     "bool", "char", "f32", "f64", "i8", "i16", "i32", "i64", "i128", "isize", "u8", "u16", "u32",
     "u64", "u128", "usize",
-];
+]);
 
 /// A primitive scalar, a reference or a raw pointer: never `Release`.
 pub(crate) fn plain_type(ty: &syn::Type) -> bool {
@@ -328,8 +328,8 @@ pub(crate) fn type_deferred(expr: &Expr) -> bool {
             if call.turbofish.is_some() {
                 return false;
             }
-            lists::TYPE_DEFERRING_METHODS.contains(&name.as_str())
-                || (lists::PASSTHROUGH_METHODS.contains(&name.as_str())
+            lists::TYPE_DEFERRING_METHODS.contains(name.as_str())
+                || (lists::PASSTHROUGH_METHODS.contains(name.as_str())
                     && type_deferred(&call.receiver))
         }
         // `Some(Vec::new())`, `Box::new(Vec::new())`: a constructor of a deferred value.
@@ -359,11 +359,11 @@ pub(crate) fn type_deferred(expr: &Expr) -> bool {
                     // `Vec::new()`, `Vec::with_capacity(2 * n)`, a trait's `Vec::zeros(2 * p)`:
                     // the element types come later, whatever the arguments are, unless the
                     // arguments are the elements (`Vec::from(xs)`, `Option::Some(x)`).
-                    Some(owner) if lists::GENERIC_CONTAINERS.contains(&owner) => {
+                    Some(owner) if lists::GENERIC_CONTAINERS.contains(owner) => {
                         !matches!(name.as_str(), "from" | "from_iter" | "Some")
                     }
                     // `Default::default()`, `From::from(x)`: `Self` comes later.
-                    Some(owner) => lists::CONVERSION_TRAITS.contains(&owner),
+                    Some(owner) => lists::CONVERSION_TRAITS.contains(owner),
                     None => matches!(name.as_str(), "Ok" | "Err" | "default"),
                 }
             }
@@ -391,7 +391,7 @@ pub(crate) fn copied_local(expr: &Expr) -> Option<String> {
         Expr::MethodCall(call) if call.turbofish.is_none() => {
             let name = call.method.to_string();
             (matches!(name.as_str(), "clone" | "to_owned")
-                || lists::PASSTHROUGH_METHODS.contains(&name.as_str()))
+                || lists::PASSTHROUGH_METHODS.contains(name.as_str()))
             .then(|| copied_local(&call.receiver))
             .flatten()
         }

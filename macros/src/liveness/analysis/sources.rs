@@ -152,7 +152,7 @@ impl Env<'_> {
             // Read through a reference an accessor returned (`x.get(0).v`): the field holds
             // what `x`'s contents hold, never `x`'s own storage.
             (None, Expr::MethodCall(call))
-                if lists::REFERENCE_METHODS.contains(&call.method.to_string().as_str()) =>
+                if lists::REFERENCE_METHODS.contains(call.method.to_string()) =>
             {
                 self.projection_value(&call.receiver, out);
             }
@@ -253,12 +253,12 @@ impl Env<'_> {
     fn method_value(&self, call: &syn::ExprMethodCall, fallible: bool, out: &mut Vec<Source>) {
         let name = call.method.to_string();
         let user_owned = self.owned.contains(&name);
-        if !user_owned && lists::ITEM_METHODS.contains(&name.as_str()) {
+        if !user_owned && lists::ITEM_METHODS.contains(name.as_str()) {
             self.value(&call.receiver, out);
             call.args.iter().for_each(|a| self.held(a, out));
             return;
         }
-        if !user_owned && lists::VALUE_COPYING_METHODS.contains(&name.as_str()) {
+        if !user_owned && lists::VALUE_COPYING_METHODS.contains(name.as_str()) {
             let mut inner = Vec::new();
             self.value(&call.receiver, &mut inner);
             out.extend(inner.into_iter().map(|s| match s {
@@ -289,12 +289,12 @@ impl Env<'_> {
             // A guard (`RefCell::borrow_mut`, `Mutex::lock`) is never `Release`: it keeps its
             // scope end, and its borrow lasts until then, so the local it borrows from must
             // too (releasing that local earlier would not compile).
-            let kind =
-                if self.maybe_consumes(&name) || lists::GUARD_METHODS.contains(&name.as_str()) {
-                    BorrowKind::Maybe
-                } else {
-                    BorrowKind::Borrow
-                };
+            let kind = if self.maybe_consumes(&name) || lists::GUARD_METHODS.contains(name.as_str())
+            {
+                BorrowKind::Maybe
+            } else {
+                BorrowKind::Borrow
+            };
             let mut sources = Vec::new();
             self.borrow_of(&call.receiver, kind, &mut sources);
             if kind == BorrowKind::Maybe {
@@ -306,7 +306,7 @@ impl Env<'_> {
                     }
                 }
             }
-            if !lists::REFERENCE_METHODS.contains(&name.as_str()) {
+            if !lists::REFERENCE_METHODS.contains(name.as_str()) {
                 // An iterator, `Option<&T>` or guard *holds* a reference into the receiver.
                 sources = sources
                     .into_iter()
@@ -320,12 +320,12 @@ impl Env<'_> {
             return;
         }
         // `into_*` methods consume `self`: their result cannot borrow it, only hold its value.
-        if lists::PASSTHROUGH_METHODS.contains(&name.as_str()) || name.starts_with("into_") {
+        if lists::PASSTHROUGH_METHODS.contains(name.as_str()) || name.starts_with("into_") {
             self.value(&call.receiver, out);
             call.args.iter().for_each(|a| self.held(a, out));
             return;
         }
-        if lists::STORING_METHODS.contains(&name.as_str()) || self.optimistic {
+        if lists::STORING_METHODS.contains(name.as_str()) || self.optimistic {
             return;
         }
         // Unknown method: the result may borrow the receiver (autoref) or own it (by-value
@@ -353,11 +353,11 @@ impl Env<'_> {
             let owner =
                 (segments.len() >= 2).then(|| segments[segments.len() - 2].ident.to_string());
             let owned = self.owned.contains(&last)
-                || (!lists::BORROWING_CONSTRUCTORS.contains(&last.as_str())
-                    && (lists::OWNED_FUNCTIONS.contains(&last.as_str())
+                || (!lists::BORROWING_CONSTRUCTORS.contains(last.as_str())
+                    && (lists::OWNED_FUNCTIONS.contains(last.as_str())
                         || owner
                             .as_deref()
-                            .is_some_and(|o| lists::OWNED_TYPES.contains(&o))));
+                            .is_some_and(|o| lists::OWNED_TYPES.contains(o))));
             if owned {
                 return;
             }
@@ -399,7 +399,7 @@ impl Env<'_> {
 
     fn macro_value(&self, mac: &Macro, out: &mut Vec<Source>) {
         let name = macro_name(mac);
-        if lists::FORMAT_MACROS.contains(&name.as_str())
+        if lists::FORMAT_MACROS.contains(name.as_str())
             || matches!(
                 name.as_str(),
                 "matches" | "concat" | "stringify" | "assert_matches"
@@ -407,7 +407,7 @@ impl Env<'_> {
         {
             return;
         }
-        if lists::CONTAINER_MACROS.contains(&name.as_str()) {
+        if lists::CONTAINER_MACROS.contains(name.as_str()) {
             if let Some(args) = container_args(mac) {
                 args.iter().for_each(|a| self.held(a, out));
                 return;

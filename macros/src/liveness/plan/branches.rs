@@ -21,6 +21,8 @@
 //! - the releases at a branch's start fit its budget ([`budget`]), which keeps the generated
 //!   code linear in the input.
 
+use std::borrow::Cow;
+
 use proc_macro2::Ident;
 use syn::ext::IdentExt;
 use syn::Stmt;
@@ -99,7 +101,7 @@ pub(super) fn pushable(
     let mut dead_in: Vec<(Vec<bool>, usize)> = Vec::new();
     for branch in &branches {
         let block = match branch.body {
-            BranchBody::Block(block) => block.clone(),
+            BranchBody::Block(block) => Cow::Borrowed(block),
             BranchBody::Arm(body) => facts::body_block(body),
             BranchBody::Empty => {
                 gains.iter_mut().for_each(|g| *g = true);

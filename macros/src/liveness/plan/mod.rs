@@ -137,6 +137,17 @@ pub(super) fn plan(
     ctx: &PlanContext<'_>,
     report: &mut ReleaseReport,
 ) -> Plan {
+    // A block that declares nothing (no binding handed in, no `let`) has nothing to release:
+    // its statements need no analysis (the blocks nested in them are planned on their own).
+    // Half the blocks of real model code are such branches and closure bodies.
+    if params.is_empty() && !block.stmts.iter().any(|s| matches!(s, syn::Stmt::Local(_))) {
+        return Plan {
+            stmts: BTreeMap::new(),
+            mut_decls: BTreeSet::new(),
+            handed_placed: BTreeMap::new(),
+            scalars_at: vec![ctx.outer_scalars.clone(); block.stmts.len()],
+        };
+    }
     let graph = graph::build(block, params, ctx);
     let last_branches = !ctx.probe_only
         && !ctx.no_dup
