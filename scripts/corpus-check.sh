@@ -43,13 +43,23 @@ step() { # step NAME START: records how long a step took
     timings+=("$(printf '%-44s %4ds' "$1" $((SECONDS - $2)))")
 }
 
-t=$SECONDS
-if ! cargo build --release -q -p cargo-vramguard; then
-    echo "corpus: FATAL: cargo-vramguard does not build" >&2
-    exit 1
+# CORPUS_TOOL: a cargo-vramguard binary already built (CI passes the one `cargo test` built; the
+# tool only drives cargo, so its profile does not matter), else a release build of it.
+if [[ -n "${CORPUS_TOOL:-}" ]]; then
+    TOOL=$CORPUS_TOOL
+    if [[ ! -x "$TOOL" ]]; then
+        echo "corpus: FATAL: CORPUS_TOOL=$TOOL is not an executable file" >&2
+        exit 1
+    fi
+else
+    t=$SECONDS
+    if ! cargo build --release -q -p cargo-vramguard; then
+        echo "corpus: FATAL: cargo-vramguard does not build" >&2
+        exit 1
+    fi
+    step "build cargo-vramguard (release)" "$t"
+    TOOL="target/release/cargo-vramguard"
 fi
-step "build cargo-vramguard (release)" "$t"
-TOOL="target/release/cargo-vramguard"
 OFFLINE=()
 if [[ "${CORPUS_OFFLINE:-0}" == 1 ]]; then OFFLINE=(--offline); fi
 
