@@ -14,7 +14,9 @@
 //! only prints, for block sizes up to each of a few bounds, how many of the pair loop's 256
 //! requests ask for one and what one block of each distinct size adds up to: what a per-thread
 //! cache of freed blocks limited to those sizes would have to hold for all of them to be served
-//! from it (BENCHMARKS.md, #24).
+//! from it (BENCHMARKS.md, #24). `--pair-floor [--rounds N]` only prints, beside the system
+//! pair in interleaved rounds, what an exact shared path pays per pair before any work: two
+//! uncontended lock/unlock pairs and the device reference's clone and drop (BENCHMARKS.md, #24).
 //!
 //! Metrics:
 //!
@@ -494,6 +496,52 @@ fn pair_footprint() {
     }
 }
 
+/// `--pair-floor [--rounds N]`: what any exact shared path pays per pair before doing any work,
+/// beside the system pair, in interleaved rounds of one run. A pair observed exactly by every
+/// thread (statistics and peaks exact at every observation point) takes a shared lock at the
+/// allocation and again at the free, and the allocation holds a reference to its device (an
+/// `Arc` clone and drop); `lock_arc_floor_pair_ns` is those operations alone, on an
+/// uncontended `Mutex` and `Arc`, with no allocator work between them. Prints the median ns per
+/// pair of each and their ratio.
+fn pair_floor(rounds: usize) {
+    let sizes = mixed_sizes();
+    let layouts: Vec<std::alloc::Layout> = sizes
+        .iter()
+        .map(|&s| std::alloc::Layout::from_size_align(s, 256).expect("valid layout"))
+        .collect();
+    let state = std::sync::Mutex::new(0u64);
+    let device = std::sync::Arc::new(0u64);
+    let floor_round = || {
+        let t = Instant::now();
+        for &s in &sizes {
+            // The allocation: the lock, the bookkeeping's one write, the device reference.
+            *state.lock().unwrap_or_else(|e| e.into_inner()) += black_box(s) as u64;
+            let held = black_box(std::sync::Arc::clone(&device));
+            // The free: the lock again, then the reference dropped.
+            *state.lock().unwrap_or_else(|e| e.into_inner()) -= s as u64;
+            drop(held);
+        }
+        t.elapsed().as_nanos() as f64 / sizes.len() as f64
+    };
+    let system_round = || {
+        let t = Instant::now();
+        counted_system_pairs(&layouts, 1);
+        t.elapsed().as_nanos() as f64 / layouts.len() as f64
+    };
+    floor_round();
+    system_round();
+    let (mut floor, mut system) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        floor.push(floor_round());
+        system.push(system_round());
+    }
+    let (floor, system) = (median(floor), median(system));
+    println!("rounds of {} pairs: {rounds}, interleaved", sizes.len());
+    println!("system_pair_ns {system:.2}");
+    println!("lock_arc_floor_pair_ns {floor:.2}");
+    println!("lock_arc_floor / system {:.2}", floor / system);
+}
+
 /// The distinct values of `blocks`, ascending.
 fn distinct_sizes(blocks: &[usize]) -> Vec<usize> {
     let mut distinct = blocks.to_vec();
@@ -530,6 +578,10 @@ fn main() {
     let args = Args::parse();
     if let Some(mode) = args.value::<String>("count-pairs") {
         count_pairs(&mode, args.value("rounds").unwrap_or(20));
+        return;
+    }
+    if args.rest.iter().any(|a| a == "--pair-floor") {
+        pair_floor(args.value("rounds").unwrap_or(400));
         return;
     }
     if args.rest.iter().any(|a| a == "--pair-footprint") {
