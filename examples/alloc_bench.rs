@@ -155,11 +155,16 @@ fn cached_rounds(device: &Device, sizes: &[usize], rounds: usize) -> Vec<f64> {
         .collect()
 }
 
-fn system_rounds(sizes: &[usize], rounds: usize) -> Vec<f64> {
-    let layouts: Vec<std::alloc::Layout> = sizes
+/// The system allocator's layout for each of `sizes`: 256-byte aligned, as device blocks are.
+fn system_layouts(sizes: &[usize]) -> Vec<std::alloc::Layout> {
+    sizes
         .iter()
         .map(|&s| std::alloc::Layout::from_size_align(s, 256).expect("valid layout"))
-        .collect();
+        .collect()
+}
+
+fn system_rounds(sizes: &[usize], rounds: usize) -> Vec<f64> {
+    let layouts = system_layouts(sizes);
     let pass = || {
         for l in &layouts {
             // SAFETY: non-zero size; freed with the same layout right away.
@@ -448,10 +453,7 @@ fn count_pairs(mode: &str, rounds: usize) {
             counted_cached_pairs(&device, &sizes, rounds);
         }
         "system" => {
-            let layouts: Vec<std::alloc::Layout> = sizes
-                .iter()
-                .map(|&s| std::alloc::Layout::from_size_align(s, 256).expect("valid layout"))
-                .collect();
+            let layouts = system_layouts(&sizes);
             counted_system_pairs(&layouts, 1);
             counted_system_pairs(&layouts, rounds);
         }
@@ -505,10 +507,7 @@ fn pair_footprint() {
 /// pair of each and their ratio.
 fn pair_floor(rounds: usize) {
     let sizes = mixed_sizes();
-    let layouts: Vec<std::alloc::Layout> = sizes
-        .iter()
-        .map(|&s| std::alloc::Layout::from_size_align(s, 256).expect("valid layout"))
-        .collect();
+    let layouts = system_layouts(&sizes);
     let state = std::sync::Mutex::new(0u64);
     let device = std::sync::Arc::new(0u64);
     let floor_round = || {
