@@ -279,6 +279,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
 
     /// [`CachingAllocator::allocate_in`] for a request whose origin the caller knows (a
     /// tensor's shape, a device's caller).
+    #[inline]
     pub(crate) fn allocate_at(
         &self,
         bytes: usize,
@@ -521,8 +522,11 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         {
             st.stats.on_oversize_allocation(true);
         }
-        st.record(TraceEventKind::Alloc, addr, req.size as u64, Some(&origin));
         st.origins[slot as usize] = BlockOrigin::new(&mut st.sites, origin);
+        if st.trace.enabled() {
+            let kept = st.origins[slot as usize].clone();
+            st.push_event(TraceEventKind::Alloc, addr, req.size as u64, kept);
+        }
         Block {
             addr,
             size: req.size,
@@ -605,6 +609,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     /// A block that other streams were recorded as using ([`CachingAllocator::record_stream`])
     /// stays out of the pool until an event recorded now on each of those streams completes
     /// (checked on later allocations, waited for before the cache is released).
+    #[inline]
     pub fn free(&self, block: Block) {
         let mut st = lock(&self.state);
         let slot = block.slot;
@@ -619,10 +624,8 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             st.stats.on_oversize_allocation(false);
         }
         let kept = std::mem::take(&mut st.origins[slot as usize]);
-        // Shown only in the trace: rebuilt only while it records.
         if st.trace.enabled() {
-            let origin = st.sites.origin(&kept);
-            st.push_event(TraceEventKind::Free, block.addr, block.size as u64, origin);
+            st.push_event(TraceEventKind::Free, block.addr, block.size as u64, kept);
         }
         st.planner.on_free(block.id);
         // The common case: no other stream used the block, it goes back to its pool now.
@@ -831,7 +834,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             stats: st.snapshot_stats(),
             segments: st.segment_snapshots(),
         };
-        let trace = st.trace.to_trace();
+        let trace = st.trace.to_trace(Some(&st.sites));
         let range = st.expandable.map(|e| (e.addr, e.addr + e.virt as u64));
         drop(st);
         super::memory_viz::snapshot_pickle(&snapshot, &trace, device, range, &self.config)
@@ -839,13 +842,15 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
 
     /// A copy of the event trace ring.
     pub fn trace(&self) -> Trace {
-        lock(&self.state).trace.to_trace()
+        let st = lock(&self.state);
+        st.trace.to_trace(Some(&st.sites))
     }
 
     /// Starts recording the last `events` allocator events (0 stops recording); replaces the
     /// ring, so earlier events are dropped.
     pub fn set_trace_capacity(&self, events: usize) {
-        lock(&self.state).trace = TraceRing::new(events);
+        let mut st = lock(&self.state);
+        st.trace = TraceRing::stamped(events, st.start_ns);
     }
 
     /// Empties the event trace ring.

@@ -19,10 +19,10 @@ use super::origin::{BlockOrigin, Sites};
 use super::plan::Planner;
 use super::policy::{self, ADDR_LIMIT};
 use super::stats::DetailedStats;
-use super::trace::TraceRing;
+use super::trace::{RingEvent, TraceRing};
 use super::{
-    AllocOrigin, Backend, BackendError, BackendFailure, BlockSnapshot, EventId, LiveAllocation,
-    MemoryStats, PoolKind, SegmentSnapshot, StreamId, TraceEvent, TraceEventKind,
+    Backend, BackendError, BackendFailure, BlockSnapshot, EventId, LiveAllocation, MemoryStats,
+    PoolKind, SegmentSnapshot, StreamId, TraceEventKind,
 };
 use std::collections::{BTreeSet, HashMap};
 
@@ -348,6 +348,7 @@ pub(crate) struct State {
 
 impl State {
     pub fn new(trace_capacity: usize) -> Self {
+        let start_ns = super::trace::monotonic_ns();
         State {
             nodes: Vec::new(),
             origins: Vec::new(),
@@ -366,9 +367,9 @@ impl State {
             max_split: None,
             next_id: 1,
             lookups: [0; 2],
-            trace: TraceRing::new(trace_capacity),
+            trace: TraceRing::stamped(trace_capacity, start_ns),
             expandable: None,
-            start_ns: super::trace::monotonic_ns(),
+            start_ns,
             planner: Planner::default(),
         }
     }
@@ -971,35 +972,28 @@ impl State {
         kind: TraceEventKind,
         addr: u64,
         size: u64,
-        origin: Option<&AllocOrigin>,
+        origin: Option<&BlockOrigin>,
     ) {
         // Checked inline: every alloc and free passes here, and the trace is usually off.
         if self.trace.enabled() {
-            self.push_event(kind, addr, size, origin.cloned());
+            self.push_event(kind, addr, size, origin.cloned().unwrap_or_default());
         }
     }
 
     /// Records an event in the trace (which the caller saw recording), taking its origin.
     #[cold]
     #[inline(never)]
-    pub fn push_event(
-        &mut self,
-        kind: TraceEventKind,
-        addr: u64,
-        size: u64,
-        origin: Option<AllocOrigin>,
-    ) {
-        let event = TraceEvent {
+    pub fn push_event(&mut self, kind: TraceEventKind, addr: u64, size: u64, origin: BlockOrigin) {
+        let event = RingEvent {
             kind,
             addr,
             size,
-            time_ns: super::trace::monotonic_ns().saturating_sub(self.start_ns),
-            label: super::trace::thread_label(),
+            time: self.trace.stamp(),
             origin,
             allocated_bytes: self.stats.all.allocated_bytes.current,
             reserved_bytes: self.reserved(),
         };
-        self.trace.push(event);
+        self.trace.push_now(event);
     }
 
     /// The `count` largest allocated blocks, largest first (by address among equals).

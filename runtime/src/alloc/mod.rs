@@ -80,6 +80,7 @@
 //! | `granules.rs` | page mapping with one physical allocation per granule (CUDA's VMM), driver-neutral |
 //! | `origin.rs` | where each allocation was made: [`AllocOrigin`], the tensor ops' frames, and the call sites blocks keep interned |
 //! | `trace.rs` | the event trace, its labels and snapshots |
+//! | `event_clock.rs` | the trace events' timestamps: the CPU's time-stamp counter where the kernel keeps time with it, converted when the trace is read |
 //! | `timeline.rs`, `html.rs` (`timeline.js`, `timeline.css`) | lifetimes rebuilt from the trace, and the HTML page that draws them |
 //! | `memory_viz.rs`, `pickle.rs` | the snapshot and trace as PyTorch's snapshot pickle |
 //! | `bucket.rs` | [`SequenceBuckets`] |
@@ -92,6 +93,7 @@ mod bucket;
 mod config;
 #[cfg(feature = "cuda")]
 pub mod cuda_backend;
+mod event_clock;
 mod expandable;
 // GPU-neutral page bookkeeping and stream ordering, used only by the CUDA backend (tested on the
 // host either way).
@@ -135,11 +137,11 @@ pub use policy::{
 };
 pub use pressure::PressureHandlerId;
 pub use stats::{DetailedStats, MemoryStats, PoolStats, Stat};
-pub(crate) use trace::TraceRing;
 pub use trace::{
     BlockSnapshot, LabelFrame, MemorySnapshot, PoolKind, SegmentSnapshot, Trace, TraceEvent,
     TraceEventKind, TraceLabel,
 };
+pub(crate) use trace::{RingEvent, TraceRing};
 
 #[cfg(test)]
 mod fake_tests;

@@ -623,6 +623,92 @@ fn trace_records_events_with_labels_in_a_bounded_ring() {
     assert!(off.trace().events.is_empty());
 }
 
+/// The ring overwrites its oldest event in place once full: what it shows is still the newest
+/// events, oldest first, each alloc and free with the origin of its block.
+#[test]
+fn trace_ring_keeps_the_newest_events_in_order_across_wraps() {
+    let a = alloc(None, fixed_config().with_trace_capacity(5));
+    let mut lines = Vec::new();
+    for kib in 1..=6 {
+        lines.push(line!() + 1);
+        let block = a.allocate(kib * KIB).unwrap();
+        a.free(block);
+    }
+    let t = a.trace();
+    // A segment, then an alloc and a free per block: 13 events, the last 5 kept.
+    assert_eq!(t.dropped, 8);
+    let kib = |k: usize| (k * KIB) as u64;
+    let shown: Vec<(TraceEventKind, u64)> = t.events.iter().map(|e| (e.kind, e.size)).collect();
+    assert_eq!(
+        shown,
+        vec![
+            (TraceEventKind::Free, kib(4)),
+            (TraceEventKind::Alloc, kib(5)),
+            (TraceEventKind::Free, kib(5)),
+            (TraceEventKind::Alloc, kib(6)),
+            (TraceEventKind::Free, kib(6)),
+        ]
+    );
+    let origin_lines: Vec<u32> = t
+        .events
+        .iter()
+        .map(|e| e.origin.as_ref().map_or(0, |o| o.line))
+        .collect();
+    assert_eq!(
+        origin_lines,
+        vec![lines[3], lines[4], lines[4], lines[5], lines[5]]
+    );
+    assert!(t.events.windows(2).all(|w| w[0].time_ns <= w[1].time_ns));
+    a.clear_trace();
+    let block = a.allocate(KIB).unwrap();
+    a.free(block);
+    let t = a.trace();
+    assert_eq!(t.dropped, 0);
+    let kinds: Vec<TraceEventKind> = t.events.iter().map(|e| e.kind).collect();
+    assert_eq!(kinds, vec![TraceEventKind::Alloc, TraceEventKind::Free]);
+}
+
+/// Consecutive events under one label share it in the ring; each event still shows its own
+/// label after older ones were overwritten.
+#[test]
+fn trace_ring_labels_follow_their_events_across_wraps() {
+    let a = alloc(None, fixed_config().with_trace_capacity(4));
+    let pair = |a: &CachingAllocator<HostBackend>| {
+        let block = a.allocate(KIB).unwrap();
+        a.free(block);
+    };
+    let labels = |a: &CachingAllocator<HostBackend>| -> Vec<Option<String>> {
+        a.trace()
+            .events
+            .iter()
+            .map(|e| e.label.as_ref().map(|l| l.to_string()))
+            .collect()
+    };
+    let name = |n: &str| Some(n.to_string());
+    {
+        let _tag = crate::scope::tag("a");
+        pair(&a);
+        pair(&a);
+    }
+    // The segment's event and four of the block's, the oldest overwritten.
+    assert_eq!(labels(&a), vec![name("a"), name("a"), name("a"), name("a")]);
+    {
+        let _tag = crate::scope::tag("b");
+        pair(&a);
+    }
+    assert_eq!(labels(&a), vec![name("a"), name("a"), name("b"), name("b")]);
+    pair(&a);
+    assert_eq!(labels(&a), vec![name("b"), name("b"), None, None]);
+    {
+        let _tag = crate::scope::tag("c");
+        pair(&a);
+        pair(&a);
+    }
+    assert_eq!(labels(&a), vec![name("c"), name("c"), name("c"), name("c")]);
+    // A segment and six pairs: 13 events, 4 kept.
+    assert_eq!(a.trace().dropped, 13 - 4);
+}
+
 #[test]
 fn snapshot_lists_segments_and_blocks_as_json() {
     let a = fixed();

@@ -2,6 +2,8 @@
 //! The thread's current label is kept here, where the allocator records it; `crate::scope`'s
 //! tags and batch scopes set it ([`push_label`], [`restore_label`]).
 
+use super::event_clock::EventClock;
+use super::origin::{BlockOrigin, Sites};
 use super::{AllocOrigin, MemoryStats};
 use serde::Serialize;
 use std::cell::RefCell;
@@ -133,7 +135,10 @@ pub struct TraceEvent {
     pub addr: u64,
     /// Bytes of the block or segment (the rounded request for an OOM).
     pub size: u64,
-    /// Nanoseconds since the allocator was created.
+    /// Nanoseconds since the allocator was created. Recorded as a time-stamp counter reading
+    /// where the kernel keeps time with that counter, and converted when the trace is read
+    /// (to within the gap between reading the counter and the clock, tens of nanoseconds: two
+    /// reads of one trace may differ by that much; the order of events never changes).
     pub time_ns: u64,
     /// The labels active on the thread at the time (batch-scope iteration, tags), if any.
     pub label: Option<TraceLabel>,
@@ -145,45 +150,187 @@ pub struct TraceEvent {
     pub reserved_bytes: u64,
 }
 
+/// An event as the ring keeps it until the trace is read: its origin as the block keeps it (an
+/// interned call site, see `origin.rs`), its time as a stamp of the ring's clock, its label in
+/// the ring's runs of labels. Recording pays for neither the origin's record nor the time's
+/// conversion nor a reference count per label; [`TraceRing::to_trace`] does the first two.
+pub(crate) struct RingEvent {
+    pub kind: TraceEventKind,
+    pub addr: u64,
+    pub size: u64,
+    /// A stamp of the ring's [`EventClock`], or nanoseconds for a ring without one.
+    pub time: u64,
+    pub origin: BlockOrigin,
+    pub allocated_bytes: u64,
+    pub reserved_bytes: u64,
+}
+
+impl RingEvent {
+    /// An event without an origin, at `time_ns` (for a ring built by [`TraceRing::new`]).
+    pub(crate) fn unplaced(
+        kind: TraceEventKind,
+        addr: u64,
+        size: u64,
+        time_ns: u64,
+        bytes: u64,
+    ) -> Self {
+        RingEvent {
+            kind,
+            addr,
+            size,
+            time: time_ns,
+            origin: BlockOrigin::default(),
+            allocated_bytes: bytes,
+            reserved_bytes: bytes,
+        }
+    }
+}
+
 /// A ring of the most recent events.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct TraceRing {
     capacity: usize,
-    events: VecDeque<TraceEvent>,
+    /// Up to `capacity` events; once full, the oldest is at `oldest` and each new event
+    /// overwrites it in place.
+    events: Vec<RingEvent>,
+    oldest: usize,
+    /// The events' labels, oldest first, as runs of consecutive events with one label (the
+    /// same `Arc`): the label and the run's length. A loop's events share their iteration's
+    /// label, so a push usually adds one to a count instead of cloning the label (an atomic
+    /// increment, and a decrement when the event is overwritten).
+    labels: VecDeque<(Option<TraceLabel>, u32)>,
     dropped: u64,
+    /// The clock of a ring whose events' times are stamps until [`TraceRing::to_trace`]
+    /// converts them (the allocator's); `None`: times are nanoseconds already.
+    clock: Option<EventClock>,
 }
 
 impl TraceRing {
+    /// A ring whose events come with their times.
     pub(crate) fn new(capacity: usize) -> Self {
         Self {
             capacity,
-            events: VecDeque::with_capacity(capacity.min(1 << 16)),
+            events: Vec::with_capacity(capacity.min(1 << 16)),
+            oldest: 0,
+            labels: VecDeque::new(),
             dropped: 0,
+            clock: None,
+        }
+    }
+    /// A ring whose events are stamped by [`TraceRing::stamp`], their times counting from
+    /// `origin_ns` on the monotonic clock.
+    pub(crate) fn stamped(capacity: usize, origin_ns: u64) -> Self {
+        Self {
+            clock: (capacity > 0).then(|| EventClock::new(origin_ns)),
+            ..Self::new(capacity)
         }
     }
     #[inline]
     pub(crate) fn enabled(&self) -> bool {
         self.capacity > 0
     }
-    pub(crate) fn push(&mut self, event: TraceEvent) {
-        if self.capacity == 0 {
+    /// The time of an event happening now (0 for a ring built by [`TraceRing::new`], whose
+    /// events come with their times).
+    #[inline]
+    pub(crate) fn stamp(&mut self) -> u64 {
+        self.clock.as_mut().map_or(0, EventClock::stamp)
+    }
+    /// Adds `event`, made now on this thread (under its label).
+    #[inline]
+    pub(crate) fn push_now(&mut self, event: RingEvent) {
+        if !self.store(event) {
             return;
         }
-        if self.events.len() == self.capacity {
-            self.events.pop_front();
-            self.dropped += 1;
+        let label = match self.labels.back() {
+            Some((last, _)) => thread_label_unless(last.as_ref()),
+            None => EventLabel::Other(thread_label()),
+        };
+        match label {
+            EventLabel::Same => {
+                if let Some((_, count)) = self.labels.back_mut() {
+                    *count += 1;
+                }
+            }
+            EventLabel::Other(label) => self.add_label(label),
         }
-        self.events.push_back(event);
     }
-    pub(crate) fn to_trace(&self) -> Trace {
+    /// Adds `event`, made under `label`.
+    pub(crate) fn push(&mut self, event: RingEvent, label: Option<TraceLabel>) {
+        if self.store(event) {
+            self.add_label(label);
+        }
+    }
+    /// Stores `event` in place of the oldest once the ring is full (the oldest's label leaves
+    /// the runs); `false` when the ring keeps nothing.
+    #[inline]
+    fn store(&mut self, event: RingEvent) -> bool {
+        if self.capacity == 0 {
+            return false;
+        }
+        if self.events.len() < self.capacity {
+            self.events.push(event);
+            return true;
+        }
+        self.events[self.oldest] = event;
+        // A compare, not `%`: a division per event costs more than the rest of the push.
+        self.oldest += 1;
+        if self.oldest == self.capacity {
+            self.oldest = 0;
+        }
+        self.dropped += 1;
+        self.forget_oldest_label();
+        true
+    }
+    /// The newest event's label joins the last run, or starts one.
+    fn add_label(&mut self, label: Option<TraceLabel>) {
+        match self.labels.back_mut() {
+            Some((last, count)) if same_label(last.as_ref(), label.as_ref()) => *count += 1,
+            _ => self.labels.push_back((label, 1)),
+        }
+    }
+    /// The overwritten event's label leaves the first run.
+    fn forget_oldest_label(&mut self) {
+        if let Some((_, count)) = self.labels.front_mut() {
+            *count -= 1;
+            if *count == 0 {
+                self.labels.pop_front();
+            }
+        }
+    }
+    /// The events as shown, oldest first: origins looked up in `sites` (the allocator's call
+    /// sites; `None` for a ring whose events have no origin), times in nanoseconds.
+    pub(crate) fn to_trace(&self, sites: Option<&Sites>) -> Trace {
+        let converter = self.clock.as_ref().map(EventClock::converter);
         Trace {
             capacity: self.capacity,
             dropped: self.dropped,
-            events: self.events.iter().cloned().collect(),
+            events: self.events[self.oldest..]
+                .iter()
+                .chain(&self.events[..self.oldest])
+                .zip(
+                    self.labels
+                        .iter()
+                        .flat_map(|(label, count)| std::iter::repeat_n(label, *count as usize)),
+                )
+                .map(|(event, label)| TraceEvent {
+                    kind: event.kind,
+                    addr: event.addr,
+                    size: event.size,
+                    time_ns: converter
+                        .as_ref()
+                        .map_or(event.time, |c| c.nanos(event.time)),
+                    label: label.clone(),
+                    origin: sites.and_then(|sites| sites.origin(&event.origin)),
+                    allocated_bytes: event.allocated_bytes,
+                    reserved_bytes: event.reserved_bytes,
+                })
+                .collect(),
         }
     }
     pub(crate) fn clear(&mut self) {
         self.events.clear();
+        self.oldest = 0;
+        self.labels.clear();
         self.dropped = 0;
     }
 }
@@ -318,6 +465,35 @@ pub(crate) fn monotonic_ns() -> u64 {
         .get_or_init(std::time::Instant::now)
         .elapsed()
         .as_nanos() as u64
+}
+
+/// Whether two events' labels are one (the same `Arc`, or both none).
+fn same_label(a: Option<&TraceLabel>, b: Option<&TraceLabel>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => Arc::ptr_eq(&a.0, &b.0),
+        (None, None) => true,
+        _ => false,
+    }
+}
+
+/// An event's label, as [`thread_label_unless`] finds it.
+enum EventLabel {
+    /// The label of the ring's last event (not cloned).
+    Same,
+    /// Another one.
+    Other(Option<TraceLabel>),
+}
+
+/// This thread's label, unless it is `last`.
+fn thread_label_unless(last: Option<&TraceLabel>) -> EventLabel {
+    LABEL
+        .try_with(|label| match label.try_borrow() {
+            Ok(label) if same_label(label.as_ref(), last) => EventLabel::Same,
+            Ok(label) => EventLabel::Other(label.clone()),
+            // Being replaced (see `thread_label`): none.
+            Err(_) => EventLabel::Other(None),
+        })
+        .unwrap_or(EventLabel::Other(None))
 }
 
 /// This thread's label (tags and batch-scope iterations), recorded with allocator events.

@@ -7,7 +7,7 @@
 //! straight through, and locks are never nested.
 
 use super::tracking::{current, mode, Mode, ModeGuard, LIMIT};
-use crate::alloc::{Trace, TraceEvent, TraceEventKind, TraceLabel, TraceRing};
+use crate::alloc::{RingEvent, Trace, TraceEventKind, TraceLabel, TraceRing};
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
@@ -363,8 +363,8 @@ pub(super) fn start_trace(capacity: usize) {
 pub(super) fn trace() -> Trace {
     let _internal = ModeGuard::enter(Mode::Internal);
     match lock(&TRACE).as_ref() {
-        Some(ring) => ring.to_trace(),
-        None => TraceRing::new(0).to_trace(),
+        Some(ring) => ring.to_trace(None),
+        None => TraceRing::new(0).to_trace(None),
     }
 }
 
@@ -377,18 +377,9 @@ pub(super) fn push_event(
 ) {
     let time_ns = EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64;
     let live = current();
-    let event = TraceEvent {
-        kind,
-        addr: addr as u64,
-        size: size as u64,
-        time_ns,
-        label,
-        origin: None,
-        allocated_bytes: live,
-        reserved_bytes: live,
-    };
+    let event = RingEvent::unplaced(kind, addr as u64, size as u64, time_ns, live);
     if let Some(ring) = lock(&TRACE).as_mut() {
-        ring.push(event);
+        ring.push(event, label);
     }
 }
 
