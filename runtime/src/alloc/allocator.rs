@@ -543,7 +543,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     fn fail(&self, st: &mut State, requested: usize, rounded: usize) -> OutOfMemory {
         let backend_error = st.request_failure.take();
         st.stats.num_ooms += 1;
-        st.record(TraceEventKind::Oom, 0, rounded as u64, None);
+        st.record(TraceEventKind::Oom, 0, rounded as u64);
         let s = st.snapshot_stats();
         // What could still be reserved: the device's free memory, capped by the limit.
         let under_limit = self.limit.map(|l| l.saturating_sub(s.reserved_bytes));

@@ -807,7 +807,7 @@ impl State {
         if self.max_split.is_some_and(|ms| bytes >= ms) {
             self.stats.oversize_segments.increase(1);
         }
-        self.record(TraceEventKind::SegmentAlloc, addr, bytes as u64, None);
+        self.record(TraceEventKind::SegmentAlloc, addr, bytes as u64);
         true
     }
 
@@ -861,7 +861,7 @@ impl State {
         if self.max_split.is_some_and(|ms| seg.size >= ms) {
             self.stats.oversize_segments.decrease(1);
         }
-        self.record(TraceEventKind::SegmentFree, seg.addr, seg.size as u64, None);
+        self.record(TraceEventKind::SegmentFree, seg.addr, seg.size as u64);
         seg.size as u64
     }
 
@@ -964,23 +964,18 @@ impl State {
         self.free_block(slot);
     }
 
-    /// Records an event in the trace, if it is recording; `origin`: where the block of an
-    /// alloc or free event was made.
+    /// Records a segment or out-of-memory event in the trace, if it is recording.
     #[inline(always)]
-    pub fn record(
-        &mut self,
-        kind: TraceEventKind,
-        addr: u64,
-        size: u64,
-        origin: Option<&BlockOrigin>,
-    ) {
-        // Checked inline: every alloc and free passes here, and the trace is usually off.
+    pub fn record(&mut self, kind: TraceEventKind, addr: u64, size: u64) {
+        // Checked inline: segments come and go on the allocation path, and the trace is usually
+        // off.
         if self.trace.enabled() {
-            self.push_event(kind, addr, size, origin.cloned().unwrap_or_default());
+            self.push_event(kind, addr, size, BlockOrigin::default());
         }
     }
 
-    /// Records an event in the trace (which the caller saw recording), taking its origin.
+    /// Records an event in the trace (which the caller saw recording), with the origin of its
+    /// block (none for segment and out-of-memory events).
     #[cold]
     #[inline(never)]
     pub fn push_event(&mut self, kind: TraceEventKind, addr: u64, size: u64, origin: BlockOrigin) {

@@ -298,7 +298,7 @@ impl State {
         }
         self.stats
             .on_reserve(super::PoolKind::Large, need, e.seg.is_none());
-        self.record(TraceEventKind::SegmentAlloc, at, need as u64, None);
+        self.record(TraceEventKind::SegmentAlloc, at, need as u64);
         true
     }
 
@@ -379,7 +379,7 @@ impl State {
                 self.absorb_next(hole);
             }
             self.stats.on_release(pool, (hi - lo) as usize, false);
-            self.record(TraceEventKind::SegmentFree, lo, hi - lo, None);
+            self.record(TraceEventKind::SegmentFree, lo, hi - lo);
             at = self.nodes[hole as usize].next;
         }
         self.trim_unmapped_tail(si);
@@ -453,7 +453,7 @@ impl State {
             self.nodes[at as usize].mapped = true;
             let pool = self.nodes[at as usize].pool;
             self.stats.on_reserve(pool, need, false);
-            self.record(TraceEventKind::SegmentAlloc, addr, need as u64, None);
+            self.record(TraceEventKind::SegmentAlloc, addr, need as u64);
             // The mapped pages join their free neighbours like a freed block.
             self.free_block(at);
             return Some(true);

@@ -167,7 +167,7 @@ pub(crate) struct RingEvent {
 
 impl RingEvent {
     /// An event without an origin, at `time_ns` (for a ring built by [`TraceRing::new`]).
-    pub(crate) fn unplaced(
+    pub(crate) fn without_origin(
         kind: TraceEventKind,
         addr: u64,
         size: u64,
@@ -198,7 +198,7 @@ pub(crate) struct TraceRing {
     /// same `Arc`): the label and the run's length. A loop's events share their iteration's
     /// label, so a push usually adds one to a count instead of cloning the label (an atomic
     /// increment, and a decrement when the event is overwritten).
-    labels: VecDeque<(Option<TraceLabel>, u32)>,
+    labels: VecDeque<(Option<TraceLabel>, usize)>,
     dropped: u64,
     /// The clock of a ring whose events' times are stamps until [`TraceRing::to_trace`]
     /// converts them (the allocator's); `None`: times are nanoseconds already.
@@ -310,7 +310,7 @@ impl TraceRing {
                 .zip(
                     self.labels
                         .iter()
-                        .flat_map(|(label, count)| std::iter::repeat_n(label, *count as usize)),
+                        .flat_map(|(label, count)| std::iter::repeat_n(label, *count)),
                 )
                 .map(|(event, label)| TraceEvent {
                     kind: event.kind,

@@ -377,7 +377,7 @@ pub(super) fn push_event(
 ) {
     let time_ns = EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64;
     let live = current();
-    let event = RingEvent::unplaced(kind, addr as u64, size as u64, time_ns, live);
+    let event = RingEvent::without_origin(kind, addr as u64, size as u64, time_ns, live);
     if let Some(ring) = lock(&TRACE).as_mut() {
         ring.push(event, label);
     }
