@@ -4,6 +4,9 @@
 # `alloc_bench`'s `cached_pair_ns`: `alloc_bench --count-pairs MODE` runs the warm-up outside
 # and the counted rounds inside one function, and callgrind counts only inside it
 # (`--toggle-collect`). Instruction counts do not swing with the machine's load as times do.
+# What they miss: under valgrind `clock_gettime` is a system call, counted as glibc's wrapper
+# (about 10 instructions) instead of the vDSO's clock read (23 ns on this VM), and an atomic
+# counts one instruction however long it waits for its cache line: compare times too.
 # Usage: scripts/alloc-callgrind.sh [ROUNDS]   (default 20 rounds = 5120 pairs per mode)
 set -euo pipefail
 cd "$(dirname "$0")/.."
