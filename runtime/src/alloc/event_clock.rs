@@ -25,7 +25,7 @@ pub(crate) struct EventClock {
     origin_ns: u64,
 }
 
-/// The stamp source and the monotonic clock, read one after the other.
+/// A stamp and the monotonic clock's time at it (see [`Reading::now`]).
 #[derive(Debug, Clone, Copy)]
 struct Reading {
     stamp: u64,
