@@ -10,7 +10,9 @@
 #
 # Usage: scripts/compile-instructions.sh NAME   (after scripts/compile-time.sh NAME ..., whose
 # copies in target/compile-time/NAME/ it builds again, in a target directory of its own: for
-# candle-nn about 4 minutes per copy under callgrind, plus a first build of the dependencies)
+# candle-nn about 4 minutes per copy under callgrind, plus a first build of the dependencies).
+# With `OPTIMIZED_MACROS=1`, the copies of `OPTIMIZED_MACROS=1 scripts/compile-time.sh`
+# (proc macros built optimized).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ $# -ne 1 ]]; then
@@ -20,6 +22,7 @@ fi
 NAME=$1
 CRATE=${NAME//-/_}
 W=$PWD/target/compile-time/$NAME
+if [[ "${OPTIMIZED_MACROS:-0}" == 1 ]]; then W=$W-optimized-macros; fi
 for copy in plain floor annotated; do
     if [[ ! -f "$W/$copy/Cargo.toml" ]]; then
         echo "no $W/$copy: run scripts/compile-time.sh $NAME VERSION [FEATURE] first" >&2

@@ -10,9 +10,14 @@
 #
 #   compile NAME: plain P s, floor F s, annotated A s, ratio R, floor ratio Q
 #
+# With `OPTIMIZED_MACROS=1`, all three copies build their proc macros (and the build scripts)
+# optimized, through the profile setting the README recommends
+# (`[profile.dev.build-override] opt-level = 3`); the crate itself stays a dev build.
+#
 # Usage: scripts/compile-time.sh NAME VERSION [FEATURE]   (e.g. candle-nn 0.11.1 candle)
 # Needs the corpus check's work copy (`target/corpus/work/NAME-VERSION`: run
-# scripts/corpus-check.sh first). Work in `target/compile-time/NAME/`.
+# scripts/corpus-check.sh first). Work in `target/compile-time/NAME/`
+# (`NAME-optimized-macros/` with `OPTIMIZED_MACROS=1`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ $# -lt 2 ]]; then
@@ -20,6 +25,7 @@ if [[ $# -lt 2 ]]; then
     exit 2
 fi
 NAME=$1 VERSION=$2 FEATURE=${3:-}
+OPTIMIZED=${OPTIMIZED_MACROS:-0}
 ROOT=$PWD
 SOURCE=target/corpus/work/$NAME-$VERSION
 if [[ ! -d "$SOURCE/src" ]]; then
@@ -27,6 +33,7 @@ if [[ ! -d "$SOURCE/src" ]]; then
     exit 1
 fi
 W=$ROOT/target/compile-time/$NAME
+if [[ "$OPTIMIZED" == 1 ]]; then W=$W-optimized-macros; fi
 MACRO=$ROOT/target/compile-time/syn-roundtrip
 rm -rf "$W"
 mkdir -p "$W" "$MACRO/src"
@@ -66,7 +73,13 @@ for copy in plain floor annotated; do
     cp -r "$SOURCE" "$W/$copy"
     rm -rf "$W/$copy/target"
     sed -i "s|^vramguard = .*|vramguard = { path = \"$ROOT\"$features }|" "$W/$copy/Cargo.toml"
+    if [[ "$OPTIMIZED" == 1 ]]; then
+        printf '\n[profile.dev.build-override]\nopt-level = 3\n' >> "$W/$copy/Cargo.toml"
+    fi
 done
+if [[ "$OPTIMIZED" == 1 ]]; then
+    echo "macros optimized: [profile.dev.build-override] opt-level = 3 in all three copies"
+fi
 # The corpus check writes `#[::vramguard::inference] ` or `#[::vramguard::inference(..)] `.
 grep -rl "vramguard::inference" "$W/plain/src" | xargs -r sed -i \
     -e 's/#\[::vramguard::inference\] //g' -e 's/#\[::vramguard::inference([^]]*)\] //g'
