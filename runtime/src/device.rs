@@ -16,8 +16,8 @@ pub use cuda_buffer::{CudaBuffer, CudaBufferError};
 #[cfg(feature = "cuda")]
 use crate::alloc::cuda_backend::CudaBackend;
 use crate::alloc::{
-    AllocOrigin, AllocatorConfig, Backend, Block, CachingAllocator, DeviceAllocator, HostBackend,
-    IterationId, OutOfMemory, SetupError, StreamId,
+    AllocatorConfig, Backend, Block, CachingAllocator, DeviceAllocator, HostBackend, IterationId,
+    OutOfMemory, RequestOrigin, SetupError, StreamId,
 };
 #[cfg(feature = "cuda")]
 use cudarc::driver::CudaContext;
@@ -262,13 +262,13 @@ impl Device {
     /// Allocates `bytes` bytes on this device, attributed to the innermost batch scope (whose
     /// iterations the allocator plans: see `iteration_planning` in
     /// [`AllocatorConfig`]). The caller's line (or the tensor op running on this thread) is
-    /// recorded as the block's [`AllocOrigin`].
+    /// recorded as the block's [`AllocOrigin`](crate::alloc::AllocOrigin).
     #[track_caller]
     pub fn allocate(&self, bytes: usize) -> Result<Allocation, OutOfMemory> {
         self.allocate_at(
             bytes,
             StreamId::DEFAULT,
-            AllocOrigin::current(Location::caller(), "allocate"),
+            RequestOrigin::current(Location::caller(), "allocate"),
         )
     }
 
@@ -281,7 +281,7 @@ impl Device {
         self.allocate_at(
             bytes,
             stream,
-            AllocOrigin::current(Location::caller(), "allocate"),
+            RequestOrigin::current(Location::caller(), "allocate"),
         )
     }
 
@@ -294,7 +294,7 @@ impl Device {
         shape: &[usize],
         op: &'static str,
     ) -> Result<Allocation, OutOfMemory> {
-        let mut origin = AllocOrigin::current(Location::caller(), op);
+        let mut origin = RequestOrigin::current(Location::caller(), op);
         origin.shape = Some(Arc::from(shape));
         self.allocate_at(bytes, StreamId::DEFAULT, origin)
     }
@@ -303,7 +303,7 @@ impl Device {
         &self,
         bytes: usize,
         stream: StreamId,
-        origin: AllocOrigin,
+        origin: RequestOrigin,
     ) -> Result<Allocation, OutOfMemory> {
         let scope = current_observer();
         let block = if stream == StreamId::DEFAULT {
@@ -316,7 +316,7 @@ impl Device {
             observer.on_alloc(self.allocator(), block.id, block.size);
         }
         Ok(Allocation {
-            block: Some(block),
+            block,
             device: self.clone(),
             scope,
         })
@@ -426,34 +426,28 @@ impl fmt::Debug for Device {
 
 /// A live block of device memory; returned to its allocator on drop.
 pub struct Allocation {
-    block: Option<Block>,
+    block: Block,
     device: Device,
     /// The observer of the thread that allocated, told of the free.
     scope: Option<Arc<dyn AllocationObserver>>,
 }
 
 impl Allocation {
-    fn block(&self) -> &Block {
-        // Invariant: `block` is `Some` until `drop`.
-        self.block
-            .as_ref()
-            .unwrap_or_else(|| unreachable!("block taken before drop"))
-    }
     /// Device address of the first byte, as a number (for logs, snapshots, comparisons). It is
     /// memory of this allocation only while the allocation lives and only in its stream's
     /// order: to hand the memory to a kernel, go through [`CudaBuffer`], whose
     /// `DevicePtr`/`DevicePtrMut` give the pointer together with the borrow that keeps it
     /// valid (and record other streams, [`Allocation::record_stream`]).
     pub fn addr(&self) -> u64 {
-        self.block().addr
+        self.block.addr
     }
     /// Bytes held (the request rounded to the allocator's granularity).
     pub fn size(&self) -> usize {
-        self.block().size
+        self.block.size
     }
     /// Bytes asked for.
     pub fn requested_bytes(&self) -> usize {
-        self.block().requested
+        self.block.requested
     }
     /// The device the memory lives on.
     pub fn device(&self) -> &Device {
@@ -461,11 +455,11 @@ impl Allocation {
     }
     /// A CPU pointer to the memory, if the device is host-addressable.
     pub fn host_ptr(&self) -> Option<*mut u8> {
-        self.device.is_host().then(|| self.block().addr as *mut u8)
+        self.device.is_host().then_some(self.block.addr as *mut u8)
     }
     /// The stream the memory was allocated on (see [`Device::allocate_on`]).
     pub fn stream(&self) -> StreamId {
-        self.block().stream
+        self.block.stream
     }
     /// Records that work queued on `stream` uses this memory, as PyTorch's `record_stream`:
     /// when the allocation is dropped, the block is not handed out again until the work queued
@@ -473,18 +467,17 @@ impl Allocation {
     /// [`Allocation::stream`] that reads or writes the memory (cudarc code of your own, another
     /// library); the allocation's own stream needs nothing.
     pub fn record_stream(&self, stream: StreamId) {
-        self.device.allocator().record_stream(self.block(), stream);
+        self.device.allocator().record_stream(&self.block, stream);
     }
 }
 
 impl Drop for Allocation {
     fn drop(&mut self) {
-        if let Some(block) = self.block.take() {
-            if let Some(observer) = &self.scope {
-                observer.on_free(self.device.allocator(), block.id);
-            }
-            self.device.allocator().free(block);
+        if let Some(observer) = &self.scope {
+            observer.on_free(self.device.allocator(), self.block.id);
         }
+        // `release` marks the block free: this allocation is not used after it.
+        self.device.allocator().release(&self.block);
     }
 }
 

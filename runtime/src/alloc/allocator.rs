@@ -6,15 +6,15 @@
 
 use super::blocks::{PendingFree, State};
 use super::expandable::{self, Resolved};
-use super::origin::{BlockOrigin, RAW_OP};
+use super::origin::{BlockOrigin, RequestOrigin, RAW_OP};
 use super::plan::{IterationId, Obstacle};
 use super::policy::{self, OomFacts, ADDR_LIMIT};
 use super::pressure::PressureHandlers;
 use super::trace::TraceRing;
 use super::{
-    AllocOrigin, AllocatorConfig, Backend, BackendFailure, ConfigSource, DetailedStats,
-    ExpandableSegments, MemorySnapshot, MemoryStats, OomCause, OomContext, OutOfMemory, PoolKind,
-    PressureHandlerId, SegmentMode, SetupError, StreamId, Trace, TraceEventKind, OOM_LARGEST_LIVE,
+    AllocatorConfig, Backend, BackendFailure, ConfigSource, DetailedStats, ExpandableSegments,
+    MemorySnapshot, MemoryStats, OomCause, OomContext, OutOfMemory, PoolKind, PressureHandlerId,
+    SegmentMode, SetupError, StreamId, Trace, TraceEventKind, OOM_LARGEST_LIVE,
 };
 use std::fmt;
 use std::panic::Location;
@@ -210,14 +210,15 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
 
     /// Allocates a block of at least `bytes` bytes: a cached free block, else a new segment,
     /// else the same after releasing the cache, else the same after the pressure handlers
-    /// freed memory, else [`OutOfMemory`]. The caller's line is the block's [`AllocOrigin`]
-    /// (unless a tensor op of this thread is running: then that op's).
+    /// freed memory, else [`OutOfMemory`]. The caller's line is the block's
+    /// [`AllocOrigin`](super::AllocOrigin) (unless a tensor op of this thread is running: then
+    /// that op's).
     #[track_caller]
     pub fn allocate(&self, bytes: usize) -> Result<Block, OutOfMemory> {
         self.allocate_from(
             bytes,
             StreamId::DEFAULT,
-            AllocOrigin::current(Location::caller(), RAW_OP),
+            RequestOrigin::current(Location::caller(), RAW_OP),
         )
     }
 
@@ -230,7 +231,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         self.allocate_from(
             bytes,
             stream,
-            AllocOrigin::current(Location::caller(), RAW_OP),
+            RequestOrigin::current(Location::caller(), RAW_OP),
         )
     }
 
@@ -239,7 +240,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         &self,
         bytes: usize,
         stream: StreamId,
-        origin: AllocOrigin,
+        origin: RequestOrigin,
     ) -> Result<Block, OutOfMemory> {
         let mut st = lock(&self.state);
         st.request_failure = None;
@@ -273,7 +274,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         bytes: usize,
         iteration: Option<IterationId>,
     ) -> Result<Block, OutOfMemory> {
-        let origin = AllocOrigin::current(Location::caller(), RAW_OP);
+        let origin = RequestOrigin::current(Location::caller(), RAW_OP);
         self.allocate_at(bytes, iteration, origin)
     }
 
@@ -284,7 +285,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         &self,
         bytes: usize,
         iteration: Option<IterationId>,
-        origin: AllocOrigin,
+        origin: RequestOrigin,
     ) -> Result<Block, OutOfMemory> {
         let Some(id) = iteration.filter(|_| self.config.iteration_planning) else {
             return self.allocate_from(bytes, StreamId::DEFAULT, origin);
@@ -505,7 +506,8 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         }
     }
 
-    fn hand_out(&self, st: &mut State, slot: u32, req: &Request, origin: AllocOrigin) -> Block {
+    #[inline(always)]
+    fn hand_out(&self, st: &mut State, slot: u32, req: &Request, origin: RequestOrigin) -> Block {
         let id = st.next_id;
         st.next_id += 1;
         let n = &mut st.nodes[slot as usize];
@@ -554,7 +556,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         // Judged from the request's own pool: free slivers of small-pool segments cannot hold
         // a large request (nor the other way round), so they do not make a full device read
         // as fragmentation.
-        let pool = st.stats.pools_of(policy::pool_for(rounded));
+        let pool = st.stats.pool(policy::pool_for(rounded));
         let pool_cached_free = pool.reserved_bytes.current - pool.active_bytes.current;
         let cause = if backend_error.is_some() {
             OomCause::BackendFailed
@@ -611,10 +613,17 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     /// (checked on later allocations, waited for before the cache is released).
     #[inline]
     pub fn free(&self, block: Block) {
+        self.release(&block);
+    }
+
+    /// [`Self::free`] of a block its caller keeps no use for afterwards (an `Allocation`
+    /// being dropped): by reference, so the block is not moved on the way.
+    #[inline]
+    pub(crate) fn release(&self, block: &Block) {
         let mut st = lock(&self.state);
         let slot = block.slot;
-        if !self.owns(&st, &block) {
-            self.refuse_free(&block);
+        if !self.owns(&st, block) {
+            self.refuse_free(block);
             return;
         }
         let (node_size, pool) = (st.nodes[slot as usize].size, st.nodes[slot as usize].pool);
@@ -746,7 +755,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     /// PyTorch's statistics (`torch.cuda.memory_stats()`): per pool and in total, current,
     /// peak, allocated and freed; [`DetailedStats::to_map`] gives them under PyTorch's keys.
     pub fn detailed_stats(&self) -> DetailedStats {
-        lock(&self.state).stats
+        lock(&self.state).stats.detailed()
     }
 
     /// The statistics as the text table PyTorch users know from `torch.cuda.memory_summary()`.

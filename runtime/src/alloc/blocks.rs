@@ -18,7 +18,7 @@ use super::expandable::Expandable;
 use super::origin::{BlockOrigin, Sites};
 use super::plan::Planner;
 use super::policy::{self, ADDR_LIMIT};
-use super::stats::DetailedStats;
+use super::stats::{Counters, Key};
 use super::trace::{RingEvent, TraceRing};
 use super::{
     Backend, BackendError, BackendFailure, BlockSnapshot, EventId, LiveAllocation, MemoryStats,
@@ -331,7 +331,7 @@ pub(crate) struct State {
     pub range_used_up: bool,
     /// The most recent backend failure.
     pub last_failure: Option<BackendFailure>,
-    pub stats: DetailedStats,
+    pub stats: Counters,
     /// `max_split_size`, for the oversize statistics.
     pub max_split: Option<usize>,
     pub next_id: u64,
@@ -363,7 +363,7 @@ impl State {
             request_failure: None,
             range_used_up: false,
             last_failure: None,
-            stats: DetailedStats::default(),
+            stats: Counters::default(),
             max_split: None,
             next_id: 1,
             lookups: [0; 2],
@@ -524,7 +524,7 @@ impl State {
     /// Bytes reserved now.
     #[inline]
     pub fn reserved(&self) -> u64 {
-        self.stats.all.reserved_bytes.current
+        self.stats.total(Key::ReservedBytes)
     }
 
     /// Whether block `slot` shares its segment with other blocks (PyTorch's `is_split`).
@@ -546,7 +546,7 @@ impl State {
 
     pub fn snapshot_stats(&self) -> MemoryStats {
         let d = &self.stats;
-        let all = &d.all;
+        let all = &d.detailed().all;
         let reserved = all.reserved_bytes.current;
         let allocated = all.allocated_bytes.current;
         MemoryStats {
@@ -979,16 +979,20 @@ impl State {
     #[cold]
     #[inline(never)]
     pub fn push_event(&mut self, kind: TraceEventKind, addr: u64, size: u64, origin: BlockOrigin) {
-        let event = RingEvent {
-            kind,
-            addr,
-            size,
-            time: self.trace.stamp(),
-            origin,
-            allocated_bytes: self.stats.all.allocated_bytes.current,
-            reserved_bytes: self.reserved(),
-        };
-        self.trace.push_now(event);
+        let time = self.trace.stamp();
+        let (allocated_bytes, reserved_bytes) =
+            (self.stats.total(Key::AllocatedBytes), self.reserved());
+        if let Some(place) = self.trace.place_now() {
+            *place = RingEvent {
+                kind,
+                addr,
+                size,
+                time,
+                origin,
+                allocated_bytes,
+                reserved_bytes,
+            };
+        }
     }
 
     /// The `count` largest allocated blocks, largest first (by address among equals).
@@ -1139,10 +1143,10 @@ impl State {
             return Err("pending frees disagree with the blocks".into());
         }
         let s = self.snapshot_stats();
-        if inactive_split != self.stats.all.inactive_split_bytes.current {
+        let counted = self.stats.total(Key::InactiveSplitBytes);
+        if inactive_split != counted {
             return Err(format!(
-                "inactive split bytes {inactive_split} counted as {}",
-                self.stats.all.inactive_split_bytes.current
+                "inactive split bytes {inactive_split} counted as {counted}"
             ));
         }
         let in_sets: usize = self

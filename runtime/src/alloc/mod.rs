@@ -131,6 +131,7 @@ pub use oom::{
 };
 pub(crate) use origin::enter_op;
 pub use origin::AllocOrigin;
+pub(crate) use origin::RequestOrigin;
 pub use plan::IterationId;
 pub use policy::{
     round_size, LARGE_SEGMENT, MIN_LARGE_ALLOC, ROUND, ROUND_LARGE, SMALL_SEGMENT, SMALL_SIZE,

@@ -8,10 +8,12 @@
 //! adds the shape. Without a frame (raw `Device::allocate`, `CachingAllocator::allocate`), the
 //! caller of the allocation function is the origin.
 //!
-//! The origin of a live block is kept compactly ([`BlockOrigin`]: the call site interned once
-//! per allocator in a [`Sites`] table, and the shape when there is one) and turned back into an
-//! [`AllocOrigin`] only where it is shown: the out-of-memory error's largest live allocations,
-//! snapshots, and the trace's alloc and free events while the trace is recording.
+//! On the way to the allocator an origin travels as a [`RequestOrigin`] (the caller's
+//! `&'static Location`, the op's name, the shape: no file, line or column read). The origin of
+//! a live block is kept compactly ([`BlockOrigin`]: the call site interned once per allocator in
+//! a [`Sites`] table, and the shape when there is one) and turned back into an [`AllocOrigin`]
+//! only where it is shown: the out-of-memory error's largest live allocations, snapshots, and
+//! the trace's alloc and free events while the trace is recording.
 
 use serde::Serialize;
 use std::cell::Cell;
@@ -52,29 +54,48 @@ fn serialize_shape<S: serde::Serializer>(
 pub(crate) const RAW_OP: &str = "allocate";
 
 impl AllocOrigin {
-    /// An origin at `location` for op `op`.
-    pub(crate) fn at(location: &'static Location<'static>, op: &'static str) -> Self {
-        AllocOrigin {
-            file: location.file(),
-            line: location.line(),
-            column: location.column(),
+    /// `file:line`.
+    pub fn source_line(&self) -> String {
+        format!("{}:{}", self.file, self.line)
+    }
+}
+
+/// The origin of a request, as the allocator receives it: the call site by reference (the
+/// compiler's `'static` [`Location`], and the op's name) and the tensor's shape.
+#[derive(Debug, Clone)]
+pub(crate) struct RequestOrigin {
+    location: &'static Location<'static>,
+    op: &'static str,
+    /// Shape of the tensor the memory is for (`None` for a raw allocation).
+    pub shape: Option<Arc<[usize]>>,
+}
+
+impl RequestOrigin {
+    /// The origin of an allocation requested at `location` (the caller of the allocation
+    /// function) by `op`: the thread's outermost op frame if one is open, else `location`.
+    #[inline]
+    pub(crate) fn current(location: &'static Location<'static>, op: &'static str) -> Self {
+        let (location, op) = match OP_FRAME.try_with(Cell::get).ok().flatten() {
+            Some(frame) => (frame.location, frame.op),
+            None => (location, op),
+        };
+        RequestOrigin {
+            location,
             op,
             shape: None,
         }
     }
 
-    /// The origin of an allocation requested at `location` (the caller of the allocation
-    /// function) by `op`: the thread's outermost op frame if one is open, else `location`.
-    pub(crate) fn current(location: &'static Location<'static>, op: &'static str) -> Self {
-        match OP_FRAME.try_with(Cell::get).ok().flatten() {
-            Some(frame) => AllocOrigin::at(frame.location, frame.op),
-            None => AllocOrigin::at(location, op),
+    /// The origin as shown.
+    #[cfg(test)]
+    pub(crate) fn shown(&self) -> AllocOrigin {
+        AllocOrigin {
+            file: self.location.file(),
+            line: self.location.line(),
+            column: self.location.column(),
+            op: self.op,
+            shape: self.shape.clone(),
         }
-    }
-
-    /// `file:line`.
-    pub fn source_line(&self) -> String {
-        format!("{}:{}", self.file, self.line)
     }
 }
 
@@ -90,23 +111,19 @@ impl std::fmt::Display for AllocOrigin {
 }
 
 /// The call site of an origin (all of it but the shape), by identity: the addresses of its
-/// `'static` strings, so comparing two is a few integer comparisons. Two copies of one string
-/// at different addresses make two entries that read the same.
+/// `'static` location and op name, so comparing two is three integer comparisons. Two copies
+/// of one location or name at different addresses make two entries that read the same.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 struct SiteKey {
-    file: (usize, usize),
-    line: u32,
-    column: u32,
+    location: usize,
     op: (usize, usize),
 }
 
 impl SiteKey {
     #[inline]
-    fn of(origin: &AllocOrigin) -> SiteKey {
+    fn of(origin: &RequestOrigin) -> SiteKey {
         SiteKey {
-            file: (origin.file.as_ptr() as usize, origin.file.len()),
-            line: origin.line,
-            column: origin.column,
+            location: origin.location as *const Location<'static> as usize,
             op: (origin.op.as_ptr() as usize, origin.op.len()),
         }
     }
@@ -114,8 +131,7 @@ impl SiteKey {
     /// Slot in [`Sites::recent`].
     #[inline]
     fn recent_slot(&self) -> usize {
-        let mix =
-            self.file.0 ^ (self.line as usize).wrapping_mul(0x9e37_79b9) ^ self.column as usize;
+        let mix = self.location ^ self.op.0.wrapping_mul(0x9e37_79b9);
         (mix ^ (mix >> 7)) % RECENT_SITES
     }
 }
@@ -129,8 +145,8 @@ const NO_SITE: u32 = u32::MAX;
 /// The call sites of one allocator's blocks, each interned once: a block keeps a `u32`.
 #[derive(Default)]
 pub(crate) struct Sites {
-    /// Site id → its file, line, column and op.
-    table: Vec<(&'static str, u32, u32, &'static str)>,
+    /// Site id → its location and op.
+    table: Vec<(&'static Location<'static>, &'static str)>,
     ids: HashMap<SiteKey, u32>,
     /// A direct-mapped cache in front of `ids`: a loop allocates from a few sites over and
     /// over, and one comparison is cheaper than hashing.
@@ -140,7 +156,7 @@ pub(crate) struct Sites {
 impl Sites {
     /// The id of `origin`'s call site, interned on first sight.
     #[inline]
-    pub(crate) fn intern(&mut self, origin: &AllocOrigin) -> u32 {
+    pub(crate) fn intern(&mut self, origin: &RequestOrigin) -> u32 {
         let key = SiteKey::of(origin);
         let slot = key.recent_slot();
         if let Some(Some((k, id))) = self.recent.get(slot) {
@@ -152,12 +168,11 @@ impl Sites {
     }
 
     #[cold]
-    fn intern_slow(&mut self, key: SiteKey, slot: usize, origin: &AllocOrigin) -> u32 {
+    fn intern_slow(&mut self, key: SiteKey, slot: usize, origin: &RequestOrigin) -> u32 {
         let next = self.table.len() as u32;
         let id = *self.ids.entry(key).or_insert(next);
         if id == next {
-            self.table
-                .push((origin.file, origin.line, origin.column, origin.op));
+            self.table.push((origin.location, origin.op));
         }
         if self.recent.is_empty() {
             self.recent = vec![None; RECENT_SITES];
@@ -168,11 +183,11 @@ impl Sites {
 
     /// The origin a block kept, as shown (`None` for a block without one).
     pub(crate) fn origin(&self, block: &BlockOrigin) -> Option<AllocOrigin> {
-        let &(file, line, column, op) = self.table.get(block.site as usize)?;
+        let &(location, op) = self.table.get(block.site as usize)?;
         Some(AllocOrigin {
-            file,
-            line,
-            column,
+            file: location.file(),
+            line: location.line(),
+            column: location.column(),
             op,
             shape: block.shape.clone(),
         })
@@ -198,7 +213,7 @@ impl Default for BlockOrigin {
 impl BlockOrigin {
     /// `origin` kept compactly, its site interned in `sites`.
     #[inline]
-    pub(crate) fn new(sites: &mut Sites, origin: AllocOrigin) -> Self {
+    pub(crate) fn new(sites: &mut Sites, origin: RequestOrigin) -> Self {
         BlockOrigin {
             site: sites.intern(&origin),
             shape: origin.shape,
@@ -258,28 +273,30 @@ impl Drop for OpFrameGuard {
 mod tests {
     use super::*;
 
-    /// Many sites (more than the recent-site cache holds, so entries collide and are evicted),
-    /// interned in an interleaved order: one id per site, and every block's origin reads back
-    /// exactly, shape included.
+    /// Many sites (more than the recent-site cache holds, so entries collide and are evicted):
+    /// three source locations, each with 100 op names, interned in an interleaved order. One
+    /// id per site, and every block's origin reads back exactly, shape included.
     #[test]
     fn interned_sites_read_back_as_the_origins_they_came_from() {
         let mut sites = Sites::default();
-        let ops: [&'static str; 2] = ["allocate", "matmul"];
-        let origins: Vec<AllocOrigin> = (0..300u32)
-            .map(|i| AllocOrigin {
-                file: if i % 3 == 0 { "src/a.rs" } else { "src/b.rs" },
-                line: i / 2,
-                column: i % 7,
-                op: ops[(i % 2) as usize],
-                shape: (i % 5 == 0).then(|| Arc::from(vec![i as usize, 8])),
+        let locations = [Location::caller(), Location::caller(), Location::caller()];
+        let ops: Vec<&'static str> = (0..100)
+            .map(|i| &*Box::leak(format!("op{i}").into_boxed_str()))
+            .collect();
+        let origins: Vec<RequestOrigin> = (0..300usize)
+            .map(|i| RequestOrigin {
+                location: locations[i % 3],
+                op: ops[i / 3],
+                shape: (i % 5 == 0).then(|| Arc::from(vec![i, 8])),
             })
             .collect();
         let mut ids = HashMap::new();
         for round in 0..3 {
             for (i, origin) in origins.iter().enumerate().rev().skip(round) {
                 let block = BlockOrigin::new(&mut sites, origin.clone());
-                assert_eq!(sites.origin(&block).as_ref(), Some(origin));
-                assert_eq!(*ids.entry(i).or_insert(block.site), block.site, "{origin}");
+                let shown = origin.shown();
+                assert_eq!(sites.origin(&block).as_ref(), Some(&shown));
+                assert_eq!(*ids.entry(i).or_insert(block.site), block.site, "{shown}");
             }
         }
         let distinct: std::collections::HashSet<u32> = ids.values().copied().collect();

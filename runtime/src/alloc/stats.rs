@@ -71,8 +71,10 @@ impl Stat {
     #[inline]
     pub(crate) fn increase(&mut self, by: u64) {
         self.current += by;
-        self.peak = self.peak.max(self.current);
         self.allocated += by;
+        if self.current > self.peak {
+            self.peak = self.current;
+        }
     }
     #[inline]
     pub(crate) fn decrease(&mut self, by: u64) {
@@ -136,130 +138,6 @@ impl DetailedStats {
         }
     }
 
-    fn pools(&mut self, pool: PoolKind) -> [&mut PoolStats; 2] {
-        match pool {
-            PoolKind::Small => [&mut self.all, &mut self.small_pool],
-            PoolKind::Large => [&mut self.all, &mut self.large_pool],
-        }
-    }
-
-    /// A block of `block` bytes handed out for a request of `requested` bytes.
-    #[inline]
-    pub(crate) fn on_alloc(&mut self, pool: PoolKind, block: usize, requested: usize) {
-        for p in self.pools(pool) {
-            p.allocated_bytes.increase(block as u64);
-            p.active_bytes.increase(block as u64);
-            p.requested_bytes.increase(requested as u64);
-            p.allocation.increase(1);
-            p.active.increase(1);
-        }
-    }
-
-    /// The owner of a block of [`DetailedStats::on_alloc`] freed it: it is no longer
-    /// allocated, though it stays active while other streams' events are pending.
-    #[inline]
-    pub(crate) fn on_release_allocation(&mut self, pool: PoolKind, block: usize, requested: usize) {
-        for p in self.pools(pool) {
-            p.allocated_bytes.decrease(block as u64);
-            p.requested_bytes.decrease(requested as u64);
-            p.allocation.decrease(1);
-        }
-    }
-
-    /// A freed block of `block` bytes went back to the pool (no stream uses it anymore).
-    #[inline]
-    pub(crate) fn on_deactivate(&mut self, pool: PoolKind, block: usize) {
-        for p in self.pools(pool) {
-            p.active_bytes.decrease(block as u64);
-            p.active.decrease(1);
-        }
-    }
-
-    /// An allocation of at least the max split size was made (`true`) or freed (`false`).
-    pub(crate) fn on_oversize_allocation(&mut self, made: bool) {
-        if made {
-            self.oversize_allocations.increase(1)
-        } else {
-            self.oversize_allocations.decrease(1)
-        }
-    }
-
-    /// `bytes` more reserved in `pool` (`new_segment`: a segment more, not pages of one).
-    pub(crate) fn on_reserve(&mut self, pool: PoolKind, bytes: usize, new_segment: bool) {
-        self.num_device_alloc += 1;
-        for p in self.pools(pool) {
-            p.reserved_bytes.increase(bytes as u64);
-            if new_segment {
-                p.segment.increase(1);
-            }
-        }
-    }
-
-    /// `bytes` fewer reserved in `pool` (`segment_gone`: a whole segment released).
-    pub(crate) fn on_release(&mut self, pool: PoolKind, bytes: usize, segment_gone: bool) {
-        self.num_device_free += 1;
-        for p in self.pools(pool) {
-            p.reserved_bytes.decrease(bytes as u64);
-            if segment_gone {
-                p.segment.decrease(1);
-            }
-        }
-    }
-
-    /// A segment of `pool` went without a backend call of its own (the expandable segment
-    /// after its last pages were unmapped).
-    pub(crate) fn on_segment_gone(&mut self, pool: PoolKind) {
-        for p in self.pools(pool) {
-            p.segment.decrease(1);
-        }
-    }
-
-    /// A free block of `bytes` in a segment holding other blocks appeared (`true`) or went
-    /// (`false`: taken, merged, released).
-    #[inline]
-    pub(crate) fn on_inactive_split(&mut self, pool: PoolKind, bytes: usize, appeared: bool) {
-        for p in self.pools(pool) {
-            if appeared {
-                p.inactive_split_bytes.increase(bytes as u64);
-                p.inactive_split.increase(1);
-            } else {
-                p.inactive_split_bytes.decrease(bytes as u64);
-                p.inactive_split.decrease(1);
-            }
-        }
-    }
-
-    /// Peaks back to the current values.
-    pub(crate) fn reset_peaks(&mut self) {
-        for p in [&mut self.all, &mut self.small_pool, &mut self.large_pool] {
-            for s in p.stats_mut() {
-                s.peak = s.current;
-            }
-        }
-        for s in [&mut self.oversize_allocations, &mut self.oversize_segments] {
-            s.peak = s.current;
-        }
-    }
-
-    /// Accumulated counts (`allocated`, `freed`, retries, OOMs, backend calls) back to 0, as
-    /// PyTorch's `reset_accumulated_memory_stats`.
-    pub(crate) fn reset_accumulated(&mut self) {
-        for p in [&mut self.all, &mut self.small_pool, &mut self.large_pool] {
-            for s in p.stats_mut() {
-                s.allocated = 0;
-                s.freed = 0;
-            }
-        }
-        for s in [&mut self.oversize_allocations, &mut self.oversize_segments] {
-            s.allocated = 0;
-            s.freed = 0;
-        }
-        self.num_alloc_retries = 0;
-        self.num_ooms = 0;
-        self.num_device_alloc = 0;
-        self.num_device_free = 0;
-    }
-
     /// The statistics under PyTorch's keys (`allocated_bytes.all.current`,
     /// `reserved_bytes.large_pool.peak`, `num_alloc_retries`, `oversize_allocations.current`, ...).
     pub fn to_map(&self) -> BTreeMap<String, u64> {
@@ -290,6 +168,266 @@ impl DetailedStats {
         map.insert("num_device_alloc".into(), self.num_device_alloc);
         map.insert("num_device_free".into(), self.num_device_free);
         map
+    }
+}
+
+/// One statistic of [`PoolStats`], by its place in [`Counters`].
+#[derive(Debug, Clone, Copy)]
+#[repr(usize)]
+pub(crate) enum Key {
+    AllocatedBytes,
+    ReservedBytes,
+    ActiveBytes,
+    InactiveSplitBytes,
+    RequestedBytes,
+    Allocation,
+    Segment,
+    Active,
+    InactiveSplit,
+}
+
+/// Statistics in a pool.
+const KEYS: usize = 9;
+
+/// One pool's statistic as the allocator keeps it. `freed` is not stored: it is
+/// `allocated + freed_base - current` (`freed_base` is `current` at the last reset of the
+/// accumulated counts), so a decrease writes one word.
+#[derive(Debug, Clone, Copy, Default)]
+struct Counter {
+    current: u64,
+    peak: u64,
+    allocated: u64,
+    freed_base: u64,
+}
+
+impl Counter {
+    fn freed(&self) -> u64 {
+        self.allocated
+            .wrapping_add(self.freed_base)
+            .wrapping_sub(self.current)
+    }
+
+    fn as_stat(&self) -> Stat {
+        Stat {
+            current: self.current,
+            peak: self.peak,
+            allocated: self.allocated,
+            freed: self.freed(),
+        }
+    }
+}
+
+/// The statistics under the allocator's lock, from which [`DetailedStats`] is read.
+///
+/// Each pool keeps its own counters; the total of both ([`DetailedStats::all`]) is not
+/// stored but added up when read, except its peak, raised by every increase that takes the
+/// sum above it. An increase writes the pool's current value and accumulated count (and a
+/// peak only when it rises), a decrease the current value alone: the cached alloc+free pair
+/// changes about 18 statistics, and this is a third of the stores keeping both pools and the
+/// total in [`Stat`]s took. The values read are the same.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Counters {
+    /// By [`PoolKind`] (small, large), then by [`Key`].
+    pools: [[Counter; KEYS]; 2],
+    /// The highest sum of both pools' `current`, by [`Key`].
+    total_peak: [u64; KEYS],
+    /// Allocations of at least `max_split_size` (only counted when it is set).
+    pub oversize_allocations: Stat,
+    /// Segments of at least `max_split_size` (only counted when it is set).
+    pub oversize_segments: Stat,
+    /// Times the cache was released and a segment request retried.
+    pub num_alloc_retries: u64,
+    /// Allocations that failed with out-of-memory.
+    pub num_ooms: u64,
+    /// Backend calls that obtained memory (segments, page mappings).
+    pub num_device_alloc: u64,
+    /// Backend calls that returned memory.
+    pub num_device_free: u64,
+}
+
+impl Counters {
+    #[inline(always)]
+    fn increase(&mut self, pool: PoolKind, key: Key, by: u64) {
+        let (p, k) = (pool as usize, key as usize);
+        let c = &mut self.pools[p][k];
+        c.current += by;
+        c.allocated += by;
+        if c.current > c.peak {
+            c.peak = c.current;
+        }
+        let total = c.current + self.pools[p ^ 1][k].current;
+        if total > self.total_peak[k] {
+            self.total_peak[k] = total;
+        }
+    }
+
+    #[inline(always)]
+    fn decrease(&mut self, pool: PoolKind, key: Key, by: u64) {
+        self.pools[pool as usize][key as usize].current -= by;
+    }
+
+    /// The current value of statistic `key` of both pools together.
+    #[inline]
+    pub(crate) fn total(&self, key: Key) -> u64 {
+        self.pools[0][key as usize].current + self.pools[1][key as usize].current
+    }
+
+    /// The statistics of `pool`.
+    pub(crate) fn pool(&self, pool: PoolKind) -> PoolStats {
+        let c = &self.pools[pool as usize];
+        let s = |k: Key| c[k as usize].as_stat();
+        PoolStats {
+            allocated_bytes: s(Key::AllocatedBytes),
+            reserved_bytes: s(Key::ReservedBytes),
+            active_bytes: s(Key::ActiveBytes),
+            inactive_split_bytes: s(Key::InactiveSplitBytes),
+            requested_bytes: s(Key::RequestedBytes),
+            allocation: s(Key::Allocation),
+            segment: s(Key::Segment),
+            active: s(Key::Active),
+            inactive_split: s(Key::InactiveSplit),
+        }
+    }
+
+    /// Both pools' statistics added up, with the total's own peaks.
+    fn all(&self) -> PoolStats {
+        let s = |k: Key| {
+            let [a, b] = [&self.pools[0][k as usize], &self.pools[1][k as usize]];
+            Stat {
+                current: a.current + b.current,
+                peak: self.total_peak[k as usize],
+                allocated: a.allocated + b.allocated,
+                freed: a.freed() + b.freed(),
+            }
+        };
+        PoolStats {
+            allocated_bytes: s(Key::AllocatedBytes),
+            reserved_bytes: s(Key::ReservedBytes),
+            active_bytes: s(Key::ActiveBytes),
+            inactive_split_bytes: s(Key::InactiveSplitBytes),
+            requested_bytes: s(Key::RequestedBytes),
+            allocation: s(Key::Allocation),
+            segment: s(Key::Segment),
+            active: s(Key::Active),
+            inactive_split: s(Key::InactiveSplit),
+        }
+    }
+
+    /// The statistics as PyTorch reads them.
+    pub(crate) fn detailed(&self) -> DetailedStats {
+        DetailedStats {
+            all: self.all(),
+            small_pool: self.pool(PoolKind::Small),
+            large_pool: self.pool(PoolKind::Large),
+            num_alloc_retries: self.num_alloc_retries,
+            num_ooms: self.num_ooms,
+            oversize_allocations: self.oversize_allocations,
+            oversize_segments: self.oversize_segments,
+            num_device_alloc: self.num_device_alloc,
+            num_device_free: self.num_device_free,
+        }
+    }
+
+    /// A block of `block` bytes handed out for a request of `requested` bytes.
+    #[inline(always)]
+    pub(crate) fn on_alloc(&mut self, pool: PoolKind, block: usize, requested: usize) {
+        self.increase(pool, Key::AllocatedBytes, block as u64);
+        self.increase(pool, Key::ActiveBytes, block as u64);
+        self.increase(pool, Key::RequestedBytes, requested as u64);
+        self.increase(pool, Key::Allocation, 1);
+        self.increase(pool, Key::Active, 1);
+    }
+
+    /// The owner of a block of [`Counters::on_alloc`] freed it: it is no longer allocated,
+    /// though it stays active while other streams' events are pending.
+    #[inline(always)]
+    pub(crate) fn on_release_allocation(&mut self, pool: PoolKind, block: usize, requested: usize) {
+        self.decrease(pool, Key::AllocatedBytes, block as u64);
+        self.decrease(pool, Key::RequestedBytes, requested as u64);
+        self.decrease(pool, Key::Allocation, 1);
+    }
+
+    /// A freed block of `block` bytes went back to the pool (no stream uses it anymore).
+    #[inline(always)]
+    pub(crate) fn on_deactivate(&mut self, pool: PoolKind, block: usize) {
+        self.decrease(pool, Key::ActiveBytes, block as u64);
+        self.decrease(pool, Key::Active, 1);
+    }
+
+    /// An allocation of at least the max split size was made (`true`) or freed (`false`).
+    pub(crate) fn on_oversize_allocation(&mut self, made: bool) {
+        if made {
+            self.oversize_allocations.increase(1)
+        } else {
+            self.oversize_allocations.decrease(1)
+        }
+    }
+
+    /// `bytes` more reserved in `pool` (`new_segment`: a segment more, not pages of one).
+    pub(crate) fn on_reserve(&mut self, pool: PoolKind, bytes: usize, new_segment: bool) {
+        self.num_device_alloc += 1;
+        self.increase(pool, Key::ReservedBytes, bytes as u64);
+        if new_segment {
+            self.increase(pool, Key::Segment, 1);
+        }
+    }
+
+    /// `bytes` fewer reserved in `pool` (`segment_gone`: a whole segment released).
+    pub(crate) fn on_release(&mut self, pool: PoolKind, bytes: usize, segment_gone: bool) {
+        self.num_device_free += 1;
+        self.decrease(pool, Key::ReservedBytes, bytes as u64);
+        if segment_gone {
+            self.decrease(pool, Key::Segment, 1);
+        }
+    }
+
+    /// A segment of `pool` went without a backend call of its own (the expandable segment
+    /// after its last pages were unmapped).
+    pub(crate) fn on_segment_gone(&mut self, pool: PoolKind) {
+        self.decrease(pool, Key::Segment, 1);
+    }
+
+    /// A free block of `bytes` in a segment holding other blocks appeared (`true`) or went
+    /// (`false`: taken, merged, released).
+    #[inline(always)]
+    pub(crate) fn on_inactive_split(&mut self, pool: PoolKind, bytes: usize, appeared: bool) {
+        if appeared {
+            self.increase(pool, Key::InactiveSplitBytes, bytes as u64);
+            self.increase(pool, Key::InactiveSplit, 1);
+        } else {
+            self.decrease(pool, Key::InactiveSplitBytes, bytes as u64);
+            self.decrease(pool, Key::InactiveSplit, 1);
+        }
+    }
+
+    /// Peaks back to the current values.
+    pub(crate) fn reset_peaks(&mut self) {
+        for c in self.pools.iter_mut().flatten() {
+            c.peak = c.current;
+        }
+        for k in 0..KEYS {
+            self.total_peak[k] = self.pools[0][k].current + self.pools[1][k].current;
+        }
+        for s in [&mut self.oversize_allocations, &mut self.oversize_segments] {
+            s.peak = s.current;
+        }
+    }
+
+    /// Accumulated counts (`allocated`, `freed`, retries, OOMs, backend calls) back to 0, as
+    /// PyTorch's `reset_accumulated_memory_stats`.
+    pub(crate) fn reset_accumulated(&mut self) {
+        for c in self.pools.iter_mut().flatten() {
+            c.allocated = 0;
+            c.freed_base = c.current;
+        }
+        for s in [&mut self.oversize_allocations, &mut self.oversize_segments] {
+            s.allocated = 0;
+            s.freed = 0;
+        }
+        self.num_alloc_retries = 0;
+        self.num_ooms = 0;
+        self.num_device_alloc = 0;
+        self.num_device_free = 0;
     }
 }
 
@@ -395,20 +533,6 @@ impl DetailedStats {
 }
 
 impl PoolStats {
-    fn stats_mut(&mut self) -> [&mut Stat; 9] {
-        [
-            &mut self.allocated_bytes,
-            &mut self.reserved_bytes,
-            &mut self.active_bytes,
-            &mut self.inactive_split_bytes,
-            &mut self.requested_bytes,
-            &mut self.allocation,
-            &mut self.segment,
-            &mut self.active,
-            &mut self.inactive_split,
-        ]
-    }
-
     /// Each statistic with PyTorch's name.
     pub fn named(&self) -> [(&'static str, &Stat); 9] {
         [
@@ -422,5 +546,119 @@ impl PoolStats {
             ("active", &self.active),
             ("inactive_split", &self.inactive_split),
         ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The statistics as they were kept before [`Counters`]: a [`Stat`] per pool and one for
+    /// the total, each increase and decrease applied to both.
+    #[derive(Default)]
+    struct Reference {
+        all: PoolStats,
+        pools: [PoolStats; 2],
+    }
+
+    impl Reference {
+        fn stat(p: &mut PoolStats, key: Key) -> &mut Stat {
+            match key {
+                Key::AllocatedBytes => &mut p.allocated_bytes,
+                Key::ReservedBytes => &mut p.reserved_bytes,
+                Key::ActiveBytes => &mut p.active_bytes,
+                Key::InactiveSplitBytes => &mut p.inactive_split_bytes,
+                Key::RequestedBytes => &mut p.requested_bytes,
+                Key::Allocation => &mut p.allocation,
+                Key::Segment => &mut p.segment,
+                Key::Active => &mut p.active,
+                Key::InactiveSplit => &mut p.inactive_split,
+            }
+        }
+        fn apply(&mut self, pool: usize, key: Key, by: i64) {
+            for p in [&mut self.all, &mut self.pools[pool]] {
+                let s = Self::stat(p, key);
+                if by >= 0 {
+                    s.increase(by as u64);
+                } else {
+                    s.decrease(by.unsigned_abs());
+                }
+            }
+        }
+        fn each(&mut self, f: impl Fn(&mut Stat)) {
+            let [small, large] = &mut self.pools;
+            for p in [&mut self.all, small, large] {
+                for key in KEY_LIST {
+                    f(Self::stat(p, key));
+                }
+            }
+        }
+    }
+
+    const KEY_LIST: [Key; KEYS] = [
+        Key::AllocatedBytes,
+        Key::ReservedBytes,
+        Key::ActiveBytes,
+        Key::InactiveSplitBytes,
+        Key::RequestedBytes,
+        Key::Allocation,
+        Key::Segment,
+        Key::Active,
+        Key::InactiveSplit,
+    ];
+
+    /// Random increases and decreases of every statistic in both pools, with peak and
+    /// accumulated resets among them: what [`Counters`] reads back (per pool and in total,
+    /// current, peak, allocated and freed) equals the per-`Stat` bookkeeping after every step.
+    #[test]
+    fn counters_read_back_as_stats_kept_per_pool_and_in_total() {
+        let (mut counters, mut reference) = (Counters::default(), Reference::default());
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        for step in 0..20_000 {
+            let (pool, key) = (next(2) as usize, KEY_LIST[next(KEYS as u64) as usize]);
+            let kind = [PoolKind::Small, PoolKind::Large][pool];
+            let current = counters.pools[pool][key as usize].current;
+            match next(100) {
+                0 => {
+                    counters.reset_peaks();
+                    reference.each(|s| s.peak = s.current);
+                }
+                1 => {
+                    counters.reset_accumulated();
+                    reference.each(|s| {
+                        s.allocated = 0;
+                        s.freed = 0;
+                    });
+                }
+                r if r < 55 || current == 0 => {
+                    // Steps of a few units too: a peak off by one must show.
+                    let range = [3, 1 << 20][next(2) as usize];
+                    let by = 1 + next(range);
+                    counters.increase(kind, key, by);
+                    reference.apply(pool, key, by as i64);
+                }
+                _ => {
+                    let by = 1 + next(current);
+                    counters.decrease(kind, key, by);
+                    reference.apply(pool, key, -(by as i64));
+                }
+            }
+            let read = counters.detailed();
+            assert_eq!(read.all, reference.all, "total after step {step}");
+            assert_eq!(
+                read.small_pool, reference.pools[0],
+                "small after step {step}"
+            );
+            assert_eq!(
+                read.large_pool, reference.pools[1],
+                "large after step {step}"
+            );
+        }
     }
 }

@@ -235,24 +235,38 @@ impl TraceRing {
     pub(crate) fn stamp(&mut self) -> u64 {
         self.clock.as_mut().map_or(0, EventClock::stamp)
     }
-    /// Adds `event`, made now on this thread (under its label).
+    /// The place of an event made now on this thread (under its label), for the caller to
+    /// write the event into: once the ring is full, the oldest event's place, so the event is
+    /// written once, where it stays, instead of built and then copied (`None` when the ring
+    /// keeps nothing).
     #[inline]
-    pub(crate) fn push_now(&mut self, event: RingEvent) {
-        if !self.store(event) {
-            return;
+    pub(crate) fn place_now(&mut self) -> Option<&mut RingEvent> {
+        if self.capacity == 0 {
+            return None;
         }
-        let label = match self.labels.back() {
-            Some((last, _)) => thread_label_unless(last.as_ref()),
-            None => EventLabel::Other(thread_label()),
-        };
-        match label {
-            EventLabel::Same => {
-                if let Some((_, count)) = self.labels.back_mut() {
-                    *count += 1;
-                }
+        let at = if self.events.len() < self.capacity {
+            self.events
+                .push(RingEvent::without_origin(TraceEventKind::Oom, 0, 0, 0, 0));
+            self.events.len() - 1
+        } else {
+            let at = self.oldest;
+            // A compare, not `%`: a division per event costs more than the rest of the push.
+            self.oldest += 1;
+            if self.oldest == self.capacity {
+                self.oldest = 0;
             }
-            EventLabel::Other(label) => self.add_label(label),
+            self.dropped += 1;
+            self.forget_oldest_label();
+            at
+        };
+        match self.labels.back_mut() {
+            Some((last, count)) => match thread_label_unless(last.as_ref()) {
+                EventLabel::Same => *count += 1,
+                EventLabel::Other(label) => self.labels.push_back((label, 1)),
+            },
+            None => self.labels.push_back((thread_label(), 1)),
         }
+        self.events.get_mut(at)
     }
     /// Adds `event`, made under `label`.
     pub(crate) fn push(&mut self, event: RingEvent, label: Option<TraceLabel>) {
