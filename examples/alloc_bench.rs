@@ -91,6 +91,7 @@ use report::{Args, Report, Unit};
 use std::hint::black_box;
 use std::time::Instant;
 use vramguard::alloc::{AllocatorConfig, HostBackend};
+use vramguard::device::Allocation;
 use vramguard::memory::OutOfMemory;
 use vramguard::scope::BatchScope;
 use vramguard::{memory, Device};
@@ -136,6 +137,18 @@ fn two_threads(device: &Device, sizes: &[usize], rounds: usize) -> f64 {
             .collect()
     });
     median(per_thread.concat())
+}
+
+/// Bytes of the block each pair loop's device holds through its pairs, as a model holds its
+/// weights while it allocates activations: the pairs measure reuse on a device in use.
+/// `cached_pair_ns_empty_device` runs the same pairs on a device that holds nothing else.
+const RESIDENT_BYTES: usize = 4 << 20;
+
+/// The block a pair loop's device holds through its pairs ([`RESIDENT_BYTES`]).
+fn resident(device: &Device) -> Allocation {
+    device
+        .allocate(RESIDENT_BYTES)
+        .expect("the resident block of a pair loop")
 }
 
 /// ns per pair for each round of `sizes`.
@@ -434,23 +447,27 @@ fn fixed_segments() -> AllocatorConfig {
 /// The pair loops alone, for `scripts/alloc-callgrind.sh`: `--count-pairs MODE --rounds N`
 /// warms up (outside the counted function), then runs N rounds of the 256 sizes in one
 /// `#[inline(never)]` function per mode, whose instructions callgrind counts
-/// (`--toggle-collect`). MODE: `cached` (default settings), `recording` (the trace on, as
-/// `cached_pair_ns_recording`), `system` (the system allocator).
+/// (`--toggle-collect`). MODE: `cached` (default settings, the device holding its resident
+/// block), `recording` (the trace on, as `cached_pair_ns_recording`), `empty` (as `cached` on a
+/// device holding nothing else, as `cached_pair_ns_empty_device`), `system` (the system
+/// allocator).
 fn count_pairs(mode: &str, rounds: usize) {
     let sizes = mixed_sizes();
     match mode {
-        "cached" | "recording" => {
-            let config = if mode == "cached" {
-                base_config()
-            } else {
+        "cached" | "recording" | "empty" => {
+            let config = if mode == "recording" {
                 base_config().with_trace_capacity(RECORDED_EVENTS)
+            } else {
+                base_config()
             };
             let device = new_device(false, config);
+            let weights = (mode != "empty").then(|| resident(&device));
             let _label = vramguard::scope::tag("recorded pairs");
             for &s in &sizes {
                 drop(black_box(device.allocate(s)));
             }
             counted_cached_pairs(&device, &sizes, rounds);
+            drop(weights);
         }
         "system" => {
             let layouts = system_layouts(&sizes);
@@ -458,7 +475,7 @@ fn count_pairs(mode: &str, rounds: usize) {
             counted_system_pairs(&layouts, rounds);
         }
         other => {
-            eprintln!("--count-pairs {other}: expected cached, recording or system");
+            eprintln!("--count-pairs {other}: expected cached, recording, empty or system");
             std::process::exit(2);
         }
     }
@@ -616,17 +633,22 @@ fn main() {
     // Fixed segments too, interleaved in the same blocks, to see what expandable segments cost.
     // And the same pairs recorded: every alloc and free an event of a 4096-event trace, with
     // its origin (source line, op) and label.
+    // Each device but `empty_device` holds a resident block through its pairs.
     let device = new_device(cuda, base_config());
     let fixed_device = new_device(cuda, fixed_segments());
     let recording_device = new_device(cuda, base_config().with_trace_capacity(RECORDED_EVENTS));
-    let (mut cached, mut system, mut fixed, mut recording) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let empty_device = new_device(cuda, base_config());
+    let _weights = resident(&device);
+    let resident_blocks = (resident(&fixed_device), resident(&recording_device));
+    let (mut cached, mut system, mut fixed, mut recording, mut empty) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut async_pool, mut raw) = (Vec::new(), Vec::new());
     let driver = cuda.then(|| GpuDriver::new(&device));
     for _ in 0..4 {
         cached.extend(cached_rounds(&device, &sizes, rounds / 4));
         system.extend(system_rounds(&sizes, rounds / 4));
         fixed.extend(cached_rounds(&fixed_device, &sizes, rounds / 4));
+        empty.extend(cached_rounds(&empty_device, &sizes, rounds / 4));
         let _label = vramguard::scope::tag("recorded pairs");
         recording.extend(cached_rounds(&recording_device, &sizes, rounds / 4));
         if let Some(driver) = &driver {
@@ -644,20 +666,23 @@ fn main() {
                 .all(|e| e.origin.is_some() && e.label.is_some()),
         "the recording device recorded every pair with its origin and label"
     );
-    drop((fixed_device, recording_device));
-    // What the default device reserved for its pair loop, beside what a per-thread cache would
-    // hold to serve every pair (one block of each distinct size).
-    let pair_loop_peak_reserved = memory::stats(&device).peak_reserved_bytes;
+    drop((resident_blocks, fixed_device, recording_device));
+    // What the default device reserved for its pair loop (the device without a resident
+    // block), beside what a per-thread cache would hold to serve every pair (one block of each
+    // distinct size).
+    let pair_loop_peak_reserved = memory::stats(&empty_device).peak_reserved_bytes;
+    drop(empty_device);
     let pair_loop_blocks: Vec<usize> = sizes
         .iter()
         .map(|&s| device.allocator().rounded_size(s).unwrap_or(usize::MAX))
         .collect();
     let pair_loop_block_bytes: usize = distinct_sizes(&pair_loop_blocks).iter().sum();
-    let (cached, system, fixed, recording) = (
+    let (cached, system, fixed, recording, empty) = (
         median(cached),
         median(system),
         median(fixed),
         median(recording),
+        median(empty),
     );
     if cuda {
         let (async_pool, raw) = (median(async_pool), median(raw));
@@ -693,6 +718,7 @@ fn main() {
     );
     report.metric("system_pair_ns", system, Unit::Ns);
     report.metric("cached_pair_ns_fixed_segments", fixed, Unit::Ns);
+    report.metric("cached_pair_ns_empty_device", empty, Unit::Ns);
     report.metric(
         "pair_loop_peak_reserved_bytes",
         pair_loop_peak_reserved as f64,
@@ -712,7 +738,10 @@ fn main() {
         "≤ 1.2 × cached_pair_ns",
         two <= 1.2 * cached,
     );
-    let two_fixed = two_threads(&new_device(cuda, fixed_segments()), &sizes, rounds);
+    let fixed_device = new_device(cuda, fixed_segments());
+    let fixed_weights = resident(&fixed_device);
+    let two_fixed = two_threads(&fixed_device, &sizes, rounds);
+    drop((fixed_weights, fixed_device));
     report.metric(
         "cached_pair_ns_2threads_fixed_segments",
         two_fixed,

@@ -17,7 +17,7 @@ pub use cuda_buffer::{CudaBuffer, CudaBufferError};
 use crate::alloc::cuda_backend::CudaBackend;
 use crate::alloc::{
     AllocatorConfig, Backend, Block, CachingAllocator, DeviceAllocator, HostBackend, IterationId,
-    OutOfMemory, RequestOrigin, SetupError, StreamId,
+    KeepAlive, OutOfMemory, RequestOrigin, SetupError, StreamId,
 };
 #[cfg(feature = "cuda")]
 use cudarc::driver::CudaContext;
@@ -25,6 +25,7 @@ use std::cell::RefCell;
 #[cfg(feature = "cuda")]
 use std::collections::HashMap;
 use std::fmt;
+use std::mem::ManuallyDrop;
 use std::panic::Location;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -306,18 +307,27 @@ impl Device {
         origin: RequestOrigin,
     ) -> Result<Allocation, OutOfMemory> {
         let scope = current_observer();
+        let allocator = self.allocator();
+        let holder: Option<&dyn KeepAlive> = Some(allocator);
         let block = if stream == StreamId::DEFAULT {
             let iteration = scope.as_ref().map(|o| o.iteration());
-            self.allocator().allocate_at(bytes, iteration, origin)?
+            allocator.allocate_at(bytes, iteration, origin, holder)?
         } else {
-            self.allocator().allocate_from(bytes, stream, origin)?
+            allocator.allocate_from(bytes, stream, origin, holder)?
         };
         if let Some(observer) = &scope {
-            observer.on_alloc(self.allocator(), block.id, block.size);
+            observer.on_alloc(allocator, block.id, block.size);
         }
+        // SAFETY: a copy of this handle that holds no reference of its own, never dropped
+        // (`ManuallyDrop`). What it refers to outlives it: the block was handed out held
+        // (`State::hold`), so the allocator keeps a counted reference to itself until this
+        // allocation's drop frees the block, the last thing the drop does with the copy. A
+        // CUDA device's context lives as long as its allocator (whose backend holds it), and
+        // the host device is a static.
+        let device = ManuallyDrop::new(unsafe { std::ptr::read(self) });
         Ok(Allocation {
             block,
-            device: self.clone(),
+            device,
             scope,
         })
     }
@@ -427,7 +437,9 @@ impl fmt::Debug for Device {
 /// A live block of device memory; returned to its allocator on drop.
 pub struct Allocation {
     block: Block,
-    device: Device,
+    /// The device, as a handle without a reference count of its own: the allocator keeps
+    /// itself alive while any of its allocations lives (see `Device::allocate_at`).
+    device: ManuallyDrop<Device>,
     /// The observer of the thread that allocated, told of the free.
     scope: Option<Arc<dyn AllocationObserver>>,
 }
@@ -476,8 +488,10 @@ impl Drop for Allocation {
         if let Some(observer) = &self.scope {
             observer.on_free(self.device.allocator(), self.block.id);
         }
-        // `release` marks the block free: this allocation is not used after it.
-        self.device.allocator().release(&self.block);
+        let kept_alive = self.device.allocator().release(&self.block);
+        // The allocator's reference to itself, when this was its last held block: dropped now
+        // that nothing refers into it. The device handle is not used after this.
+        drop(kept_alive);
     }
 }
 

@@ -4,7 +4,7 @@
 //! small function. The bookkeeping it drives is in `blocks.rs` and `expandable.rs`, the
 //! decisions in `policy.rs`.
 
-use super::blocks::{PendingFree, State};
+use super::blocks::{KeepAlive, KeptAlive, PendingFree, State};
 use super::expandable::{self, Resolved};
 use super::origin::{BlockOrigin, RequestOrigin, RAW_OP};
 use super::plan::{IterationId, Obstacle};
@@ -42,6 +42,12 @@ pub struct CachingAllocator<B: Backend + ?Sized> {
 /// The allocator type a [`crate::Device`] holds.
 pub type DeviceAllocator = CachingAllocator<Box<dyn Backend>>;
 
+impl KeepAlive for std::sync::Arc<DeviceAllocator> {
+    fn keep_alive(&self) -> KeptAlive {
+        self.clone()
+    }
+}
+
 /// A block handed out by the allocator (no RAII; see [`crate::device::Allocation`]).
 #[derive(Debug)]
 pub struct Block {
@@ -56,6 +62,8 @@ pub struct Block {
     /// The stream the block was allocated on: once freed, it is reused in that stream's order.
     pub stream: StreamId,
     slot: u32,
+    /// Whether the block keeps a holder alive ([`State::hold`]): a device's allocation.
+    held: bool,
     /// The allocator that handed the block out ([`CachingAllocator::free`] refuses others).
     owner: u64,
 }
@@ -219,6 +227,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             bytes,
             StreamId::DEFAULT,
             RequestOrigin::current(Location::caller(), RAW_OP),
+            None,
         )
     }
 
@@ -232,15 +241,18 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             bytes,
             stream,
             RequestOrigin::current(Location::caller(), RAW_OP),
+            None,
         )
     }
 
-    /// [`CachingAllocator::allocate_on`] for a request whose origin the caller knows.
+    /// [`CachingAllocator::allocate_on`] for a request whose origin the caller knows; the
+    /// block keeps `holder` alive while it lives (a device's allocation: its allocator).
     pub(crate) fn allocate_from(
         &self,
         bytes: usize,
         stream: StreamId,
         origin: RequestOrigin,
+        holder: Option<&dyn KeepAlive>,
     ) -> Result<Block, OutOfMemory> {
         let mut st = lock(&self.state);
         st.request_failure = None;
@@ -249,7 +261,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             return Err(self.fail(&mut st, bytes, usize::MAX));
         };
         if let Some(slot) = self.serve(&mut st, &req) {
-            return Ok(self.hand_out(&mut st, slot, &req, origin));
+            return Ok(self.hand_out(&mut st, slot, &req, origin, holder));
         }
         if !PressureHandlers::in_handler() {
             drop(st);
@@ -257,7 +269,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             st = lock(&self.state);
             if freed > 0 {
                 if let Some(slot) = self.serve(&mut st, &req) {
-                    return Ok(self.hand_out(&mut st, slot, &req, origin));
+                    return Ok(self.hand_out(&mut st, slot, &req, origin, holder));
                 }
             }
         }
@@ -275,26 +287,27 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         iteration: Option<IterationId>,
     ) -> Result<Block, OutOfMemory> {
         let origin = RequestOrigin::current(Location::caller(), RAW_OP);
-        self.allocate_at(bytes, iteration, origin)
+        self.allocate_at(bytes, iteration, origin, None)
     }
 
     /// [`CachingAllocator::allocate_in`] for a request whose origin the caller knows (a
-    /// tensor's shape, a device's caller).
+    /// tensor's shape, a device's caller); the block keeps `holder` alive while it lives.
     #[inline]
     pub(crate) fn allocate_at(
         &self,
         bytes: usize,
         iteration: Option<IterationId>,
         origin: RequestOrigin,
+        holder: Option<&dyn KeepAlive>,
     ) -> Result<Block, OutOfMemory> {
         let Some(id) = iteration.filter(|_| self.config.iteration_planning) else {
-            return self.allocate_from(bytes, StreamId::DEFAULT, origin);
+            return self.allocate_from(bytes, StreamId::DEFAULT, origin, holder);
         };
         let Some(req) = self.request(bytes, 0) else {
-            return self.allocate_from(bytes, StreamId::DEFAULT, origin);
+            return self.allocate_from(bytes, StreamId::DEFAULT, origin, holder);
         };
         if req.pool != PoolKind::Large || !self.uses_expandable_segments() {
-            return self.allocate_from(bytes, StreamId::DEFAULT, origin);
+            return self.allocate_from(bytes, StreamId::DEFAULT, origin, holder);
         }
         let mut st = lock(&self.state);
         st.request_failure = None;
@@ -303,7 +316,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         let ordinal = st.planner.on_request(id);
         if let Some(slot) = self.take_planned(&mut st, &req, ordinal) {
             st.planner.planned += 1;
-            let block = self.hand_out(&mut st, slot, &req, origin.clone());
+            let block = self.hand_out(&mut st, slot, &req, origin.clone(), holder);
             st.planner.on_allocated(ordinal, block.id, req.size);
             return Ok(block);
         }
@@ -312,7 +325,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             st.planner.deviate();
         }
         drop(st);
-        let block = self.allocate_from(bytes, StreamId::DEFAULT, origin)?;
+        let block = self.allocate_from(bytes, StreamId::DEFAULT, origin, holder)?;
         lock(&self.state)
             .planner
             .on_allocated(ordinal, block.id, req.size);
@@ -507,7 +520,17 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     }
 
     #[inline(always)]
-    fn hand_out(&self, st: &mut State, slot: u32, req: &Request, origin: RequestOrigin) -> Block {
+    fn hand_out(
+        &self,
+        st: &mut State,
+        slot: u32,
+        req: &Request,
+        origin: RequestOrigin,
+        holder: Option<&dyn KeepAlive>,
+    ) -> Block {
+        if let Some(holder) = holder {
+            st.hold(holder);
+        }
         let id = st.next_id;
         st.next_id += 1;
         let n = &mut st.nodes[slot as usize];
@@ -536,6 +559,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             id,
             stream: st.streams[req.stream as usize],
             slot,
+            held: holder.is_some(),
             owner: self.id,
         }
     }
@@ -613,19 +637,27 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     /// (checked on later allocations, waited for before the cache is released).
     #[inline]
     pub fn free(&self, block: Block) {
-        self.release(&block);
+        // A block handed out here holds nothing (only a device's allocations do), so nothing
+        // comes back to be dropped.
+        let released = self.release(&block);
+        debug_assert!(released.is_none());
     }
 
     /// [`Self::free`] of a block its caller keeps no use for afterwards (an `Allocation`
-    /// being dropped): by reference, so the block is not moved on the way.
+    /// being dropped): by reference, so the block is not moved on the way. Returns what the
+    /// allocator's held blocks kept alive once the last of them is freed ([`State::hold`]),
+    /// for the caller to drop after this call, when nothing refers into the allocator (it may
+    /// be the allocator's last reference).
     #[inline]
-    pub(crate) fn release(&self, block: &Block) {
+    #[must_use = "the returned reference may be the allocator's last: drop it after the call"]
+    pub(crate) fn release(&self, block: &Block) -> Option<KeptAlive> {
         let mut st = lock(&self.state);
         let slot = block.slot;
         if !self.owns(&st, block) {
             self.refuse_free(block);
-            return;
+            return None;
         }
+        let released = if block.held { st.unhold() } else { None };
         let (node_size, pool) = (st.nodes[slot as usize].size, st.nodes[slot as usize].pool);
         st.stats
             .on_release_allocation(pool, node_size, block.requested);
@@ -640,9 +672,10 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         // The common case: no other stream used the block, it goes back to its pool now.
         if !st.nodes[slot as usize].has_uses {
             st.finish_free(slot);
-            return;
+        } else {
+            self.free_after_uses(&mut st, slot);
         }
-        self.free_after_uses(&mut st, slot);
+        released
     }
 
     /// The rest of [`Self::free`] for a block other streams were recorded as using: it waits

@@ -304,6 +304,16 @@ pub(crate) struct PendingFree {
     pub unrecorded: Vec<StreamId>,
 }
 
+/// What an allocator's held blocks keep alive ([`State::hold`]), type-erased.
+pub(crate) type KeptAlive = std::sync::Arc<dyn Send + Sync>;
+
+/// The holder of a block handed out for a device's allocation: it gives the reference the
+/// allocator keeps while any such block lives, asked only when the first one is handed out.
+pub(crate) trait KeepAlive {
+    /// A new reference to what the held blocks keep alive.
+    fn keep_alive(&self) -> KeptAlive;
+}
+
 /// Everything the allocator's mutex guards.
 pub(crate) struct State {
     pub nodes: Vec<Node>,
@@ -344,6 +354,10 @@ pub(crate) struct State {
     pub start_ns: u64,
     /// Recordings and plans of batch-scope iterations.
     pub planner: Planner,
+    /// Blocks handed out with a holder ([`State::hold`]) and not yet freed.
+    pub held_blocks: u64,
+    /// What the held blocks keep alive while any of them lives ([`State::hold`]).
+    pub kept_alive: Option<KeptAlive>,
 }
 
 impl State {
@@ -371,6 +385,34 @@ impl State {
             expandable: None,
             start_ns,
             planner: Planner::default(),
+            held_blocks: 0,
+            kept_alive: None,
+        }
+    }
+
+    /// Counts a block handed out for `holder`. A device's allocation does not hold a reference
+    /// to its device (an atomic increment and decrement per allocation, a tenth of a cached
+    /// pair's time); the allocator keeps one for all of them instead, taken when the first is
+    /// handed out and given back by [`State::unhold`] when the last is freed. While any of
+    /// them lives, the allocator so keeps itself alive, and with it every device handle an
+    /// allocation carries.
+    #[inline]
+    pub fn hold(&mut self, holder: &dyn KeepAlive) {
+        if self.held_blocks == 0 {
+            self.kept_alive = Some(holder.keep_alive());
+        }
+        self.held_blocks += 1;
+    }
+
+    /// Counts a held block freed; returns the reference [`State::hold`] took when it was the
+    /// last, for the caller to drop once it no longer refers into the allocator.
+    #[inline]
+    pub fn unhold(&mut self) -> Option<KeptAlive> {
+        self.held_blocks -= 1;
+        if self.held_blocks == 0 {
+            self.kept_alive.take()
+        } else {
+            None
         }
     }
 

@@ -116,6 +116,7 @@ pub(crate) mod trace;
 
 pub use allocator::{Block, CachingAllocator, DeviceAllocator};
 pub use backend::{Backend, BackendError, BackendFailure, EventId, StreamId, VirtualMemory};
+pub(crate) use blocks::KeepAlive;
 pub use bucket::{BucketError, SequenceBuckets};
 pub(crate) use config::{check_env_once, env_config, report_env_error_once};
 pub use config::{

@@ -1,8 +1,9 @@
 //! The allocator's statistics: exact byte and event counts. [`DetailedStats`] holds PyTorch's
 //! (`torch.cuda.memory_stats()`: allocated/reserved/active/inactive-split/requested bytes and
 //! counts, each current/peak/allocated/freed, per pool and in total, retries, OOMs, oversize);
-//! [`MemoryStats`] is the flat summary most code reads. The allocator updates them under its
-//! lock through the `on_*` methods here; this module owns their meaning and arithmetic.
+//! [`MemoryStats`] is the flat summary most code reads. The allocator keeps them under its lock
+//! as [`Counters`] (per pool, the total added up when read) and updates them through the `on_*`
+//! methods here; this module owns their meaning and arithmetic.
 
 use super::PoolKind;
 use std::collections::BTreeMap;

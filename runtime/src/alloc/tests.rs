@@ -1740,3 +1740,60 @@ fn a_used_up_expandable_range_is_named_when_nothing_else_fits() {
     a.empty_cache();
     assert_eq!(a.backend().in_use(), 0);
 }
+
+/// An allocation holds no reference to its device of its own: the allocator keeps one to
+/// itself while any of its allocations lives. Dropping every handle first leaves it alive
+/// (its allocations still read their device, and a handle cloned from one works); the last
+/// allocation's drop lets it go, in whatever order they are dropped.
+#[test]
+fn allocations_keep_their_device_alive_and_the_last_one_lets_it_go() {
+    for order in [[0, 1, 2], [2, 0, 1], [1, 2, 0]] {
+        let device = Device::isolated_host();
+        let weak = Arc::downgrade(device.allocator());
+        let mut held: Vec<Option<crate::device::Allocation>> = [1000, 3 << 20, 700]
+            .into_iter()
+            .map(|bytes| Some(device.allocate(bytes).expect("allocation")))
+            .collect();
+        assert_eq!(
+            Arc::strong_count(device.allocator()),
+            2,
+            "one handle, one kept"
+        );
+        drop(device);
+        for (n, &i) in order.iter().enumerate() {
+            let a = held[i].take().expect("not dropped yet");
+            // The device read through the allocation is the live allocator.
+            assert!(Arc::ptr_eq(
+                a.device().allocator(),
+                &weak.upgrade().expect("alive")
+            ));
+            let again = a.device().clone();
+            let b = again
+                .allocate(4096)
+                .expect("allocation through a cloned handle");
+            drop((a, b));
+            drop(again);
+            let left = order.len() - n - 1;
+            assert_eq!(
+                weak.upgrade().is_some(),
+                left > 0,
+                "{left} allocations left"
+            );
+        }
+        assert_eq!(weak.strong_count(), 0);
+    }
+}
+
+/// The allocator's reference to itself comes and goes with its allocations: none while
+/// nothing is allocated, so a device with no allocations is dropped with its last handle.
+#[test]
+fn a_device_without_allocations_is_dropped_with_its_last_handle() {
+    let device = Device::isolated_host();
+    let weak = Arc::downgrade(device.allocator());
+    for bytes in [512, 1 << 20, 8 << 20] {
+        drop(device.allocate(bytes).expect("allocation"));
+        assert_eq!(Arc::strong_count(device.allocator()), 1);
+    }
+    drop(device);
+    assert!(weak.upgrade().is_none());
+}

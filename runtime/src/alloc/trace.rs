@@ -6,7 +6,7 @@ use super::event_clock::EventClock;
 use super::origin::{BlockOrigin, Sites};
 use super::{AllocOrigin, MemoryStats};
 use serde::Serialize;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
@@ -433,6 +433,15 @@ impl MemorySnapshot {
 thread_local! {
     /// This thread's label: its tags and batch-scope iterations.
     static LABEL: RefCell<Option<TraceLabel>> = const { RefCell::new(None) };
+    /// The identity of [`LABEL`] ([`label_id`]), set with it: a recorded event compares it
+    /// with its ring's last label without borrowing the label (two stores an event).
+    static LABEL_ID: Cell<usize> = const { Cell::new(0) };
+}
+
+/// A label's identity: the address of its innermost frame (0 for none). Labels alive at the
+/// same time have different identities.
+fn label_id(label: Option<&TraceLabel>) -> usize {
+    label.map_or(0, |l| Arc::as_ptr(&l.0) as usize)
 }
 
 /// Makes `name` (with `iteration` for a batch scope) the innermost frame of this thread's
@@ -442,7 +451,10 @@ pub(crate) fn push_label(name: Arc<str>, iteration: Option<u64>) -> Option<Trace
         .try_with(|label| {
             let mut label = label.borrow_mut();
             let nested = TraceLabel::nested(label.clone(), name, iteration);
-            label.replace(nested)
+            let id = label_id(Some(&nested));
+            let previous = label.replace(nested);
+            let _ = LABEL_ID.try_with(|cell| cell.set(id));
+            previous
         })
         .ok()
         .flatten()
@@ -450,7 +462,9 @@ pub(crate) fn push_label(name: Arc<str>, iteration: Option<u64>) -> Option<Trace
 
 /// Makes `previous` (what [`push_label`] returned) this thread's label again.
 pub(crate) fn restore_label(previous: Option<TraceLabel>) {
+    let id = label_id(previous.as_ref());
     let _ = LABEL.try_with(|label| *label.borrow_mut() = previous);
+    let _ = LABEL_ID.try_with(|cell| cell.set(id));
 }
 
 /// Nanoseconds on the monotonic clock (the one `Instant` reads: `CLOCK_MONOTONIC` on Unix),
@@ -499,7 +513,12 @@ enum EventLabel {
 }
 
 /// This thread's label, unless it is `last`.
+#[inline]
 fn thread_label_unless(last: Option<&TraceLabel>) -> EventLabel {
+    // `last` is alive (the ring holds it), so an equal identity is the same label.
+    if LABEL_ID.try_with(Cell::get).ok() == Some(label_id(last)) {
+        return EventLabel::Same;
+    }
     LABEL
         .try_with(|label| match label.try_borrow() {
             Ok(label) if same_label(label.as_ref(), last) => EventLabel::Same,
