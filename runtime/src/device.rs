@@ -21,7 +21,7 @@ use crate::alloc::{
 };
 #[cfg(feature = "cuda")]
 use cudarc::driver::CudaContext;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 #[cfg(feature = "cuda")]
 use std::collections::HashMap;
 use std::fmt;
@@ -348,6 +348,9 @@ pub(crate) trait AllocationObserver: Send + Sync {
 thread_local! {
     /// The observer of the allocations made on this thread ([`observe_allocations`]).
     static OBSERVER: RefCell<Option<Arc<dyn AllocationObserver>>> = const { RefCell::new(None) };
+    /// Whether [`OBSERVER`] holds one: read first, so an allocation without an observer does
+    /// not borrow the cell (two stores).
+    static OBSERVED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Makes `observer` the one told of the allocations made on this thread from now on (`None`:
@@ -355,15 +358,21 @@ thread_local! {
 pub(crate) fn observe_allocations(
     observer: Option<Arc<dyn AllocationObserver>>,
 ) -> Option<Arc<dyn AllocationObserver>> {
-    OBSERVER
+    let observed = observer.is_some();
+    let previous = OBSERVER
         .try_with(|slot| std::mem::replace(&mut *slot.borrow_mut(), observer))
         .ok()
-        .flatten()
+        .flatten();
+    let _ = OBSERVED.try_with(|flag| flag.set(observed));
+    previous
 }
 
 /// This thread's observer, if any.
 fn current_observer() -> Option<Arc<dyn AllocationObserver>> {
     // `try_with`: allocations may happen while thread-locals are being destroyed.
+    if !OBSERVED.try_with(Cell::get).unwrap_or(true) {
+        return None;
+    }
     OBSERVER
         .try_with(|slot| slot.borrow().clone())
         .ok()

@@ -255,8 +255,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         holder: Option<&dyn KeepAlive>,
     ) -> Result<Block, OutOfMemory> {
         let mut st = lock(&self.state);
-        st.request_failure = None;
-        st.range_used_up = false;
+        st.start_request();
         let Some(req) = self.request(bytes, st.stream_index(stream)) else {
             return Err(self.fail(&mut st, bytes, usize::MAX));
         };

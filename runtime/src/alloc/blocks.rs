@@ -390,6 +390,19 @@ impl State {
         }
     }
 
+    /// Forgets what the previous request met (its backend failure, a used-up range). Checked
+    /// before written: a cached pair meets neither, and a store it does not need costs more
+    /// than the load.
+    #[inline]
+    pub fn start_request(&mut self) {
+        if self.request_failure.is_some() {
+            self.request_failure = None;
+        }
+        if self.range_used_up {
+            self.range_used_up = false;
+        }
+    }
+
     /// Counts a block handed out for `holder`. A device's allocation does not hold a reference
     /// to its device (an atomic increment and decrement per allocation, a tenth of a cached
     /// pair's time); the allocator keeps one for all of them instead, taken when the first is

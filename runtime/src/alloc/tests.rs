@@ -1797,3 +1797,42 @@ fn a_device_without_allocations_is_dropped_with_its_last_handle() {
     drop(device);
     assert!(weak.upgrade().is_none());
 }
+
+/// Threads allocate and free on one device while every handle to it is dropped early: the
+/// last allocation freed, on whichever thread, lets the allocator go, exactly once, and no
+/// allocation reads a freed allocator before that (each checks its device on the way).
+#[test]
+fn the_last_allocation_on_any_thread_lets_the_device_go() {
+    for round in 0..20 {
+        let device = Device::isolated_host();
+        let weak = Arc::downgrade(device.allocator());
+        let per_thread: Vec<Vec<crate::device::Allocation>> = (0..4)
+            .map(|t| {
+                (0..8)
+                    .map(|i| {
+                        device
+                            .allocate(512 + 4096 * (t * 8 + i))
+                            .expect("allocation")
+                    })
+                    .collect()
+            })
+            .collect();
+        drop(device);
+        std::thread::scope(|s| {
+            for (t, mut held) in per_thread.into_iter().enumerate() {
+                s.spawn(move || {
+                    for i in 0..held.len() {
+                        let a = held.swap_remove((i * 7 + t + round) % held.len());
+                        let more = a.device().allocate(1 << 20).expect("allocation");
+                        assert!(a.device() == more.device());
+                        drop((more, a));
+                    }
+                });
+            }
+        });
+        assert!(
+            weak.upgrade().is_none(),
+            "round {round}: the allocator outlived its blocks"
+        );
+    }
+}
