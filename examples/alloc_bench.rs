@@ -906,8 +906,11 @@ fn main() {
 
     report.note(&format!(
         "Device: {}. Default settings: {} segments. Pairs: {} rounds of 256 sizes log-uniform in \
-         512 B–4 MiB, median ns per alloc+free pair with default settings (event trace off; \
-         `cached_pair_ns_recording`: the same pairs, interleaved with them, on a device whose \
+         512 B–4 MiB, median ns per alloc+free pair with default settings, on a device holding a \
+         resident 4 MiB block through its pairs, as a model holds its weights while it \
+         allocates activations (event trace off; `cached_pair_ns_empty_device`: the same pairs, \
+         interleaved with them, on a device holding nothing else, where the allocator takes and \
+         drops its reference to itself at every pair; `cached_pair_ns_recording`: the same pairs, interleaved with them, on a device whose \
          4096-event trace records every alloc and free with its origin — source line and op — \
          and its label; \
          `_fixed_segments`: the same pairs with `expandable_segments:false`, interleaved with \
@@ -916,7 +919,7 @@ fn main() {
          run with the same build on a machine shared with other work, depending on whether both \
          threads get a core at once and contend for the allocator's lock, and so do the system \
          pair's times, the ratio to them much less). \
-         `pair_loop_peak_reserved_bytes`: what the default device reserved for its pair loop \
+         `pair_loop_peak_reserved_bytes`: what the empty device reserved for its pair loop \
          (warm-up and rounds); `pair_loop_block_bytes`: one block of each distinct size the loop \
          asks for, added up — what a per-thread cache of freed blocks by size (#24's proposal) \
          would hold for every pair to be served from it. Trace: {} steps \

@@ -909,9 +909,9 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
 
 impl<B: Backend + ?Sized> Drop for CachingAllocator<B> {
     fn drop(&mut self) {
-        // An `Allocation` keeps its device (and so this allocator) alive, so no block handed out
-        // through a device can be live here; raw `Block`s are plain data, and dereferencing
-        // their addresses was the caller's unsafe business.
+        // While any block handed out through a device lives, this allocator holds a reference
+        // to itself (`State::hold`), so none can be live here; raw `Block`s are plain data, and
+        // dereferencing their addresses was the caller's unsafe business.
         // Freed blocks other streams may still use: wait for that work first.
         let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
         st.synchronize_pending(&self.backend, &self.name);
