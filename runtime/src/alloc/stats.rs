@@ -277,17 +277,7 @@ impl Counters {
     pub(crate) fn pool(&self, pool: PoolKind) -> PoolStats {
         let c = &self.pools[pool as usize];
         let s = |k: Key| c[k as usize].as_stat();
-        PoolStats {
-            allocated_bytes: s(Key::AllocatedBytes),
-            reserved_bytes: s(Key::ReservedBytes),
-            active_bytes: s(Key::ActiveBytes),
-            inactive_split_bytes: s(Key::InactiveSplitBytes),
-            requested_bytes: s(Key::RequestedBytes),
-            allocation: s(Key::Allocation),
-            segment: s(Key::Segment),
-            active: s(Key::Active),
-            inactive_split: s(Key::InactiveSplit),
-        }
+        PoolStats::by_key(s)
     }
 
     /// Both pools' statistics added up, with the total's own peaks.
@@ -301,17 +291,7 @@ impl Counters {
                 freed: a.freed() + b.freed(),
             }
         };
-        PoolStats {
-            allocated_bytes: s(Key::AllocatedBytes),
-            reserved_bytes: s(Key::ReservedBytes),
-            active_bytes: s(Key::ActiveBytes),
-            inactive_split_bytes: s(Key::InactiveSplitBytes),
-            requested_bytes: s(Key::RequestedBytes),
-            allocation: s(Key::Allocation),
-            segment: s(Key::Segment),
-            active: s(Key::Active),
-            inactive_split: s(Key::InactiveSplit),
-        }
+        PoolStats::by_key(s)
     }
 
     /// The statistics as PyTorch reads them.
@@ -534,6 +514,21 @@ impl DetailedStats {
 }
 
 impl PoolStats {
+    /// Each statistic from its [`Key`].
+    fn by_key(s: impl Fn(Key) -> Stat) -> PoolStats {
+        PoolStats {
+            allocated_bytes: s(Key::AllocatedBytes),
+            reserved_bytes: s(Key::ReservedBytes),
+            active_bytes: s(Key::ActiveBytes),
+            inactive_split_bytes: s(Key::InactiveSplitBytes),
+            requested_bytes: s(Key::RequestedBytes),
+            allocation: s(Key::Allocation),
+            segment: s(Key::Segment),
+            active: s(Key::Active),
+            inactive_split: s(Key::InactiveSplit),
+        }
+    }
+
     /// Each statistic with PyTorch's name.
     pub fn named(&self) -> [(&'static str, &Stat); 9] {
         [
