@@ -3,11 +3,12 @@
 //!
 //! Checked: no two live blocks overlap, every live block lies inside one segment, the blocks
 //! tile their segments, the statistics equal the model's (allocated, requested, live blocks,
-//! allocs, frees, OOMs), reserved stays within the capacity, and after freeing everything and
-//! `empty_cache()` reserved is 0 and every segment went back to the backend. The hot path's
+//! their peaks, allocs, frees, OOMs), reserved stays within the capacity, and after freeing
+//! everything and `empty_cache()` reserved is 0 and every segment went back to the backend. The hot path's
 //! compact forms are on throughout (they have no switch): free sets kept as sorted vectors while
-//! small, and origins interned per call site, each live block's origin checked in every
-//! snapshot. Configurations:
+//! small, origins interned per call site (each live block's origin checked in every snapshot),
+//! statistics kept per pool with the total added up when read, and allocations that hold no
+//! reference to their device (the allocator keeps one while any lives). Configurations:
 //! defaults (expandable segments on the host backend), fixed segments (alone, with a max split
 //! size, with a limit + GC threshold), explicit expandable segments (alone, with a limit and a
 //! max split size, and with a GC threshold).
@@ -84,6 +85,9 @@ struct Model {
     allocs: u64,
     frees: u64,
     ooms: u64,
+    /// The highest allocated bytes and live blocks so far.
+    peak_allocated: u64,
+    peak_live: u64,
 }
 
 impl Model {
@@ -160,6 +164,10 @@ fn check(device: &Device, model: &Model, live: &[Allocation]) {
     assert_eq!(s.requested_bytes, model.requested());
     assert_eq!(s.active_blocks, model.live.len() as u64);
     assert_eq!(
+        (s.peak_allocated_bytes, s.peak_active_blocks),
+        (model.peak_allocated, model.peak_live)
+    );
+    assert_eq!(
         (s.num_allocs, s.num_frees, s.num_ooms),
         (model.allocs, model.frees, model.ooms)
     );
@@ -230,6 +238,8 @@ proptest! {
                         prop_assert!(block >= round_size(n));
                         model.live.insert(a.addr(), (block, n));
                         model.allocs += 1;
+                        model.peak_allocated = model.peak_allocated.max(model.allocated());
+                        model.peak_live = model.peak_live.max(model.live.len() as u64);
                         live.push(a);
                     }
                     Err(e) => {
