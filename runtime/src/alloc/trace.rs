@@ -241,24 +241,7 @@ impl TraceRing {
     /// keeps nothing).
     #[inline]
     pub(crate) fn place_now(&mut self) -> Option<&mut RingEvent> {
-        if self.capacity == 0 {
-            return None;
-        }
-        let at = if self.events.len() < self.capacity {
-            self.events
-                .push(RingEvent::without_origin(TraceEventKind::Oom, 0, 0, 0, 0));
-            self.events.len() - 1
-        } else {
-            let at = self.oldest;
-            // A compare, not `%`: a division per event costs more than the rest of the push.
-            self.oldest += 1;
-            if self.oldest == self.capacity {
-                self.oldest = 0;
-            }
-            self.dropped += 1;
-            self.forget_oldest_label();
-            at
-        };
+        let at = self.next_slot()?;
         match self.labels.back_mut() {
             Some((last, count)) => match thread_label_unless(last.as_ref()) {
                 EventLabel::Same => *count += 1,
@@ -278,14 +261,25 @@ impl TraceRing {
     /// the runs); `false` when the ring keeps nothing.
     #[inline]
     fn store(&mut self, event: RingEvent) -> bool {
-        if self.capacity == 0 {
+        let Some(at) = self.next_slot() else {
             return false;
+        };
+        self.events[at] = event;
+        true
+    }
+    /// Where the next event goes: a new place while the ring fills, then the oldest event's
+    /// (whose label leaves the runs); `None` when the ring keeps nothing.
+    #[inline]
+    fn next_slot(&mut self) -> Option<usize> {
+        if self.capacity == 0 {
+            return None;
         }
         if self.events.len() < self.capacity {
-            self.events.push(event);
-            return true;
+            self.events
+                .push(RingEvent::without_origin(TraceEventKind::Oom, 0, 0, 0, 0));
+            return Some(self.events.len() - 1);
         }
-        self.events[self.oldest] = event;
+        let at = self.oldest;
         // A compare, not `%`: a division per event costs more than the rest of the push.
         self.oldest += 1;
         if self.oldest == self.capacity {
@@ -293,7 +287,7 @@ impl TraceRing {
         }
         self.dropped += 1;
         self.forget_oldest_label();
-        true
+        Some(at)
     }
     /// The newest event's label joins the last run, or starts one.
     fn add_label(&mut self, label: Option<TraceLabel>) {
