@@ -413,7 +413,18 @@ fn export_trace(path: &str, steps: &[(usize, usize)]) -> std::io::Result<()> {
 /// settings, and an allocator of its own on GPU 0 for any other. Replays start from an emptied
 /// cache and reset peaks.
 fn new_device(cuda: bool, config: AllocatorConfig) -> Device {
-    let device = match (cuda, config == base_config()) {
+    let shared = cuda && config == base_config();
+    device_with(cuda, config, shared)
+}
+
+/// A device with `config` and an allocator of its own, on the host or on GPU 0 (unlike
+/// [`new_device`], never the process-wide GPU device).
+fn own_device(cuda: bool, config: AllocatorConfig) -> Device {
+    device_with(cuda, config, false)
+}
+
+fn device_with(cuda: bool, config: AllocatorConfig, process_wide: bool) -> Device {
+    let device = match (cuda, process_wide) {
         (true, true) => Device::cuda(0).map_err(|e| e.to_string()),
         (true, false) => Device::cuda_with_config(0, config).map_err(|e| e.to_string()),
         (false, _) => Device::host_with_config(config).map_err(|e| e.to_string()),
@@ -637,7 +648,9 @@ fn main() {
     let device = new_device(cuda, base_config());
     let fixed_device = new_device(cuda, fixed_segments());
     let recording_device = new_device(cuda, base_config().with_trace_capacity(RECORDED_EVENTS));
-    let empty_device = new_device(cuda, base_config());
+    // Its own allocator even on a GPU, where `device` is the process-wide one and holds a
+    // resident block.
+    let empty_device = own_device(cuda, base_config());
     let _weights = resident(&device);
     let resident_blocks = (resident(&fixed_device), resident(&recording_device));
     let (mut cached, mut system, mut fixed, mut recording, mut empty) =
