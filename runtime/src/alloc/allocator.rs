@@ -10,6 +10,7 @@ use super::origin::{BlockOrigin, RequestOrigin, RAW_OP};
 use super::plan::{IterationId, Obstacle};
 use super::policy::{self, OomFacts, ADDR_LIMIT};
 use super::pressure::PressureHandlers;
+use super::state_lock::StateLock;
 use super::trace::TraceRing;
 use super::{
     AllocatorConfig, Backend, BackendFailure, ConfigSource, DetailedStats, ExpandableSegments,
@@ -19,7 +20,6 @@ use super::{
 use std::fmt;
 use std::panic::Location;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
 
 /// Caching allocator over a backend: see the [module documentation](super) for its rules.
 pub struct CachingAllocator<B: Backend + ?Sized> {
@@ -27,7 +27,7 @@ pub struct CachingAllocator<B: Backend + ?Sized> {
     id: u64,
     config: AllocatorConfig,
     limit: Option<u64>,
-    state: Mutex<State>,
+    state: StateLock<State>,
     handlers: PressureHandlers,
     name: String,
     /// The large pool's segments.
@@ -83,12 +83,6 @@ struct Request {
     stream: u32,
 }
 
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // The state is kept consistent at every unlock point, so a panic elsewhere does not
-    // invalidate it.
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 impl<B: Backend> CachingAllocator<B> {
     /// Creates an allocator with the default settings drawing from `backend` (expandable
     /// segments where the backend can map pages, fixed segments otherwise).
@@ -140,7 +134,7 @@ impl<B: Backend> CachingAllocator<B> {
         state.max_split = config.max_split_size;
         Self {
             id: NEXT_ALLOCATOR_ID.fetch_add(1, Ordering::Relaxed),
-            state: Mutex::new(state),
+            state: StateLock::new(state),
             config,
             limit,
             handlers: PressureHandlers::default(),
@@ -163,7 +157,8 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     /// The address range reserved for the expandable segment (`None` with fixed segments only):
     /// its pages are mapped from the start of the range as the large pool grows.
     pub fn expandable_range(&self) -> Option<std::ops::Range<u64>> {
-        lock(&self.state)
+        self.state
+            .lock()
             .expandable
             .map(|e| e.addr..e.addr + e.virt as u64)
     }
@@ -254,7 +249,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         origin: RequestOrigin,
         holder: Option<&dyn KeepAlive>,
     ) -> Result<Block, OutOfMemory> {
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock();
         st.start_request();
         let Some(req) = self.request(bytes, st.stream_index(stream)) else {
             return Err(self.fail(&mut st, bytes, usize::MAX));
@@ -265,7 +260,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         if !PressureHandlers::in_handler() {
             drop(st);
             let freed = self.handlers.run(req.size);
-            st = lock(&self.state);
+            st = self.state.lock();
             if freed > 0 {
                 if let Some(slot) = self.serve(&mut st, &req) {
                     return Ok(self.hand_out(&mut st, slot, &req, origin, holder));
@@ -308,7 +303,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         if req.pool != PoolKind::Large || !self.uses_expandable_segments() {
             return self.allocate_from(bytes, StreamId::DEFAULT, origin, holder);
         }
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock();
         st.request_failure = None;
         st.range_used_up = false;
         st.process_pending(&self.backend, &self.name);
@@ -325,7 +320,8 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         }
         drop(st);
         let block = self.allocate_from(bytes, StreamId::DEFAULT, origin, holder)?;
-        lock(&self.state)
+        self.state
+            .lock()
             .planner
             .on_allocated(ordinal, block.id, req.size);
         Ok(block)
@@ -365,13 +361,13 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     /// Ends `iteration` of a batch scope: what it allocated becomes the recording the scope's
     /// next iteration is planned from.
     pub fn end_iteration(&self, iteration: IterationId) {
-        lock(&self.state).planner.end_iteration(iteration);
+        self.state.lock().planner.end_iteration(iteration);
     }
 
     /// Large-pool requests of batch-scope iterations placed by a plan, and those of planned
     /// iterations that left it and were served by best fit.
     pub fn planning_counts(&self) -> (u64, u64) {
-        let st = lock(&self.state);
+        let st = self.state.lock();
         (st.planner.planned, st.planner.unplanned)
     }
 
@@ -650,7 +646,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     #[inline]
     #[must_use = "the returned reference may be the allocator's last: drop it after the call"]
     pub(crate) fn release(&self, block: &Block) -> Option<KeptAlive> {
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock();
         let slot = block.slot;
         if !self.owns(&st, block) {
             self.refuse_free(block);
@@ -746,7 +742,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         if stream == block.stream {
             return;
         }
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock();
         if !self.owns(&st, block) {
             crate::diagnostics::error(&format!(
                 "{}: record_stream on block {:#x}, which this allocator did not hand out",
@@ -766,28 +762,28 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     /// [`OutOfMemory`] of its request), if any. The books stay as they were when a call fails:
     /// memory the backend could not take back is still counted as reserved.
     pub fn last_backend_error(&self) -> Option<BackendFailure> {
-        lock(&self.state).last_failure.clone()
+        self.state.lock().last_failure.clone()
     }
 
     /// Blocks freed while other streams may still use them, not yet back in the pool.
     pub fn pending_frees(&self) -> usize {
-        lock(&self.state).pending.len()
+        self.state.lock().pending.len()
     }
 
     /// Current statistics.
     pub fn stats(&self) -> MemoryStats {
-        lock(&self.state).snapshot_stats()
+        self.state.lock().snapshot_stats()
     }
 
     /// Resets peaks to the current values.
     pub fn reset_peak_stats(&self) {
-        lock(&self.state).stats.reset_peaks();
+        self.state.lock().stats.reset_peaks();
     }
 
     /// PyTorch's statistics (`torch.cuda.memory_stats()`): per pool and in total, current,
     /// peak, allocated and freed; [`DetailedStats::to_map`] gives them under PyTorch's keys.
     pub fn detailed_stats(&self) -> DetailedStats {
-        lock(&self.state).stats.detailed()
+        self.state.lock().stats.detailed()
     }
 
     /// The statistics as the text table PyTorch users know from `torch.cuda.memory_summary()`.
@@ -798,13 +794,13 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     /// Resets the accumulated counts (`allocated`/`freed` of every statistic, retries, OOMs,
     /// backend calls) to 0, as PyTorch's `reset_accumulated_memory_stats`.
     pub fn reset_accumulated_stats(&self) {
-        lock(&self.state).stats.reset_accumulated();
+        self.state.lock().stats.reset_accumulated();
     }
 
     /// Returns every cached, fully free segment to the backend; returns the bytes released.
     /// Frees nothing that is still allocated.
     pub fn empty_cache(&self) -> u64 {
-        lock(&self.state).release_cached(&self.backend, &self.name)
+        self.state.lock().release_cached(&self.backend, &self.name)
     }
 
     /// Preallocates one large-pool segment of `bytes` (rounded to 512) and keeps it cached, so
@@ -817,7 +813,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     /// of another shape.
     pub fn reserve(&self, bytes: usize) -> Result<u64, OutOfMemory> {
         let size = policy::round_size(bytes);
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock();
         st.request_failure = None;
         st.range_used_up = false;
         if size as u64 >= ADDR_LIMIT {
@@ -856,7 +852,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
 
     /// The segments and blocks, by address, with the statistics.
     pub fn snapshot(&self) -> MemorySnapshot {
-        let st = lock(&self.state);
+        let st = self.state.lock();
         MemorySnapshot {
             device: self.name.as_str().into(),
             expandable_segments: self.uses_expandable_segments(),
@@ -868,7 +864,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     /// The snapshot and the trace, taken at one moment, as the pickle of PyTorch's
     /// `torch.cuda.memory._dump_snapshot` for device index `device` (see `memory_viz.rs`).
     pub(crate) fn memory_viz_pickle(&self, device: u32) -> Vec<u8> {
-        let st = lock(&self.state);
+        let st = self.state.lock();
         let snapshot = MemorySnapshot {
             device: self.name.clone(),
             expandable_segments: self.uses_expandable_segments(),
@@ -883,27 +879,27 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
 
     /// A copy of the event trace ring.
     pub fn trace(&self) -> Trace {
-        let st = lock(&self.state);
+        let st = self.state.lock();
         st.trace.to_trace(Some(&st.sites))
     }
 
     /// Starts recording the last `events` allocator events (0 stops recording); replaces the
     /// ring, so earlier events are dropped.
     pub fn set_trace_capacity(&self, events: usize) {
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock();
         st.trace = TraceRing::stamped(events, st.start_ns);
     }
 
     /// Empties the event trace ring.
     pub fn clear_trace(&self) {
-        lock(&self.state).trace.clear();
+        self.state.lock().trace.clear();
     }
 
     /// Verifies the allocator's internal consistency: blocks tile their segments exactly, no
     /// two free blocks are adjacent (coalescing is complete), the free sets hold exactly the
     /// free blocks, and the statistics equal sums over the blocks. For tests and debugging.
     pub fn check_invariants(&self) -> Result<(), String> {
-        lock(&self.state).check_invariants()
+        self.state.lock().check_invariants()
     }
 }
 
@@ -913,7 +909,7 @@ impl<B: Backend + ?Sized> Drop for CachingAllocator<B> {
         // to itself (`State::hold`), so none can be live here; raw `Block`s are plain data, and
         // dereferencing their addresses was the caller's unsafe business.
         // Freed blocks other streams may still use: wait for that work first.
-        let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        let st = self.state.get_mut();
         st.synchronize_pending(&self.backend, &self.name);
         let warn = |what: &str, e: super::BackendError| {
             crate::diagnostics::warn(

@@ -59,8 +59,9 @@
 //! - **Statistics**: [`MemoryStats`], and PyTorch's per-pool statistics ([`DetailedStats`],
 //!   [`CachingAllocator::memory_summary`]).
 //!
-//! One mutex per allocator guards its state; segment calls into the backend happen under it,
-//! pressure handlers never do.
+//! One lock per allocator guards its state (`state_lock.rs`: released by a plain store, its
+//! waiters spin, yield, then sleep); segment calls into the backend happen under it, pressure
+//! handlers never do.
 //!
 //! ## Layout
 //!
@@ -73,6 +74,7 @@
 //! | `expandable.rs` | the expandable segment: setup, growing, shrinking |
 //! | `oom.rs` | [`OutOfMemory`] and its text |
 //! | `pressure.rs` | pressure handlers |
+//! | `state_lock.rs` | the lock around the state |
 //! | `plan.rs` | iteration planning: batch-scope iterations laid out from the previous one |
 //! | `stats.rs` | [`MemoryStats`] |
 //! | `config.rs` | [`AllocatorConfig`] and `VRAMGUARD_ALLOC_CONF` |
@@ -108,6 +110,7 @@ mod pickle;
 mod plan;
 mod policy;
 mod pressure;
+mod state_lock;
 mod stats;
 #[cfg(any(test, feature = "cuda"))]
 pub(crate) mod stream_order;
