@@ -547,6 +547,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             let kept = st.origins[slot as usize].clone();
             st.push_event(TraceEventKind::Alloc, addr, req.size as u64, kept);
         }
+        st.stamp_block_event();
         Block {
             addr,
             size: req.size,
@@ -670,6 +671,8 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         } else {
             self.free_after_uses(&mut st, slot);
         }
+        // The free's time, taken once its other work is under way (see `stamp_block_event`).
+        st.stamp_block_event();
         released
     }
 

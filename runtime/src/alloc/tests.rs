@@ -668,6 +668,51 @@ fn trace_ring_keeps_the_newest_events_in_order_across_wraps() {
     assert_eq!(kinds, vec![TraceEventKind::Alloc, TraceEventKind::Free]);
 }
 
+/// An alloc or free event is written first and stamped at the end of its call
+/// (`State::stamp_block_event`): each event's time falls inside the call that made it, wherever
+/// the newest event sits in a ring that wraps.
+#[test]
+fn trace_times_fall_inside_the_calls_that_made_them() {
+    use std::time::{Duration, Instant};
+    // Calls 2 ms apart, checked to 0.2 ms: far above the conversion's error (tens of ns), far
+    // below the gap, so a time taken at another call, or never, lands outside.
+    const GAP: Duration = Duration::from_millis(2);
+    const SLACK_NS: u64 = 200_000;
+    let before_creation = Instant::now();
+    let a = alloc(None, fixed_config().with_trace_capacity(3));
+    let creation_window = before_creation.elapsed().as_nanos() as u64;
+    let since = |t: Instant| t.duration_since(before_creation).as_nanos() as u64;
+    let mut live = Vec::new();
+    for call in 0..10 {
+        std::thread::sleep(GAP);
+        let start = Instant::now();
+        let kind = if call % 3 == 2 {
+            a.free(live.pop().unwrap());
+            TraceEventKind::Free
+        } else {
+            live.push(a.allocate((call + 1) * KIB).unwrap());
+            TraceEventKind::Alloc
+        };
+        let end = Instant::now();
+        let t = a.trace();
+        let newest = t.events.last().unwrap();
+        assert_eq!(newest.kind, kind, "call {call}");
+        // The allocator was created within `creation_window` ns of `before_creation`.
+        assert!(
+            newest.time_ns + creation_window + SLACK_NS >= since(start)
+                && newest.time_ns <= since(end) + SLACK_NS,
+            "call {call}: event at {} ns after creation, call from {} to {} ns",
+            newest.time_ns,
+            since(start),
+            since(end)
+        );
+        assert!(t.events.windows(2).all(|w| w[0].time_ns <= w[1].time_ns));
+    }
+    for block in live {
+        a.free(block);
+    }
+}
+
 /// Consecutive events under one label share it in the ring; each event still shows its own
 /// label after older ones were overwritten.
 #[test]

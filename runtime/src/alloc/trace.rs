@@ -238,7 +238,7 @@ impl TraceRing {
     /// The place of an event made now on this thread (under its label), for the caller to
     /// write the event into: once the ring is full, the oldest event's place, so the event is
     /// written once, where it stays, instead of built and then copied (`None` when the ring
-    /// keeps nothing).
+    /// keeps nothing). The caller stamps it with [`Self::set_newest_time`].
     #[inline]
     pub(crate) fn place_now(&mut self) -> Option<&mut RingEvent> {
         let at = self.next_slot()?;
@@ -250,6 +250,20 @@ impl TraceRing {
             None => self.labels.push_back((thread_label(), 1)),
         }
         self.events.get_mut(at)
+    }
+    /// Sets the time of the newest event (nothing when the ring holds none).
+    #[inline]
+    pub(crate) fn set_newest_time(&mut self, time: u64) {
+        let newest = if self.events.len() < self.capacity {
+            self.events.len().wrapping_sub(1)
+        } else if self.oldest == 0 {
+            self.capacity - 1
+        } else {
+            self.oldest - 1
+        };
+        if let Some(event) = self.events.get_mut(newest) {
+            event.time = time;
+        }
     }
     /// Adds `event`, made under `label`.
     pub(crate) fn push(&mut self, event: RingEvent, label: Option<TraceLabel>) {
