@@ -3,8 +3,8 @@
 //!
 //! `std::sync::Mutex` releases with an atomic swap, to learn whether a thread sleeps on the
 //! lock and must be woken. Here the release is a plain store (on x86, an ordinary `mov`), which
-//! saves one atomic read-modify-write per lock: two per cached pair, about a tenth of the pair
-//! on the machine #24 was measured on. The price is that a waiting thread is never woken: it
+//! saves one atomic read-modify-write per lock: two per cached pair, which made the pair about
+//! 7 % faster in alternating runs of `alloc_bench` (#24, BENCHMARKS.md). The price is that a waiting thread is never woken: it
 //! spins, then yields, then sleeps in steps that grow to [`LONGEST_SLEEP`], checking the lock
 //! between steps. The allocator holds the lock for more than a few microseconds only on its slow
 //! paths (a new segment from the driver, waiting for another stream's work, an out-of-memory
@@ -25,12 +25,12 @@ const YIELDS: u32 = 16;
 const FIRST_SLEEP: Duration = Duration::from_micros(20);
 /// The longest a waiting thread sleeps between two looks at the lock: the most a release can
 /// go unnoticed.
-pub(crate) const LONGEST_SLEEP: Duration = Duration::from_micros(500);
+const LONGEST_SLEEP: Duration = Duration::from_micros(500);
 
 /// Mutual exclusion over a `T`, released by a plain store (see the module documentation).
-/// A panic while the lock is held releases it; as with the allocator's use of
-/// `std::sync::Mutex` before, nothing is poisoned, since the state is consistent wherever the
-/// code may panic.
+/// A panic while the lock is held releases it and poisons nothing, as the allocator treated
+/// `std::sync::Mutex`'s poisoning before: its state is kept consistent at every point where
+/// the lock is released.
 pub(crate) struct StateLock<T> {
     locked: AtomicBool,
     value: UnsafeCell<T>,
