@@ -269,7 +269,7 @@ impl Device {
         self.allocate_at(
             bytes,
             StreamId::DEFAULT,
-            RequestOrigin::current(Location::caller(), "allocate"),
+            &mut RequestOrigin::current(Location::caller(), "allocate"),
         )
     }
 
@@ -282,7 +282,7 @@ impl Device {
         self.allocate_at(
             bytes,
             stream,
-            RequestOrigin::current(Location::caller(), "allocate"),
+            &mut RequestOrigin::current(Location::caller(), "allocate"),
         )
     }
 
@@ -297,23 +297,30 @@ impl Device {
     ) -> Result<Allocation, OutOfMemory> {
         let mut origin = RequestOrigin::current(Location::caller(), op);
         origin.shape = Some(Arc::from(shape));
-        self.allocate_at(bytes, StreamId::DEFAULT, origin)
+        self.allocate_at(bytes, StreamId::DEFAULT, &mut origin)
     }
 
+    /// Inlined into the public allocation functions for the reason given at
+    /// `CachingAllocator::allocate_from`: the block stays in registers.
+    #[inline(always)]
     fn allocate_at(
         &self,
         bytes: usize,
         stream: StreamId,
-        origin: RequestOrigin,
+        origin: &mut RequestOrigin,
     ) -> Result<Allocation, OutOfMemory> {
         let scope = current_observer();
         let allocator = self.allocator();
         let holder: Option<&dyn KeepAlive> = Some(allocator);
-        let block = if stream == StreamId::DEFAULT {
+        let served = if stream == StreamId::DEFAULT {
             let iteration = scope.as_ref().map(|o| o.iteration());
-            allocator.allocate_at(bytes, iteration, origin, holder)?
+            allocator.allocate_at(bytes, iteration, origin, holder)
         } else {
-            allocator.allocate_from(bytes, stream, origin, holder)?
+            allocator.allocate_from(bytes, stream, origin, holder)
+        };
+        let block = match served {
+            Ok(block) => block,
+            Err(oom) => return Err(*oom),
         };
         if let Some(observer) = &scope {
             observer.on_alloc(allocator, block.id, block.size);

@@ -6,11 +6,11 @@
 
 use super::blocks::{KeepAlive, KeptAlive, PendingFree, State};
 use super::expandable::{self, Resolved};
-use super::origin::{BlockOrigin, RequestOrigin, RAW_OP};
+use super::origin::{RequestOrigin, RAW_OP};
 use super::plan::{IterationId, Obstacle};
 use super::policy::{self, OomFacts, ADDR_LIMIT};
 use super::pressure::PressureHandlers;
-use super::state_lock::StateLock;
+use super::state_lock::{StateGuard, StateLock};
 use super::trace::TraceRing;
 use super::{
     AllocatorConfig, Backend, BackendFailure, ConfigSource, DetailedStats, ExpandableSegments,
@@ -19,7 +19,7 @@ use super::{
 };
 use std::fmt;
 use std::panic::Location;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Caching allocator over a backend: see the [module documentation](super) for its rules.
 pub struct CachingAllocator<B: Backend + ?Sized> {
@@ -36,6 +36,10 @@ pub struct CachingAllocator<B: Backend + ?Sized> {
     fixed_segments_reason: Option<String>,
     /// Where `config` came from, for the out-of-memory advice.
     config_source: ConfigSource,
+    /// Whether the trace records, readable without the lock: a recording call reads the clock
+    /// before it takes the lock (see [`Self::early_read`]). Written under the lock whenever
+    /// the ring is replaced.
+    recording: AtomicBool,
     backend: B,
 }
 
@@ -132,6 +136,7 @@ impl<B: Backend> CachingAllocator<B> {
         let mut state = State::new(config.trace_capacity);
         state.expandable = resolved.expandable;
         state.max_split = config.max_split_size;
+        let recording = state.trace.enabled();
         Self {
             id: NEXT_ALLOCATOR_ID.fetch_add(1, Ordering::Relaxed),
             state: StateLock::new(state),
@@ -142,6 +147,7 @@ impl<B: Backend> CachingAllocator<B> {
             segment_mode: resolved.mode,
             fixed_segments_reason: resolved.reason,
             config_source: ConfigSource::Code,
+            recording: AtomicBool::new(recording),
             backend,
         }
     }
@@ -221,9 +227,10 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         self.allocate_from(
             bytes,
             StreamId::DEFAULT,
-            RequestOrigin::current(Location::caller(), RAW_OP),
+            &mut RequestOrigin::current(Location::caller(), RAW_OP),
             None,
         )
+        .map_err(|oom| *oom)
     }
 
     /// Allocates like [`CachingAllocator::allocate`], for use on `stream`: the block comes from
@@ -235,39 +242,77 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         self.allocate_from(
             bytes,
             stream,
-            RequestOrigin::current(Location::caller(), RAW_OP),
+            &mut RequestOrigin::current(Location::caller(), RAW_OP),
             None,
         )
+        .map_err(|oom| *oom)
     }
 
     /// [`CachingAllocator::allocate_on`] for a request whose origin the caller knows; the
     /// block keeps `holder` alive while it lives (a device's allocation: its allocator).
+    ///
+    /// Inlined into its callers, with the rare paths out of line, the error boxed and the
+    /// origin by reference: the block then stays in registers and the origin where its caller
+    /// built it. Moved through memory instead (an argument by value, a result that a call
+    /// also writes), each was stored a word at a time and copied 16 bytes at a time, and a
+    /// load wider than the store it reads waits until that store reaches the cache.
+    #[inline(always)]
     pub(crate) fn allocate_from(
         &self,
         bytes: usize,
         stream: StreamId,
-        origin: RequestOrigin,
+        origin: &mut RequestOrigin,
         holder: Option<&dyn KeepAlive>,
-    ) -> Result<Block, OutOfMemory> {
+    ) -> Result<Block, Box<OutOfMemory>> {
+        let read = self.early_read();
         let mut st = self.state.lock();
         st.start_request();
         let Some(req) = self.request(bytes, st.stream_index(stream)) else {
-            return Err(self.fail(&mut st, bytes, usize::MAX));
+            return Err(self.fail_boxed(&mut st, bytes, usize::MAX));
         };
-        if let Some(slot) = self.serve(&mut st, &req) {
-            return Ok(self.hand_out(&mut st, slot, &req, origin, holder));
-        }
+        let slot = match self.serve(&mut st, &req) {
+            Some(slot) => slot,
+            None => self.serve_after_handlers(&mut st, &req)?,
+        };
+        Ok(self.hand_out(&mut st, slot, &req, origin, holder, read))
+    }
+
+    /// The clock read for the event of a call that is about to take the lock, when the trace
+    /// records (`None` otherwise, or when recording started since: the event is then stamped
+    /// under the lock). Read outside the lock, the counter costs a recording pair less time.
+    #[inline(always)]
+    fn early_read(&self) -> Option<u64> {
+        self.recording
+            .load(Ordering::Relaxed)
+            .then(super::event_clock::read_stamp)
+    }
+
+    /// The slot for `req` when neither the cache nor a new segment had one: the pressure
+    /// handlers run with the lock released (unless this is one of them), then the request is
+    /// tried again or fails.
+    #[cold]
+    #[inline(never)]
+    fn serve_after_handlers(
+        &self,
+        st: &mut StateGuard<'_, State>,
+        req: &Request,
+    ) -> Result<u32, Box<OutOfMemory>> {
         if !PressureHandlers::in_handler() {
-            drop(st);
-            let freed = self.handlers.run(req.size);
-            st = self.state.lock();
+            let freed = StateGuard::unlocked(st, || self.handlers.run(req.size));
             if freed > 0 {
-                if let Some(slot) = self.serve(&mut st, &req) {
-                    return Ok(self.hand_out(&mut st, slot, &req, origin, holder));
+                if let Some(slot) = self.serve(st, req) {
+                    return Ok(slot);
                 }
             }
         }
-        Err(self.fail(&mut st, req.requested, req.size))
+        Err(self.fail_boxed(st, req.requested, req.size))
+    }
+
+    /// [`Self::fail`], boxed for the allocation path (see [`Self::allocate_from`]).
+    #[cold]
+    #[inline(never)]
+    fn fail_boxed(&self, st: &mut State, requested: usize, rounded: usize) -> Box<OutOfMemory> {
+        Box::new(self.fail(st, requested, rounded))
     }
 
     /// Allocates like [`CachingAllocator::allocate`], for a request made in `iteration` of a
@@ -280,29 +325,43 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         bytes: usize,
         iteration: Option<IterationId>,
     ) -> Result<Block, OutOfMemory> {
-        let origin = RequestOrigin::current(Location::caller(), RAW_OP);
-        self.allocate_at(bytes, iteration, origin, None)
+        let mut origin = RequestOrigin::current(Location::caller(), RAW_OP);
+        self.allocate_at(bytes, iteration, &mut origin, None)
+            .map_err(|oom| *oom)
     }
 
     /// [`CachingAllocator::allocate_in`] for a request whose origin the caller knows (a
     /// tensor's shape, a device's caller); the block keeps `holder` alive while it lives.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn allocate_at(
         &self,
         bytes: usize,
         iteration: Option<IterationId>,
-        origin: RequestOrigin,
+        origin: &mut RequestOrigin,
         holder: Option<&dyn KeepAlive>,
-    ) -> Result<Block, OutOfMemory> {
-        let Some(id) = iteration.filter(|_| self.config.iteration_planning) else {
-            return self.allocate_from(bytes, StreamId::DEFAULT, origin, holder);
-        };
-        let Some(req) = self.request(bytes, 0) else {
-            return self.allocate_from(bytes, StreamId::DEFAULT, origin, holder);
-        };
-        if req.pool != PoolKind::Large || !self.uses_expandable_segments() {
-            return self.allocate_from(bytes, StreamId::DEFAULT, origin, holder);
+    ) -> Result<Block, Box<OutOfMemory>> {
+        match iteration.filter(|_| self.config.iteration_planning) {
+            None => self.allocate_from(bytes, StreamId::DEFAULT, origin, holder),
+            Some(id) => self.allocate_planned(bytes, id, origin, holder),
         }
+    }
+
+    /// [`Self::allocate_at`] for a request made in iteration `id` with planning on.
+    #[inline(always)]
+    fn allocate_planned(
+        &self,
+        bytes: usize,
+        id: IterationId,
+        origin: &mut RequestOrigin,
+        holder: Option<&dyn KeepAlive>,
+    ) -> Result<Block, Box<OutOfMemory>> {
+        let planned = self
+            .request(bytes, 0)
+            .filter(|req| req.pool == PoolKind::Large && self.uses_expandable_segments());
+        let Some(req) = planned else {
+            return self.allocate_from(bytes, StreamId::DEFAULT, origin, holder);
+        };
+        let read = self.early_read();
         let mut st = self.state.lock();
         st.request_failure = None;
         st.range_used_up = false;
@@ -310,7 +369,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         let ordinal = st.planner.on_request(id);
         if let Some(slot) = self.take_planned(&mut st, &req, ordinal) {
             st.planner.planned += 1;
-            let block = self.hand_out(&mut st, slot, &req, origin.clone(), holder);
+            let block = self.hand_out(&mut st, slot, &req, origin, holder, read);
             st.planner.on_allocated(ordinal, block.id, req.size);
             return Ok(block);
         }
@@ -520,8 +579,9 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         st: &mut State,
         slot: u32,
         req: &Request,
-        origin: RequestOrigin,
+        origin: &mut RequestOrigin,
         holder: Option<&dyn KeepAlive>,
+        read: Option<u64>,
     ) -> Block {
         if let Some(holder) = holder {
             st.hold(holder);
@@ -533,7 +593,9 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         n.rounded = req.size;
         n.requested = req.requested;
         n.id = id;
-        let (addr, block_size, pool) = (n.addr, n.size, n.pool);
+        // The request's pool, which served the block: known before the node is loaded.
+        debug_assert_eq!(n.pool, req.pool, "block {slot} served from another pool");
+        let (addr, block_size, pool) = (n.addr, n.size, req.pool);
         st.stats.on_alloc(pool, block_size, req.requested);
         if self
             .config
@@ -542,12 +604,12 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         {
             st.stats.on_oversize_allocation(true);
         }
-        st.origins[slot as usize] = BlockOrigin::new(&mut st.sites, origin);
+        st.origins[slot as usize].set(&mut st.sites, origin);
         if st.trace.enabled() {
             let kept = st.origins[slot as usize].clone();
             st.push_event(TraceEventKind::Alloc, addr, req.size as u64, kept);
         }
-        st.stamp_block_event();
+        st.stamp_block_event(read);
         Block {
             addr,
             size: req.size,
@@ -647,6 +709,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     #[inline]
     #[must_use = "the returned reference may be the allocator's last: drop it after the call"]
     pub(crate) fn release(&self, block: &Block) -> Option<KeptAlive> {
+        let read = self.early_read();
         let mut st = self.state.lock();
         let slot = block.slot;
         if !self.owns(&st, block) {
@@ -672,7 +735,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             self.free_after_uses(&mut st, slot);
         }
         // The free's time, taken once its other work is under way (see `stamp_block_event`).
-        st.stamp_block_event();
+        st.stamp_block_event(read);
         released
     }
 
@@ -891,6 +954,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     pub fn set_trace_capacity(&self, events: usize) {
         let mut st = self.state.lock();
         st.trace = TraceRing::stamped(events, st.start_ns);
+        self.recording.store(events > 0, Ordering::Relaxed);
     }
 
     /// Empties the event trace ring.

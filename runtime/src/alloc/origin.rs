@@ -211,13 +211,14 @@ impl Default for BlockOrigin {
 }
 
 impl BlockOrigin {
-    /// `origin` kept compactly, its site interned in `sites`.
-    #[inline]
-    pub(crate) fn new(sites: &mut Sites, origin: RequestOrigin) -> Self {
-        BlockOrigin {
-            site: sites.intern(&origin),
-            shape: origin.shape,
-        }
+    /// Keeps `origin` compactly in place of what `self` kept, its site interned in `sites`.
+    /// Field by field: a whole new value was built on the stack and copied, and the copy's
+    /// 8-byte load of the 4-byte site just stored there waited for that store to reach the
+    /// cache (a store cannot be forwarded to a wider load).
+    #[inline(always)]
+    pub(crate) fn set(&mut self, sites: &mut Sites, origin: &mut RequestOrigin) {
+        self.site = sites.intern(origin);
+        self.shape = origin.shape.take();
     }
 }
 
@@ -293,7 +294,8 @@ mod tests {
         let mut ids = HashMap::new();
         for round in 0..3 {
             for (i, origin) in origins.iter().enumerate().rev().skip(round) {
-                let block = BlockOrigin::new(&mut sites, origin.clone());
+                let mut block = BlockOrigin::default();
+                block.set(&mut sites, &mut origin.clone());
                 let shown = origin.shown();
                 assert_eq!(sites.origin(&block).as_ref(), Some(&shown));
                 assert_eq!(*ids.entry(i).or_insert(block.site), block.site, "{shown}");

@@ -110,6 +110,23 @@ pub(crate) struct StateGuard<'a, T> {
     not_shared: PhantomData<*const ()>,
 }
 
+impl<T> StateGuard<'_, T> {
+    /// Runs `f` with the lock released, and takes it again before returning, also when `f`
+    /// panics: the guard holds the lock at every point where it can be used or dropped.
+    pub(crate) fn unlocked<R>(guard: &mut Self, f: impl FnOnce() -> R) -> R {
+        struct Relock<'b, T>(&'b StateLock<T>);
+        impl<T> Drop for Relock<'_, T> {
+            fn drop(&mut self) {
+                // Held on behalf of the outer guard, which releases it when dropped.
+                std::mem::forget(self.0.lock());
+            }
+        }
+        guard.lock.locked.store(false, Ordering::Release);
+        let _relock = Relock(guard.lock);
+        f()
+    }
+}
+
 impl<T> Deref for StateGuard<'_, T> {
     type Target = T;
     #[inline]
@@ -137,7 +154,7 @@ impl<T> Drop for StateGuard<'_, T> {
 
 #[cfg(test)]
 mod tests {
-    use super::StateLock;
+    use super::{StateGuard, StateLock};
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
 
@@ -197,6 +214,65 @@ mod tests {
         assert!(
             waiter.join().expect("waiting thread"),
             "the waiter took the lock while it was held"
+        );
+    }
+
+    #[test]
+    fn unlocked_lets_another_thread_in_and_holds_the_lock_again_after() {
+        let lock = Arc::new(StateLock::new(0u32));
+        let mut guard = lock.lock();
+        *guard = 1;
+        // Another thread takes the lock while it is released: it would wait forever otherwise.
+        let seen = StateGuard::unlocked(&mut guard, || {
+            let lock = Arc::clone(&lock);
+            std::thread::spawn(move || {
+                let mut value = lock.lock();
+                *value += 10;
+                *value
+            })
+            .join()
+            .expect("thread inside unlocked")
+        });
+        assert_eq!(seen, 11);
+        assert_eq!(*guard, 11);
+        assert!(
+            lock.locked.load(Ordering::Relaxed),
+            "held again after unlocked"
+        );
+        drop(guard);
+        assert!(!lock.locked.load(Ordering::Relaxed));
+    }
+
+    #[test]
+    fn a_panic_inside_unlocked_never_releases_a_lock_another_thread_holds() {
+        let lock = Arc::new(StateLock::new(()));
+        let (taken_tx, taken_rx) = std::sync::mpsc::channel();
+        let (unwound_tx, unwound_rx) = std::sync::mpsc::channel::<()>();
+        let mut other = None;
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut guard = lock.lock();
+            StateGuard::unlocked(&mut guard, || {
+                let held = Arc::clone(&lock);
+                other = Some(std::thread::spawn(move || {
+                    let _guard = held.lock();
+                    taken_tx.send(()).expect("signal");
+                    // Held until the panicking thread has unwound, or, when it waits for this
+                    // lock as it should, for a while.
+                    let _ = unwound_rx.recv_timeout(std::time::Duration::from_millis(300));
+                    // Still ours: the panicking thread's guard must not have released it.
+                    held.locked.load(Ordering::Relaxed)
+                }));
+                taken_rx.recv().expect("the other thread took the lock");
+                panic!("inside unlocked, while another thread holds the lock");
+            });
+        }));
+        assert!(caught.is_err());
+        let _ = unwound_tx.send(());
+        let other = other.expect("thread started").join().expect("other thread");
+        assert!(other, "the lock was released under the thread holding it");
+        assert!(
+            !lock.locked.load(Ordering::Relaxed),
+            "released by the guard's drop"
         );
     }
 }

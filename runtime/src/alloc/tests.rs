@@ -669,8 +669,9 @@ fn trace_ring_keeps_the_newest_events_in_order_across_wraps() {
 }
 
 /// An alloc or free event is written first and stamped at the end of its call
-/// (`State::stamp_block_event`): each event's time falls inside the call that made it, wherever
-/// the newest event sits in a ring that wraps.
+/// (`State::stamp_block_event`), with the clock read before the call took the lock: each
+/// event's time falls inside the call that made it, wherever the newest event sits in a ring
+/// that wraps.
 #[test]
 fn trace_times_fall_inside_the_calls_that_made_them() {
     use std::time::{Duration, Instant};
@@ -711,6 +712,43 @@ fn trace_times_fall_inside_the_calls_that_made_them() {
     for block in live {
         a.free(block);
     }
+}
+
+/// Threads recording through one allocator: each call reads the clock before it takes the lock
+/// (`CachingAllocator::early_read`), so a call can read it before another call that gets the
+/// lock first. Times still never go backwards in the ring, and every pair is recorded.
+#[test]
+fn trace_times_never_go_backwards_with_threads_racing_for_the_lock() {
+    const THREADS: usize = 4;
+    const PAIRS: usize = 3000;
+    let a = alloc(
+        None,
+        fixed_config().with_trace_capacity(4 * THREADS * PAIRS),
+    );
+    std::thread::scope(|s| {
+        for thread in 0..THREADS {
+            let a = &a;
+            s.spawn(move || {
+                for pair in 0..PAIRS {
+                    let block = a.allocate((1 + (thread + pair) % 7) * KIB).unwrap();
+                    a.free(block);
+                }
+            });
+        }
+    });
+    let t = a.trace();
+    let count = |kind| t.events.iter().filter(|e| e.kind == kind).count();
+    assert_eq!(count(TraceEventKind::Alloc), THREADS * PAIRS);
+    assert_eq!(count(TraceEventKind::Free), THREADS * PAIRS);
+    let backwards = t
+        .events
+        .windows(2)
+        .filter(|w| w[0].time_ns > w[1].time_ns)
+        .count();
+    assert_eq!(
+        backwards, 0,
+        "events whose time is before the previous event's"
+    );
 }
 
 /// Consecutive events under one label share it in the ring; each event still shows its own

@@ -235,6 +235,13 @@ impl TraceRing {
     pub(crate) fn stamp(&mut self) -> u64 {
         self.clock.as_mut().map_or(0, EventClock::stamp)
     }
+    /// The stamp of an event whose call read `read` ([`EventClock::stamp_read`]).
+    #[inline]
+    pub(crate) fn stamp_read(&mut self, read: u64) -> u64 {
+        self.clock
+            .as_mut()
+            .map_or(0, |clock| clock.stamp_read(read))
+    }
     /// The place of an event made now on this thread (under its label), for the caller to
     /// write the event into: once the ring is full, the oldest event's place, so the event is
     /// written once, where it stays, instead of built and then copied (`None` when the ring
