@@ -1058,10 +1058,10 @@ impl State {
     /// Stamps the alloc or free event [`Self::push_event`] recorded last, if the trace records,
     /// with `read`, the clock as the call read it before it took the lock (`None`: read now).
     /// The allocation and the free call it just before they release the lock, with no other
-    /// event recorded since theirs. Where the counter is read matters more than anything else
-    /// recording does: read before the lock, it overlaps the lock's atomic; read under the lock,
-    /// it delays the release (#24, BENCHMARKS.md). An event left unstamped (a panic in
-    /// between) keeps time 0.
+    /// event recorded since theirs. The two counter reads are most of what recording costs a
+    /// pair, and where they happen matters: read before the lock, the read overlaps the lock's
+    /// atomic; read under the lock, it delays the release (#24, BENCHMARKS.md). An event left
+    /// unstamped (a panic in between) keeps time 0.
     #[inline]
     pub fn stamp_block_event(&mut self, read: Option<u64>) {
         if self.trace.enabled() {
