@@ -923,7 +923,8 @@ fn main() {
          resident 4 MiB block through its pairs, as a model holds its weights while it \
          allocates activations (event trace off; `cached_pair_ns_empty_device`: the same pairs, \
          interleaved with them, on a device holding nothing else, where the allocator takes and \
-         drops its reference to itself at every pair; `cached_pair_ns_recording`: the same pairs, interleaved with them, on a device whose \
+         drops its reference to itself at every pair; `cached_pair_ns_recording`: the same \
+         pairs, interleaved with them, on a device whose \
          4096-event trace records every alloc and free with its origin — source line and op — \
          and its label; \
          `_fixed_segments`: the same pairs with `expandable_segments:false`, interleaved with \

@@ -4,9 +4,9 @@
 //! Checked: no two live blocks overlap, every live block lies inside one segment, the blocks
 //! tile their segments, the statistics equal the model's (allocated, requested, live blocks,
 //! their peaks, allocs, frees, OOMs), reserved stays within the capacity, and after freeing
-//! everything and `empty_cache()` reserved is 0 and every segment went back to the backend. The hot path's
-//! compact forms are on throughout (they have no switch): free sets kept as sorted vectors while
-//! small, origins interned per call site (each live block's origin checked in every snapshot),
+//! everything and `empty_cache()` reserved is 0 and every segment went back to the backend. The
+//! hot path's compact forms are on throughout (they have no switch): free sets kept as sorted
+//! vectors while small, origins interned per call site (each live block's origin checked in every snapshot),
 //! statistics kept per pool with the total added up when read, and allocations that hold no
 //! reference to their device (the allocator keeps one while any lives). Configurations:
 //! defaults (expandable segments on the host backend), fixed segments (alone, with a max split

@@ -363,8 +363,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         };
         let read = self.early_read();
         let mut st = self.state.lock();
-        st.request_failure = None;
-        st.range_used_up = false;
+        st.start_request();
         st.process_pending(&self.backend, &self.name);
         let ordinal = st.planner.on_request(id);
         if let Some(slot) = self.take_planned(&mut st, &req, ordinal) {
@@ -734,7 +733,8 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         } else {
             self.free_after_uses(&mut st, slot);
         }
-        // The free's time, taken once its other work is under way (see `stamp_block_event`).
+        // The free's time: the clock as read before the lock, unless an earlier stamp is later
+        // (see `stamp_block_event`).
         st.stamp_block_event(read);
         released
     }
@@ -880,8 +880,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     pub fn reserve(&self, bytes: usize) -> Result<u64, OutOfMemory> {
         let size = policy::round_size(bytes);
         let mut st = self.state.lock();
-        st.request_failure = None;
-        st.range_used_up = false;
+        st.start_request();
         if size as u64 >= ADDR_LIMIT {
             return Err(self.fail(&mut st, bytes, size));
         }
