@@ -7,8 +7,11 @@
 //! everything and `empty_cache()` reserved is 0 and every segment went back to the backend. The
 //! hot path's compact forms are on throughout (they have no switch): free sets kept as sorted
 //! vectors while small, origins interned per call site (each live block's origin checked in every snapshot),
-//! statistics kept per pool with the total added up when read, and allocations that hold no
-//! reference to their device (the allocator keeps one while any lives). Configurations:
+//! statistics kept per pool with the total added up when read, allocations that hold no
+//! reference to their device (the allocator keeps one while any lives), and deferred merges (a
+//! freed block's merge with its free neighbour waits for the pool's next request, which takes
+//! the merged block in place; the statistics, snapshots and the invariant check read the
+//! deferred state as it is, without performing the merge, so the next step still finds it). Configurations:
 //! defaults (expandable segments on the host backend), fixed segments (alone, with a max split
 //! size, with a limit + GC threshold), explicit expandable segments (alone, with a limit and a
 //! max split size, and with a GC threshold).
@@ -304,5 +307,55 @@ proptest! {
             prop_assert_eq!(s.backend_allocs, s.backend_frees);
         }
         prop_assert_eq!(s.num_allocs, s.num_frees);
+    }
+}
+
+/// The model's checks (the invariant check, the statistics, the snapshot) read a deferred merge
+/// without performing it: a pair loop checked after every call, as the property test checks,
+/// still takes the cached pair's shortcut, at every allocation once its segments have grown to
+/// the loop's largest request (from the third round on).
+#[test]
+fn the_checks_leave_the_cached_pair_shortcut_on() {
+    let device = Device::host_pool(
+        HostBackend::with_capacity(CAPACITY),
+        AllocatorConfig::default(),
+    )
+    .unwrap();
+    let resident = device.allocate(4 * MIB).unwrap();
+    let mut model = Model::default();
+    model.live.insert(
+        resident.addr(),
+        (block_size(&device, resident.addr()), 4 * MIB),
+    );
+    model.allocs = 1;
+    model.peak_allocated = model.allocated();
+    model.peak_live = 1;
+    let mut live = vec![resident];
+    let mut reuses_before = 0;
+    let sizes = [3 * MIB, 700 * 1024, 2 * MIB + 5, 512, 100_000, 5 * MIB];
+    for round in 0..4 {
+        for &n in &sizes {
+            let a = device.allocate(n).unwrap();
+            model
+                .live
+                .insert(a.addr(), (block_size(&device, a.addr()), n));
+            model.allocs += 1;
+            model.peak_allocated = model.peak_allocated.max(model.allocated());
+            model.peak_live = model.peak_live.max(model.live.len() as u64);
+            live.push(a);
+            check(&device, &model, &live);
+            let a = live.pop().unwrap();
+            model.live.remove(&a.addr());
+            model.frees += 1;
+            drop(a);
+            check(&device, &model, &live);
+        }
+        let reuses = device.allocator().deferred_reuses();
+        let taken = reuses - reuses_before;
+        assert!(taken > 0, "round {round}: no shortcut");
+        if round >= 2 {
+            assert_eq!(taken, sizes.len() as u64, "round {round}");
+        }
+        reuses_before = reuses;
     }
 }

@@ -270,11 +270,29 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         let Some(req) = self.request(bytes, st.stream_index(stream)) else {
             return Err(self.fail_boxed(&mut st, bytes, usize::MAX));
         };
-        let slot = match self.serve(&mut st, &req) {
+        let deferred = st.take_deferred(req.pool, req.stream, req.size, self.config.max_split_size);
+        let slot = match deferred {
             Some(slot) => slot,
-            None => self.serve_after_handlers(&mut st, &req)?,
+            None => {
+                st.settle_pool(req.pool);
+                match self.serve(&mut st, &req) {
+                    Some(slot) => slot,
+                    None => self.serve_after_handlers(&mut st, &req)?,
+                }
+            }
         };
         Ok(self.hand_out(&mut st, slot, &req, origin, holder, read))
+    }
+
+    /// The state, locked, with the merges the cached pair deferred performed (the `deferred`
+    /// module): what every path that changes blocks takes, but the pair's own. Readers
+    /// (statistics, snapshots, the invariant check) take the plain lock and show a deferred
+    /// merge as the merged block.
+    #[inline]
+    fn locked(&self) -> StateGuard<'_, State> {
+        let mut st = self.state.lock();
+        st.settle_deferred();
+        st
     }
 
     /// The clock read for the event of a call that is about to take the lock, when the trace
@@ -299,6 +317,8 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     ) -> Result<u32, Box<OutOfMemory>> {
         if !PressureHandlers::in_handler() {
             let freed = StateGuard::unlocked(st, || self.handlers.run(req.size));
+            // Others may have freed meanwhile, their merges deferred.
+            st.settle_deferred();
             if freed > 0 {
                 if let Some(slot) = self.serve(st, req) {
                     return Ok(slot);
@@ -362,7 +382,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             return self.allocate_from(bytes, StreamId::DEFAULT, origin, holder);
         };
         let read = self.early_read();
-        let mut st = self.state.lock();
+        let mut st = self.locked();
         st.start_request();
         st.process_pending(&self.backend, &self.name);
         let ordinal = st.planner.on_request(id);
@@ -422,6 +442,20 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         self.state.lock().planner.end_iteration(iteration);
     }
 
+    /// Requests served by the cached pair's path: from a free block whose merge with its
+    /// free neighbour was deferred when it was freed, resized in place instead of merged and
+    /// split again (the `alloc` module, coalescing). Blocks, addresses and statistics are
+    /// those of the eager merge; this count only says how often the shortcut was taken.
+    pub fn deferred_reuses(&self) -> u64 {
+        self.state.lock().deferred_reuses
+    }
+
+    /// Makes every free merge at once (the tests' reference for deferred merges).
+    #[cfg(test)]
+    pub(crate) fn merge_eagerly(&self) {
+        self.state.lock().defer_merges = false;
+    }
+
     /// Large-pool requests of batch-scope iterations placed by a plan, and those of planned
     /// iterations that left it and were served by best fit.
     pub fn planning_counts(&self) -> (u64, u64) {
@@ -458,6 +492,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     #[cold]
     #[inline(never)]
     fn serve_uncached(&self, st: &mut State, req: &Request) -> Option<u32> {
+        st.settle_deferred();
         self.take_from_new_segment(st, req)
             .or_else(|| self.take_after_release(st, req))
             .or_else(|| self.take_from_fixed_segment(st, req))
@@ -624,6 +659,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     /// Counts the failure and describes it: a backend failure met while serving the request
     /// (not a shortage) is the cause when there was one.
     fn fail(&self, st: &mut State, requested: usize, rounded: usize) -> OutOfMemory {
+        st.settle_deferred();
         let backend_error = st.request_failure.take();
         st.stats.num_ooms += 1;
         st.record(TraceEventKind::Oom, 0, rounded as u64);
@@ -727,11 +763,17 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             st.push_event(TraceEventKind::Free, block.addr, block.size as u64, kept);
         }
         st.planner.on_free(block.id);
-        // The common case: no other stream used the block, it goes back to its pool now.
-        if !st.nodes[slot as usize].has_uses {
-            st.finish_free(slot);
+        // The common case: no other stream used the block, it goes back to its pool now (its
+        // merge with the free block after it deferred when it may be: the `deferred` module).
+        if st.may_defer(slot) && !st.nodes[slot as usize].has_uses {
+            st.free_deferred(slot);
         } else {
-            self.free_after_uses(&mut st, slot);
+            st.settle_pool(pool);
+            if !st.nodes[slot as usize].has_uses {
+                st.finish_free(slot);
+            } else {
+                self.free_after_uses(&mut st, slot);
+            }
         }
         // The free's time: the clock as read before the lock, unless an earlier stamp is later
         // (see `stamp_block_event`).
@@ -808,7 +850,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         if stream == block.stream {
             return;
         }
-        let mut st = self.state.lock();
+        let mut st = self.locked();
         if !self.owns(&st, block) {
             crate::diagnostics::error(&format!(
                 "{}: record_stream on block {:#x}, which this allocator did not hand out",
@@ -866,7 +908,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     /// Returns every cached, fully free segment to the backend; returns the bytes released.
     /// Frees nothing that is still allocated.
     pub fn empty_cache(&self) -> u64 {
-        self.state.lock().release_cached(&self.backend, &self.name)
+        self.locked().release_cached(&self.backend, &self.name)
     }
 
     /// Preallocates one large-pool segment of `bytes` (rounded to 512) and keeps it cached, so
@@ -879,7 +921,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     /// of another shape.
     pub fn reserve(&self, bytes: usize) -> Result<u64, OutOfMemory> {
         let size = policy::round_size(bytes);
-        let mut st = self.state.lock();
+        let mut st = self.locked();
         st.start_request();
         if size as u64 >= ADDR_LIMIT {
             return Err(self.fail(&mut st, bytes, size));
@@ -976,6 +1018,7 @@ impl<B: Backend + ?Sized> Drop for CachingAllocator<B> {
         // dereferencing their addresses was the caller's unsafe business.
         // Freed blocks other streams may still use: wait for that work first.
         let st = self.state.get_mut();
+        st.settle_deferred();
         st.synchronize_pending(&self.backend, &self.name);
         let warn = |what: &str, e: super::BackendError| {
             crate::diagnostics::warn(

@@ -358,6 +358,20 @@ pub(crate) struct State {
     pub held_blocks: u64,
     /// What the held blocks keep alive while any of them lives ([`State::hold`]).
     pub kept_alive: Option<KeptAlive>,
+    /// Per pool (small, large), the freed block of the default stream whose merge with the
+    /// free block after it is deferred (`NIL`: none; the `deferred` module).
+    pub deferred: [u32; 2],
+    /// Requests served from a merged block whose merge was deferred.
+    pub deferred_reuses: u64,
+    /// Off: every free merges at once (the tests' reference for deferred merges).
+    #[cfg(test)]
+    pub defer_merges: bool,
+}
+
+/// Whether block `slot` is the second half of a free block whose merge is deferred.
+fn prev_deferred(st: &State, slot: u32) -> bool {
+    let n = &st.nodes[slot as usize];
+    n.prev != NIL && st.deferred[n.pool as usize] == n.prev
 }
 
 impl State {
@@ -387,6 +401,10 @@ impl State {
             planner: Planner::default(),
             held_blocks: 0,
             kept_alive: None,
+            deferred: [NIL; 2],
+            deferred_reuses: 0,
+            #[cfg(test)]
+            defer_merges: true,
         }
     }
 
@@ -569,11 +587,13 @@ impl State {
     }
 
     pub fn largest_free(&self) -> u64 {
-        self.free
+        let in_sets = self
+            .free
             .iter()
             .flat_map(|sets| sets.iter().map(FreeSet::largest))
             .max()
-            .unwrap_or(0) as u64
+            .unwrap_or(0);
+        in_sets.max(self.deferred_largest()) as u64
     }
 
     /// Bytes reserved now.
@@ -944,6 +964,8 @@ impl State {
         if self.pending.is_empty() {
             return;
         }
+        // A block returning to its pool may border a block whose merge is deferred.
+        self.settle_deferred();
         let mut pending = std::mem::take(&mut self.pending);
         let (mut failures, mut finished) = (Vec::new(), Vec::new());
         pending.retain_mut(|p| {
@@ -1108,6 +1130,8 @@ impl State {
                 let n = &self.nodes[at as usize];
                 if !n.mapped {
                     segments.extend(run.take());
+                } else if prev_deferred(self, at) {
+                    // Shown with the block whose merge with it is deferred.
                 } else {
                     let r = run.get_or_insert_with(|| SegmentSnapshot {
                         addr: n.addr,
@@ -1116,10 +1140,12 @@ impl State {
                         expandable: s.expandable,
                         blocks: Vec::new(),
                     });
-                    r.size += n.size as u64;
+                    // A free block whose merge is deferred shows as the merged block.
+                    let size = self.logical_size(at);
+                    r.size += size as u64;
                     r.blocks.push(BlockSnapshot {
                         addr: n.addr,
-                        size: n.size as u64,
+                        size: size as u64,
                         allocated: n.allocated,
                         requested: if n.allocated { n.requested as u64 } else { 0 },
                         id: if n.allocated { n.id } else { 0 },
@@ -1138,7 +1164,8 @@ impl State {
         segments
     }
 
-    /// See [`super::CachingAllocator::check_invariants`].
+    /// See [`super::CachingAllocator::check_invariants`]. A merge the cached pair deferred is
+    /// checked as what it stands for: one free block (the `deferred` module).
     pub fn check_invariants(&self) -> Result<(), String> {
         let (mut reserved, mut active, mut allocated, mut blocks, mut free_count) =
             (0u64, 0u64, 0u64, 0u64, 0usize);
@@ -1179,6 +1206,28 @@ impl State {
                     if n.rounded > n.size {
                         return Err(format!("block {:#x} smaller than its request", n.addr));
                     }
+                } else if prev != NIL && prev == self.deferred[n.pool as usize] {
+                    // The second half of a free block whose merge is deferred (`deferred`): the
+                    // first half checked both.
+                } else if self.deferred[n.pool as usize] == at {
+                    if prev_free || n.stream != 0 || n.next == NIL || !self.is_free(n.next) {
+                        return Err(format!("deferred merge of block {:#x} misplaced", n.addr));
+                    }
+                    let rest = &self.nodes[n.next as usize];
+                    free_count += 1;
+                    if n.prev != NIL || rest.next != NIL {
+                        inactive_split += (n.size + rest.size) as u64;
+                    }
+                    let set = self.pool_free(s.pool, s.stream);
+                    if !set.contains(rest.size, rest.addr, n.next)
+                        || set.contains(n.size, n.addr, at)
+                    {
+                        return Err(format!(
+                            "deferred merge of block {:#x}: its neighbour's key is not the one in \
+                             its pool",
+                            n.addr
+                        ));
+                    }
                 } else {
                     if prev_free {
                         return Err(format!("free block {:#x} not coalesced", n.addr));
@@ -1194,7 +1243,8 @@ impl State {
                         return Err(format!("free block {:#x} missing from its pool", n.addr));
                     }
                 }
-                prev_free = !n.allocated && n.mapped;
+                // The two halves of a deferred merge count as one free block.
+                prev_free = !n.allocated && n.mapped && self.deferred[n.pool as usize] != at;
                 prev_unmapped = !n.mapped;
                 addr += n.size as u64;
                 prev = at;

@@ -17,7 +17,11 @@
 //!   remainder staying cached as a free block. A block that is not split is handed out whole,
 //!   and counts whole in [`MemoryStats::allocated_bytes`] and `active_bytes`, as in PyTorch;
 //!   `requested_bytes` holds the requests.
-//! - **Coalescing**: a freed block merges with free neighbours of the same segment.
+//! - **Coalescing**: a freed block merges with free neighbours of the same segment. A freed
+//!   block whose only free neighbour follows it has the merge deferred until the pool's next
+//!   request, which takes the merged block in place when best fit would (`deferred.rs`): the
+//!   state every path sees is the eager merge's, without the node churn of a merge and a split
+//!   per alloc+free pair.
 //! - **Max split size** (`max_split_size_mb`, more than 20 MiB as PyTorch requires): blocks of
 //!   at least that size are never split;
 //!   requests below it never take them, requests above it take them only when less than 20 MiB
@@ -95,6 +99,7 @@ mod bucket;
 mod config;
 #[cfg(feature = "cuda")]
 pub mod cuda_backend;
+mod deferred;
 mod event_clock;
 mod expandable;
 // GPU-neutral page bookkeeping and stream ordering, used only by the CUDA backend (tested on the

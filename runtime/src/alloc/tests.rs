@@ -1919,3 +1919,122 @@ fn the_last_allocation_on_any_thread_lets_the_device_go() {
         );
     }
 }
+
+/// A snapshot's segments with addresses as offsets into their segment (two host backends
+/// place segments at different addresses), in a canonical order, origins left out (the two
+/// allocators are called from different columns).
+type CanonicalSegment = (bool, bool, u64, Vec<(u64, u64, bool, u64, u64)>);
+fn canonical(snapshot: &MemorySnapshot) -> Vec<CanonicalSegment> {
+    let mut segments: Vec<_> = snapshot
+        .segments
+        .iter()
+        .map(|s| {
+            let blocks = s
+                .blocks
+                .iter()
+                .map(|b| (b.addr - s.addr, b.size, b.allocated, b.requested, b.id))
+                .collect();
+            (s.pool == PoolKind::Small, s.expandable, s.size, blocks)
+        })
+        .collect();
+    segments.sort();
+    segments
+}
+
+/// Block `addr`'s offset into its segment and that segment's size.
+fn placed(snapshot: &MemorySnapshot, addr: u64) -> (u64, u64) {
+    let s = snapshot
+        .segments
+        .iter()
+        .find(|s| (s.addr..s.addr + s.size).contains(&addr))
+        .expect("a live block lies in a segment");
+    (addr - s.addr, s.size)
+}
+
+/// The allocator with deferred merges against the same allocator merging at every free (as
+/// before merges were deferred), on one random sequence of allocations and frees with the pair
+/// loop's pattern among them: after every call, the same blocks at the same places, the same
+/// snapshot, the same statistics (peaks and accumulated counts included), the same
+/// out-of-memory errors; and the shortcut was taken.
+#[test]
+fn deferred_merges_leave_what_eager_merges_leave() {
+    for config in [
+        AllocatorConfig::default(),
+        fixed_config(),
+        fixed_config().with_max_split_size(24 * MIB),
+        AllocatorConfig::default().with_garbage_collection_threshold(0.5),
+        fixed_config()
+            .with_memory_limit(40 * MIB as u64)
+            .with_garbage_collection_threshold(0.5),
+    ] {
+        let (lazy, eager) = (
+            alloc(Some(96 * MIB), config.clone()),
+            alloc(Some(96 * MIB), config.clone()),
+        );
+        eager.merge_eagerly();
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let (mut held_lazy, mut held_eager) = (Vec::new(), Vec::new());
+        for step in 0..6000 {
+            let roll = next() % 100;
+            let size = match next() % 4 {
+                0 => 1 + (next() % (64 * KIB as u64)) as usize,
+                1 => 1 + (next() % MIB as u64) as usize,
+                2 => MIB + (next() % (7 * MIB as u64)) as usize,
+                _ => 512 * ((next() % 8) as usize + 1),
+            };
+            if roll < 45 || held_lazy.is_empty() {
+                // Half of the allocations are freed at once: the pair loop's pattern.
+                match (lazy.allocate(size), eager.allocate(size)) {
+                    (Ok(l), Ok(e)) => {
+                        assert_eq!(
+                            (placed(&lazy.snapshot(), l.addr), l.size, l.id),
+                            (placed(&eager.snapshot(), e.addr), e.size, e.id),
+                            "step {step}"
+                        );
+                        if roll % 2 == 0 {
+                            lazy.free(l);
+                            eager.free(e);
+                        } else {
+                            held_lazy.push(l);
+                            held_eager.push(e);
+                        }
+                    }
+                    (Err(l), Err(e)) => assert_eq!(
+                        (l.cause, l.reserved, l.cached_free, l.largest_free_block),
+                        (e.cause, e.reserved, e.cached_free, e.largest_free_block),
+                        "step {step}"
+                    ),
+                    (l, e) => panic!("step {step}: {:?} against {:?}", l.is_ok(), e.is_ok()),
+                }
+            } else if roll < 98 {
+                let at = (next() % held_lazy.len() as u64) as usize;
+                lazy.free(held_lazy.swap_remove(at));
+                eager.free(held_eager.swap_remove(at));
+            } else {
+                assert_eq!(lazy.empty_cache(), eager.empty_cache(), "step {step}");
+            }
+            assert_eq!(lazy.detailed_stats(), eager.detailed_stats(), "step {step}");
+            assert_eq!(lazy.stats(), eager.stats(), "step {step}");
+            assert_eq!(
+                canonical(&lazy.snapshot()),
+                canonical(&eager.snapshot()),
+                "step {step}"
+            );
+            lazy.check_invariants().unwrap();
+            eager.check_invariants().unwrap();
+        }
+        let reuses = lazy.deferred_reuses();
+        assert_eq!(eager.deferred_reuses(), 0);
+        if config.max_split_size.is_none() {
+            assert!(reuses > 100, "the shortcut was taken {reuses} times");
+        } else {
+            assert_eq!(reuses, 0, "no shortcut under a max split size");
+        }
+    }
+}
