@@ -7,8 +7,13 @@
 //! - the next request of the same pool takes the merged block, which best fit would have
 //!   chosen: the two nodes are then resized in place to the block handed out and the rest, with
 //!   no node freed, linked, unlinked or taken from the spare list (a pair loop's every request),
-//! - or anything else takes the lock: [`State::settle_deferred`] performs the merge first, so
-//!   every other path, and every reader, sees the state the eager merge leaves.
+//! - or another path that changes blocks takes the lock: [`State::settle_deferred`] (or
+//!   [`State::settle_pool`], for a request or free of the same pool off the pair's path)
+//!   performs the merge first, so it finds the state the eager merge leaves.
+//!
+//! Readers do not perform it (a check after every call would turn the shortcut off): the
+//! statistics are already the merge's, and `largest_free`, the snapshot and the invariant check
+//! show the two nodes as the one merged block.
 //!
 //! At most one merge per pool is deferred. The state either path leaves is the eager one:
 //! same blocks at the same addresses, same free sets, same statistics; only which spare node
