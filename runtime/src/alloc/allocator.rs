@@ -450,6 +450,12 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         self.state.lock().deferred_reuses
     }
 
+    /// Entries of the trace ring's label table.
+    #[cfg(test)]
+    pub(crate) fn trace_label_entries(&self) -> usize {
+        self.state.lock().trace.label_entries()
+    }
+
     /// Makes every free merge at once (the tests' reference for deferred merges).
     #[cfg(test)]
     pub(crate) fn merge_eagerly(&self) {
@@ -640,10 +646,8 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         }
         st.origins[slot as usize].set(&mut st.sites, origin);
         if st.trace.enabled() {
-            let kept = st.origins[slot as usize].clone();
-            st.push_event(TraceEventKind::Alloc, addr, req.size as u64, kept);
+            st.record_block_event(TraceEventKind::Alloc, addr, req.size as u64, slot, read);
         }
-        st.stamp_block_event(read);
         Block {
             addr,
             size: req.size,
@@ -758,9 +762,12 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         if self.config.max_split_size.is_some_and(|ms| node_size >= ms) {
             st.stats.on_oversize_allocation(false);
         }
-        let kept = std::mem::take(&mut st.origins[slot as usize]);
+        // The free's event takes the block's origin; untraced, it is dropped here.
         if st.trace.enabled() {
-            st.push_event(TraceEventKind::Free, block.addr, block.size as u64, kept);
+            let size = block.size as u64;
+            st.record_block_event(TraceEventKind::Free, block.addr, size, slot, read);
+        } else {
+            drop(std::mem::take(&mut st.origins[slot as usize]));
         }
         st.planner.on_free(block.id);
         // The common case: no other stream used the block, it goes back to its pool now (its
@@ -775,9 +782,6 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
                 self.free_after_uses(&mut st, slot);
             }
         }
-        // The free's time: the clock as read before the lock, unless an earlier stamp is later
-        // (see `stamp_block_event`).
-        st.stamp_block_event(read);
         released
     }
 

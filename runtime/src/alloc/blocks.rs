@@ -1047,51 +1047,92 @@ impl State {
         // Checked inline: segments come and go on the allocation path, and the trace is usually
         // off.
         if self.trace.enabled() {
-            self.push_event(kind, addr, size, BlockOrigin::default());
+            self.push_event(kind, addr, size);
         }
     }
 
-    /// Records an event in the trace (which the caller saw recording), with the origin of its
-    /// block (none for segment and out-of-memory events). A segment or out-of-memory event is
-    /// stamped now; an alloc or free event by [`Self::stamp_block_event`], at the end of the
-    /// critical section it belongs to.
+    /// Records a segment or out-of-memory event in the trace (which the caller saw recording),
+    /// stamped now.
     #[cold]
     #[inline(never)]
-    pub fn push_event(&mut self, kind: TraceEventKind, addr: u64, size: u64, origin: BlockOrigin) {
+    pub fn push_event(&mut self, kind: TraceEventKind, addr: u64, size: u64) {
+        let time = self.trace.stamp();
+        self.write_event(kind, addr, size, BlockOrigin::default(), time);
+    }
+
+    /// Records the alloc or free event of block `slot` in the trace (which the caller saw
+    /// recording), with the block's origin (a free's is taken: the block keeps none), stamped
+    /// with `read`, the clock as the call read it before it took the lock (`None`: read now).
+    /// The allocation and the free call it after every other event of theirs (a segment mapped
+    /// for the block), so the stamp, clamped to the last one, keeps the ring in order. The two
+    /// counter reads are most of what recording costs a pair, and where they happen matters:
+    /// read before the lock, the read overlaps the lock's atomic; read under the lock, it
+    /// delays the release (#24, BENCHMARKS.md). The event is written in one pass, its origin
+    /// read where the block keeps it: built on the caller's stack and copied, the origin was
+    /// loaded wider than it was stored, which waits for the store. Inlined into both callers:
+    /// out of line, the call's register saves and the origin held across it cost the recording
+    /// pair about a tenth of its time, more than the larger code costs the untraced pair.
+    #[inline(always)]
+    pub fn record_block_event(
+        &mut self,
+        kind: TraceEventKind,
+        addr: u64,
+        size: u64,
+        slot: u32,
+        read: Option<u64>,
+    ) {
+        let time = match read {
+            Some(read) => self.trace.stamp_read(read),
+            None => self.trace.stamp(),
+        };
         let (allocated_bytes, reserved_bytes) =
             (self.stats.total(Key::AllocatedBytes), self.reserved());
-        if let Some(place) = self.trace.place_now() {
+        let block_origin = &mut self.origins[slot as usize];
+        // The place first, then the origin straight into it: held across a call, the origin
+        // went through the stack.
+        let Some((place, label)) = self.trace.place_now() else {
+            return;
+        };
+        let origin = if kind == TraceEventKind::Free {
+            std::mem::take(block_origin)
+        } else {
+            block_origin.clone()
+        };
+        *place = RingEvent {
+            kind,
+            label,
+            addr,
+            size,
+            time,
+            origin,
+            allocated_bytes,
+            reserved_bytes,
+        };
+    }
+
+    /// Writes an event into the ring's next place, with the allocator's totals now.
+    #[inline(always)]
+    fn write_event(
+        &mut self,
+        kind: TraceEventKind,
+        addr: u64,
+        size: u64,
+        origin: BlockOrigin,
+        time: u64,
+    ) {
+        let (allocated_bytes, reserved_bytes) =
+            (self.stats.total(Key::AllocatedBytes), self.reserved());
+        if let Some((place, label)) = self.trace.place_now() {
             *place = RingEvent {
                 kind,
+                label,
                 addr,
                 size,
-                time: 0,
+                time,
                 origin,
                 allocated_bytes,
                 reserved_bytes,
             };
-        }
-        if kind != TraceEventKind::Alloc && kind != TraceEventKind::Free {
-            let time = self.trace.stamp();
-            self.trace.set_newest_time(time);
-        }
-    }
-
-    /// Stamps the alloc or free event [`Self::push_event`] recorded last, if the trace records,
-    /// with `read`, the clock as the call read it before it took the lock (`None`: read now).
-    /// The allocation and the free call it just before they release the lock, with no other
-    /// event recorded since theirs. The two counter reads are most of what recording costs a
-    /// pair, and where they happen matters: read before the lock, the read overlaps the lock's
-    /// atomic; read under the lock, it delays the release (#24, BENCHMARKS.md). An event left
-    /// unstamped (a panic in between) keeps time 0.
-    #[inline]
-    pub fn stamp_block_event(&mut self, read: Option<u64>) {
-        if self.trace.enabled() {
-            let time = match read {
-                Some(read) => self.trace.stamp_read(read),
-                None => self.trace.stamp(),
-            };
-            self.trace.set_newest_time(time);
         }
     }
 

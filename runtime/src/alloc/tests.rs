@@ -792,6 +792,43 @@ fn trace_ring_labels_follow_their_events_across_wraps() {
     assert_eq!(a.trace().dropped, 13 - 4);
 }
 
+/// Events refer to their labels by index into the ring's table of labels: with a new label
+/// every step (a batch scope's iterations are new labels) and unlabelled events between, every
+/// event keeps its own label across wraps and compactions, and labels no event refers to any
+/// more are dropped, so the table stays bounded.
+#[test]
+fn trace_labels_stay_right_and_bounded_under_many_labels() {
+    let a = alloc(None, fixed_config().with_trace_capacity(8));
+    let pair = |a: &CachingAllocator<HostBackend>| {
+        let block = a.allocate(KIB).unwrap();
+        a.free(block);
+    };
+    let labels = |a: &CachingAllocator<HostBackend>| -> Vec<Option<String>> {
+        a.trace()
+            .events
+            .iter()
+            .map(|e| e.label.as_ref().map(|l| l.to_string()))
+            .collect()
+    };
+    let name = |i: usize| Some(format!("step {i}"));
+    let mut most_entries = 0;
+    for i in 0..500 {
+        {
+            let _tag = crate::scope::tag(format!("step {i}"));
+            pair(&a);
+        }
+        // Unlabelled between two labels: the cached label changes twice per step.
+        pair(&a);
+        if i >= 2 {
+            let (last, now) = (name(i - 1), name(i));
+            let expected = vec![last.clone(), last, None, None, now.clone(), now, None, None];
+            assert_eq!(labels(&a), expected, "step {i}");
+        }
+        most_entries = most_entries.max(a.trace_label_entries());
+    }
+    assert!(most_entries <= 64, "{most_entries} label entries");
+}
+
 #[test]
 fn snapshot_lists_segments_and_blocks_as_json() {
     let a = fixed();

@@ -7,7 +7,6 @@ use super::origin::{BlockOrigin, Sites};
 use super::{AllocOrigin, MemoryStats};
 use serde::Serialize;
 use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 
@@ -151,11 +150,13 @@ pub struct TraceEvent {
 }
 
 /// An event as the ring keeps it until the trace is read: its origin as the block keeps it (an
-/// interned call site, see `origin.rs`), its time as a stamp of the ring's clock, its label in
-/// the ring's runs of labels. Recording pays for neither the origin's record nor the time's
-/// conversion nor a reference count per label; [`TraceRing::to_trace`] does the first two.
+/// interned call site, see `origin.rs`), its time as a stamp of the ring's clock, its label as
+/// an index into the ring's table of labels. Recording pays for neither the origin's record nor
+/// the time's conversion nor a reference count per label; [`TraceRing::to_trace`] does all three.
 pub(crate) struct RingEvent {
     pub kind: TraceEventKind,
+    /// Index of the event's label in its ring's table (0: none); set by the ring.
+    pub label: u32,
     pub addr: u64,
     pub size: u64,
     /// A stamp of the ring's [`EventClock`], or nanoseconds for a ring without one.
@@ -176,6 +177,7 @@ impl RingEvent {
     ) -> Self {
         RingEvent {
             kind,
+            label: NO_LABEL,
             addr,
             size,
             time: time_ns,
@@ -186,19 +188,33 @@ impl RingEvent {
     }
 }
 
+/// The label index of an event without a label.
+pub(crate) const NO_LABEL: u32 = 0;
+
+/// The size of a ring's label table below which labels no event refers to are kept.
+const LABELS_KEPT: usize = 64;
+
+/// Labels a new one is compared with, the most recent first, before it gets an entry of its
+/// own (a label entered twice is harmless: both entries hold the same `Arc`).
+const LABELS_SEARCHED: usize = 16;
+
 /// A ring of the most recent events.
-#[derive(Default)]
 pub(crate) struct TraceRing {
     capacity: usize,
     /// Up to `capacity` events; once full, the oldest is at `oldest` and each new event
     /// overwrites it in place.
     events: Vec<RingEvent>,
     oldest: usize,
-    /// The events' labels, oldest first, as runs of consecutive events with one label (the
-    /// same `Arc`): the label and the run's length. A loop's events share their iteration's
-    /// label, so a push usually adds one to a count instead of cloning the label (an atomic
-    /// increment, and a decrement when the event is overwritten).
-    labels: VecDeque<(Option<TraceLabel>, usize)>,
+    /// The labels events refer to by index ([`RingEvent::label`]); entry 0 is no label. Once the
+    /// table holds `compact_at` entries, those no event refers to are dropped
+    /// ([`Self::compact_labels`]).
+    labels: Vec<Option<TraceLabel>>,
+    compact_at: usize,
+    /// The identity ([`label_id`]) and index of the label the last event took. A loop's events
+    /// share their iteration's label, so an event usually compares one word and stores an
+    /// index: no reference count, and nothing to undo when it is overwritten. The entry is
+    /// alive while cached (compaction keeps it), so no other label has its identity.
+    last_label: (usize, u32),
     dropped: u64,
     /// The clock of a ring whose events' times are stamps until [`TraceRing::to_trace`]
     /// converts them (the allocator's); `None`: times are nanoseconds already.
@@ -212,7 +228,9 @@ impl TraceRing {
             capacity,
             events: Vec::with_capacity(capacity.min(1 << 16)),
             oldest: 0,
-            labels: VecDeque::new(),
+            labels: vec![None],
+            compact_at: LABELS_KEPT,
+            last_label: (0, NO_LABEL),
             dropped: 0,
             clock: None,
         }
@@ -242,54 +260,101 @@ impl TraceRing {
             .as_mut()
             .map_or(0, |clock| clock.stamp_read(read))
     }
-    /// The place of an event made now on this thread (under its label), for the caller to
-    /// write the event into: once the ring is full, the oldest event's place, so the event is
-    /// written once, where it stays, instead of built and then copied (`None` when the ring
-    /// keeps nothing). The caller stamps it with [`Self::set_newest_time`].
-    #[inline]
-    pub(crate) fn place_now(&mut self) -> Option<&mut RingEvent> {
+    /// The place of an event made now on this thread, and the index of the thread's label, for
+    /// the caller to write the event into: once the ring is full, the oldest event's place, so
+    /// the event is written once, where it stays, instead of built and then copied (`None` when
+    /// the ring keeps nothing).
+    #[inline(always)]
+    pub(crate) fn place_now(&mut self) -> Option<(&mut RingEvent, u32)> {
         let at = self.next_slot()?;
-        match self.labels.back_mut() {
-            Some((last, count)) => match thread_label_unless(last.as_ref()) {
-                EventLabel::Same => *count += 1,
-                EventLabel::Other(label) => self.labels.push_back((label, 1)),
-            },
-            None => self.labels.push_back((thread_label(), 1)),
-        }
-        self.events.get_mut(at)
-    }
-    /// Sets the time of the newest event (nothing when the ring holds none).
-    #[inline]
-    pub(crate) fn set_newest_time(&mut self, time: u64) {
-        let newest = if self.events.len() < self.capacity {
-            self.events.len().wrapping_sub(1)
-        } else if self.oldest == 0 {
-            self.capacity - 1
+        let identity = LABEL_ID.try_with(Cell::get).unwrap_or(0);
+        let label = if identity == self.last_label.0 {
+            self.last_label.1
         } else {
-            self.oldest - 1
+            self.index_now(thread_label())
         };
-        if let Some(event) = self.events.get_mut(newest) {
-            event.time = time;
+        Some((self.events.get_mut(at)?, label))
+    }
+    /// The index of `label`, entered in the table if it is not among its recent entries; it
+    /// becomes the cached last label.
+    #[cold]
+    #[inline(never)]
+    fn index_now(&mut self, label: Option<TraceLabel>) -> u32 {
+        let identity = label_id(label.as_ref());
+        let index = match label {
+            None => NO_LABEL,
+            Some(label) => {
+                let recent = self.labels.len().saturating_sub(LABELS_SEARCHED).max(1);
+                match (recent..self.labels.len())
+                    .rev()
+                    .find(|&i| same_label(self.labels[i].as_ref(), Some(&label)))
+                {
+                    Some(i) => i as u32,
+                    None => {
+                        if self.labels.len() >= self.compact_at {
+                            self.compact_labels();
+                        }
+                        self.labels.push(Some(label));
+                        (self.labels.len() - 1) as u32
+                    }
+                }
+            }
+        };
+        self.last_label = (identity, index);
+        index
+    }
+    /// Entries of the label table (entry 0, no label, included).
+    #[cfg(test)]
+    pub(crate) fn label_entries(&self) -> usize {
+        self.labels.len()
+    }
+    /// Drops the labels no event (nor the cache) refers to, and renumbers the rest. The table
+    /// may then grow to twice what it kept (64 entries at least) before the next compaction, so
+    /// each scan of the ring is shared by at least 32 new labels, and by at least as many as
+    /// it kept.
+    fn compact_labels(&mut self) {
+        let mut used = vec![false; self.labels.len()];
+        used[NO_LABEL as usize] = true;
+        used[self.last_label.1 as usize] = true;
+        for event in &self.events {
+            used[event.label as usize] = true;
         }
+        let mut renumbered = vec![NO_LABEL; self.labels.len()];
+        let mut kept = Vec::new();
+        for (i, label) in std::mem::take(&mut self.labels).into_iter().enumerate() {
+            if used[i] {
+                renumbered[i] = kept.len() as u32;
+                kept.push(label);
+            }
+        }
+        for event in &mut self.events {
+            event.label = renumbered[event.label as usize];
+        }
+        self.last_label.1 = renumbered[self.last_label.1 as usize];
+        self.compact_at = (2 * kept.len()).max(LABELS_KEPT);
+        self.labels = kept;
     }
     /// Adds `event`, made under `label`.
-    pub(crate) fn push(&mut self, event: RingEvent, label: Option<TraceLabel>) {
-        if self.store(event) {
-            self.add_label(label);
+    pub(crate) fn push(&mut self, mut event: RingEvent, label: Option<TraceLabel>) {
+        if !self.enabled() {
+            return;
+        }
+        event.label = if label_id(label.as_ref()) == self.last_label.0 {
+            self.last_label.1
+        } else {
+            self.index_now(label)
+        };
+        self.store(event);
+    }
+    /// Stores `event` in place of the oldest once the ring is full.
+    #[inline]
+    fn store(&mut self, event: RingEvent) {
+        if let Some(at) = self.next_slot() {
+            self.events[at] = event;
         }
     }
-    /// Stores `event` in place of the oldest once the ring is full (the oldest's label leaves
-    /// the runs); `false` when the ring keeps nothing.
-    #[inline]
-    fn store(&mut self, event: RingEvent) -> bool {
-        let Some(at) = self.next_slot() else {
-            return false;
-        };
-        self.events[at] = event;
-        true
-    }
-    /// Where the next event goes: a new place while the ring fills, then the oldest event's
-    /// (whose label leaves the runs); `None` when the ring keeps nothing.
+    /// Where the next event goes: a new place while the ring fills, then the oldest event's;
+    /// `None` when the ring keeps nothing.
     #[inline]
     fn next_slot(&mut self) -> Option<usize> {
         if self.capacity == 0 {
@@ -307,24 +372,7 @@ impl TraceRing {
             self.oldest = 0;
         }
         self.dropped += 1;
-        self.forget_oldest_label();
         Some(at)
-    }
-    /// The newest event's label joins the last run, or starts one.
-    fn add_label(&mut self, label: Option<TraceLabel>) {
-        match self.labels.back_mut() {
-            Some((last, count)) if same_label(last.as_ref(), label.as_ref()) => *count += 1,
-            _ => self.labels.push_back((label, 1)),
-        }
-    }
-    /// The overwritten event's label leaves the first run.
-    fn forget_oldest_label(&mut self) {
-        if let Some((_, count)) = self.labels.front_mut() {
-            *count -= 1;
-            if *count == 0 {
-                self.labels.pop_front();
-            }
-        }
     }
     /// The events as shown, oldest first: origins looked up in `sites` (the allocator's call
     /// sites; `None` for a ring whose events have no origin), times in nanoseconds.
@@ -336,19 +384,14 @@ impl TraceRing {
             events: self.events[self.oldest..]
                 .iter()
                 .chain(&self.events[..self.oldest])
-                .zip(
-                    self.labels
-                        .iter()
-                        .flat_map(|(label, count)| std::iter::repeat_n(label, *count)),
-                )
-                .map(|(event, label)| TraceEvent {
+                .map(|event| TraceEvent {
                     kind: event.kind,
                     addr: event.addr,
                     size: event.size,
                     time_ns: converter
                         .as_ref()
                         .map_or(event.time, |c| c.nanos(event.time)),
-                    label: label.clone(),
+                    label: self.labels[event.label as usize].clone(),
                     origin: sites.and_then(|sites| sites.origin(&event.origin)),
                     allocated_bytes: event.allocated_bytes,
                     reserved_bytes: event.reserved_bytes,
@@ -359,7 +402,9 @@ impl TraceRing {
     pub(crate) fn clear(&mut self) {
         self.events.clear();
         self.oldest = 0;
-        self.labels.clear();
+        self.labels = vec![None];
+        self.compact_at = LABELS_KEPT;
+        self.last_label = (0, NO_LABEL);
         self.dropped = 0;
     }
 }
@@ -449,7 +494,7 @@ thread_local! {
     /// This thread's label: its tags and batch-scope iterations.
     static LABEL: RefCell<Option<TraceLabel>> = const { RefCell::new(None) };
     /// The identity of [`LABEL`] ([`label_id`]), set with it: a recorded event compares it
-    /// with its ring's last label without borrowing the label (two stores an event).
+    /// with the identity of its ring's last label, without borrowing the label.
     static LABEL_ID: Cell<usize> = const { Cell::new(0) };
 }
 
@@ -517,31 +562,6 @@ fn same_label(a: Option<&TraceLabel>, b: Option<&TraceLabel>) -> bool {
         (None, None) => true,
         _ => false,
     }
-}
-
-/// An event's label, as [`thread_label_unless`] finds it.
-enum EventLabel {
-    /// The label of the ring's last event (not cloned).
-    Same,
-    /// Another one.
-    Other(Option<TraceLabel>),
-}
-
-/// This thread's label, unless it is `last`.
-#[inline]
-fn thread_label_unless(last: Option<&TraceLabel>) -> EventLabel {
-    // `last` is alive (the ring holds it), so an equal identity is the same label.
-    if LABEL_ID.try_with(Cell::get).ok() == Some(label_id(last)) {
-        return EventLabel::Same;
-    }
-    LABEL
-        .try_with(|label| match label.try_borrow() {
-            Ok(label) if same_label(label.as_ref(), last) => EventLabel::Same,
-            Ok(label) => EventLabel::Other(label.clone()),
-            // Being replaced (see `thread_label`): none.
-            Err(_) => EventLabel::Other(None),
-        })
-        .unwrap_or(EventLabel::Other(None))
 }
 
 /// This thread's label (tags and batch-scope iterations), recorded with allocator events.
