@@ -1057,7 +1057,7 @@ impl State {
     #[inline(never)]
     pub fn push_event(&mut self, kind: TraceEventKind, addr: u64, size: u64) {
         let time = self.trace.stamp();
-        self.write_event(kind, addr, size, BlockOrigin::default(), time);
+        self.write_event(kind, addr, size, time, |_| BlockOrigin::default());
     }
 
     /// Records the alloc or free event of block `slot` in the trace (which the caller saw
@@ -1085,40 +1085,28 @@ impl State {
             Some(read) => self.trace.stamp_read(read),
             None => self.trace.stamp(),
         };
-        let (allocated_bytes, reserved_bytes) =
-            (self.stats.total(Key::AllocatedBytes), self.reserved());
-        let block_origin = &mut self.origins[slot as usize];
-        // The place first, then the origin straight into it: held across a call, the origin
-        // went through the stack.
-        let Some((place, label)) = self.trace.place_now() else {
-            return;
-        };
-        let origin = if kind == TraceEventKind::Free {
-            std::mem::take(block_origin)
-        } else {
-            block_origin.clone()
-        };
-        *place = RingEvent {
-            kind,
-            label,
-            addr,
-            size,
-            time,
-            origin,
-            allocated_bytes,
-            reserved_bytes,
-        };
+        self.write_event(kind, addr, size, time, |origins| {
+            let origin = &mut origins[slot as usize];
+            if kind == TraceEventKind::Free {
+                std::mem::take(origin)
+            } else {
+                origin.clone()
+            }
+        });
     }
 
-    /// Writes an event into the ring's next place, with the allocator's totals now.
+    /// Writes an event into the ring's next place, with the allocator's totals now and the
+    /// origin `origin` gives from the blocks' origins. The place is found first, then the
+    /// origin goes straight into it: held across the call that finds the place, the origin
+    /// went through the stack.
     #[inline(always)]
     fn write_event(
         &mut self,
         kind: TraceEventKind,
         addr: u64,
         size: u64,
-        origin: BlockOrigin,
         time: u64,
+        origin: impl FnOnce(&mut [BlockOrigin]) -> BlockOrigin,
     ) {
         let (allocated_bytes, reserved_bytes) =
             (self.stats.total(Key::AllocatedBytes), self.reserved());
@@ -1129,7 +1117,7 @@ impl State {
                 addr,
                 size,
                 time,
-                origin,
+                origin: origin(&mut self.origins),
                 allocated_bytes,
                 reserved_bytes,
             };

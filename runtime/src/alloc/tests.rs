@@ -753,20 +753,25 @@ fn trace_times_never_go_backwards_with_threads_racing_for_the_lock() {
 
 /// Consecutive events under one label share it in the ring; each event still shows its own
 /// label after older ones were overwritten.
+/// A 1 KiB block allocated and freed: two trace events.
+fn traced_pair(a: &CachingAllocator<HostBackend>) {
+    let block = a.allocate(KIB).unwrap();
+    a.free(block);
+}
+
+/// The labels of the trace's events, oldest first.
+fn trace_labels(a: &CachingAllocator<HostBackend>) -> Vec<Option<String>> {
+    a.trace()
+        .events
+        .iter()
+        .map(|e| e.label.as_ref().map(|l| l.to_string()))
+        .collect()
+}
+
 #[test]
 fn trace_ring_labels_follow_their_events_across_wraps() {
     let a = alloc(None, fixed_config().with_trace_capacity(4));
-    let pair = |a: &CachingAllocator<HostBackend>| {
-        let block = a.allocate(KIB).unwrap();
-        a.free(block);
-    };
-    let labels = |a: &CachingAllocator<HostBackend>| -> Vec<Option<String>> {
-        a.trace()
-            .events
-            .iter()
-            .map(|e| e.label.as_ref().map(|l| l.to_string()))
-            .collect()
-    };
+    let (pair, labels) = (traced_pair, trace_labels);
     let name = |n: &str| Some(n.to_string());
     {
         let _tag = crate::scope::tag("a");
@@ -799,17 +804,7 @@ fn trace_ring_labels_follow_their_events_across_wraps() {
 #[test]
 fn trace_labels_stay_right_and_bounded_under_many_labels() {
     let a = alloc(None, fixed_config().with_trace_capacity(8));
-    let pair = |a: &CachingAllocator<HostBackend>| {
-        let block = a.allocate(KIB).unwrap();
-        a.free(block);
-    };
-    let labels = |a: &CachingAllocator<HostBackend>| -> Vec<Option<String>> {
-        a.trace()
-            .events
-            .iter()
-            .map(|e| e.label.as_ref().map(|l| l.to_string()))
-            .collect()
-    };
+    let (pair, labels) = (traced_pair, trace_labels);
     let name = |i: usize| Some(format!("step {i}"));
     let mut most_entries = 0;
     for i in 0..500 {
