@@ -6,7 +6,7 @@
 
 use super::blocks::{KeepAlive, KeptAlive, PendingFree, State};
 use super::expandable::{self, Resolved};
-use super::origin::{RequestOrigin, RAW_OP};
+use super::trace::{RequestOrigin, RAW_OP};
 use super::plan::{IterationId, Obstacle};
 use super::policy::{self, OomFacts, ADDR_LIMIT};
 use super::pressure::PressureHandlers;
@@ -302,7 +302,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     fn early_read(&self) -> Option<u64> {
         self.recording
             .load(Ordering::Relaxed)
-            .then(super::event_clock::read_stamp)
+            .then(super::trace::read_stamp)
     }
 
     /// The slot for `req` when neither the cache nor a new segment had one: the pressure
@@ -985,7 +985,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         let trace = st.trace.to_trace(Some(&st.sites));
         let range = st.expandable.map(|e| (e.addr, e.addr + e.virt as u64));
         drop(st);
-        super::memory_viz::snapshot_pickle(&snapshot, &trace, device, range, &self.config)
+        super::trace::snapshot_pickle(&snapshot, &trace, device, range, &self.config)
     }
 
     /// A copy of the event trace ring.

@@ -15,7 +15,7 @@
 //! `policy.rs`; growing and shrinking the expandable segment is in `expandable.rs`.
 
 use super::expandable::Expandable;
-use super::origin::{BlockOrigin, Sites};
+use super::trace::{BlockOrigin, Sites};
 use super::plan::Planner;
 use super::policy::{self, ADDR_LIMIT};
 use super::stats::{Counters, Key};

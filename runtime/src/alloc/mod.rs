@@ -95,63 +95,48 @@
 mod allocator;
 mod backend;
 mod blocks;
-mod bucket;
 mod config;
-#[cfg(feature = "cuda")]
-pub mod cuda_backend;
 mod deferred;
-mod event_clock;
 mod expandable;
-// GPU-neutral page bookkeeping and stream ordering, used only by the CUDA backend (tested on the
-// host either way).
-#[cfg(any(test, feature = "cuda"))]
-mod granules;
-mod host;
-mod html;
-mod memory_viz;
 mod oom;
-mod origin;
-mod pickle;
 mod plan;
 mod policy;
 mod pressure;
 mod state_lock;
 mod stats;
-#[cfg(any(test, feature = "cuda"))]
-pub(crate) mod stream_order;
-mod timeline;
 pub(crate) mod trace;
 
 pub use allocator::{Block, CachingAllocator, DeviceAllocator};
-pub use backend::{Backend, BackendError, BackendFailure, EventId, StreamId, VirtualMemory};
+pub use backend::{
+    Backend, BackendError, BackendFailure, EventId, HostBackend, StreamId, VirtualMemory,
+    HOST_ALIGN, HOST_MAP_GRANULARITY,
+};
+#[cfg(feature = "cuda")]
+pub use backend::cuda as cuda_backend;
+#[cfg(feature = "cuda")]
+pub(crate) use backend::stream_order;
 pub(crate) use blocks::KeepAlive;
-pub use bucket::{BucketError, SequenceBuckets};
 pub(crate) use config::{check_env_once, env_config, report_env_error_once};
 pub use config::{
     parse_bytes, AllocatorConfig, ConfigError, ExpandableSegments, MemoryLimit, RoundupInterval,
     SetupError, DEFAULT_TRACE_CAPACITY, ENV_VAR, KNOWN_KEYS,
 };
 pub use expandable::DEFAULT_EXPANDABLE_RANGE;
-pub use host::{HostBackend, HOST_ALIGN, HOST_MAP_GRANULARITY};
-pub use html::html_report;
 pub use oom::{
     human_bytes, ConfigSource, LiveAllocation, OomCause, OomContext, OutOfMemory, SegmentMode,
     OOM_LARGEST_LIVE,
 };
-pub(crate) use origin::enter_op;
-pub use origin::AllocOrigin;
-pub(crate) use origin::RequestOrigin;
 pub use plan::IterationId;
 pub use policy::{
     round_size, LARGE_SEGMENT, MIN_LARGE_ALLOC, ROUND, ROUND_LARGE, SMALL_SEGMENT, SMALL_SIZE,
 };
 pub use pressure::PressureHandlerId;
 pub use stats::{DetailedStats, MemoryStats, PoolStats, Stat};
+pub(crate) use trace::{enter_op, RequestOrigin, RingEvent, TraceRing};
 pub use trace::{
-    BlockSnapshot, LabelFrame, MemorySnapshot, PoolKind, SegmentSnapshot, Trace, TraceEvent,
-    TraceEventKind, TraceLabel,
+    html_report, AllocOrigin, BlockSnapshot, LabelFrame, MemorySnapshot, PoolKind,
+    SegmentSnapshot, Trace, TraceEvent, TraceEventKind, TraceLabel,
 };
-pub(crate) use trace::{RingEvent, TraceRing};
 
 #[cfg(test)]
 mod fake_tests;

@@ -41,15 +41,16 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod bucket;
 mod max_batch;
 mod workspace;
 
 use crate::alloc::SetupError;
 pub use crate::alloc::{
-    BucketError, ConfigSource, DetailedStats, LiveAllocation, MemorySnapshot, MemoryStats,
-    OomCause, OomContext, OutOfMemory, PoolStats, PressureHandlerId, SegmentMode, SequenceBuckets,
-    Stat, Trace,
+    ConfigSource, DetailedStats, LiveAllocation, MemorySnapshot, MemoryStats, OomCause,
+    OomContext, OutOfMemory, PoolStats, PressureHandlerId, SegmentMode, Stat, Trace,
 };
+pub use bucket::{BucketError, SequenceBuckets};
 use crate::Device;
 pub use max_batch::{
     max_batch, BatchRun, MaxBatch, MaxBatchError, MaxBatchSearch, MaybeOutOfMemory, RunOutcome,

@@ -11,7 +11,7 @@
 //! with its approximate clock (`c10::ApproximateClockToUnixTimeConverter`). Elsewhere a stamp is
 //! the monotonic clock in nanoseconds and the conversion only subtracts the origin.
 
-use super::trace::monotonic_ns;
+use super::monotonic_ns;
 
 /// The stamp source of one trace ring, with the reading the conversion starts from.
 #[derive(Debug, Clone, Copy)]

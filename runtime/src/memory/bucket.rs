@@ -4,14 +4,14 @@
 //! (the article's "keep shapes uniform").
 //!
 //! ```
-//! use vramguard_runtime::alloc::SequenceBuckets;
+//! use vramguard_runtime::memory::SequenceBuckets;
 //!
 //! let buckets = SequenceBuckets::new(&[64, 128, 256, 512])?;
 //! assert_eq!(buckets.bucket_for(100)?, 128);
 //! assert_eq!(buckets.padding_for(100)?, 28); // pad 100 tokens with 28 to reach 128
 //! let err = buckets.bucket_for(600).unwrap_err();
 //! assert!(err.to_string().contains("largest bucket is 512"));
-//! # Ok::<(), vramguard_runtime::alloc::BucketError>(())
+//! # Ok::<(), vramguard_runtime::memory::BucketError>(())
 //! ```
 
 /// A sorted set of sequence lengths that variable-length inputs are padded up to.
