@@ -301,7 +301,7 @@ impl Device {
     }
 
     /// Inlined into the public allocation functions for the reason given at
-    /// `CachingAllocator::allocate_from`: the block stays in registers.
+    /// `CachingAllocator::malloc`: the block stays in registers.
     #[inline(always)]
     fn allocate_at(
         &self,
@@ -316,7 +316,7 @@ impl Device {
             let iteration = scope.as_ref().map(|o| o.iteration());
             allocator.allocate_at(bytes, iteration, origin, holder)
         } else {
-            allocator.allocate_from(bytes, stream, origin, holder)
+            allocator.malloc(bytes, stream, origin, holder)
         };
         let block = match served {
             Ok(block) => block,
@@ -504,7 +504,7 @@ impl Drop for Allocation {
         if let Some(observer) = &self.scope {
             observer.on_free(self.device.allocator(), self.block.id);
         }
-        let kept_alive = self.device.allocator().release(&self.block);
+        let kept_alive = self.device.allocator().free_by_ref(&self.block);
         // The allocator's reference to itself, when this was its last held block: dropped now
         // that nothing refers into it. The device handle is not used after this.
         drop(kept_alive);

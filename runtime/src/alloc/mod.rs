@@ -94,34 +94,30 @@
 
 mod allocator;
 mod backend;
-mod blocks;
 mod config;
-mod deferred;
-mod expandable;
 mod oom;
 mod plan;
 mod policy;
 mod pressure;
+mod state;
 mod state_lock;
 mod stats;
 pub(crate) mod trace;
 
 pub use allocator::{Block, CachingAllocator, DeviceAllocator};
-pub use backend::{
-    Backend, BackendError, BackendFailure, EventId, HostBackend, StreamId, VirtualMemory,
-    HOST_ALIGN, HOST_MAP_GRANULARITY,
-};
 #[cfg(feature = "cuda")]
 pub use backend::cuda as cuda_backend;
 #[cfg(feature = "cuda")]
 pub(crate) use backend::stream_order;
-pub(crate) use blocks::KeepAlive;
+pub use backend::{
+    Backend, BackendError, BackendFailure, EventId, HostBackend, StreamId, VirtualMemory,
+    HOST_ALIGN, HOST_MAP_GRANULARITY,
+};
 pub(crate) use config::{check_env_once, env_config, report_env_error_once};
 pub use config::{
     parse_bytes, AllocatorConfig, ConfigError, ExpandableSegments, MemoryLimit, RoundupInterval,
     SetupError, DEFAULT_TRACE_CAPACITY, ENV_VAR, KNOWN_KEYS,
 };
-pub use expandable::DEFAULT_EXPANDABLE_RANGE;
 pub use oom::{
     human_bytes, ConfigSource, LiveAllocation, OomCause, OomContext, OutOfMemory, SegmentMode,
     OOM_LARGEST_LIVE,
@@ -131,11 +127,13 @@ pub use policy::{
     round_size, LARGE_SEGMENT, MIN_LARGE_ALLOC, ROUND, ROUND_LARGE, SMALL_SEGMENT, SMALL_SIZE,
 };
 pub use pressure::PressureHandlerId;
+pub use state::expandable::DEFAULT_EXPANDABLE_RANGE;
+pub(crate) use state::KeepAlive;
 pub use stats::{DetailedStats, MemoryStats, PoolStats, Stat};
 pub(crate) use trace::{enter_op, RequestOrigin, RingEvent, TraceRing};
 pub use trace::{
-    html_report, AllocOrigin, BlockSnapshot, LabelFrame, MemorySnapshot, PoolKind,
-    SegmentSnapshot, Trace, TraceEvent, TraceEventKind, TraceLabel,
+    html_report, AllocOrigin, BlockSnapshot, LabelFrame, MemorySnapshot, PoolKind, SegmentSnapshot,
+    Trace, TraceEvent, TraceEventKind, TraceLabel,
 };
 
 #[cfg(test)]

@@ -322,7 +322,7 @@ impl Counters {
     /// The owner of a block of [`Counters::on_alloc`] freed it: it is no longer allocated,
     /// though it stays active while other streams' events are pending.
     #[inline(always)]
-    pub(crate) fn on_release_allocation(&mut self, pool: PoolKind, block: usize, requested: usize) {
+    pub(crate) fn on_free(&mut self, pool: PoolKind, block: usize, requested: usize) {
         self.decrease(pool, Key::AllocatedBytes, block as u64);
         self.decrease(pool, Key::RequestedBytes, requested as u64);
         self.decrease(pool, Key::Allocation, 1);
@@ -353,7 +353,8 @@ impl Counters {
         }
     }
 
-    /// `bytes` fewer reserved in `pool` (`segment_gone`: a whole segment released).
+    /// `bytes` fewer reserved in `pool`, given back to the backend (`segment_gone`: a whole
+    /// segment released, not pages of one).
     pub(crate) fn on_release(&mut self, pool: PoolKind, bytes: usize, segment_gone: bool) {
         self.num_device_free += 1;
         self.decrease(pool, Key::ReservedBytes, bytes as u64);

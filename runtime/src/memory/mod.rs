@@ -47,11 +47,11 @@ mod workspace;
 
 use crate::alloc::SetupError;
 pub use crate::alloc::{
-    ConfigSource, DetailedStats, LiveAllocation, MemorySnapshot, MemoryStats, OomCause,
-    OomContext, OutOfMemory, PoolStats, PressureHandlerId, SegmentMode, Stat, Trace,
+    ConfigSource, DetailedStats, LiveAllocation, MemorySnapshot, MemoryStats, OomCause, OomContext,
+    OutOfMemory, PoolStats, PressureHandlerId, SegmentMode, Stat, Trace,
 };
-pub use bucket::{BucketError, SequenceBuckets};
 use crate::Device;
+pub use bucket::{BucketError, SequenceBuckets};
 pub use max_batch::{
     max_batch, BatchRun, MaxBatch, MaxBatchError, MaxBatchSearch, MaybeOutOfMemory, RunOutcome,
     RunReason,

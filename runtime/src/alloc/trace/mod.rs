@@ -12,13 +12,13 @@ mod timeline;
 #[cfg(test)]
 mod html_tests;
 
+use crate::alloc::MemoryStats;
 pub(crate) use event_clock::read_stamp;
 use event_clock::EventClock;
 pub use html::html_report;
 pub(crate) use memory_viz::snapshot_pickle;
 pub use origin::AllocOrigin;
 pub(crate) use origin::{enter_op, BlockOrigin, RequestOrigin, Sites, RAW_OP};
-use crate::alloc::MemoryStats;
 use serde::Serialize;
 use std::cell::{Cell, RefCell};
 use std::fmt;
