@@ -137,6 +137,4 @@ pub use trace::{
 };
 
 #[cfg(test)]
-mod fake_tests;
-#[cfg(test)]
 mod tests;
