@@ -3,10 +3,10 @@
 //! escaped it), the trace ring, and — for allocations of [`LARGE`] bytes or more — a soft
 //! memory limit (its report lists the largest live ones).
 //!
-//! Every lock here is taken in [`Mode::Internal`], so allocations made while one is held pass
+//! Every lock here is taken in [`CallMode::Internal`], so allocations made while one is held pass
 //! straight through, and locks are never nested.
 
-use super::tracking::{current, mode, Mode, ModeGuard, LIMIT};
+use super::tracking::{current, mode, CallMode, ModeGuard, LIMIT};
 use crate::alloc::{RingEvent, Trace, TraceEventKind, TraceLabel, TraceRing};
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
@@ -78,7 +78,7 @@ fn attribution() -> Option<ScopeIteration> {
 /// Records a new allocation when something asks for it (called after `inner` returned it).
 #[inline]
 pub(super) fn after_alloc(addr: usize, size: usize) {
-    if mode() != Mode::User {
+    if mode() != CallMode::User {
         return;
     }
     let scope = attribution();
@@ -98,7 +98,7 @@ fn record_alloc(
     tracing: bool,
     keep: bool,
 ) {
-    let _internal = ModeGuard::enter(Mode::Internal);
+    let _internal = ModeGuard::enter(CallMode::Internal);
     let label = crate::alloc::trace::thread_label();
     if tracing {
         push_event(TraceEventKind::Alloc, addr, size, label.clone());
@@ -128,7 +128,7 @@ pub(super) fn before_free(addr: usize, size: usize) {
     if !tracing && RECORDED.load(Relaxed) == 0 {
         return;
     }
-    if mode() == Mode::Internal {
+    if mode() == CallMode::Internal {
         return;
     }
     record_free(addr, size, tracing);
@@ -136,7 +136,7 @@ pub(super) fn before_free(addr: usize, size: usize) {
 
 #[cold]
 fn record_free(addr: usize, size: usize, tracing: bool) {
-    let _internal = ModeGuard::enter(Mode::Internal);
+    let _internal = ModeGuard::enter(CallMode::Internal);
     account_free(addr, size, remove(addr), tracing);
 }
 
@@ -168,17 +168,17 @@ fn remove(addr: usize) -> Option<Record> {
 
 /// Takes a block's record out before a `realloc` (put back by [`restore`] if it fails).
 pub(super) fn take(addr: usize) -> Option<Record> {
-    if mode() == Mode::Internal {
+    if mode() == CallMode::Internal {
         return None;
     }
-    let _internal = ModeGuard::enter(Mode::Internal);
+    let _internal = ModeGuard::enter(CallMode::Internal);
     remove(addr)
 }
 
 /// Puts back a record that [`take`] removed, when the `realloc` failed.
 pub(super) fn restore(addr: usize, record: Option<Record>) {
     if let Some(record) = record {
-        let _internal = ModeGuard::enter(Mode::Internal);
+        let _internal = ModeGuard::enter(CallMode::Internal);
         lock(shard_of(addr)).insert(addr, record);
         RECORDED.fetch_add(1, Relaxed);
     }
@@ -186,14 +186,14 @@ pub(super) fn restore(addr: usize, record: Option<Record>) {
 
 /// Accounts the free of a block whose record [`take`] removed, after a `realloc` moved it.
 pub(super) fn finish_take(addr: usize, size: usize, record: Option<Record>) {
-    if mode() == Mode::Internal {
+    if mode() == CallMode::Internal {
         return;
     }
     let tracing = TRACING.load(Relaxed);
     if record.is_none() && !tracing {
         return;
     }
-    let _internal = ModeGuard::enter(Mode::Internal);
+    let _internal = ModeGuard::enter(CallMode::Internal);
     account_free(addr, size, record, tracing);
 }
 
@@ -264,7 +264,7 @@ pub(crate) fn begin_iteration(scope: u64, iteration: u64) -> Option<IterationSta
     if !super::tracking::is_on() {
         return None;
     }
-    let _internal = ModeGuard::enter(Mode::Internal);
+    let _internal = ModeGuard::enter(CallMode::Internal);
     let mut books = lock(&BOOKS);
     let book = books.entry(scope).or_default();
     let scope = ScopeIteration { scope, iteration };
@@ -284,7 +284,7 @@ pub(crate) fn begin_iteration(scope: u64, iteration: u64) -> Option<IterationSta
 /// Ends the iteration [`begin_iteration`] started and returns its figures.
 pub(crate) fn end_iteration(start: IterationStart) -> IterationFigures {
     let _ = ATTRIBUTION.try_with(|a| a.set(start.previous));
-    let _internal = ModeGuard::enter(Mode::Internal);
+    let _internal = ModeGuard::enter(CallMode::Internal);
     let ScopeIteration { scope, iteration } = start.scope;
     let mut figures = {
         let mut books = lock(&BOOKS);
@@ -339,7 +339,7 @@ fn escapes_by_tag(scope: ScopeIteration) -> Vec<(Option<Arc<str>>, u64, u64)> {
 
 /// The `count` largest recorded live allocations, largest first: (bytes, label).
 pub(super) fn largest_live(count: usize) -> Vec<(u64, Option<TraceLabel>)> {
-    let _internal = ModeGuard::enter(Mode::Internal);
+    let _internal = ModeGuard::enter(CallMode::Internal);
     let mut largest: Vec<(u64, Option<TraceLabel>)> = Vec::new();
     for shard in &RECORDS {
         for record in lock(shard).values() {
@@ -353,7 +353,7 @@ pub(super) fn largest_live(count: usize) -> Vec<(u64, Option<TraceLabel>)> {
 
 /// Keeps the last `capacity` heap events from now on (0 stops and forgets them).
 pub(super) fn start_trace(capacity: usize) {
-    let _internal = ModeGuard::enter(Mode::Internal);
+    let _internal = ModeGuard::enter(CallMode::Internal);
     EPOCH.get_or_init(Instant::now);
     *lock(&TRACE) = (capacity > 0).then(|| TraceRing::new(capacity));
     TRACING.store(capacity > 0, Relaxed);
@@ -361,7 +361,7 @@ pub(super) fn start_trace(capacity: usize) {
 
 /// A copy of the heap trace, oldest event first.
 pub(super) fn trace() -> Trace {
-    let _internal = ModeGuard::enter(Mode::Internal);
+    let _internal = ModeGuard::enter(CallMode::Internal);
     match lock(&TRACE).as_ref() {
         Some(ring) => ring.to_trace(None),
         None => TraceRing::new(0).to_trace(None),

@@ -77,7 +77,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use storage::{Strided, StridedRef};
 
-pub(crate) struct Inner {
+pub(crate) struct TensorInner {
     pub(crate) storage: Arc<Storage>,
     pub(crate) layout: Layout,
     /// Views made from another tensor; in-place ops on them cannot rebase the base's history.
@@ -93,12 +93,12 @@ pub(crate) struct Inner {
 ///
 /// `Clone` is cheap and shares the data and the autograd state (gradient, history).
 #[derive(Clone)]
-pub struct Tensor(pub(crate) Arc<Inner>);
+pub struct Tensor(pub(crate) Arc<TensorInner>);
 
 impl Tensor {
     pub(crate) fn from_parts(storage: Arc<Storage>, layout: Layout, is_view: bool) -> Tensor {
         let history_seen = AtomicU64::new(storage.history_rewrites());
-        Tensor(Arc::new(Inner {
+        Tensor(Arc::new(TensorInner {
             storage,
             layout,
             is_view,

@@ -55,7 +55,7 @@ const NIL: u32 = u32::MAX;
 
 /// One block: a piece of a segment, free or handed out.
 #[derive(Debug, Clone)]
-struct Node {
+struct BlockNode {
     addr: u64,
     size: usize,
     /// Rounded request while allocated.
@@ -83,7 +83,7 @@ struct Node {
     freed_at: u64,
 }
 
-impl Node {
+impl BlockNode {
     /// A free block of `size` bytes at `addr` in segment `seg`, between `prev` and `next`.
     #[allow(clippy::too_many_arguments)]
     fn free(
@@ -95,8 +95,8 @@ impl Node {
         pool: PoolKind,
         stream: u32,
         tick: u64,
-    ) -> Node {
-        Node {
+    ) -> BlockNode {
+        BlockNode {
             addr,
             size,
             rounded: 0,
@@ -143,7 +143,7 @@ pub(crate) trait KeepAlive {
 
 /// Everything the allocator's mutex guards.
 pub(crate) struct State {
-    nodes: Vec<Node>,
+    nodes: Vec<BlockNode>,
     /// Where each allocated block was made, by slot (`None` for free blocks and spare slots).
     /// Kept beside the nodes, not in them: splitting and coalescing copy nodes around, and
     /// only `hand_out` and `free` need the origin.
@@ -341,7 +341,7 @@ impl State {
         self.segs[self.nodes[slot as usize].seg as usize].expandable
     }
 
-    fn new_node(&mut self, node: Node) -> u32 {
+    fn new_node(&mut self, node: BlockNode) -> u32 {
         match self.spare_nodes.pop() {
             Some(slot) => {
                 self.nodes[slot as usize] = node;
@@ -360,7 +360,9 @@ impl State {
     fn insert_free_node(&mut self, addr: u64, size: usize, seg: u32, prev: u32, next: u32) -> u32 {
         let (pool, stream) = (self.segs[seg as usize].pool, self.segs[seg as usize].stream);
         let now = self.lookups[pool as usize];
-        let slot = self.new_node(Node::free(addr, size, seg, prev, next, pool, stream, now));
+        let slot = self.new_node(BlockNode::free(
+            addr, size, seg, prev, next, pool, stream, now,
+        ));
         self.free_set(pool, stream).insert(size, addr, slot);
         slot
     }
@@ -489,7 +491,7 @@ impl State {
         };
         let (pool, stream) = (self.segs[seg as usize].pool, self.segs[seg as usize].stream);
         let now = self.lookups[pool as usize];
-        let rest = self.new_node(Node::free(
+        let rest = self.new_node(BlockNode::free(
             addr + size as u64,
             block - size,
             seg,

@@ -3,7 +3,7 @@
 //! deferred shows as the merged block (the `deferred` module): readers never perform it.
 
 use super::free_set::FreeSet;
-use super::{prev_deferred, Node, State, NIL};
+use super::{prev_deferred, BlockNode, State, NIL};
 use crate::alloc::policy;
 use crate::alloc::stats::Key;
 use crate::alloc::{BlockSnapshot, DetailedStats, LiveAllocation, MemoryStats, SegmentSnapshot};
@@ -52,7 +52,7 @@ impl State {
 
     /// The `count` largest allocated blocks, largest first (by address among equals).
     pub(crate) fn largest_live(&self, count: usize) -> Vec<LiveAllocation> {
-        let mut live: Vec<(u32, &Node)> = Vec::new();
+        let mut live: Vec<(u32, &BlockNode)> = Vec::new();
         for s in self.segs.iter().filter(|s| s.live) {
             let mut at = s.head;
             while at != NIL {
