@@ -14,9 +14,10 @@
 //! only prints, for block sizes up to each of a few bounds, how many of the pair loop's 256
 //! requests ask for one and what one block of each distinct size adds up to: what a per-thread
 //! cache of freed blocks limited to those sizes would have to hold for all of them to be served
-//! from it (BENCHMARKS.md, #24). `--pair-floor [--rounds N]` only prints, beside the system
+//! from it (`docs/perf-notes.md`, #24). `--pair-floor [--rounds N]` only prints, beside the system
 //! pair in interleaved rounds, what an exact shared path pays per pair before any work: two
-//! uncontended lock/unlock pairs and the device reference's clone and drop (BENCHMARKS.md, #24).
+//! uncontended lock/unlock pairs and the device reference's clone and drop (`docs/perf-notes.md`,
+//! #24).
 //!
 //! Metrics:
 //!
@@ -59,7 +60,7 @@
 //!   large-pool requests a plan placed, and those of planned iterations that fell back to best
 //!   fit. `trace_pair_ns`: the replay's wall time over its alloc+free pairs (the figure
 //!   `scripts/torch-compare.py` sets beside PyTorch's). `_fixed_segments`: the same with fixed segments. With fixed segments the trace
-//!   is also replayed after a warm-up (one max-size batch first, the article's advice,
+//!   is also replayed after a warm-up (one max-size batch first, the warm-up remedy,
 //!   `_warmup_fixed_segments`) and (host only) with `max_split_size_mb:64`
 //!   (`_max_split_64mb_fixed_segments`).
 //! - `trace_backend_calls_limited` (host only; `_unplanned` too): the steady backend calls of the

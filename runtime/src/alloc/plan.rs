@@ -19,7 +19,7 @@
 //! to best fit; nothing is ever placed on memory that is not free.
 //!
 //! This module owns the recordings, the current run and the layout computation; where a block
-//! lands is carved by `blocks.rs`, in the expandable segment only.
+//! lands is carved by the state (`state/planned.rs`), in the expandable segment only.
 
 use std::collections::HashMap;
 

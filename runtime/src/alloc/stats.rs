@@ -224,8 +224,9 @@ impl Counter {
 /// stored but added up when read, except its peak, raised by every increase that takes the
 /// sum above it. An increase writes the pool's current value and accumulated count (and a
 /// peak only when it rises), a decrease the current value alone: the cached alloc+free pair
-/// changes about 18 statistics, and this is a third of the stores keeping both pools and the
-/// total in [`Stat`]s took. The values read are the same.
+/// changes every statistic of its pool, and its time follows its stores (`docs/perf-notes.md`,
+/// "Stores, atomics and the cached pair"), far fewer than keeping both pools and the total in
+/// [`Stat`]s took. The values read are the same.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Counters {
     /// By [`PoolKind`] (small, large), then by [`Key`].

@@ -1,7 +1,7 @@
 //! `SequenceBuckets`: pad variable sequence lengths up to a few fixed lengths, so a loop over
 //! variable-length batches asks the allocator for a few shapes only. Freed blocks are then
 //! reused exactly by the next batch of the same bucket instead of leaving holes of every size
-//! (the article's "keep shapes uniform").
+//! (shape bucketing: keep the shapes a loop asks for uniform).
 //!
 //! ```
 //! use vramguard_runtime::memory::SequenceBuckets;

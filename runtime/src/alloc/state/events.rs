@@ -33,11 +33,13 @@ impl State {
     /// for the block), so the stamp, clamped to the last one, keeps the ring in order. The two
     /// counter reads are most of what recording costs a pair, and where they happen matters:
     /// read before the lock, the read overlaps the lock's atomic; read under the lock, it
-    /// delays the release (#24, BENCHMARKS.md). The event is written in one pass, its origin
-    /// read where the block keeps it: built on the caller's stack and copied, the origin was
-    /// loaded wider than it was stored, which waits for the store. Inlined into both callers:
-    /// out of line, the call's register saves and the origin held across it cost the recording
-    /// pair about a tenth of its time, more than the larger code costs the untraced pair.
+    /// delays the release. The event is written in one pass, its origin read where the block
+    /// keeps it: built on the caller's stack and copied, the origin was loaded wider than it
+    /// was stored, which waits for the store. Inlined into both callers: out of line, the
+    /// call's register saves and the origin held across it cost the recording pair more than
+    /// the larger code costs the untraced pair (`docs/perf-notes.md`, "Copies on the allocation
+    /// path, and the clock read before the lock", and "The recording pair's events, written in
+    /// one pass").
     #[inline(always)]
     pub(super) fn record_block_event(
         &mut self,

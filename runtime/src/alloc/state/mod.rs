@@ -256,9 +256,9 @@ impl State {
     }
 
     /// Counts a block handed out for `holder`. A device's allocation does not hold a reference
-    /// to its device (an atomic increment and decrement per allocation, over a tenth of a
-    /// cached pair's time); the allocator keeps one for all of them instead, taken when the first is
-    /// handed out and given back by [`State::unhold`] when the last is freed. While any of
+    /// to its device (an atomic increment and decrement per allocation: `docs/perf-notes.md`,
+    /// "Stores, atomics and the cached pair"); the allocator keeps one for all of them instead,
+    /// taken when the first is handed out and given back by [`State::unhold`] when the last is freed. While any of
     /// them lives, the allocator so keeps itself alive, and with it every device handle an
     /// allocation carries.
     #[inline]
