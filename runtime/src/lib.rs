@@ -6,9 +6,9 @@
 //! # Layers
 //!
 //! Each module imports only from the ones before it (the workspace test `tests/layers.rs` checks
-//! it, and the layers inside `tensor` too):
+//! it, the layers inside `tensor` too, and that this table is its list):
 //!
-//! | module | owns |
+//! | layer | owns |
 //! | --- | --- |
 //! | `diagnostics` | warnings and errors a user must see, and where they go (`WarningOutput`) |
 //! | `driver` | the CUDA driver context and its errors (with the `cuda` feature) |
