@@ -37,6 +37,7 @@ const RUNTIME: Layers = Layers {
         &["diagnostics"],
         &["driver"],
         &["alloc"],
+        &["accounting"],
         &["heap"],
         &["device"],
         &["grad"],

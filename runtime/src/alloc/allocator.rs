@@ -216,10 +216,10 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         policy::rounded_size(bytes, self.config.divisions_for(bytes))
     }
 
-    /// Allocates a block of at least `bytes` bytes (the chain of fallbacks is
-    /// [`CachingAllocator::malloc`]'s: a cached free block, else a new segment, else the same
-    /// after releasing the cache, else the same after the pressure handlers freed memory, else
-    /// [`OutOfMemory`]). The caller's line is the block's
+    /// Allocates a block of at least `bytes` bytes, through the allocator's one chain of
+    /// fallbacks (`malloc`, as PyTorch names it): a cached free block, else a new segment, else
+    /// the same after releasing the cache, else the same after the pressure handlers freed
+    /// memory, else [`OutOfMemory`]. The caller's line is the block's
     /// [`AllocOrigin`](super::AllocOrigin) (unless a tensor op of this thread is running: then
     /// that op's).
     #[track_caller]

@@ -23,14 +23,14 @@
 //! | file | owns |
 //! | --- | --- |
 //! | `tracking.rs` | [`TrackingAllocator`], the counters, the thread's mode |
-//! | `records.rs` | records of single allocations: batch-scope books, the trace, the limit's list |
+//! | `records.rs` | records of single allocations: the heap as a source of batch-scope accounting (`HeapAccounting`), the trace, the limit's list |
 //! | `limit.rs` | the settings from `VRAMGUARD_ALLOC_CONF`, the report of a refused allocation |
 
 mod limit;
 mod records;
 mod tracking;
 
-pub(crate) use records::{begin_iteration, end_iteration, IterationFigures, IterationStart};
+pub(crate) use records::HeapAccounting;
 pub use tracking::TrackingAllocator;
 use tracking::{CallMode, ModeGuard};
 

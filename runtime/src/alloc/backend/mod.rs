@@ -104,7 +104,7 @@ pub struct EventId(pub u64);
 /// host `mmap(PROT_NONE)` + `mprotect`/`madvise`).
 ///
 /// Expandable segments use it: the large pool's reserved range has its pages mapped as the
-/// pool grows and its free tail unmapped by `empty_cache`. [`HostBackend`](super::HostBackend) implements it on Unix,
+/// pool grows and its free tail unmapped by `empty_cache`. [`HostBackend`] implements it on Unix,
 /// [`CudaBackend`](super::cuda_backend::CudaBackend) on GPUs with virtual memory management.
 ///
 /// # Safety

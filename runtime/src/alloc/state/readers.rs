@@ -119,7 +119,7 @@ impl State {
         segments
     }
 
-    /// See [`super::CachingAllocator::check_invariants`]. A merge the cached pair deferred is
+    /// See [`crate::alloc::CachingAllocator::check_invariants`]. A merge the cached pair deferred is
     /// checked as what it stands for: one free block (the `deferred` module).
     pub(crate) fn check_invariants(&self) -> Result<(), String> {
         let (mut reserved, mut active, mut allocated, mut blocks, mut free_count) =
