@@ -31,8 +31,8 @@
 #   bench.jsonl      the programs' --json figures
 #   torch-compare.txt  PyTorch beside vramguard (scripts/torch-compare.py)
 #
-# `run` runs every CUDA test binary (each integration test whose name contains "cuda": cuda_alloc,
-# cuda_fault, alloc_cuda, cuda_ops, ...), then the programs with `--device cuda` (and `--quick
+# `run` runs every CUDA test binary (each integration test whose name contains "cuda": cuda,
+# cuda_fault), then the programs with `--device cuda` (and `--quick
 # --json` for the *_bench ones), then scripts/torch-compare.py. On the GPU machine cuBLAS is
 # PyTorch's wheel's copy (site-packages/nvidia/*/lib), linked under the name cudarc loads
 # (libcublas.so) in a temporary folder put on LD_LIBRARY_PATH; NVRTC is not needed (the PTX is

@@ -306,7 +306,9 @@ mod tests {
     #[test]
     fn without_a_driver_every_call_is_a_typed_error() {
         if crate::driver::driver_present() {
-            println!("skipped: a CUDA driver is present (tests/cuda_pool.rs covers the GPU)");
+            println!(
+                "skipped: a CUDA driver is present (runtime/tests/cuda/pool.rs covers the GPU)"
+            );
             return;
         }
         assert!(matches!(
