@@ -23,3 +23,46 @@ fn the_library_table_in_the_readme_and_the_crate_docs_agree() {
         "the library table of README.md and src/lib.rs differ"
     );
 }
+
+/// BENCHMARKS.md holds only what the benchmark programs rewrite (`--write` replaces the text
+/// between `<!-- bench:NAME -->` and `<!-- /bench:NAME -->`), each section with the command that
+/// measured it; notes and hand-taken measurements belong in docs/perf-notes.md.
+#[test]
+fn benchmarks_md_holds_only_sections_the_programs_rewrite() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let text = std::fs::read_to_string(format!("{root}/BENCHMARKS.md")).expect("BENCHMARKS.md");
+    let mut problems = Vec::new();
+    let mut open: Option<(String, bool)> = None; // (name, has a command)
+    let mut sections = 0;
+    for (n, line) in text.lines().enumerate() {
+        if let Some(name) = line
+            .strip_prefix("<!-- bench:")
+            .and_then(|l| l.strip_suffix(" -->"))
+        {
+            open = Some((name.to_string(), false));
+        } else if let Some(name) = line
+            .strip_prefix("<!-- /bench:")
+            .and_then(|l| l.strip_suffix(" -->"))
+        {
+            match open.take() {
+                Some((opened, true)) if opened == name => sections += 1,
+                Some((opened, false)) if opened == name => {
+                    problems.push(format!("section `{name}` names no command (`Command: …`)"))
+                }
+                _ => problems.push(format!("line {}: `{name}` closes no open section", n + 1)),
+            }
+        } else if let Some((_, has_command)) = open.as_mut() {
+            *has_command |= line.starts_with("Command: ");
+        } else if sections > 0 && !line.trim().is_empty() {
+            problems.push(format!(
+                "line {}: text outside the programs' sections (move it to docs/perf-notes.md): {line}",
+                n + 1
+            ));
+        }
+    }
+    assert!(
+        sections >= 10,
+        "only {sections} sections found in BENCHMARKS.md"
+    );
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
