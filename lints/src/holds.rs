@@ -1,10 +1,11 @@
-//! Syntax helpers for the lints: what a binding holds, by the shape of its initializer.
+//! What a value holds (a number, a new tensor, a computed one, …), guessed from the shape of
+//! the expression that produced it, and the small expression helpers the rules use.
 //!
 //! The macros have no type information, so every rule here is a guess from syntax. The guesses
 //! lean towards silence: a lint fires only on shapes that model code produces (a call or a
 //! method call producing a new value), never on literals, casts, counters or host scalars.
 
-use crate::common::NameList;
+use crate::syntax::NameList;
 use proc_macro2::{TokenStream, TokenTree};
 use std::collections::HashSet;
 use syn::{Attribute, Expr, Pat, Stmt, Type};
@@ -37,6 +38,17 @@ impl Holds {
 static SCALAR_METHODS: NameList = NameList::new(&[
     "item",
     "to_scalar",
+    "into_scalar",
+    "double_value",
+    "int64_value",
+    "f_double_value",
+    "f_int64_value",
+    "into_data",
+    "to_data",
+    "into_vec",
+    "as_vec",
+    "array",
+    "elem",
     "to_f32",
     "to_f64",
     "to_vec",
@@ -341,10 +353,10 @@ fn is_scalar_type(ty: &Type) -> bool {
 /// Whether an identifier of the syntax tree that `walk` visits is one of `names`.
 pub(crate) fn names_any_of(
     names: &[&str],
-    walk: impl FnOnce(&mut crate::common::IdentVisitor<'_>),
+    walk: impl FnOnce(&mut crate::syntax::IdentVisitor<'_>),
 ) -> bool {
     let mut found = false;
-    crate::common::visit_idents(
+    crate::syntax::visit_idents(
         &mut |ident| {
             found = names.contains(&ident.to_string().as_str());
             !found
@@ -396,7 +408,7 @@ pub(crate) fn stmt_attrs_mut(stmt: &mut Stmt) -> Option<&mut Vec<Attribute>> {
     match stmt {
         Stmt::Local(local) => Some(&mut local.attrs),
         Stmt::Macro(mac) => Some(&mut mac.attrs),
-        Stmt::Expr(expr, _) => crate::common::expr_attrs_mut(expr),
+        Stmt::Expr(expr, _) => crate::syntax::expr_attrs_mut(expr),
         Stmt::Item(_) => None,
     }
 }

@@ -1,0 +1,142 @@
+//! The memory lints of [vramguard](https://docs.rs/vramguard), as a library: the one
+//! implementation of every rule, used by the attribute macros (`#[vramguard::inference]`,
+//! `#[vramguard::batch_scope]`, which report findings as compiler warnings) and by
+//! `cargo vramguard lint` (which reports them as rustc and cargo do, over a whole crate).
+//!
+//! What it owns: the rules ([`lint_fn`] walks one function body), the lints' names,
+//! explanations and fixes ([`Lint`], spelled for the user's tensor [`Library`]), and
+//! `#[vramguard::allow(..)]` ([`allowed_in`], [`parse_allow_args`]). What it does not: how a
+//! finding reaches the user (the macros turn it into a warning, the command into a diagnostic),
+//! and which functions are linted.
+//!
+//! Every rule reads syntax only, never types: the guesses lean towards silence (see
+//! `docs/lints.md` in the repository for what each lint fires on, and its precision measured on
+//! public crates).
+//!
+//! ```
+//! let mut function: syn::ItemFn = syn::parse_quote! {
+//!     fn train(batches: &[Tensor]) -> Result<()> {
+//!         let mut losses = Vec::new();
+//!         for batch in batches {
+//!             let loss = model.forward(batch)?;
+//!             losses.push(loss);
+//!         }
+//!         Ok(())
+//!     }
+//! };
+//! let context = vramguard_lints::Context::new("train");
+//! let outcome = vramguard_lints::lint_fn(&function.attrs, &mut function.block, &context);
+//! assert_eq!(outcome.findings.len(), 1);
+//! let finding = &outcome.findings[0];
+//! assert_eq!(finding.lint.name(), "accumulates_across_iterations");
+//! assert_eq!(
+//!     finding.fix(vramguard_lints::Library::Candle),
+//!     "keep a number (`loss.to_scalar::<f32>()?`) or a host copy (`loss.to_vec1::<f32>()?`), \
+//!      or consume the value inside the iteration"
+//! );
+//! ```
+
+mod allow;
+mod analysis;
+mod holds;
+mod library;
+mod names;
+pub mod syntax;
+
+pub use allow::{allowed_in, is_vramguard_allow, parse_allow_args};
+pub use library::Library;
+pub use names::Lint;
+
+use proc_macro2::Span;
+use syn::visit_mut::VisitMut;
+
+/// What the linted function is, beyond its body.
+#[derive(Debug, Clone)]
+pub struct Context<'a> {
+    /// The function's name, for messages.
+    pub fn_name: &'a str,
+    /// Inside `#[inference]`: grad recording is off, `.backward()` is reported.
+    pub inference: bool,
+    /// The tensor library the code uses, when known: some rules depend on it (no graph to
+    /// chain in ndarray; a forgotten no-grad switch only where the library has one).
+    pub library: Library,
+}
+
+impl<'a> Context<'a> {
+    /// A function outside `#[inference]`, its library not known.
+    pub fn new(fn_name: &'a str) -> Self {
+        Self {
+            fn_name,
+            inference: false,
+            library: Library::Unknown,
+        }
+    }
+}
+
+/// One finding of one lint.
+#[derive(Debug, Clone)]
+pub struct Finding {
+    /// The lint.
+    pub lint: Lint,
+    /// The one token that names the problem (`push` in `results.push(feat)`, `+=`): a single
+    /// token's span is all a proc macro can attach a warning to on stable Rust.
+    pub span: Span,
+    /// The whole construct (`results.push(feat)`), for tools that can show a range.
+    pub extent: Span,
+    /// The sentence about this code, e.g. "`results.push(feat)` keeps a value computed in
+    /// each iteration".
+    pub sentence: String,
+    /// The value the fix is written around (`feat`), when the lint names one.
+    pub value: Option<String>,
+}
+
+impl Finding {
+    /// The fix, in the spelling of `library`.
+    pub fn fix(&self, library: Library) -> String {
+        self.lint.fix(library, self.value.as_deref())
+    }
+
+    /// The whole message in one paragraph (sentence, why, fix, how to silence), for channels
+    /// that carry one string, like the macros' warnings.
+    pub fn paragraph(&self, library: Library) -> String {
+        format!(
+            "{}: {}. Fix: {}. (Silence with #[vramguard::allow({})].)",
+            self.sentence,
+            self.lint.explanation(),
+            self.fix(library),
+            self.lint.name(),
+        )
+    }
+}
+
+/// What [`lint_fn`] found.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// The findings, in the order of the body.
+    pub findings: Vec<Finding>,
+    /// Misspelled lint names in the `#[vramguard::allow(..)]` of a statement or a `match` arm,
+    /// each with its span. (Those on the function itself are the `allow` macro's to report.)
+    pub errors: Vec<syn::Error>,
+}
+
+/// Lints one function body. `fn_attrs` are the function's own attributes (their
+/// `#[vramguard::allow(..)]` are honoured; a misspelled one allows nothing). The
+/// `#[vramguard::allow(..)]` of statements and `match` arms are honoured and removed from
+/// `body`, so that the macros emit code without them.
+pub fn lint_fn(
+    fn_attrs: &[syn::Attribute],
+    body: &mut syn::Block,
+    context: &Context<'_>,
+) -> Outcome {
+    let allowed = allowed_in(fn_attrs).unwrap_or_default();
+    let mut walker = analysis::Walker::new(context, allowed, body);
+    walker.visit_block_mut(body);
+    walker.finish();
+    Outcome {
+        findings: walker.findings,
+        errors: walker.errors,
+    }
+}
+
+#[cfg(test)]
+mod tests;

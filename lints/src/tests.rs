@@ -1,0 +1,351 @@
+//! The lint rules on small functions: what fires, and the shapes that must stay silent.
+
+use super::*;
+use proc_macro2::TokenStream;
+use quote::{quote, ToTokens};
+
+struct Linted {
+    warnings: Vec<(Lint, String)>,
+    errors: Vec<String>,
+    body: String,
+}
+
+fn lint_with(item: TokenStream, inference: bool, library: Library) -> Linted {
+    let mut func: syn::ItemFn = syn::parse2(item).expect("test input is a function");
+    let name = func.sig.ident.to_string();
+    let context = Context {
+        fn_name: &name,
+        inference,
+        library,
+    };
+    let outcome = lint_fn(&func.attrs.clone(), &mut func.block, &context);
+    Linted {
+        warnings: outcome
+            .findings
+            .into_iter()
+            .map(|f| (f.lint, f.sentence))
+            .collect(),
+        errors: outcome.errors.iter().map(ToString::to_string).collect(),
+        body: func.block.to_token_stream().to_string(),
+    }
+}
+
+fn lint(item: TokenStream, inference: bool) -> Linted {
+    lint_with(item, inference, Library::Unknown)
+}
+
+fn fired(item: TokenStream) -> Vec<Lint> {
+    fired_with(item, Library::Unknown)
+}
+
+fn fired_with(item: TokenStream, library: Library) -> Vec<Lint> {
+    lint_with(item, false, library)
+        .warnings
+        .into_iter()
+        .map(|(l, _)| l)
+        .collect()
+}
+
+#[test]
+fn backward_is_a_warning_under_inference_only() {
+    let item = quote! {
+        fn f(x: &T) { let loss = x.forward(); loss.backward(); }
+    };
+    let under_inference = lint(item.clone(), true);
+    assert!(
+        under_inference.errors.is_empty(),
+        "a lint never fails a build by default"
+    );
+    assert_eq!(
+        under_inference
+            .warnings
+            .iter()
+            .map(|(l, _)| *l)
+            .collect::<Vec<_>>(),
+        vec![Lint::BackwardInInference]
+    );
+    assert!(lint(item, false).warnings.is_empty());
+    let allowed = quote! {
+        #[vramguard::allow(backward_in_inference)]
+        fn f(x: &T) { x.forward().backward(); }
+    };
+    assert!(lint(allowed, true).warnings.is_empty());
+}
+
+#[test]
+fn inplace_fires_on_activations_with_grad_only() {
+    let item = quote! {
+        fn f(xs: &[T]) { for x in xs { let mut h = x.matmul(&w); h.relu_(); } }
+    };
+    assert_eq!(fired(item.clone()), vec![Lint::InplaceOnActivation]);
+    assert!(
+        lint(item, true).warnings.is_empty(),
+        "no-grad context of #[inference]"
+    );
+    for silent in [
+        quote! { fn f(xs: &[T]) { for x in xs { let mut h = Tensor::zeros(4); h.add_(x); } } },
+        quote! { fn f(xs: &[T]) { for x in xs { let mut h = x.forward().detach(); h.relu_(); } } },
+        quote! { fn f(xs: &[T]) { for x in xs { let _g = NoGradGuard::new(); let mut h = x.f(); h.relu_(); } } },
+        quote! { fn f(xs: &[T]) { for x in xs { no_grad(|| { let mut h = x.f(); h.relu_(); }); } } },
+        quote! { fn f(x: &T) { let mut h = x.forward(); h.relu_(); } },
+        quote! { fn f(xs: &[T]) { for mut x in xs { x.relu_(); } } },
+        quote! { fn f(xs: &[T]) { for x in xs { let h = x.f(); let h = h.relu(); } } },
+    ] {
+        assert!(fired(silent.clone()).is_empty(), "{silent}");
+    }
+}
+
+#[test]
+fn accumulation_fires_on_computed_values_kept_outside_the_loop() {
+    for firing in [
+        quote! { fn f(xs: &[T]) { let mut r = Vec::new(); for x in xs { let y = m.forward(x)?; r.push(y); } } },
+        quote! { fn f(xs: &[T]) { let mut r = Vec::new(); for x in xs { r.push(m.forward(x)?); } } },
+        quote! { fn f(xs: &[T]) { let mut r = Vec::new(); for x in xs { let y = x.f(); r.push(y.clone()); } } },
+        quote! { fn f(xs: &[T]) { let mut r = Vec::new(); for x in xs { let y = x.f(); r.push(y.detach()); } } },
+        quote! { fn f(xs: &[T]) { let mut r = HashMap::new(); for (i, x) in xs { r.insert(i, x.f()); } } },
+        quote! { fn f(&mut self, xs: &[T]) { for x in xs { let y = x.f(); self.history.push(y); } } },
+        quote! { fn f(xs: &[T]) { let mut h = vec![]; for x in xs { let a = x.f(); let b = x.g(); h.push((a, b)); } } },
+        quote! { fn f() { let mut h = vec![]; loop { let a = step(); h.push(a); } } },
+        quote! { fn f(xs: &[T]) { let mut r = Vec::new(); let y = g(); for x in xs { r.push(y.f()); } } },
+    ] {
+        assert_eq!(
+            fired(firing.clone()),
+            vec![Lint::AccumulatesAcrossIterations],
+            "{firing}"
+        );
+    }
+    for silent in [
+        quote! { fn f(xs: &[T]) { let mut r = Vec::new(); for x in xs { let y = x.f(); r.push(y.item()); } } },
+        quote! { fn f(xs: &[T]) { let mut r = Vec::new(); for x in xs { r.push(x); } } },
+        quote! { fn f(xs: &[T]) { for x in xs { let mut r = Vec::new(); r.push(x.f()); } } },
+        quote! { fn f(n: usize) { let mut r = Vec::new(); for i in 0..n { r.push(i * 2); } } },
+        quote! { fn f(n: usize) { let mut r = Vec::new(); for i in 0..n { r.push(format!("{i}")); } } },
+        quote! { fn f(n: usize) { let mut r = Vec::new(); for i in 0..n { r.push(i as f32); } } },
+        quote! { fn f(w: &[S]) { let mut r = Vec::new(); for s in w { r.push(v.get(s).copied().unwrap_or(0)); } } },
+        quote! { fn f(w: &[S]) { let mut r = Vec::new(); for s in w { r.push(String::new()); } } },
+        quote! { fn f(w: &[S]) { let mut r = Vec::new(); for s in w { let n = s.len(); r.push(n); } } },
+    ] {
+        assert!(fired(silent.clone()).is_empty(), "{silent}");
+    }
+}
+
+#[test]
+fn running_totals_fire_unless_scalar_or_detached() {
+    for firing in [
+        quote! { fn f(xs: &[T]) { let mut t = zeros(); for x in xs { let l = x.loss()?; t += l; } } },
+        quote! { fn f(xs: &[T]) { let mut t = zeros(); for x in xs { let l = x.loss()?; t = t + l; } } },
+        quote! { fn f(xs: &[T]) { let mut t = zeros(); for x in xs { let l = x.loss()?; t = &l + &t; } } },
+        quote! { fn f(xs: &[T]) { let mut t = zeros(); for x in xs { t += x.loss()?; } } },
+        quote! { fn f(&mut self, xs: &[T]) { for x in xs { let l = x.loss(); self.total += l; } } },
+    ] {
+        assert_eq!(
+            fired(firing.clone()),
+            vec![Lint::GraphAcrossIterations],
+            "{firing}"
+        );
+    }
+    for silent in [
+        quote! { fn f(xs: &[T]) { let mut t = 0.0; for x in xs { let l = x.loss()?; t += l.item(); } } },
+        quote! { fn f(xs: &[T]) { let mut t = zeros(); for x in xs { let l = x.loss()?; t += l.detach(); } } },
+        quote! { fn f(xs: &[T]) { let mut n = 0; for x in xs { n += 1; } } },
+        quote! { fn f(xs: &[u32]) { let mut n = 0; for x in xs { n += x; } } },
+        // candle-nn's layer norm: a total declared as a number, whatever is added to it.
+        quote! { fn f(src: &[T]) { let mut sum = 0f32; for v in src { let v = v.as_(); sum += v; sum += v * v; } } },
+        quote! { fn f(src: &[T]) { let mut sum = 0.0; for v in src { sum = sum + v.forward(); } } },
+        quote! { fn f(xs: &[T]) { let mut n = 0; for x in xs { n += usize::from(x.ok()); } } },
+        quote! { fn f(xs: &[T]) { for x in xs { let mut t = zeros(); let l = x.loss(); t += l; } } },
+        quote! { fn f(xs: &[T]) { let mut t = 0.0; for x in xs { let l: f32 = x.loss(); t += l; } } },
+        quote! { fn f(xs: &[T]) { let mut t = 0; for x in xs { let l = x.len(); t += l; } } },
+    ] {
+        assert!(fired(silent.clone()).is_empty(), "{silent}");
+    }
+}
+
+#[test]
+fn empty_cache_fires_while_values_are_used_afterwards() {
+    let firing = quote! {
+        fn f(d: &Device) {
+            let a = m.forward(x);
+            let b = Tensor::zeros(3);
+            { empty_cache(d); }
+            use_it(&a, &b);
+        }
+    };
+    let outcome = lint(firing, false);
+    assert_eq!(outcome.warnings.len(), 1);
+    assert!(
+        outcome.warnings[0].1.contains("`a`, `b` are still alive"),
+        "{}",
+        outcome.warnings[0].1
+    );
+    for silent in [
+        quote! { fn f(d: &Device) { let a = m.forward(x); drop(a); empty_cache(d); } },
+        quote! { fn f(d: &Device) { let a = m.forward(x); use_it(&a); memory::empty_cache(d); } },
+        quote! { fn f(d: &Device) { let a = m.forward(x); empty_cache(d); let a = g(); use_it(&a); } },
+        quote! { fn f(d: &Device) { let _guard = m.lock(); d.empty_cache(); drop(_guard); } },
+        quote! { fn f(d: &Device) { let n = 3; empty_cache(d); use_it(n); } },
+    ] {
+        assert!(fired(silent.clone()).is_empty(), "{silent}");
+    }
+    let method = quote! { fn f(d: &Device) { let a = m.forward(x); d.empty_cache(); use_it(&a); } };
+    assert_eq!(fired(method), vec![Lint::EmptyCacheIsNotFree]);
+}
+
+#[test]
+fn statement_allows_apply_to_their_statement_and_are_stripped() {
+    let outcome = lint(
+        quote! {
+            fn f(xs: &[T]) {
+                let mut r = Vec::new();
+                for x in xs {
+                    let y = x.f();
+                    #[vramguard::allow(accumulates_across_iterations)]
+                    r.push(y);
+                    let z = x.g();
+                    r.push(z);
+                }
+            }
+        },
+        false,
+    );
+    assert_eq!(outcome.warnings.len(), 1, "only the second push");
+    assert!(outcome.warnings[0].1.contains("r.push(z)"));
+    assert!(!outcome.body.contains("allow"), "{}", outcome.body);
+}
+
+#[test]
+fn running_totals_in_method_form_and_parentheses_fire() {
+    for firing in [
+        quote! { fn f(xs: &[T]) { let mut t = zeros()?; for x in xs { let l = x.loss()?; t = (t + l)?; } } },
+        quote! { fn f(xs: &[T]) { let mut t = zeros()?; for x in xs { let l = x.loss()?; t = t.add(&l)?; } } },
+        quote! { fn f(xs: &[T]) { let mut t = zeros()?; for x in xs { t = x.loss()?.broadcast_add(&t)?; } } },
+        quote! { fn f(&mut self, xs: &[T]) { for x in xs { self.total = self.total.add(&x.loss()?)?; } } },
+    ] {
+        assert_eq!(
+            fired(firing.clone()),
+            vec![Lint::GraphAcrossIterations],
+            "{firing}"
+        );
+    }
+    for silent in [
+        // Numbers never count.
+        quote! { fn f(xs: &[T]) { let mut t = zeros()?; for x in xs { t = (t + x.loss()?.to_scalar::<f32>()?)?; } } },
+        quote! { fn f(xs: &[T]) { let mut t = zeros()?; for x in xs { t = t.add(&x.loss()?.into_scalar())?; } } },
+        // Grad is off: no graph to chain.
+        quote! { fn f(xs: &[T]) { let mut t = zeros()?; no_grad(|| { for x in xs { t = (t + x.loss()?)?; } }); } },
+        quote! { fn f(xs: &[T]) { let _g = tch::no_grad_guard(); let mut t = zeros(); for x in xs { t += x.loss(); } } },
+        // `t.add(&l)` not assigned back to `t`.
+        quote! { fn f(xs: &[T]) { let t = zeros()?; for x in xs { let l = x.loss()?; let s = t.add(&l)?; } } },
+    ] {
+        assert!(fired(silent.clone()).is_empty(), "{silent}");
+    }
+    let inference =
+        quote! { fn f(xs: &[T]) { let mut t = zeros()?; for x in xs { t = (t + x.loss()?)?; } } };
+    assert!(
+        lint(inference.clone(), true).warnings.is_empty(),
+        "no graph under #[inference]"
+    );
+    assert!(
+        fired_with(inference, Library::Ndarray).is_empty(),
+        "ndarray records no graph"
+    );
+}
+
+#[test]
+fn collections_grow_through_entry_index_and_iterator_closures() {
+    for firing in [
+        quote! { fn f(xs: &[T]) { let mut m = HashMap::new(); for (k, x) in xs { m.entry(k).or_insert(x.f()?); } } },
+        quote! { fn f(xs: &[T]) { let mut m = HashMap::new(); for (k, x) in xs { m.entry(k).or_default().push(x.f()?); } } },
+        quote! { fn f(xs: &[T]) { let mut m = HashMap::new(); for (k, x) in xs { m.entry(k).or_insert_with(|| x.f()); } } },
+        quote! { fn f(xs: &[T]) { let mut rows = vec![vec![]; 3]; for (i, x) in xs { rows[i].push(x.f()?); } } },
+        quote! { fn f(xs: &[T]) { let mut r = Vec::new(); xs.iter().for_each(|x| r.push(m.forward(x).unwrap())); } },
+        quote! { fn f(xs: &[T]) { let mut r = Vec::new(); let _: Vec<_> = xs.iter().map(|x| { let y = m.forward(x)?; r.push(y.clone()); Ok(y) }).collect(); } },
+        quote! { fn f(n: usize) { let mut r = Vec::new(); (0..n).map(|i| r.extend(m.step(i))).count(); } },
+        quote! { fn f() { let mut r = Vec::new(); while let Some(b) = it.next() { r.push(m.forward(&b)?); } } },
+    ] {
+        assert_eq!(
+            fired(firing.clone()),
+            vec![Lint::AccumulatesAcrossIterations],
+            "{firing}"
+        );
+    }
+    for silent in [
+        // `Option::map` runs at most once.
+        quote! { fn f(o: Option<T>) { let mut r = Vec::new(); o.map(|x| r.push(m.forward(x))); } },
+        // Numbers never count.
+        quote! { fn f(xs: &[T]) { let mut r = Vec::new(); for x in xs { r.push(m.forward(x)?.to_scalar::<f32>()?); } } },
+        quote! { fn f(xs: &[T]) { let mut r = Vec::new(); for x in xs { r.push(m.forward(x)?.to_vec1::<f32>()?); } } },
+        quote! { fn f(xs: &[T]) { let mut r = Vec::new(); for x in xs { r.push(m.forward(x).into_scalar()); } } },
+        quote! { fn f(xs: &[T]) { let mut r = Vec::new(); for x in xs { r.push(m.forward(x).double_value(&[])); } } },
+        quote! { fn f(xs: &[T]) { let mut r = Vec::new(); for x in xs { let l: f32 = m.loss(x); r.push(l); } } },
+        quote! { fn f(xs: &[T]) { let mut m = HashMap::new(); for x in xs { *m.entry(x).or_insert(0) += 1; } } },
+        // The closure's own collection.
+        quote! { fn f(xs: &[T]) { xs.iter().for_each(|x| { let mut r = Vec::new(); r.push(m.forward(x)); }); } },
+    ] {
+        assert!(fired(silent.clone()).is_empty(), "{silent}");
+    }
+}
+
+#[test]
+fn evaluation_without_no_grad_fires_only_where_the_library_has_a_switch() {
+    let evaluate = quote! {
+        fn evaluate(model: &Net, xs: &[Tensor]) -> f64 {
+            let mut correct = 0.0;
+            for x in xs { correct += model.forward(x).double_value(&[]); }
+            correct
+        }
+    };
+    assert_eq!(
+        fired_with(evaluate.clone(), Library::Tch),
+        vec![Lint::EvalWithoutNoGrad]
+    );
+    assert_eq!(
+        fired_with(evaluate.clone(), Library::Vramguard),
+        vec![Lint::EvalWithoutNoGrad]
+    );
+    assert!(fired_with(evaluate.clone(), Library::Candle).is_empty());
+    assert!(lint_with(evaluate, true, Library::Tch).warnings.is_empty());
+    let eval_mode = quote! {
+        fn step(model: &Net, x: &Tensor) -> Tensor { x.apply_t(model, false) }
+    };
+    assert_eq!(
+        fired_with(eval_mode, Library::Tch),
+        vec![Lint::EvalWithoutNoGrad]
+    );
+    for silent in [
+        quote! { fn evaluate(m: &Net, x: &Tensor) -> Tensor { tch::no_grad(|| m.forward(x)) } },
+        quote! { fn evaluate(m: &Net, x: &Tensor) -> Tensor { let _g = tch::no_grad_guard(); m.forward(x) } },
+        quote! { fn train(m: &Net, x: &Tensor) -> Tensor { m.forward(x) } },
+        quote! { fn step(m: &Net, x: &Tensor) -> Tensor { x.apply_t(m, true) } },
+        quote! { fn evaluate(x: &Tensor) -> f64 { x.mean(Kind::Float).double_value(&[]) } },
+    ] {
+        assert!(
+            fired_with(silent.clone(), Library::Tch).is_empty(),
+            "{silent}"
+        );
+    }
+}
+
+#[test]
+fn fixes_are_spelled_for_the_library() {
+    let mut func: syn::ItemFn = syn::parse_quote! {
+        fn f(xs: &[T]) { let mut t = zeros()?; for x in xs { let loss = x.loss()?; t = (t + loss)?; } }
+    };
+    let outcome = lint_fn(&[], &mut func.block, &Context::new("f"));
+    let finding = &outcome.findings[0];
+    assert_eq!(
+        finding.fix(Library::Candle),
+        "accumulate a number (`loss.to_scalar::<f32>()?`) or a detached value (`loss.detach()`)"
+    );
+    assert_eq!(
+        finding.fix(Library::Burn),
+        "accumulate a number (`loss.into_scalar()`) or a detached value (`loss.detach()`)"
+    );
+    assert!(
+        finding
+            .paragraph(Library::Unknown)
+            .ends_with("(Silence with #[vramguard::allow(graph_across_iterations)].)"),
+        "{}",
+        finding.paragraph(Library::Unknown)
+    );
+}
