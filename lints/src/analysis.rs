@@ -4,8 +4,8 @@
 
 use crate::allow::{allowed_in, is_vramguard_allow};
 use crate::holds::{
-    classify, classify_local, idents_in, is_one_of, is_self_field, names_any_of, peel, peel_value,
-    shown, single_ident, stmt_attrs_mut, Holds,
+    classify, classify_items, classify_local, idents_in, is_one_of, is_self_field, names_any_of,
+    peel, peel_value, shown, single_ident, stmt_attrs_mut, Holds, Scope,
 };
 use crate::names::Lint;
 use crate::syntax::{pattern_names, NameList};
@@ -48,6 +48,54 @@ static COLLECTION_PATH: NameList = NameList::new(&[
     "borrow_mut",
     "lock",
     "write",
+]);
+
+/// Collection methods whose argument is a collection or an iterator: what they keep are its
+/// items.
+static EXTENDING: NameList = NameList::new(&["extend", "extend_from_slice", "append"]);
+
+/// Collection methods that take values out (a loop that also calls one keeps a working set,
+/// not a history).
+static SHRINKING: NameList = NameList::new(&[
+    "clear",
+    "drain",
+    "remove",
+    "swap_remove",
+    "pop",
+    "pop_front",
+    "pop_back",
+    "retain",
+    "truncate",
+    "split_off",
+]);
+
+/// Calls that join their arguments into one value: a collection passed to one holds the
+/// pieces of a result.
+static CONCATENATING: NameList = NameList::new(&[
+    "cat",
+    "stack",
+    "concat",
+    "concatenate",
+    "hstack",
+    "vstack",
+    "dstack",
+]);
+
+/// Methods through which a returned value is still the collection itself (converted or
+/// iterated): `out.try_into()`, `rows.into_iter().map(..).collect()`.
+static CONVERTING: NameList = NameList::new(&[
+    "into",
+    "try_into",
+    "into_iter",
+    "iter",
+    "map",
+    "collect",
+    "unwrap",
+    "expect",
+    "map_err",
+    "ok_or",
+    "ok_or_else",
+    "into_boxed_slice",
 ]);
 
 /// Tensor methods that add their argument to the receiver: `total = total.add(&loss)?`.
@@ -135,10 +183,16 @@ static NO_GRAD: NameList = NameList::new(&[
     "inference_mode",
 ]);
 
-/// Locals bound inside the current iteration of a loop (or a per-item closure).
+/// Locals bound inside the current iteration of a loop (or a per-item closure), and what the
+/// loop is.
 #[derive(Default)]
 struct LoopFrame {
     locals: HashMap<String, Holds>,
+    /// It iterates over the model's own parts (`for layer in self.layers.iter()`): one forward
+    /// pass, not data.
+    structural: bool,
+    /// Collections (and `self` fields) the loop also takes values out of.
+    shrinks: HashSet<String>,
 }
 
 /// Locals of a block, and the names mentioned by its statements after the current one.
@@ -160,8 +214,10 @@ struct EvaluationEvidence {
     eval_mode: Option<(Span, Span, String)>,
 }
 
-pub(crate) struct Walker<'c, 'a> {
-    ctx: &'c Context<'a>,
+pub(crate) struct Walker<'c> {
+    ctx: &'c Context,
+    /// Names the function returns or concatenates: their contents are its result.
+    outputs: HashSet<String>,
     allowed: Vec<Lint>,
     loops: Vec<LoopFrame>,
     blocks: Vec<BlockFrame>,
@@ -172,11 +228,12 @@ pub(crate) struct Walker<'c, 'a> {
     pub errors: Vec<syn::Error>,
 }
 
-impl<'c, 'a> Walker<'c, 'a> {
-    pub(crate) fn new(ctx: &'c Context<'a>, allowed: Vec<Lint>, body: &Block) -> Self {
+impl<'c> Walker<'c> {
+    pub(crate) fn new(ctx: &'c Context, allowed: Vec<Lint>, body: &Block) -> Self {
         let empty_cache = names_any_of(&["empty_cache"], |f| f.visit_block(body));
         Self {
             ctx,
+            outputs: outputs_of(body),
             allowed,
             loops: Vec::new(),
             blocks: Vec::new(),
@@ -273,6 +330,27 @@ impl<'c, 'a> Walker<'c, 'a> {
         }
     }
 
+    /// The loops a place declared outside the innermost loop lives across: from the innermost
+    /// outwards, up to the one it is declared in (all of them for `self` fields).
+    fn spanned_loops<'s>(&'s self, name: &'s str) -> impl Iterator<Item = &'s LoopFrame> + 's {
+        let self_field = name.starts_with("self.");
+        self.loops
+            .iter()
+            .rev()
+            .take_while(move |frame| self_field || !frame.locals.contains_key(name))
+    }
+
+    /// Whether a place lives across a loop over data (not only loops over the model's parts).
+    fn spans_data_loop(&self, name: &str) -> bool {
+        self.spanned_loops(name).any(|frame| !frame.structural)
+    }
+
+    /// Whether a loop `name` lives across also takes values out of it.
+    fn shrinks_in_loop(&self, name: &str) -> bool {
+        self.spanned_loops(name)
+            .any(|frame| frame.shrinks.contains(name))
+    }
+
     /// What the innermost local named `name` was declared holding (`None`: not a local of
     /// this function, e.g. a parameter).
     fn declared_holds(&self, name: &str) -> Option<Holds> {
@@ -288,7 +366,13 @@ impl<'c, 'a> Walker<'c, 'a> {
 
     fn holds_of(&self, expr: &Expr) -> Holds {
         let lookup = |name: &str| self.lookup(name);
-        classify(expr, &lookup)
+        classify(
+            expr,
+            &Scope {
+                lookup: &lookup,
+                library: self.ctx.library,
+            },
+        )
     }
 
     fn check_method_call(&mut self, call: &ExprMethodCall) {
@@ -303,7 +387,10 @@ impl<'c, 'a> Walker<'c, 'a> {
             );
         }
         if method == "empty_cache" {
-            self.check_empty_cache(spans);
+            // The receiver is the device or the allocator, not a value it could free.
+            let mut own = HashSet::new();
+            idents_in(call.receiver.to_token_stream(), &mut own);
+            self.check_empty_cache(spans, &own);
         }
         if is_one_of(&call.method, &FORWARD) {
             self.note_forward(call, spans);
@@ -339,13 +426,36 @@ impl<'c, 'a> Walker<'c, 'a> {
         let Some(value) = call.args.last() else {
             return;
         };
+        // What the function builds (a model's layers in `new`), returns or concatenates is
+        // its result; a collection of numbers, references or views keeps no tensor; a
+        // collection the loop also empties is a working set; a loop over the model's own
+        // parts is one forward pass.
+        if self.ctx.builds_self
+            || self.outputs.contains(&collection)
+            || self.declared_holds(&collection) == Some(Holds::Scalar)
+            || self.shrinks_in_loop(&collection)
+            || !self.spans_data_loop(&collection)
+        {
+            return;
+        }
         // `or_insert_with(|| v)`: the value is the closure's body.
         let value = match peel(value) {
             Expr::Closure(c) if c.inputs.is_empty() => &*c.body,
             _ => value,
         };
         let kept = peel_value(value);
-        let holds = self.holds_of(kept);
+        let holds = if is_one_of(&call.method, &EXTENDING) {
+            let lookup = |name: &str| self.lookup(name);
+            classify_items(
+                kept,
+                &Scope {
+                    lookup: &lookup,
+                    library: self.ctx.library,
+                },
+            )
+        } else {
+            self.holds_of(kept)
+        };
         if matches!(holds, Holds::Produced | Holds::Detached) {
             let receiver = shown(&call.receiver, 40);
             let shown_value = shown(value, 60);
@@ -379,6 +489,11 @@ impl<'c, 'a> Walker<'c, 'a> {
         let Some(total) = self.declared_outside_loop(target) else {
             return;
         };
+        // Summing over the model's own parts (`for emb in self.embeddings.iter()`) is one
+        // forward pass, not a chain across iterations over data.
+        if !self.spans_data_loop(&total) {
+            return;
+        }
         // A total declared as a number (`let mut sum = 0f32;`) is a primitive: no tensor can
         // be added to it, whatever `added` is.
         if self.declared_holds(&total) == Some(Holds::Scalar) {
@@ -448,13 +563,16 @@ impl<'c, 'a> Walker<'c, 'a> {
         }
     }
 
-    fn check_empty_cache(&mut self, spans: (Span, Span)) {
+    /// `empty_cache()` while locals that hold memory are used after it; `device` names what
+    /// the call itself mentions (the device or allocator it empties).
+    fn check_empty_cache(&mut self, spans: (Span, Span), device: &HashSet<String>) {
         let mut later = HashSet::new();
         let mut alive = Vec::new();
         for frame in self.blocks.iter().rev() {
             later.extend(frame.later.iter().cloned());
             for (name, holds) in frame.locals.iter().rev() {
                 if holds.holds_memory()
+                    && !device.contains(name)
                     && !name.starts_with('_')
                     && later.contains(name)
                     && !alive.contains(name)
@@ -510,7 +628,7 @@ impl<'c, 'a> Walker<'c, 'a> {
         if evidence.switch_seen {
             return;
         }
-        let fn_name = self.ctx.fn_name;
+        let fn_name = self.ctx.fn_name.as_str();
         let (found, why) = match (evidence.eval_mode, evidence.first_forward) {
             (Some(found), _) => (found, "in evaluation mode (`train = false`)".to_string()),
             (None, Some(found)) if names_evaluation(fn_name) => {
@@ -535,8 +653,21 @@ impl<'c, 'a> Walker<'c, 'a> {
         result
     }
 
-    fn in_loop<R>(&mut self, f: impl FnOnce(&mut Self) -> R) -> R {
-        self.loops.push(LoopFrame::default());
+    /// Walks a loop body with `f`: `iterated` is what the loop goes over (`None` for `while`
+    /// and `loop`), `body` is scanned first for what the loop takes out of collections.
+    fn in_loop<R>(
+        &mut self,
+        iterated: Option<&Expr>,
+        body: &dyn Fn(&mut ShrinkFinder),
+        f: impl FnOnce(&mut Self) -> R,
+    ) -> R {
+        let mut shrinks = ShrinkFinder::default();
+        body(&mut shrinks);
+        self.loops.push(LoopFrame {
+            locals: HashMap::new(),
+            structural: iterated.is_some_and(rooted_in_self),
+            shrinks: shrinks.0,
+        });
         let result = f(self);
         self.loops.pop();
         result
@@ -575,14 +706,22 @@ impl<'c, 'a> Walker<'c, 'a> {
     /// as a loop body, its parameters bound in the iteration.
     fn visit_per_item_call(&mut self, call: &mut ExprMethodCall) {
         self.visit_expr_mut(&mut call.receiver);
+        let receiver = (*call.receiver).clone();
         for arg in &mut call.args {
             match arg {
-                Expr::Closure(closure) => self.in_loop(|this| {
-                    for input in &closure.inputs {
-                        this.bind_pattern(input);
-                    }
-                    this.visit_expr_mut(&mut closure.body);
-                }),
+                Expr::Closure(closure) => {
+                    let scanned = (*closure.body).clone();
+                    self.in_loop(
+                        Some(&receiver),
+                        &|finder| finder.visit_expr(&scanned),
+                        |this| {
+                            for input in &closure.inputs {
+                                this.bind_pattern(input);
+                            }
+                            this.visit_expr_mut(&mut closure.body);
+                        },
+                    )
+                }
                 other => self.visit_expr_mut(other),
             }
         }
@@ -674,7 +813,175 @@ fn later_mentions(stmts: &[Stmt]) -> Vec<HashSet<String>> {
     result
 }
 
-impl VisitMut for Walker<'_, '_> {
+/// Whether a loop's iterated expression is rooted in `self` (`self.layers.iter()`,
+/// `&self.blocks`, `self.embs.iter().zip(ids)`, `0..self.num_layers`).
+fn rooted_in_self(expr: &Expr) -> bool {
+    match peel(expr) {
+        Expr::Path(p) => p.path.is_ident("self"),
+        Expr::MethodCall(m) => rooted_in_self(&m.receiver),
+        Expr::Reference(r) => rooted_in_self(&r.expr),
+        Expr::Field(f) => rooted_in_self(&f.base),
+        Expr::Index(i) => rooted_in_self(&i.expr),
+        Expr::Range(r) => {
+            r.start.as_deref().is_some_and(rooted_in_self)
+                || r.end.as_deref().is_some_and(rooted_in_self)
+        }
+        _ => false,
+    }
+}
+
+/// The collections a loop body takes values out of (`buf.clear()`, `queue.pop()`,
+/// `std::mem::take(&mut buf)`, `buf = Vec::new()`), by name (`self.field` for fields).
+#[derive(Default)]
+pub(crate) struct ShrinkFinder(HashSet<String>);
+
+impl ShrinkFinder {
+    fn place(&mut self, expr: &Expr) {
+        let place = peel_value(expr);
+        if is_self_field(place) {
+            self.0.insert(shown(place, 60));
+        } else if let Some(ident) = single_ident(place) {
+            self.0.insert(ident.to_string());
+        }
+    }
+}
+
+impl<'ast> Visit<'ast> for ShrinkFinder {
+    fn visit_item(&mut self, _: &'ast syn::Item) {}
+    fn visit_expr_method_call(&mut self, call: &'ast ExprMethodCall) {
+        if is_one_of(&call.method, &SHRINKING) {
+            self.place(&call.receiver);
+        }
+        syn::visit::visit_expr_method_call(self, call);
+    }
+    fn visit_expr_call(&mut self, call: &'ast syn::ExprCall) {
+        if let Expr::Path(p) = peel(&call.func) {
+            if p.path
+                .segments
+                .last()
+                .is_some_and(|s| s.ident == "take" || s.ident == "replace")
+            {
+                if let Some(first) = call.args.first() {
+                    self.place(first);
+                }
+            }
+        }
+        syn::visit::visit_expr_call(self, call);
+    }
+    fn visit_expr_assign(&mut self, assign: &'ast syn::ExprAssign) {
+        // `buf = Vec::new()`: a fresh collection each time.
+        let nothing = |_: &str| None;
+        let scope = Scope {
+            lookup: &nothing,
+            library: crate::Library::Unknown,
+        };
+        if classify(&assign.right, &scope) == Holds::Created {
+            self.place(&assign.left);
+        }
+        syn::visit::visit_expr_assign(self, assign);
+    }
+}
+
+/// The names whose contents are the function's result: what its tail and `return`s give back
+/// (`out`, `Ok(out)`, `Some(batch)`, `Self { layers }`, `rows.into_iter().collect()`), and what
+/// it passes to a concatenation (`Tensor::cat(&outputs, 0)`).
+fn outputs_of(body: &Block) -> HashSet<String> {
+    #[derive(Default)]
+    struct Outputs(HashSet<String>, usize);
+    impl Outputs {
+        fn returned(&mut self, expr: &Expr) {
+            match peel(expr) {
+                Expr::Path(_) => {
+                    if let Some(ident) = single_ident(peel(expr)) {
+                        self.0.insert(ident.to_string());
+                    }
+                }
+                Expr::Reference(r) => self.returned(&r.expr),
+                Expr::Call(call) => {
+                    let constructor = match peel(&call.func) {
+                        Expr::Path(p) => p.path.segments.last().is_some_and(|s| {
+                            s.ident.to_string().starts_with(char::is_uppercase)
+                                || s.ident == "new"
+                                || is_one_of(&s.ident, &CONCATENATING)
+                        }),
+                        _ => false,
+                    };
+                    if constructor {
+                        call.args.iter().for_each(|arg| self.returned(arg));
+                    }
+                }
+                Expr::MethodCall(m) if is_one_of(&m.method, &CONVERTING) => {
+                    self.returned(&m.receiver)
+                }
+                Expr::Struct(s) => s.fields.iter().for_each(|f| self.returned(&f.expr)),
+                Expr::Tuple(t) => t.elems.iter().for_each(|e| self.returned(e)),
+                Expr::Block(b) => self.tail(&b.block),
+                Expr::If(i) => {
+                    self.tail(&i.then_branch);
+                    if let Some((_, other)) = &i.else_branch {
+                        self.returned(other);
+                    }
+                }
+                Expr::Match(m) => m.arms.iter().for_each(|arm| self.returned(&arm.body)),
+                _ => {}
+            }
+        }
+        fn tail(&mut self, block: &Block) {
+            if let Some(Stmt::Expr(expr, None)) = block.stmts.last() {
+                self.returned(expr);
+            }
+        }
+        fn concatenated(&mut self, args: &syn::punctuated::Punctuated<Expr, syn::Token![,]>) {
+            for arg in args {
+                match peel_value(arg) {
+                    Expr::Array(a) => a.elems.iter().for_each(|e| self.returned(e)),
+                    other => self.returned(other),
+                }
+            }
+        }
+    }
+    impl<'ast> Visit<'ast> for Outputs {
+        fn visit_item(&mut self, _: &'ast syn::Item) {}
+        fn visit_expr_closure(&mut self, closure: &'ast syn::ExprClosure) {
+            // A closure's `return` is not the function's; its concatenations still count.
+            self.1 += 1;
+            syn::visit::visit_expr_closure(self, closure);
+            self.1 -= 1;
+        }
+        fn visit_expr_return(&mut self, ret: &'ast syn::ExprReturn) {
+            if let (Some(expr), 0) = (&ret.expr, self.1) {
+                self.returned(expr);
+            }
+            syn::visit::visit_expr_return(self, ret);
+        }
+        fn visit_expr_call(&mut self, call: &'ast syn::ExprCall) {
+            if let Expr::Path(p) = peel(&call.func) {
+                if p.path
+                    .segments
+                    .last()
+                    .is_some_and(|s| is_one_of(&s.ident, &CONCATENATING))
+                {
+                    self.concatenated(&call.args);
+                }
+            }
+            syn::visit::visit_expr_call(self, call);
+        }
+        fn visit_expr_method_call(&mut self, call: &'ast ExprMethodCall) {
+            if is_one_of(&call.method, &CONCATENATING) {
+                self.concatenated(&call.args);
+                // `outputs.concat()`.
+                self.returned(&call.receiver);
+            }
+            syn::visit::visit_expr_method_call(self, call);
+        }
+    }
+    let mut outputs = Outputs::default();
+    outputs.tail(body);
+    outputs.visit_block(body);
+    outputs.0
+}
+
+impl VisitMut for Walker<'_> {
     fn visit_block_mut(&mut self, block: &mut Block) {
         let later = if self.track_later_uses {
             later_mentions(&block.stmts)
@@ -707,7 +1014,13 @@ impl VisitMut for Walker<'_, '_> {
         }
         let holds = {
             let lookup = |name: &str| self.lookup(name);
-            classify_local(local, &lookup)
+            classify_local(
+                local,
+                &Scope {
+                    lookup: &lookup,
+                    library: self.ctx.library,
+                },
+            )
         };
         let mut names = Vec::new();
         pattern_names(&local.pat, &mut names);
@@ -731,16 +1044,37 @@ impl VisitMut for Walker<'_, '_> {
         match expr {
             Expr::ForLoop(e) => {
                 self.visit_expr_mut(&mut e.expr);
-                self.in_loop(|this| {
-                    this.bind_pattern(&e.pat);
-                    this.visit_block_mut(&mut e.body);
-                });
+                let iterated = (*e.expr).clone();
+                let body = e.body.clone();
+                self.in_loop(
+                    Some(&iterated),
+                    &|finder| finder.visit_block(&body),
+                    |this| {
+                        this.bind_pattern(&e.pat);
+                        this.visit_block_mut(&mut e.body);
+                    },
+                );
             }
-            Expr::While(e) => self.in_loop(|this| {
-                this.visit_expr_mut(&mut e.cond);
-                this.visit_block_mut(&mut e.body);
-            }),
-            Expr::Loop(e) => self.in_loop(|this| this.visit_block_mut(&mut e.body)),
+            Expr::While(e) => {
+                let scanned = (e.cond.clone(), e.body.clone());
+                self.in_loop(
+                    None,
+                    &|finder| {
+                        finder.visit_expr(&scanned.0);
+                        finder.visit_block(&scanned.1);
+                    },
+                    |this| {
+                        this.visit_expr_mut(&mut e.cond);
+                        this.visit_block_mut(&mut e.body);
+                    },
+                )
+            }
+            Expr::Loop(e) => {
+                let body = e.body.clone();
+                self.in_loop(None, &|finder| finder.visit_block(&body), |this| {
+                    this.visit_block_mut(&mut e.body)
+                })
+            }
             Expr::MethodCall(call) => {
                 self.check_method_call(call);
                 let no_grad = is_one_of(&call.method, &NO_GRAD);
@@ -759,7 +1093,10 @@ impl VisitMut for Walker<'_, '_> {
                     _ => None,
                 };
                 if callee.as_ref().is_some_and(|c| c == "empty_cache") {
-                    self.check_empty_cache((call.func.span(), call.span()));
+                    // Its arguments name the device, not values it could free.
+                    let mut own = HashSet::new();
+                    idents_in(call.args.to_token_stream(), &mut own);
+                    self.check_empty_cache((call.func.span(), call.span()), &own);
                 }
                 let no_grad = callee.as_ref().is_some_and(|c| is_one_of(c, &NO_GRAD));
                 self.evaluation.switch_seen |= no_grad;

@@ -5,10 +5,20 @@
 //! lean towards silence: a lint fires only on shapes that model code produces (a call or a
 //! method call producing a new value), never on literals, casts, counters or host scalars.
 
+use crate::library::Library;
 use crate::syntax::NameList;
 use proc_macro2::{TokenStream, TokenTree};
 use std::collections::HashSet;
 use syn::{Attribute, Expr, Pat, Stmt, Type};
+
+/// What classification reads besides the expression: what the names in scope hold, and the
+/// library (where one spelling means different things).
+pub(crate) struct Scope<'a> {
+    /// What a local name holds (`None`: not a local of the current iteration).
+    pub lookup: &'a dyn Fn(&str) -> Option<Holds>,
+    /// The tensor library of the code.
+    pub library: Library,
+}
 
 /// What a local holds, guessed from its initializer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,6 +47,24 @@ impl Holds {
 /// Methods that return host scalars or host copies: the fix for accumulating device values.
 static SCALAR_METHODS: NameList = NameList::new(&[
     "item",
+    // candle-transformers' `LogitsProcessor::sample` and rand's `Distribution::sample`: a
+    // token id or a number.
+    "sample",
+    "position",
+    "rposition",
+    "binary_search",
+    // Bytes of a number; random numbers (rand's and its look-alikes).
+    "to_le_bytes",
+    "to_be_bytes",
+    "to_ne_bytes",
+    "next_u32",
+    "next_u64",
+    "next_f32",
+    "next_f64",
+    "gen",
+    "gen_range",
+    "random",
+    "random_range",
     "to_scalar",
     "into_scalar",
     "double_value",
@@ -125,11 +153,53 @@ static CREATION: NameList = NameList::new(&[
     "from_slice",
     "from_vec",
     "from_iter",
+    "from_data",
     "collect",
+    // Conversions (`T::from(x)`, num-traits' `E::from_usize(i)`): they convert a value, they
+    // compute nothing on a tensor.
+    "from",
+    "try_from",
+    "from_usize",
+    "from_isize",
+    "from_f32",
+    "from_f64",
+    "from_u8",
+    "from_u16",
+    "from_u32",
+    "from_u64",
+    "from_i8",
+    "from_i16",
+    "from_i32",
+    "from_i64",
+    "from_le_bytes",
+    "from_be_bytes",
+    "from_ne_bytes",
+]);
+
+/// Methods that move an existing value out of a collection or an iterator (no new memory),
+/// and host handles (threads, channels).
+static MOVED_OR_HOST: NameList = NameList::new(&[
+    "remove",
+    "swap_remove",
+    "pop",
+    "pop_front",
+    "pop_back",
+    "pop_first",
+    "pop_last",
+    "next",
+    "next_back",
+    "find",
+    "find_map",
+    "nth",
+    "spawn",
+    "channel",
+    "sync_channel",
 ]);
 
 /// `Option`/`Result`/iterator plumbing: not a computation on device values.
 static PLUMBING: NameList = NameList::new(&[
+    "then",
+    "then_some",
     "and_then",
     "or_else",
     "map_or",
@@ -182,9 +252,13 @@ static TRANSPARENT: NameList = NameList::new(&[
     "clone",
     "to_owned",
     "into",
+    "try_into",
     "unwrap",
     "expect",
     "contiguous",
+    // dfdx's `split_tape`: the same tensor, its tape handed apart; a view of the receiver.
+    "split_tape",
+    "as_view",
 ]);
 
 /// Primitive scalar types: a `let` annotated with one holds a host scalar.
@@ -242,7 +316,7 @@ pub(crate) fn is_self_field(expr: &Expr) -> bool {
 }
 
 /// Guesses what `expr` holds; `lookup` gives the nature of local names.
-pub(crate) fn classify(expr: &Expr, lookup: &dyn Fn(&str) -> Option<Holds>) -> Holds {
+pub(crate) fn classify(expr: &Expr, scope: &Scope<'_>) -> Holds {
     match peel(expr) {
         Expr::Lit(_) | Expr::Cast(_) => Holds::Scalar,
         Expr::Macro(m) => {
@@ -260,9 +334,11 @@ pub(crate) fn classify(expr: &Expr, lookup: &dyn Fn(&str) -> Option<Holds>) -> H
             } else if is_one_of(&m.method, &CREATION) {
                 Holds::Created
             } else if is_one_of(&m.method, &TRANSPARENT) {
-                classify(&m.receiver, lookup)
-            } else if is_one_of(&m.method, &PLUMBING) {
+                classify(&m.receiver, scope)
+            } else if is_one_of(&m.method, &PLUMBING) || is_one_of(&m.method, &MOVED_OR_HOST) {
                 Holds::Other
+            } else if is_reduction_to_number(m, scope.library) {
+                Holds::Scalar
             } else {
                 Holds::Produced
             }
@@ -281,6 +357,7 @@ pub(crate) fn classify(expr: &Expr, lookup: &dyn Fn(&str) -> Option<Holds>) -> H
                 // `Instant::now()`, `memory::stats(&dev)`: host values.
                 Some(last) if is_one_of(&last.ident, &SCALAR_METHODS) => Holds::Scalar,
                 Some(last) if is_one_of(&last.ident, &CREATION) => Holds::Created,
+                Some(last) if is_one_of(&last.ident, &MOVED_OR_HOST) => Holds::Other,
                 // `Some(x)`, `Ok(x)`, `Wrapper(x)`: a constructor, not a computation.
                 Some(last) if last.ident.to_string().starts_with(char::is_uppercase) => {
                     Holds::Other
@@ -290,8 +367,8 @@ pub(crate) fn classify(expr: &Expr, lookup: &dyn Fn(&str) -> Option<Holds>) -> H
             _ => Holds::Produced,
         },
         Expr::Binary(b) => {
-            let left = classify(&b.left, lookup);
-            let right = classify(&b.right, lookup);
+            let left = classify(&b.left, scope);
+            let right = classify(&b.right, scope);
             if left == Holds::Produced || right == Holds::Produced {
                 Holds::Produced
             } else if left == Holds::Scalar && right == Holds::Scalar {
@@ -300,16 +377,89 @@ pub(crate) fn classify(expr: &Expr, lookup: &dyn Fn(&str) -> Option<Holds>) -> H
                 Holds::Other
             }
         }
-        Expr::Tuple(t) => strongest(t.elems.iter().map(|e| classify(e, lookup))),
-        Expr::Array(a) => strongest(a.elems.iter().map(|e| classify(e, lookup))),
-        Expr::Unary(u) if matches!(u.op, syn::UnOp::Neg(_)) => classify(&u.expr, lookup),
+        Expr::Tuple(t) => strongest(t.elems.iter().map(|e| classify(e, scope))),
+        Expr::Array(a) => strongest(a.elems.iter().map(|e| classify(e, scope))),
+        Expr::Unary(u) if matches!(u.op, syn::UnOp::Neg(_)) => classify(&u.expr, scope),
         Expr::Unary(u) if matches!(u.op, syn::UnOp::Not(_)) => Holds::Scalar,
         Expr::Path(p) => p
             .path
             .get_ident()
-            .and_then(|i| lookup(&i.to_string()))
+            .and_then(|i| (scope.lookup)(&i.to_string()))
             .unwrap_or(Holds::Other),
         _ => Holds::Other,
+    }
+}
+
+/// `xs.sum()`, `a.mean()` without arguments: ndarray's and iterators' reductions to a number
+/// (candle's take a dimension, `sum(1)`, and `sum_all()` is a tensor). In burn and dfdx the
+/// same call gives a tensor.
+fn is_reduction_to_number(call: &syn::ExprMethodCall, library: Library) -> bool {
+    call.args.is_empty()
+        && !matches!(library, Library::Burn | Library::Dfdx)
+        && ["sum", "mean", "product", "norm", "norm_l2", "norm_l1"]
+            .iter()
+            .any(|name| call.method == name)
+}
+
+/// What the items of an iterator (the argument of `extend`) hold: the body of a `map`-like
+/// closure, the item of `repeat`, the elements of the collection iterated; else what the
+/// expression itself holds (`extend(outputs)`).
+pub(crate) fn classify_items(expr: &Expr, scope: &Scope<'_>) -> Holds {
+    match peel(expr) {
+        Expr::MethodCall(m) => {
+            let method = m.method.to_string();
+            match method.as_str() {
+                "map" | "filter_map" | "flat_map" | "map_while" => match m.args.first() {
+                    Some(Expr::Closure(c)) => {
+                        let mut bound = Vec::new();
+                        for input in &c.inputs {
+                            crate::syntax::pattern_names(input, &mut bound);
+                        }
+                        let lookup = |name: &str| {
+                            if bound.iter().any(|b| b == name) {
+                                Some(Holds::Pattern)
+                            } else {
+                                (scope.lookup)(name)
+                            }
+                        };
+                        let inner = Scope {
+                            lookup: &lookup,
+                            library: scope.library,
+                        };
+                        match peel(&c.body) {
+                            // `filter_map(|x| Some(v))`: the item is `v`.
+                            Expr::Call(call) if call.args.len() == 1 => {
+                                classify(&call.args[0], &inner)
+                            }
+                            body => classify(body, &inner),
+                        }
+                    }
+                    _ => Holds::Other,
+                },
+                "iter" | "into_iter" | "iter_mut" | "drain" | "values" | "into_values" => {
+                    classify(&m.receiver, scope)
+                }
+                "chars" | "bytes" | "lines" | "split" => Holds::Scalar,
+                // Items copied out of a collection that exists already.
+                "cloned" | "copied" => Holds::Other,
+                _ if is_one_of(&m.method, &PLUMBING) => classify_items(&m.receiver, scope),
+                _ => classify(expr, scope),
+            }
+        }
+        Expr::Call(c) => match peel(&c.func) {
+            Expr::Path(p)
+                if p.path.segments.last().is_some_and(|s| {
+                    s.ident == "repeat" || s.ident == "repeat_n" || s.ident == "once"
+                }) =>
+            {
+                c.args
+                    .first()
+                    .map_or(Holds::Other, |item| classify(item, scope))
+            }
+            _ => classify(expr, scope),
+        },
+        Expr::Range(_) => Holds::Scalar,
+        other => classify(other, scope),
     }
 }
 
@@ -326,28 +476,103 @@ fn strongest(kinds: impl Iterator<Item = Holds>) -> Holds {
 }
 
 /// What a `let` binds, from its type annotation and initializer.
-pub(crate) fn classify_local(local: &syn::Local, lookup: &dyn Fn(&str) -> Option<Holds>) -> Holds {
+pub(crate) fn classify_local(local: &syn::Local, scope: &Scope<'_>) -> Holds {
     if let Pat::Type(pat_type) = &local.pat {
         if is_scalar_type(&pat_type.ty) {
             return Holds::Scalar;
         }
     }
     match &local.init {
-        Some(init) => classify(&init.expr, lookup),
+        Some(init) if turbofish_is_scalar(&init.expr) => Holds::Scalar,
+        Some(init) => classify(&init.expr, scope),
         None => Holds::Other,
     }
 }
 
+/// A primitive, a reference, or a collection of them (`Vec<usize>`, `SmallVec<[i32; 4]>`,
+/// `HashMap<u64, usize>`, `Vec<TensorView>`): a type that holds no tensor memory of its own.
 fn is_scalar_type(ty: &Type) -> bool {
     match ty {
-        Type::Path(p) => p
-            .path
-            .get_ident()
-            .is_some_and(|ident| is_one_of(ident, &SCALAR_TYPES)),
+        Type::Path(p) if p.qself.is_none() => {
+            let Some(last) = p.path.segments.last() else {
+                return false;
+            };
+            if p.path.segments.len() == 1 && is_one_of(&last.ident, &SCALAR_TYPES) {
+                return true;
+            }
+            // A view borrows its data: `TensorView`, `ArrayView2`, `NdTensorView`.
+            if last.ident.to_string().contains("View") {
+                return true;
+            }
+            match &last.arguments {
+                syn::PathArguments::AngleBracketed(args)
+                    if is_one_of(&last.ident, &COLLECTION_TYPES) =>
+                {
+                    let types: Vec<&Type> = args
+                        .args
+                        .iter()
+                        .filter_map(|arg| match arg {
+                            syn::GenericArgument::Type(ty) => Some(ty),
+                            _ => None,
+                        })
+                        .collect();
+                    !types.is_empty() && types.into_iter().all(is_scalar_type)
+                }
+                _ => false,
+            }
+        }
         Type::Reference(_) => true,
         Type::Paren(p) => is_scalar_type(&p.elem),
+        Type::Array(a) => is_scalar_type(&a.elem),
+        Type::Slice(s) => is_scalar_type(&s.elem),
+        Type::Tuple(t) => !t.elems.is_empty() && t.elems.iter().all(is_scalar_type),
         _ => false,
     }
+}
+
+/// Standard (and common) collections: a collection of primitives holds only primitives.
+static COLLECTION_TYPES: NameList = NameList::new(&[
+    "Vec",
+    "VecDeque",
+    "SmallVec",
+    "HashMap",
+    "HashSet",
+    "BTreeMap",
+    "BTreeSet",
+    "BinaryHeap",
+    "IndexMap",
+    "IndexSet",
+    "FxHashMap",
+    "FxHashSet",
+    "Option",
+    "Box",
+]);
+
+/// The element type written in a collection's constructor: `Vec::<i32>::with_capacity(n)`.
+fn turbofish_is_scalar(expr: &Expr) -> bool {
+    let Expr::Call(call) = peel(expr) else {
+        return false;
+    };
+    let Expr::Path(path) = peel(&call.func) else {
+        return false;
+    };
+    path.path.segments.iter().any(|segment| {
+        is_one_of(&segment.ident, &COLLECTION_TYPES)
+            && match &segment.arguments {
+                syn::PathArguments::AngleBracketed(args) => {
+                    let types: Vec<&Type> = args
+                        .args
+                        .iter()
+                        .filter_map(|arg| match arg {
+                            syn::GenericArgument::Type(ty) => Some(ty),
+                            _ => None,
+                        })
+                        .collect();
+                    !types.is_empty() && types.into_iter().all(is_scalar_type)
+                }
+                _ => false,
+            }
+    })
 }
 
 /// Whether an identifier of the syntax tree that `walk` visits is one of `names`.
@@ -380,8 +605,29 @@ pub(crate) fn idents_in(tokens: TokenStream, out: &mut HashSet<String>) {
 }
 
 /// Source-like rendering of an expression for messages, shortened to `max` characters.
+///
+/// The source text when it is known (outside a proc macro, where spans can be joined), with
+/// its runs of white space made one space; else the tokens printed and tidied.
 pub(crate) fn shown(tokens: &impl quote::ToTokens, max: usize) -> String {
-    let mut text = tokens.to_token_stream().to_string();
+    let stream = tokens.to_token_stream();
+    let first = stream.clone().into_iter().next().map(|t| t.span());
+    let last = stream.clone().into_iter().last().map(|t| t.span());
+    let source = first
+        .zip(last)
+        .and_then(|(first, last)| first.join(last))
+        .and_then(|span| span.source_text());
+    let text = match source {
+        Some(source) => source.split_whitespace().collect::<Vec<_>>().join(" "),
+        None => tidy(stream.to_string()),
+    };
+    if text.chars().count() > max {
+        return text.chars().take(max).collect::<String>() + "…";
+    }
+    text
+}
+
+/// Printed tokens made to look more like source: no space around `::`, `.`, parentheses.
+fn tidy(mut text: String) -> String {
     for (from, to) in [
         (" :: ", "::"),
         (":: ", "::"),
@@ -396,9 +642,6 @@ pub(crate) fn shown(tokens: &impl quote::ToTokens, max: usize) -> String {
         ("! (", "!("),
     ] {
         text = text.replace(from, to);
-    }
-    if text.chars().count() > max {
-        text = text.chars().take(max).collect::<String>() + "…";
     }
     text
 }

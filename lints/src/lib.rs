@@ -24,7 +24,7 @@
 //!         Ok(())
 //!     }
 //! };
-//! let context = vramguard_lints::Context::new("train");
+//! let context = vramguard_lints::Context::of_signature(&function.sig);
 //! let outcome = vramguard_lints::lint_fn(&function.attrs, &mut function.block, &context);
 //! assert_eq!(outcome.findings.len(), 1);
 //! let finding = &outcome.findings[0];
@@ -52,23 +52,57 @@ use syn::visit_mut::VisitMut;
 
 /// What the linted function is, beyond its body.
 #[derive(Debug, Clone)]
-pub struct Context<'a> {
-    /// The function's name, for messages.
-    pub fn_name: &'a str,
+pub struct Context {
+    /// The function's name, for messages and for the evaluation lint (`evaluate`, `predict`).
+    pub fn_name: String,
     /// Inside `#[inference]`: grad recording is off, `.backward()` is reported.
     pub inference: bool,
     /// The tensor library the code uses, when known: some rules depend on it (no graph to
     /// chain in ndarray; a forgotten no-grad switch only where the library has one).
     pub library: Library,
+    /// The function builds a value of its own type (it returns `Self`, or is named `new`,
+    /// `load`, `new_*`, `load_*`, `from_*`): what its loops collect are the value's parts (a
+    /// model's layers), not a leak.
+    pub builds_self: bool,
 }
 
-impl<'a> Context<'a> {
-    /// A function outside `#[inference]`, its library not known.
-    pub fn new(fn_name: &'a str) -> Self {
+impl Context {
+    /// A function named `fn_name` outside `#[inference]`, its library not known.
+    pub fn new(fn_name: &str) -> Self {
         Self {
-            fn_name,
+            fn_name: fn_name.to_string(),
             inference: false,
             library: Library::Unknown,
+            builds_self: false,
+        }
+    }
+
+    /// The context of a function with this signature (its name, whether it builds `Self`),
+    /// outside `#[inference]`, its library not known.
+    pub fn of_signature(signature: &syn::Signature) -> Self {
+        let name = signature.ident.to_string();
+        let returns_self = match &signature.output {
+            syn::ReturnType::Type(_, ty) => {
+                let mut found = false;
+                syntax::visit_idents(
+                    &mut |ident| {
+                        found = ident == "Self";
+                        !found
+                    },
+                    |visitor| syn::visit::Visit::visit_type(visitor, ty),
+                );
+                found
+            }
+            syn::ReturnType::Default => false,
+        };
+        let constructor_name = name == "new"
+            || name == "load"
+            || ["new_", "load_", "from_"]
+                .iter()
+                .any(|prefix| name.starts_with(prefix));
+        Self {
+            builds_self: returns_self || constructor_name,
+            ..Self::new(&name)
         }
     }
 }
@@ -123,11 +157,7 @@ pub struct Outcome {
 /// `#[vramguard::allow(..)]` are honoured; a misspelled one allows nothing). The
 /// `#[vramguard::allow(..)]` of statements and `match` arms are honoured and removed from
 /// `body`, so that the macros emit code without them.
-pub fn lint_fn(
-    fn_attrs: &[syn::Attribute],
-    body: &mut syn::Block,
-    context: &Context<'_>,
-) -> Outcome {
+pub fn lint_fn(fn_attrs: &[syn::Attribute], body: &mut syn::Block, context: &Context) -> Outcome {
     let allowed = allowed_in(fn_attrs).unwrap_or_default();
     let mut walker = analysis::Walker::new(context, allowed, body);
     walker.visit_block_mut(body);

@@ -12,11 +12,10 @@ struct Linted {
 
 fn lint_with(item: TokenStream, inference: bool, library: Library) -> Linted {
     let mut func: syn::ItemFn = syn::parse2(item).expect("test input is a function");
-    let name = func.sig.ident.to_string();
     let context = Context {
-        fn_name: &name,
         inference,
         library,
+        ..Context::of_signature(&func.sig)
     };
     let outcome = lint_fn(&func.attrs.clone(), &mut func.block, &context);
     Linted {

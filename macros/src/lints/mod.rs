@@ -39,8 +39,9 @@ pub(crate) struct LintContext<'a> {
     /// Path of the facade crate in generated code.
     #[allow(dead_code)] // The generated warnings need no runtime item today.
     pub krate: &'a syn::Path,
-    /// Name of the function being linted (for messages).
-    pub fn_name: &'a syn::Ident,
+    /// Signature of the function being linted (its name for messages; whether it builds
+    /// `Self`).
+    pub sig: &'a syn::Signature,
 }
 
 /// What the lints found: errors, and warning items to emit beside the function.
@@ -73,12 +74,11 @@ pub(crate) fn check_fn(
     block: &mut syn::Block,
     ctx: &LintContext<'_>,
 ) -> LintOutput {
-    let fn_name = ctx.fn_name.to_string();
     let context = Context {
-        fn_name: &fn_name,
         inference: ctx.inference,
         // The macros see one function, not the crate's dependencies.
         library: Library::Unknown,
+        ..Context::of_signature(ctx.sig)
     };
     let outcome = lint_fn(fn_attrs, block, &context);
     let warnings: Vec<syn::Stmt> = outcome.findings.iter().map(warning_statement).collect();

@@ -9,11 +9,11 @@ fn warnings_become_deprecated_constants_at_the_top_of_the_body() {
         fn f(xs: &[T]) { let mut r = Vec::new(); for x in xs { r.push(x.f()); } }
     };
     let krate: syn::Path = syn::parse_quote!(::vramguard);
-    let name = func.sig.ident.clone();
+    let sig = func.sig.clone();
     let ctx = LintContext {
         inference: false,
         krate: &krate,
-        fn_name: &name,
+        sig: &sig,
     };
     let output = check_fn(&[], &mut func.block, &ctx);
     assert!(output.errors.is_empty());
