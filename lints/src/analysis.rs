@@ -93,6 +93,7 @@ static CONVERTING: NameList = NameList::new(&[
     "unwrap",
     "expect",
     "map_err",
+    "ok",
     "ok_or",
     "ok_or_else",
     "into_boxed_slice",
@@ -511,55 +512,37 @@ impl<'c> Walker<'c> {
         }
     }
 
-    /// `total = <total ⊕ x>` in any of its spellings: the operands, `total` first.
+    /// `total = <total ⊕ x>` in any of its spellings (`total + x`, `x + total`,
+    /// `total.add(&x)`, `x.broadcast_add(&total)`), `total` a local or a `self` field.
     fn check_assigned_total(&mut self, assign: &syn::ExprAssign) {
-        let Some(target) = single_ident(peel(&assign.left)).map(ToString::to_string) else {
-            if is_self_field(peel(&assign.left)) {
-                self.check_self_field_total(assign);
-            }
+        let Some(target) = place_name(&assign.left) else {
             return;
         };
-        let names_target =
-            |e: &Expr| single_ident(peel_value(e)).map(ToString::to_string) == Some(target.clone());
+        let names_target = |e: &Expr| place_name(e).as_ref() == Some(&target);
         let spans = (assign.eq_token.span(), assign.span());
-        match peel(&assign.right) {
+        let added = match peel(&assign.right) {
             Expr::Binary(sum) if is_arithmetic(&sum.op) => {
                 if names_target(&sum.left) {
-                    self.check_running_total(&assign.left, &sum.right, spans);
+                    Some(&*sum.right)
                 } else if names_target(&sum.right) {
-                    self.check_running_total(&assign.left, &sum.left, spans);
+                    Some(&*sum.left)
+                } else {
+                    None
                 }
             }
             Expr::MethodCall(m) if is_one_of(&m.method, &ADDING) && m.args.len() == 1 => {
                 if names_target(&m.receiver) {
-                    self.check_running_total(&assign.left, &m.args[0], spans);
+                    Some(&m.args[0])
                 } else if names_target(&m.args[0]) {
-                    self.check_running_total(&assign.left, &m.receiver, spans);
+                    Some(&*m.receiver)
+                } else {
+                    None
                 }
             }
-            _ => {}
-        }
-    }
-
-    /// `self.total = self.total + x` / `self.total.add(&x)?`.
-    fn check_self_field_total(&mut self, assign: &syn::ExprAssign) {
-        let target = shown(peel(&assign.left), 60);
-        let is_target = |e: &Expr| shown(peel_value(e), 60) == target;
-        let spans = (assign.eq_token.span(), assign.span());
-        match peel(&assign.right) {
-            Expr::Binary(sum) if is_arithmetic(&sum.op) => {
-                if is_target(&sum.left) {
-                    self.check_running_total(&assign.left, &sum.right, spans);
-                } else if is_target(&sum.right) {
-                    self.check_running_total(&assign.left, &sum.left, spans);
-                }
-            }
-            Expr::MethodCall(m) if is_one_of(&m.method, &ADDING) && m.args.len() == 1 => {
-                if is_target(&m.receiver) {
-                    self.check_running_total(&assign.left, &m.args[0], spans);
-                }
-            }
-            _ => {}
+            _ => None,
+        };
+        if let Some(added) = added {
+            self.check_running_total(&assign.left, added, spans);
         }
     }
 
@@ -726,6 +709,16 @@ impl<'c> Walker<'c> {
             }
         }
     }
+}
+
+/// The local (`total`) or `self` field (`self.total`) a place expression names, through
+/// `&`, `*`, `.clone()` and parentheses.
+fn place_name(expr: &Expr) -> Option<String> {
+    let place = peel_value(expr);
+    if is_self_field(place) {
+        return Some(shown(place, 60));
+    }
+    single_ident(place).map(ToString::to_string)
 }
 
 /// `+`, `-`, `*`, `/`.

@@ -348,3 +348,122 @@ fn fixes_are_spelled_for_the_library() {
         finding.paragraph(Library::Unknown)
     );
 }
+
+#[test]
+fn the_seed_mistakes_fire() {
+    // 4.2: `intermediate_results.append(feat)` in `for i in range(100)`, then `del`.
+    let features = quote! {
+        fn extract(model: &M, x: &Tensor) -> Result<()> {
+            let mut intermediate_results = Vec::new();
+            for _ in 0..100 {
+                let feat = model.get_feature(x)?;
+                intermediate_results.push(feat);
+            }
+            drop(intermediate_results);
+            empty_cache(&device);
+            Ok(())
+        }
+    };
+    assert_eq!(fired(features), vec![Lint::AccumulatesAcrossIterations]);
+    // A training loop that logs its losses and sums them as tensors.
+    let training = quote! {
+        fn train(model: &M, loader: &Loader) -> Result<f32> {
+            let mut losses = Vec::new();
+            let mut total = Tensor::zeros(())?;
+            for batch in loader.iter() {
+                let loss = model.loss(&batch)?;
+                loss.backward()?;
+                total = total.add(&loss)?;
+                losses.push(loss);
+            }
+            Ok(mean(&losses)? + total.to_scalar::<f32>()?)
+        }
+    };
+    assert_eq!(
+        fired(training),
+        vec![
+            Lint::GraphAcrossIterations,
+            Lint::AccumulatesAcrossIterations
+        ]
+    );
+    // 4.3: `relu_()` on an activation with grad on.
+    let inplace = quote! {
+        fn step(model: &M, xs: &[Tensor]) { for x in xs { let mut h = model.forward(x); h.relu_(); } }
+    };
+    assert_eq!(fired(inplace), vec![Lint::InplaceOnActivation]);
+    // 4.2: `empty_cache()` believed to free the tensors still in use.
+    let cache = quote! {
+        fn run(model: &M, x: &Tensor, device: &Device) { let y = model.forward(x); empty_cache(device); use_it(&y); }
+    };
+    assert_eq!(fired(cache), vec![Lint::EmptyCacheIsNotFree]);
+}
+
+#[test]
+fn results_working_sets_and_model_parts_stay_silent() {
+    for silent in [
+        // The collection is the function's result: returned, wrapped, converted, concatenated.
+        quote! { fn f(xs: &[T]) -> Vec<T> { let mut out = Vec::new(); for x in xs { out.push(m.forward(x)); } out } },
+        quote! { fn f(xs: &[T]) -> Result<Vec<T>> { let mut out = vec![]; for x in xs { out.push(m.forward(x)?); } Ok(out) } },
+        quote! { fn f(xs: &[T]) -> Option<[T; 2]> { let mut out = vec![]; for x in xs { out.push(m.forward(x)); } out.try_into().ok() } },
+        quote! { fn f(xs: &[T]) -> Result<T> { let mut out = vec![]; for x in xs { out.push(m.forward(x)?); } Tensor::cat(&out, 0) } },
+        quote! { fn f(xs: &[T]) -> Result<T> { let mut out = vec![]; for x in xs { out.push(m.forward(x)?); } let y = Tensor::stack(&out, 0)?; y.relu() } },
+        quote! { fn f(xs: &[T]) -> S { let mut parts = vec![]; for x in xs { parts.push(m.forward(x)); } S { parts, n: 1 } } },
+        // A constructor collects the model's parts.
+        quote! { fn new(vb: Vb, n: usize) -> Result<Self> { let mut layers = vec![]; for i in 0..n { layers.push(linear(vb.pp(i))?); } Ok(Self { layers, n }) } },
+        quote! { fn load(vb: Vb, n: usize) -> Result<Model> { let mut layers = vec![]; for i in 0..n { layers.push(linear(vb.pp(i))?); } build(layers) } },
+        // A working set: the loop also empties it.
+        quote! { fn f(xs: &[T]) { let mut buf = Vec::new(); for x in xs { buf.clear(); buf.push(m.forward(x)); use_it(&buf); } } },
+        quote! { fn f(xs: &[T]) { let mut live = HashMap::new(); for (i, x) in xs { live.insert(i, m.forward(x)); live.remove(&(i - 1)); } } },
+        // Collections whose declared element type holds no tensor.
+        quote! { fn f(xs: &[T]) { let mut ids: Vec<usize> = Vec::new(); for x in xs { ids.push(m.index(x)); } } },
+        quote! { fn f(xs: &[T]) { let mut ids = Vec::<u32>::with_capacity(3); for x in xs { ids.push(m.index(x)); } } },
+        quote! { fn f(xs: &[T]) { let mut views: SmallVec<[TensorView; 2]> = SmallVec::new(); for x in xs { views.push(x.view_of()); } } },
+        // Loops over the model's own parts are one forward pass.
+        quote! { fn forward(&self, x: &T) -> Result<T> { let mut h = x.clone(); let mut outs = vec![]; for layer in self.layers.iter() { h = layer.forward(&h)?; outs.push(h.clone()); } use_it(&outs); Ok(h) } },
+        quote! { fn forward(&self, ids: &[T]) -> Result<T> { let mut emb = zeros()?; for (e, i) in self.embs.iter().zip(ids) { emb = (emb + i.apply(e)?)?; } Ok(emb) } },
+        // Moved, not computed; threads and channels; numbers.
+        quote! { fn f(mut q: Vec<T>) { let mut kept = vec![]; while !q.is_empty() { let t = q.pop().unwrap(); kept.push(t); } use_it(&kept); } },
+        quote! { fn f(n: usize) { let mut hs = vec![]; for i in 0..n { let h = std::thread::spawn(move || i); hs.push(h); } join(hs); } },
+        quote! { fn f(n: usize) { let mut tokens = vec![]; for _ in 0..n { let t = lp.sample(&logits)?; tokens.push(t); } use_it(&tokens); } },
+        quote! { fn f(n: usize) { let mut v = vec![]; for i in 0..n { v.push(E::from_usize(i).unwrap()); } use_it(&v); } },
+        quote! { fn f(xs: &[E]) { let mut b = vec![]; for x in xs { b.extend(x.to_le_bytes().as_ref()); } use_it(&b); } },
+        quote! { fn f(xs: &[T]) { let mut names = vec![]; for x in xs { names.extend(x.names().iter().map(|s| s.to_string())); } use_it(&names); } },
+    ] {
+        assert!(fired(silent.clone()).is_empty(), "{silent}");
+    }
+    // Still a finding: a data loop inside a method, the model's parts inside a data loop.
+    for firing in [
+        quote! { fn run(&self, xs: &[T]) { let mut outs = vec![]; for x in xs { outs.push(self.forward(x)); } use_it(&outs); } },
+        quote! { fn run(&self, xs: &[T]) { let mut outs = vec![]; for x in xs { for l in self.layers.iter() { outs.push(l.forward(x)); } } use_it(&outs); } },
+        quote! { fn f(xs: &[T]) { let mut outs = vec![]; for x in xs { outs.extend(m.forward_all(x)?); } use_it(&outs); } },
+    ] {
+        assert_eq!(
+            fired(firing.clone()),
+            vec![Lint::AccumulatesAcrossIterations],
+            "{firing}"
+        );
+    }
+}
+
+#[test]
+fn zero_argument_reductions_are_numbers_except_in_burn_and_dfdx() {
+    let item = quote! {
+        fn f(steps: &[T]) { let mut total = zeros(); for s in steps { let loss = s.forward().mean(); total = total.add(loss); } }
+    };
+    assert!(fired_with(item.clone(), Library::Ndarray).is_empty());
+    assert!(fired_with(item.clone(), Library::Candle).is_empty());
+    assert_eq!(
+        fired_with(item, Library::Burn),
+        vec![Lint::GraphAcrossIterations]
+    );
+}
+
+#[test]
+fn empty_cache_does_not_count_its_own_device() {
+    for silent in [
+        quote! { fn f() { let dev = Cpu::default(); dev.empty_cache(); check(&dev); } },
+        quote! { fn f() { let device = Device::new(); empty_cache(&device); check(&device); } },
+    ] {
+        assert!(fired(silent.clone()).is_empty(), "{silent}");
+    }
+}
