@@ -219,6 +219,8 @@ pub(crate) struct Walker<'c> {
     ctx: &'c Context,
     /// Names the function returns or concatenates: their contents are its result.
     outputs: HashSet<String>,
+    /// What each local closure returns, by its name.
+    closures: HashMap<String, Holds>,
     allowed: Vec<Lint>,
     loops: Vec<LoopFrame>,
     blocks: Vec<BlockFrame>,
@@ -235,6 +237,7 @@ impl<'c> Walker<'c> {
         Self {
             ctx,
             outputs: outputs_of(body),
+            closures: HashMap::new(),
             allowed,
             loops: Vec::new(),
             blocks: Vec::new(),
@@ -372,6 +375,8 @@ impl<'c> Walker<'c> {
             &Scope {
                 lookup: &lookup,
                 library: self.ctx.library,
+                number_fns: &self.ctx.number_fns,
+                closures: &self.closures,
             },
         )
     }
@@ -452,6 +457,8 @@ impl<'c> Walker<'c> {
                 &Scope {
                     lookup: &lookup,
                     library: self.ctx.library,
+                    number_fns: &self.ctx.number_fns,
+                    closures: &self.closures,
                 },
             )
         } else {
@@ -864,9 +871,13 @@ impl<'ast> Visit<'ast> for ShrinkFinder {
     fn visit_expr_assign(&mut self, assign: &'ast syn::ExprAssign) {
         // `buf = Vec::new()`: a fresh collection each time.
         let nothing = |_: &str| None;
+        let no_fns = HashSet::new();
+        let no_closures = HashMap::new();
         let scope = Scope {
             lookup: &nothing,
             library: crate::Library::Unknown,
+            number_fns: &no_fns,
+            closures: &no_closures,
         };
         if classify(&assign.right, &scope) == Holds::Created {
             self.place(&assign.left);
@@ -1012,12 +1023,20 @@ impl VisitMut for Walker<'_> {
                 &Scope {
                     lookup: &lookup,
                     library: self.ctx.library,
+                    number_fns: &self.ctx.number_fns,
+                    closures: &self.closures,
                 },
             )
         };
         let mut names = Vec::new();
         pattern_names(&local.pat, &mut names);
         self.bind_in_loop(&names, holds);
+        if let (Some(init), [name]) = (&local.init, names.as_slice()) {
+            if let Expr::Closure(closure) = peel(&init.expr) {
+                let body = self.holds_of(&closure.body);
+                self.closures.insert(name.to_string(), body);
+            }
+        }
         let no_grad = starts_no_grad(local);
         if let Some(frame) = self.blocks.last_mut() {
             frame

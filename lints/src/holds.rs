@@ -18,6 +18,10 @@ pub(crate) struct Scope<'a> {
     pub lookup: &'a dyn Fn(&str) -> Option<Holds>,
     /// The tensor library of the code.
     pub library: Library,
+    /// Functions and methods of the crate declared to return numbers.
+    pub number_fns: &'a std::collections::HashSet<String>,
+    /// What the local closures of the function return (`let norm = |n| n.len();`).
+    pub closures: &'a std::collections::HashMap<String, Holds>,
 }
 
 /// What a local holds, guessed from its initializer.
@@ -54,6 +58,8 @@ static SCALAR_METHODS: NameList = NameList::new(&[
     "rposition",
     "binary_search",
     // Bytes of a number; random numbers (rand's and its look-alikes).
+    "all",
+    "any",
     "to_le_bytes",
     "to_be_bytes",
     "to_ne_bytes",
@@ -264,7 +270,7 @@ static TRANSPARENT: NameList = NameList::new(&[
 /// Primitive scalar types: a `let` annotated with one holds a host scalar.
 static SCALAR_TYPES: NameList = NameList::new(&[
     "f32", "f64", "f16", "bf16", "usize", "isize", "u8", "u16", "u32", "u64", "u128", "i8", "i16",
-    "i32", "i64", "i128", "bool", "char", "String",
+    "i32", "i64", "i128", "bool", "char", "String", "str", "Duration", "Instant",
 ]);
 
 /// Strips parentheses, invisible groups, `?` and `.await`.
@@ -327,7 +333,9 @@ pub(crate) fn classify(expr: &Expr, scope: &Scope<'_>) -> Holds {
             }
         }
         Expr::MethodCall(m) => {
-            if is_one_of(&m.method, &SCALAR_METHODS) {
+            if is_one_of(&m.method, &SCALAR_METHODS)
+                || scope.number_fns.contains(&m.method.to_string())
+            {
                 Holds::Scalar
             } else if is_one_of(&m.method, &DETACHING) {
                 Holds::Detached
@@ -356,6 +364,14 @@ pub(crate) fn classify(expr: &Expr, scope: &Scope<'_>) -> Holds {
                 }
                 // `Instant::now()`, `memory::stats(&dev)`: host values.
                 Some(last) if is_one_of(&last.ident, &SCALAR_METHODS) => Holds::Scalar,
+                Some(last) if scope.number_fns.contains(&last.ident.to_string()) => Holds::Scalar,
+                // A local closure: what its body gives.
+                Some(last)
+                    if p.path.segments.len() == 1
+                        && scope.closures.contains_key(&last.ident.to_string()) =>
+                {
+                    scope.closures[&last.ident.to_string()]
+                }
                 Some(last) if is_one_of(&last.ident, &CREATION) => Holds::Created,
                 Some(last) if is_one_of(&last.ident, &MOVED_OR_HOST) => Holds::Other,
                 // `Some(x)`, `Ok(x)`, `Wrapper(x)`: a constructor, not a computation.
@@ -381,6 +397,11 @@ pub(crate) fn classify(expr: &Expr, scope: &Scope<'_>) -> Holds {
         Expr::Array(a) => strongest(a.elems.iter().map(|e| classify(e, scope))),
         Expr::Unary(u) if matches!(u.op, syn::UnOp::Neg(_)) => classify(&u.expr, scope),
         Expr::Unary(u) if matches!(u.op, syn::UnOp::Not(_)) => Holds::Scalar,
+        // A block gives its tail.
+        Expr::Block(b) => match b.block.stmts.last() {
+            Some(Stmt::Expr(tail, None)) => classify(tail, scope),
+            _ => Holds::Other,
+        },
         Expr::Path(p) => p
             .path
             .get_ident()
@@ -425,6 +446,8 @@ pub(crate) fn classify_items(expr: &Expr, scope: &Scope<'_>) -> Holds {
                         let inner = Scope {
                             lookup: &lookup,
                             library: scope.library,
+                            number_fns: scope.number_fns,
+                            closures: scope.closures,
                         };
                         match peel(&c.body) {
                             // `filter_map(|x| Some(v))`: the item is `v`.
@@ -491,7 +514,7 @@ pub(crate) fn classify_local(local: &syn::Local, scope: &Scope<'_>) -> Holds {
 
 /// A primitive, a reference, or a collection of them (`Vec<usize>`, `SmallVec<[i32; 4]>`,
 /// `HashMap<u64, usize>`, `Vec<TensorView>`): a type that holds no tensor memory of its own.
-fn is_scalar_type(ty: &Type) -> bool {
+pub(crate) fn is_scalar_type(ty: &Type) -> bool {
     match ty {
         Type::Path(p) if p.qself.is_none() => {
             let Some(last) = p.path.segments.last() else {
@@ -505,6 +528,13 @@ fn is_scalar_type(ty: &Type) -> bool {
                 return true;
             }
             match &last.arguments {
+                // `Result<usize, E>`: what it holds when it is `Ok`.
+                syn::PathArguments::AngleBracketed(args) if last.ident == "Result" => {
+                    match args.args.first() {
+                        Some(syn::GenericArgument::Type(ok)) => is_scalar_type(ok),
+                        _ => false,
+                    }
+                }
                 syn::PathArguments::AngleBracketed(args)
                     if is_one_of(&last.ident, &COLLECTION_TYPES) =>
                 {

@@ -47,7 +47,11 @@ pub use allow::{allowed_in, is_vramguard_allow, parse_allow_args};
 pub use library::Library;
 pub use names::Lint;
 
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
 use proc_macro2::Span;
+use syn::visit::Visit;
 use syn::visit_mut::VisitMut;
 
 /// What the linted function is, beyond its body.
@@ -64,6 +68,10 @@ pub struct Context {
     /// `load`, `new_*`, `load_*`, `from_*`): what its loops collect are the value's parts (a
     /// model's layers), not a leak.
     pub builds_self: bool,
+    /// Functions and methods of the crate whose declared return type is a number (or a
+    /// collection of numbers): see [`number_functions`]. Empty in the macros, which see one
+    /// function.
+    pub number_fns: Arc<HashSet<String>>,
 }
 
 impl Context {
@@ -74,6 +82,7 @@ impl Context {
             inference: false,
             library: Library::Unknown,
             builds_self: false,
+            number_fns: Arc::default(),
         }
     }
 
@@ -166,6 +175,36 @@ pub fn lint_fn(fn_attrs: &[syn::Attribute], body: &mut syn::Block, context: &Con
         findings: walker.findings,
         errors: walker.errors,
     }
+}
+
+/// The names of the functions and methods defined in `files` whose declared return type is a
+/// number, a host value (`String`, `Duration`) or a collection of them (`Vec<f64>`,
+/// `Result<usize, E>`), by every definition of that name: a call to one yields no tensor.
+pub fn number_functions<'a>(files: impl IntoIterator<Item = &'a syn::File>) -> HashSet<String> {
+    struct Signatures(HashMap<String, bool>);
+    impl Signatures {
+        fn add(&mut self, signature: &syn::Signature) {
+            let number = match &signature.output {
+                syn::ReturnType::Type(_, ty) => holds::is_scalar_type(ty),
+                syn::ReturnType::Default => false,
+            };
+            *self.0.entry(signature.ident.to_string()).or_insert(true) &= number;
+        }
+    }
+    impl<'ast> Visit<'ast> for Signatures {
+        fn visit_signature(&mut self, signature: &'ast syn::Signature) {
+            self.add(signature);
+        }
+    }
+    let mut signatures = Signatures(HashMap::new());
+    for file in files {
+        signatures.visit_file(file);
+    }
+    signatures
+        .0
+        .into_iter()
+        .filter_map(|(name, number)| number.then_some(name))
+        .collect()
 }
 
 #[cfg(test)]

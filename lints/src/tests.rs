@@ -467,3 +467,47 @@ fn empty_cache_does_not_count_its_own_device() {
         assert!(fired(silent.clone()).is_empty(), "{silent}");
     }
 }
+
+#[test]
+fn calls_declared_or_written_to_return_numbers_are_numbers() {
+    let file: syn::File = syn::parse_quote! {
+        fn timing(rounds: usize) -> Vec<f64> { vec![0.0; rounds] }
+        fn count() -> Result<usize, Error> { Ok(1) }
+        fn features(x: &Tensor) -> Tensor { x.clone() }
+        struct S;
+        impl S { fn stats(&self) -> (u64, u64) { (1, 2) } fn both(&self) -> u32 { 1 } }
+        impl T { fn both(&self) -> Tensor { todo!() } }
+    };
+    let numbers = number_functions([&file]);
+    let mut sorted: Vec<&str> = numbers.iter().map(String::as_str).collect();
+    sorted.sort_unstable();
+    assert_eq!(
+        sorted,
+        ["count", "stats", "timing"],
+        "`both` is a tensor somewhere"
+    );
+    let lint_with_numbers = |item: TokenStream| {
+        let mut func: syn::ItemFn = syn::parse2(item).expect("a function");
+        let context = Context {
+            number_fns: std::sync::Arc::new(numbers.clone()),
+            ..Context::of_signature(&func.sig)
+        };
+        lint_fn(&[], &mut func.block, &context)
+            .findings
+            .into_iter()
+            .map(|f| f.lint)
+            .collect::<Vec<_>>()
+    };
+    for silent in [
+        quote! { fn f(n: usize) { let mut all = vec![]; for _ in 0..n { all.extend(timing(10)); } use_it(&all); } },
+        quote! { fn f(s: &S, n: usize) { let mut all = vec![]; for _ in 0..n { all.push(s.stats()); } use_it(&all); } },
+        quote! { fn f(n: usize) { let round = || { let t = now(); t.elapsed().as_secs_f64() }; let mut all = vec![]; for _ in 0..n { all.push(round()); } use_it(&all); } },
+    ] {
+        assert!(lint_with_numbers(silent.clone()).is_empty(), "{silent}");
+    }
+    let firing = quote! { fn f(xs: &[Tensor]) { let mut all = vec![]; for x in xs { all.push(features(x)); all.push(s.both()); } use_it(&all); } };
+    assert_eq!(
+        lint_with_numbers(firing),
+        vec![Lint::AccumulatesAcrossIterations; 2]
+    );
+}

@@ -3,6 +3,9 @@
 //! with or without a vramguard attribute. `#[test]` functions and `#[cfg(test)]` modules only
 //! with `--all-targets`.
 
+use std::collections::HashSet;
+use std::sync::Arc;
+
 use proc_macro2::LineColumn;
 use syn::visit::Visit;
 use vramguard_lints::{allowed_in, lint_fn, Context, Finding, Library};
@@ -32,18 +35,23 @@ pub(crate) struct FileLint {
     pub functions: usize,
 }
 
+/// What every function of a file is linted with.
+pub(crate) struct Settings<'a> {
+    /// The file's tensor library.
+    pub library: Library,
+    /// The crate's functions declared to return numbers.
+    pub number_fns: &'a Arc<HashSet<String>>,
+    /// Only functions matching this pattern.
+    pub fns: Option<&'a glob::Pattern>,
+    /// Also `#[test]` functions and `#[cfg(test)]` modules.
+    pub all_targets: bool,
+}
+
 /// Lints every function of `ast` (whose module is test code when `cfg_test`).
-pub(crate) fn lint_file(
-    ast: &syn::File,
-    library: Library,
-    fns: Option<&glob::Pattern>,
-    all_targets: bool,
-    cfg_test: bool,
-) -> FileLint {
+pub(crate) fn lint_file(ast: &syn::File, settings: Settings<'_>, cfg_test: bool) -> FileLint {
+    let all_targets = settings.all_targets;
     let mut walker = FnWalker {
-        library,
-        fns,
-        all_targets,
+        settings,
         owner: Vec::new(),
         found: Vec::new(),
         functions: 0,
@@ -113,9 +121,7 @@ struct Owner {
 }
 
 struct FnWalker<'p> {
-    library: Library,
-    fns: Option<&'p glob::Pattern>,
-    all_targets: bool,
+    settings: Settings<'p>,
     owner: Vec<Owner>,
     found: Vec<Found>,
     functions: usize,
@@ -146,7 +152,7 @@ fn type_name(ty: &syn::Type) -> String {
 
 impl FnWalker<'_> {
     fn function(&mut self, attrs: &[syn::Attribute], sig: &syn::Signature, block: &syn::Block) {
-        if !self.all_targets && has_attr(attrs, &["test", "bench"]) {
+        if !self.settings.all_targets && has_attr(attrs, &["test", "bench"]) {
             return;
         }
         let bare = sig.ident.to_string();
@@ -154,7 +160,7 @@ impl FnWalker<'_> {
             Some(owner) => format!("{}::{bare}", owner.name),
             None => bare.clone(),
         };
-        if let Some(pattern) = self.fns {
+        if let Some(pattern) = self.settings.fns {
             if !pattern.matches(&bare) && !pattern.matches(&name) {
                 return;
             }
@@ -167,7 +173,8 @@ impl FnWalker<'_> {
             || self.owner.last().is_some_and(|owner| owner.inference);
         let context = Context {
             inference,
-            library: self.library,
+            library: self.settings.library,
+            number_fns: Arc::clone(self.settings.number_fns),
             ..Context::of_signature(sig)
         };
         // The lints strip statement-level allows from the body they walk: walk a copy.
@@ -201,7 +208,7 @@ impl FnWalker<'_> {
 
 impl<'ast> Visit<'ast> for FnWalker<'_> {
     fn visit_item_mod(&mut self, module: &'ast syn::ItemMod) {
-        if !self.all_targets && is_cfg_test(&module.attrs) {
+        if !self.settings.all_targets && is_cfg_test(&module.attrs) {
             return;
         }
         self.free_scope(|this| syn::visit::visit_item_mod(this, module));
@@ -213,7 +220,7 @@ impl<'ast> Visit<'ast> for FnWalker<'_> {
     }
 
     fn visit_item_impl(&mut self, item: &'ast syn::ItemImpl) {
-        if !self.all_targets && is_cfg_test(&item.attrs) {
+        if !self.settings.all_targets && is_cfg_test(&item.attrs) {
             return;
         }
         self.owner.push(Owner {

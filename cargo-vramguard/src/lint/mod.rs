@@ -24,6 +24,7 @@ mod render;
 
 use std::collections::HashSet;
 use std::path::Path;
+use std::sync::Arc;
 
 use serde_json::json;
 use vramguard_lints::Library;
@@ -73,22 +74,37 @@ pub(crate) fn run(options: &Options) -> Result<Report> {
     let mut problems = Vec::new();
     let (mut findings, mut functions, mut files) = (0, 0, 0);
     for package in &workspace.packages {
+        // Every file of every target first: the functions declared to return numbers are
+        // read from all of them.
         let mut seen = HashSet::new();
-        for target in &package.targets {
+        let by_target: Vec<Vec<modules::ModuleFile>> = package
+            .targets
+            .iter()
+            .map(|target| {
+                modules::module_files(
+                    &target.src_path,
+                    options.all_targets,
+                    &mut seen,
+                    &mut problems,
+                )
+            })
+            .collect();
+        let number_fns = Arc::new(vramguard_lints::number_functions(
+            by_target.iter().flatten().map(|file| &file.ast),
+        ));
+        for (target, target_files) in package.targets.iter().zip(&by_target) {
             let mut in_target = 0;
-            for file in modules::module_files(
-                &target.src_path,
-                options.all_targets,
-                &mut seen,
-                &mut problems,
-            ) {
+            for file in target_files {
                 let library =
                     functions::file_library(&file.ast, &package.libraries, package.default_library);
                 let linted = functions::lint_file(
                     &file.ast,
-                    library,
-                    options.fns.as_ref(),
-                    options.all_targets,
+                    functions::Settings {
+                        library,
+                        number_fns: &number_fns,
+                        fns: options.fns.as_ref(),
+                        all_targets: options.all_targets,
+                    },
                     file.cfg_test,
                 );
                 files += 1;
