@@ -242,7 +242,6 @@ impl Diagnostic {
             .iter()
             .map(|child| {
                 json!({
-                    "$message_type": "diagnostic",
                     "message": child.message,
                     "code": null,
                     "level": child.level.name(),
