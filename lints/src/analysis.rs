@@ -7,6 +7,7 @@ use crate::holds::{
     classify, classify_items, classify_local, idents_in, is_one_of, is_self_field, names_any_of,
     peel, peel_value, shown, single_ident, stmt_attrs_mut, Holds, Scope,
 };
+use crate::loops::{self, ShrinkFinder};
 use crate::names::Lint;
 use crate::syntax::{pattern_names, NameList};
 use crate::{Context, Finding};
@@ -53,51 +54,6 @@ static COLLECTION_PATH: NameList = NameList::new(&[
 /// Collection methods whose argument is a collection or an iterator: what they keep are its
 /// items.
 static EXTENDING: NameList = NameList::new(&["extend", "extend_from_slice", "append"]);
-
-/// Collection methods that take values out (a loop that also calls one keeps a working set,
-/// not a history).
-static SHRINKING: NameList = NameList::new(&[
-    "clear",
-    "drain",
-    "remove",
-    "swap_remove",
-    "pop",
-    "pop_front",
-    "pop_back",
-    "retain",
-    "truncate",
-    "split_off",
-]);
-
-/// Calls that join their arguments into one value: a collection passed to one holds the
-/// pieces of a result.
-static CONCATENATING: NameList = NameList::new(&[
-    "cat",
-    "stack",
-    "concat",
-    "concatenate",
-    "hstack",
-    "vstack",
-    "dstack",
-]);
-
-/// Methods through which a returned value is still the collection itself (converted or
-/// iterated): `out.try_into()`, `rows.into_iter().map(..).collect()`.
-static CONVERTING: NameList = NameList::new(&[
-    "into",
-    "try_into",
-    "into_iter",
-    "iter",
-    "map",
-    "collect",
-    "unwrap",
-    "expect",
-    "map_err",
-    "ok",
-    "ok_or",
-    "ok_or_else",
-    "into_boxed_slice",
-]);
 
 /// Tensor methods that add their argument to the receiver: `total = total.add(&loss)?`.
 static ADDING: NameList = NameList::new(&[
@@ -196,6 +152,19 @@ struct LoopFrame {
     shrinks: HashSet<String>,
 }
 
+impl LoopFrame {
+    /// The frame of a loop; `scan` walks its body (and condition) for what it empties.
+    fn new(structural: bool, scan: impl FnOnce(&mut ShrinkFinder)) -> Self {
+        let mut shrinks = ShrinkFinder::default();
+        scan(&mut shrinks);
+        Self {
+            locals: HashMap::new(),
+            structural,
+            shrinks: shrinks.into_names(),
+        }
+    }
+}
+
 /// Locals of a block, and the names mentioned by its statements after the current one.
 #[derive(Default)]
 struct BlockFrame {
@@ -236,7 +205,7 @@ impl<'c> Walker<'c> {
         let empty_cache = names_any_of(&["empty_cache"], |f| f.visit_block(body));
         Self {
             ctx,
-            outputs: outputs_of(body),
+            outputs: crate::results::outputs_of(body),
             closures: HashMap::new(),
             allowed,
             loops: Vec::new(),
@@ -643,21 +612,9 @@ impl<'c> Walker<'c> {
         result
     }
 
-    /// Walks a loop body with `f`: `iterated` is what the loop goes over (`None` for `while`
-    /// and `loop`), `body` is scanned first for what the loop takes out of collections.
-    fn in_loop<R>(
-        &mut self,
-        iterated: Option<&Expr>,
-        body: &dyn Fn(&mut ShrinkFinder),
-        f: impl FnOnce(&mut Self) -> R,
-    ) -> R {
-        let mut shrinks = ShrinkFinder::default();
-        body(&mut shrinks);
-        self.loops.push(LoopFrame {
-            locals: HashMap::new(),
-            structural: iterated.is_some_and(rooted_in_self),
-            shrinks: shrinks.0,
-        });
+    /// Walks a loop body with `f`, inside `frame`.
+    fn in_loop<R>(&mut self, frame: LoopFrame, f: impl FnOnce(&mut Self) -> R) -> R {
+        self.loops.push(frame);
         let result = f(self);
         self.loops.pop();
         result
@@ -696,21 +653,18 @@ impl<'c> Walker<'c> {
     /// as a loop body, its parameters bound in the iteration.
     fn visit_per_item_call(&mut self, call: &mut ExprMethodCall) {
         self.visit_expr_mut(&mut call.receiver);
-        let receiver = (*call.receiver).clone();
+        let structural = loops::rooted_in_self(&call.receiver);
         for arg in &mut call.args {
             match arg {
                 Expr::Closure(closure) => {
-                    let scanned = (*closure.body).clone();
-                    self.in_loop(
-                        Some(&receiver),
-                        &|finder| finder.visit_expr(&scanned),
-                        |this| {
-                            for input in &closure.inputs {
-                                this.bind_pattern(input);
-                            }
-                            this.visit_expr_mut(&mut closure.body);
-                        },
-                    )
+                    let frame =
+                        LoopFrame::new(structural, |finder| finder.visit_expr(&closure.body));
+                    self.in_loop(frame, |this| {
+                        for input in &closure.inputs {
+                            this.bind_pattern(input);
+                        }
+                        this.visit_expr_mut(&mut closure.body);
+                    })
                 }
                 other => self.visit_expr_mut(other),
             }
@@ -813,178 +767,6 @@ fn later_mentions(stmts: &[Stmt]) -> Vec<HashSet<String>> {
     result
 }
 
-/// Whether a loop's iterated expression is rooted in `self` (`self.layers.iter()`,
-/// `&self.blocks`, `self.embs.iter().zip(ids)`, `0..self.num_layers`).
-fn rooted_in_self(expr: &Expr) -> bool {
-    match peel(expr) {
-        Expr::Path(p) => p.path.is_ident("self"),
-        Expr::MethodCall(m) => rooted_in_self(&m.receiver),
-        Expr::Reference(r) => rooted_in_self(&r.expr),
-        Expr::Field(f) => rooted_in_self(&f.base),
-        Expr::Index(i) => rooted_in_self(&i.expr),
-        Expr::Range(r) => {
-            r.start.as_deref().is_some_and(rooted_in_self)
-                || r.end.as_deref().is_some_and(rooted_in_self)
-        }
-        _ => false,
-    }
-}
-
-/// The collections a loop body takes values out of (`buf.clear()`, `queue.pop()`,
-/// `std::mem::take(&mut buf)`, `buf = Vec::new()`), by name (`self.field` for fields).
-#[derive(Default)]
-pub(crate) struct ShrinkFinder(HashSet<String>);
-
-impl ShrinkFinder {
-    fn place(&mut self, expr: &Expr) {
-        let place = peel_value(expr);
-        if is_self_field(place) {
-            self.0.insert(shown(place, 60));
-        } else if let Some(ident) = single_ident(place) {
-            self.0.insert(ident.to_string());
-        }
-    }
-}
-
-impl<'ast> Visit<'ast> for ShrinkFinder {
-    fn visit_item(&mut self, _: &'ast syn::Item) {}
-    fn visit_expr_method_call(&mut self, call: &'ast ExprMethodCall) {
-        if is_one_of(&call.method, &SHRINKING) {
-            self.place(&call.receiver);
-        }
-        syn::visit::visit_expr_method_call(self, call);
-    }
-    fn visit_expr_call(&mut self, call: &'ast syn::ExprCall) {
-        if let Expr::Path(p) = peel(&call.func) {
-            if p.path
-                .segments
-                .last()
-                .is_some_and(|s| s.ident == "take" || s.ident == "replace")
-            {
-                if let Some(first) = call.args.first() {
-                    self.place(first);
-                }
-            }
-        }
-        syn::visit::visit_expr_call(self, call);
-    }
-    fn visit_expr_assign(&mut self, assign: &'ast syn::ExprAssign) {
-        // `buf = Vec::new()`: a fresh collection each time.
-        let nothing = |_: &str| None;
-        let no_fns = HashSet::new();
-        let no_closures = HashMap::new();
-        let scope = Scope {
-            lookup: &nothing,
-            library: crate::Library::Unknown,
-            number_fns: &no_fns,
-            closures: &no_closures,
-        };
-        if classify(&assign.right, &scope) == Holds::Created {
-            self.place(&assign.left);
-        }
-        syn::visit::visit_expr_assign(self, assign);
-    }
-}
-
-/// The names whose contents are the function's result: what its tail and `return`s give back
-/// (`out`, `Ok(out)`, `Some(batch)`, `Self { layers }`, `rows.into_iter().collect()`), and what
-/// it passes to a concatenation (`Tensor::cat(&outputs, 0)`).
-fn outputs_of(body: &Block) -> HashSet<String> {
-    #[derive(Default)]
-    struct Outputs(HashSet<String>, usize);
-    impl Outputs {
-        fn returned(&mut self, expr: &Expr) {
-            match peel(expr) {
-                Expr::Path(_) => {
-                    if let Some(ident) = single_ident(peel(expr)) {
-                        self.0.insert(ident.to_string());
-                    }
-                }
-                Expr::Reference(r) => self.returned(&r.expr),
-                Expr::Call(call) => {
-                    let constructor = match peel(&call.func) {
-                        Expr::Path(p) => p.path.segments.last().is_some_and(|s| {
-                            s.ident.to_string().starts_with(char::is_uppercase)
-                                || s.ident == "new"
-                                || is_one_of(&s.ident, &CONCATENATING)
-                        }),
-                        _ => false,
-                    };
-                    if constructor {
-                        call.args.iter().for_each(|arg| self.returned(arg));
-                    }
-                }
-                Expr::MethodCall(m) if is_one_of(&m.method, &CONVERTING) => {
-                    self.returned(&m.receiver)
-                }
-                Expr::Struct(s) => s.fields.iter().for_each(|f| self.returned(&f.expr)),
-                Expr::Tuple(t) => t.elems.iter().for_each(|e| self.returned(e)),
-                Expr::Block(b) => self.tail(&b.block),
-                Expr::If(i) => {
-                    self.tail(&i.then_branch);
-                    if let Some((_, other)) = &i.else_branch {
-                        self.returned(other);
-                    }
-                }
-                Expr::Match(m) => m.arms.iter().for_each(|arm| self.returned(&arm.body)),
-                _ => {}
-            }
-        }
-        fn tail(&mut self, block: &Block) {
-            if let Some(Stmt::Expr(expr, None)) = block.stmts.last() {
-                self.returned(expr);
-            }
-        }
-        fn concatenated(&mut self, args: &syn::punctuated::Punctuated<Expr, syn::Token![,]>) {
-            for arg in args {
-                match peel_value(arg) {
-                    Expr::Array(a) => a.elems.iter().for_each(|e| self.returned(e)),
-                    other => self.returned(other),
-                }
-            }
-        }
-    }
-    impl<'ast> Visit<'ast> for Outputs {
-        fn visit_item(&mut self, _: &'ast syn::Item) {}
-        fn visit_expr_closure(&mut self, closure: &'ast syn::ExprClosure) {
-            // A closure's `return` is not the function's; its concatenations still count.
-            self.1 += 1;
-            syn::visit::visit_expr_closure(self, closure);
-            self.1 -= 1;
-        }
-        fn visit_expr_return(&mut self, ret: &'ast syn::ExprReturn) {
-            if let (Some(expr), 0) = (&ret.expr, self.1) {
-                self.returned(expr);
-            }
-            syn::visit::visit_expr_return(self, ret);
-        }
-        fn visit_expr_call(&mut self, call: &'ast syn::ExprCall) {
-            if let Expr::Path(p) = peel(&call.func) {
-                if p.path
-                    .segments
-                    .last()
-                    .is_some_and(|s| is_one_of(&s.ident, &CONCATENATING))
-                {
-                    self.concatenated(&call.args);
-                }
-            }
-            syn::visit::visit_expr_call(self, call);
-        }
-        fn visit_expr_method_call(&mut self, call: &'ast ExprMethodCall) {
-            if is_one_of(&call.method, &CONCATENATING) {
-                self.concatenated(&call.args);
-                // `outputs.concat()`.
-                self.returned(&call.receiver);
-            }
-            syn::visit::visit_expr_method_call(self, call);
-        }
-    }
-    let mut outputs = Outputs::default();
-    outputs.tail(body);
-    outputs.visit_block(body);
-    outputs.0
-}
-
 impl VisitMut for Walker<'_> {
     fn visit_block_mut(&mut self, block: &mut Block) {
         let later = if self.track_later_uses {
@@ -1056,36 +838,26 @@ impl VisitMut for Walker<'_> {
         match expr {
             Expr::ForLoop(e) => {
                 self.visit_expr_mut(&mut e.expr);
-                let iterated = (*e.expr).clone();
-                let body = e.body.clone();
-                self.in_loop(
-                    Some(&iterated),
-                    &|finder| finder.visit_block(&body),
-                    |this| {
-                        this.bind_pattern(&e.pat);
-                        this.visit_block_mut(&mut e.body);
-                    },
-                );
+                let structural = loops::rooted_in_self(&e.expr);
+                let frame = LoopFrame::new(structural, |finder| finder.visit_block(&e.body));
+                self.in_loop(frame, |this| {
+                    this.bind_pattern(&e.pat);
+                    this.visit_block_mut(&mut e.body);
+                });
             }
             Expr::While(e) => {
-                let scanned = (e.cond.clone(), e.body.clone());
-                self.in_loop(
-                    None,
-                    &|finder| {
-                        finder.visit_expr(&scanned.0);
-                        finder.visit_block(&scanned.1);
-                    },
-                    |this| {
-                        this.visit_expr_mut(&mut e.cond);
-                        this.visit_block_mut(&mut e.body);
-                    },
-                )
+                let frame = LoopFrame::new(false, |finder| {
+                    finder.visit_expr(&e.cond);
+                    finder.visit_block(&e.body);
+                });
+                self.in_loop(frame, |this| {
+                    this.visit_expr_mut(&mut e.cond);
+                    this.visit_block_mut(&mut e.body);
+                })
             }
             Expr::Loop(e) => {
-                let body = e.body.clone();
-                self.in_loop(None, &|finder| finder.visit_block(&body), |this| {
-                    this.visit_block_mut(&mut e.body)
-                })
+                let frame = LoopFrame::new(false, |finder| finder.visit_block(&e.body));
+                self.in_loop(frame, |this| this.visit_block_mut(&mut e.body))
             }
             Expr::MethodCall(call) => {
                 self.check_method_call(call);

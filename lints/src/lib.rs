@@ -36,11 +36,15 @@
 //! );
 //! ```
 
+#![warn(missing_docs)]
+
 mod allow;
 mod analysis;
 mod holds;
 mod library;
+mod loops;
 mod names;
+mod results;
 pub mod syntax;
 
 pub use allow::{allowed_in, is_vramguard_allow, parse_allow_args};
