@@ -284,3 +284,42 @@ fn usage_and_io_errors_exit_2() {
     assert_eq!(help.status.code(), Some(0));
     assert!(text(&help.stdout).contains("cargo vramguard lint [PATH] [OPTIONS]"));
 }
+
+#[test]
+fn a_virtual_workspace_lints_every_member() {
+    let root = std::env::temp_dir().join(format!("vramguard-lint-ws-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let write = |rel: &str, text: &str| {
+        let path = root.join(rel);
+        std::fs::create_dir_all(path.parent().expect("a parent")).expect("create dirs");
+        std::fs::write(path, text).expect("write");
+    };
+    write(
+        "Cargo.toml",
+        "[workspace]\nmembers = [\"a\", \"b\"]\nresolver = \"2\"\n",
+    );
+    for member in ["a", "b"] {
+        write(
+            &format!("{member}/Cargo.toml"),
+            &format!("[package]\nname = \"{member}\"\nversion = \"0.1.0\"\nedition = \"2021\"\n"),
+        );
+        write(
+            &format!("{member}/src/lib.rs"),
+            "pub fn run(xs: &[f32]) -> usize {\n    let mut kept = Vec::new();\n    for x in xs {\n        kept.push(model(x));\n    }\n    kept.len()\n}\npub struct Tensor(Vec<f32>);\nfn model(x: &f32) -> Tensor { Tensor(vec![*x; 1024]) }\n",
+        );
+    }
+    let output = lint(&[&root.display().to_string(), "--message-format", "short"]);
+    let stdout = text(&output.stdout);
+    let findings: Vec<&str> = stdout.lines().filter(|l| l.contains("warning[")).collect();
+    assert_eq!(
+        findings,
+        [
+            "a/src/lib.rs:4:9: warning[vramguard::accumulates_across_iterations]: `kept.push(model(x))` keeps a value computed in each iteration",
+            "b/src/lib.rs:4:9: warning[vramguard::accumulates_across_iterations]: `kept.push(model(x))` keeps a value computed in each iteration",
+        ],
+        "{stdout}{}",
+        text(&output.stderr)
+    );
+    assert!(text(&output.stderr).contains("of a, b"));
+    let _ = std::fs::remove_dir_all(&root);
+}
