@@ -118,6 +118,29 @@ fn json_output_is_cargo_messages_that_rust_analyzer_reads() {
     let last = &messages[2];
     assert_eq!(last["reason"], "build-finished");
     assert_eq!(last["success"], true);
+    // The same lines through the types rust-analyzer reads cargo's messages with.
+    let typed: Vec<cargo_metadata::Message> =
+        cargo_metadata::Message::parse_stream(output.stdout.as_slice())
+            .collect::<Result<_, _>>()
+            .expect("cargo messages");
+    let diagnostics: Vec<&cargo_metadata::diagnostic::Diagnostic> = typed
+        .iter()
+        .filter_map(|m| match m {
+            cargo_metadata::Message::CompilerMessage(m) => Some(&m.message),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(diagnostics.len(), 2);
+    assert!(diagnostics.iter().all(|d| d.level
+        == cargo_metadata::diagnostic::DiagnosticLevel::Warning
+        && d.spans.len() == 1
+        && d.code
+            .as_ref()
+            .is_some_and(|c| c.code.starts_with("vramguard::"))));
+    assert!(matches!(
+        typed.last(),
+        Some(cargo_metadata::Message::BuildFinished(finished)) if finished.success
+    ));
     let manifest = fixture("lint_candle").join("Cargo.toml");
     let expected = [
         (
@@ -248,7 +271,7 @@ fn burn_spelling_and_allows_on_functions_and_statements() {
     assert!(lines[0].starts_with("src/lib.rs:10:9: warning[vramguard::graph_across_iterations]"));
     assert!(
         lines[1].starts_with(
-            "src/lib.rs:35:28: warning: unknown vramguard lint `graph_accross_iterations`; did \
+            "src/lib.rs:37:28: warning: unknown vramguard lint `graph_accross_iterations`; did \
              you mean `graph_across_iterations`?"
         ),
         "{stdout}"

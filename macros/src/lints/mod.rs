@@ -6,15 +6,15 @@
 //! ## Warnings on stable Rust
 //!
 //! A proc macro cannot emit a warning on stable (`proc_macro::Diagnostic` is unstable, rust
-//! issue #54140), so each warning is a use of a `#[deprecated]` constant whose note is the
+//! issue #54140), so each warning is a use of a `#[deprecated]` function whose note is the
 //! message, at the top of the function body, the use carrying the span of the offending code
 //! (the trick of the `proc-macro-warning` crate). rustc writes such a warning as
-//! "use of deprecated constant `PATH`: NOTE", and PATH is the item's path: the constant is
+//! "use of deprecated function `PATH`: NOTE", and PATH is the item's path: the function is
 //! named after the lint inside a module named `vramguard`, so that the path reads as the lint's
 //! name and the note as the sentence about the code:
 //!
 //! ```text
-//! warning: use of deprecated constant `train::vramguard::accumulates_across_iterations`:
+//! warning: use of deprecated function `train::vramguard::accumulates_across_iterations`:
 //!          `history.push(fake)` keeps a value computed in each iteration: ...
 //! ```
 //!
@@ -89,8 +89,10 @@ pub(crate) fn check_fn(
     }
 }
 
-/// `{ mod vramguard { #[deprecated(note = "...")] pub(super) const <lint>: () = (); }
-/// let () = vramguard::<lint>; }`, the use carrying the span of the offending code.
+/// `{ mod vramguard { #[deprecated(note = "...")] pub(super) fn <lint>() {} }
+/// let _ = vramguard::<lint>; }`, the use carrying the span of the offending code. A function,
+/// not a constant: its snake-case name needs no `#[allow(non_upper_case_globals)]`, which a
+/// crate's `#![forbid(non_upper_case_globals)]` would reject; it is named, never called.
 fn warning_statement(finding: &Finding) -> syn::Stmt {
     let name = finding.lint.name();
     let message = finding.paragraph(Library::Unknown);
@@ -100,10 +102,9 @@ fn warning_statement(finding: &Finding) -> syn::Stmt {
         {
             mod vramguard {
                 #[deprecated(note = #message)]
-                #[allow(non_upper_case_globals)]
-                pub(super) const #definition: () = ();
+                pub(super) fn #definition() {}
             }
-            let () = vramguard::#usage;
+            let _ = vramguard::#usage;
         }
     }
 }
