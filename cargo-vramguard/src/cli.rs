@@ -1,5 +1,6 @@
 //! The command line: `cargo vramguard check [OPTIONS] <CRATE>` parsed into [`Options`].
-//! Owns the usage text and the validation of every argument; runs nothing.
+//! Owns the usage text and the validation of every argument; runs nothing. (`lint`'s own
+//! arguments are `lint::options`'.)
 
 use std::path::PathBuf;
 
@@ -16,6 +17,8 @@ fixes it.
 
 USAGE:
     cargo vramguard check [OPTIONS] <CRATE>
+    cargo vramguard lint [PATH] [OPTIONS]   the memory lints over a crate, no build
+                                            (`cargo vramguard lint --help`)
 
 ARGS:
     <CRATE>    a crate directory (with a Cargo.toml), or NAME@VERSION from crates.io
@@ -121,6 +124,8 @@ pub(crate) enum Command {
     Help,
     /// Run a check.
     Check(Box<Options>),
+    /// `cargo vramguard lint`.
+    Lint(crate::lint::options::LintCommand),
 }
 
 /// The facade this binary was built from: the workspace root above this crate.
@@ -136,6 +141,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>) -> Result<Command> {
     }
     match args.next().as_deref() {
         Some("check") => {}
+        Some("lint") => return crate::lint::options::parse(args).map(Command::Lint),
         Some("-h" | "--help" | "help") | None => return Ok(Command::Help),
         Some(other) => {
             return Err(Error::Usage(format!(
@@ -272,7 +278,7 @@ fn split_list(text: &str) -> impl Iterator<Item = String> + '_ {
 }
 
 /// A directory, or `NAME@VERSION` when no such directory exists.
-fn crate_source(arg: &str) -> Result<CrateSource> {
+pub(crate) fn crate_source(arg: &str) -> Result<CrateSource> {
     let path = PathBuf::from(arg);
     if path.exists() {
         if !path.join("Cargo.toml").is_file() {

@@ -9,6 +9,7 @@
 //! - `cargo`: cargo runs and their output.
 //! - `check`: the rounds, the error → function mapping and the escape hatches.
 //! - `report`: the human and JSON output.
+//! - `lint`: `cargo vramguard lint`, the memory lints over a crate (its own module doc).
 //!
 //! Decisions, for whoever changes this:
 //! - The attribute goes after a function's existing attributes (so `#[cfg]` is applied before
@@ -34,6 +35,7 @@ mod cargo;
 mod check;
 mod cli;
 mod error;
+mod lint;
 mod report;
 mod source;
 mod workspace;
@@ -51,6 +53,20 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         cli::Command::Check(options) => options,
+        cli::Command::Lint(lint::options::LintCommand::Help) => {
+            print!("{}", lint::options::USAGE);
+            return ExitCode::SUCCESS;
+        }
+        cli::Command::Lint(lint::options::LintCommand::Run(options)) => {
+            return match lint::run(&options) {
+                Ok(report) => {
+                    print!("{}", report.output);
+                    eprint!("{}", report.notes);
+                    ExitCode::from(report.exit_code())
+                }
+                Err(error) => fail(&error),
+            };
+        }
     };
     match check::run(&options) {
         Ok(outcome) => {
