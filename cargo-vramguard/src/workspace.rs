@@ -36,7 +36,7 @@ pub(crate) struct WorkCopy {
 pub(crate) fn prepare(
     src: &Path,
     work_dir: &Path,
-    vramguard_path: &Path,
+    vramguard_path: Option<&Path>,
     features: &[String],
 ) -> Result<WorkCopy> {
     let manifest_path = src.join("Cargo.toml");
@@ -87,7 +87,7 @@ pub(crate) fn prepare(
         ));
     }
     make_paths_absolute(&mut doc, src);
-    add_facade(&mut doc, vramguard_path, &facade);
+    add_facade(&mut doc, vramguard_path, &declared, src, &facade);
     if doc.get("workspace").is_none() {
         doc.insert("workspace", Item::Table(Table::new()));
     }
@@ -160,7 +160,7 @@ fn inherited_key(doc: &DocumentMut) -> Option<String> {
 
 /// The dependency tables: `[dependencies]`, `[dev-dependencies]`, `[build-dependencies]` and
 /// their `[target.<cfg>.*]` forms, each with its name as written in the manifest.
-fn visit_dependency_tables(
+pub(crate) fn visit_dependency_tables(
     doc: &mut DocumentMut,
     mut visit: impl FnMut(&str, &mut dyn toml_edit::TableLike),
 ) {
@@ -203,7 +203,7 @@ fn make_paths_absolute(doc: &mut DocumentMut, src: &Path) {
 }
 
 /// The package a dependency entry names: its `package` key, else its own name.
-fn package_of<'a>(name: &'a str, dep: &'a Item) -> &'a str {
+pub(crate) fn package_of<'a>(name: &'a str, dep: &'a Item) -> &'a str {
     dep.as_table_like()
         .and_then(|t| t.get("package"))
         .and_then(Item::as_str)
@@ -318,7 +318,7 @@ impl FacadeConfig {
 
 /// The vramguard feature that makes a tensor library's tensors known to vramguard, for a
 /// dependency on `package` at version requirement `version`.
-fn feature_for(package: &str, version: Option<&str>) -> Option<&'static str> {
+pub(crate) fn feature_for(package: &str, version: Option<&str>) -> Option<&'static str> {
     match package {
         "candle-core" => Some("candle"),
         "burn" | "burn-tensor" => {
@@ -338,7 +338,7 @@ fn feature_for(package: &str, version: Option<&str>) -> Option<&'static str> {
 }
 
 /// The facade's major.minor, for the suggested `version = "…"`.
-fn facade_version() -> String {
+pub(crate) fn facade_version() -> String {
     let version = env!("CARGO_PKG_VERSION");
     version
         .rsplit_once('.')
@@ -405,10 +405,42 @@ fn missing_features(
 }
 
 /// `vramguard = { path = "…", default-features = false, features = [..] }` under
-/// `[dependencies]` (replacing any).
-fn add_facade(doc: &mut DocumentMut, vramguard_path: &Path, facade: &FacadeConfig) {
+/// `[dependencies]` (replacing any). Without a facade directory (a tool installed from a
+/// registry), the source is that of the first declaration (its `version`, `path`, `git` or
+/// `registry`, relative paths made absolute against `src`), else this tool's version.
+fn add_facade(
+    doc: &mut DocumentMut,
+    vramguard_path: Option<&Path>,
+    declared: &[DeclaredFacade],
+    src: &Path,
+    facade: &FacadeConfig,
+) {
     let mut dep = InlineTable::new();
-    dep.insert("path", vramguard_path.display().to_string().into());
+    match (vramguard_path, declared.first()) {
+        (Some(path), _) => {
+            dep.insert("path", path.display().to_string().into());
+        }
+        (None, Some(first)) => {
+            const SOURCE_KEYS: [&str; 7] =
+                ["version", "path", "git", "branch", "tag", "rev", "registry"];
+            for key in SOURCE_KEYS {
+                let Some(value) = first.entry.get(key) else {
+                    continue;
+                };
+                match value.as_str() {
+                    Some(path) if key == "path" && Path::new(path).is_relative() => {
+                        dep.insert(key, src.join(path).display().to_string().into());
+                    }
+                    _ => {
+                        dep.insert(key, value.clone());
+                    }
+                }
+            }
+        }
+        (None, None) => {
+            dep.insert("version", facade_version().into());
+        }
+    }
     if !facade.default_features {
         dep.insert("default-features", false.into());
     }
@@ -470,7 +502,13 @@ mod tests {
                 .expect("test manifest parses");
         make_paths_absolute(&mut doc, Path::new("/src/x"));
         let facade = FacadeConfig::merge(&[], &["candle".to_string()]);
-        add_facade(&mut doc, Path::new("/vg"), &facade);
+        add_facade(
+            &mut doc,
+            Some(Path::new("/vg")),
+            &[],
+            Path::new("/src/x"),
+            &facade,
+        );
         let text = doc.to_string();
         assert!(text.contains("path = \"/src/x/../helper\""), "{text}");
         assert!(
@@ -501,7 +539,13 @@ mod tests {
         let facade = FacadeConfig::merge(&declared, &["candle".to_string(), "tch".to_string()]);
         assert_eq!(facade.features, ["ndarray", "tch", "candle"]);
         assert!(!facade.default_features, "every declaration turns them off");
-        add_facade(&mut doc, Path::new("/vg"), &facade);
+        add_facade(
+            &mut doc,
+            Some(Path::new("/vg")),
+            &[],
+            Path::new("/src/x"),
+            &facade,
+        );
         let text = doc.to_string();
         assert!(
             text.contains(
@@ -573,6 +617,47 @@ mod tests {
             "{warnings:?}"
         );
         assert!(warnings[0].contains("--features burn"), "{warnings:?}");
+    }
+
+    #[test]
+    fn without_a_facade_directory_the_declared_source_is_kept() {
+        let mut doc = manifest(
+            "[package]\nname = \"x\"\n[dependencies]\n\
+             vramguard = { version = \"0.1\", default-features = false, features = [\"candle\"] }\n",
+        );
+        let declared = take_facade(&mut doc);
+        let facade = FacadeConfig::merge(&declared, &[]);
+        add_facade(&mut doc, None, &declared, Path::new("/src/x"), &facade);
+        assert!(
+            doc.to_string().contains(
+                "vramguard = { version = \"0.1\", default-features = false, features = [\"candle\"] }"
+            ),
+            "{doc}"
+        );
+        let mut doc = manifest("[package]\nname = \"x\"\n[dependencies]\nvg = { package = \"vramguard\", path = \"../vg\" }\n");
+        let declared = take_facade(&mut doc);
+        let facade = FacadeConfig::merge(&declared, &[]);
+        add_facade(&mut doc, None, &declared, Path::new("/src/x"), &facade);
+        assert!(
+            doc.to_string()
+                .contains("vramguard = { path = \"/src/x/../vg\" }"),
+            "{doc}"
+        );
+        let mut doc = manifest("[package]\nname = \"x\"\n");
+        add_facade(
+            &mut doc,
+            None,
+            &[],
+            Path::new("/src/x"),
+            &FacadeConfig::merge(&[], &[]),
+        );
+        assert!(
+            doc.to_string().contains(&format!(
+                "vramguard = {{ version = \"{}\" }}",
+                facade_version()
+            )),
+            "{doc}"
+        );
     }
 
     #[test]
