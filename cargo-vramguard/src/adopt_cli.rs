@@ -37,8 +37,12 @@ pub(crate) struct CopyOptions {
 
 impl CopyOptions {
     /// The check's options for this copy (`with_features`: more facade features, those the
-    /// crate is about to get).
-    pub(crate) fn check_options(&self, with_features: &[String]) -> cli::Options {
+    /// crate is about to get; `manifest`: its `Cargo.toml` as `apply` is about to write it).
+    pub(crate) fn check_options(
+        &self,
+        with_features: &[String],
+        manifest: Option<String>,
+    ) -> cli::Options {
         let mut features = self.features.clone();
         for feature in with_features {
             if !features.contains(feature) {
@@ -59,6 +63,7 @@ impl CopyOptions {
             target_dir: self.target_dir.clone(),
             max_rounds: self.max_rounds,
             offline: self.offline,
+            manifest,
         }
     }
 }

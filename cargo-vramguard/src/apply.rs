@@ -19,6 +19,7 @@ use crate::adopt_cli::{self, CopyOptions};
 use crate::annotate::{Annotation, FnSite};
 use crate::check::{self, Checked};
 use crate::error::{Error, Result};
+use crate::report::shorten;
 use crate::track::{self, Allocator};
 use crate::{dependency, targets, vcs};
 
@@ -164,7 +165,12 @@ pub(crate) fn run(options: &Options) -> Result<()> {
             detail,
         })?;
 
-    let checked = check::run_detailed(&options.copy.check_options(&dependency.features))?;
+    // The copy is the crate as apply leaves it: its dependency line, hence its features.
+    let checked = check::run_detailed(
+        &options
+            .copy
+            .check_options(&dependency.features, Some(dependency.text.clone())),
+    )?;
     settled(&checked, options)?;
     let (annotated, untouched) = sort_decisions(&checked);
 
@@ -283,7 +289,7 @@ fn sort_decisions(checked: &Checked) -> (Vec<Annotated>, Vec<Untouched>) {
                         let error = failure
                             .error
                             .as_ref()
-                            .map(|e| format!("{}; ", e.headline()))
+                            .map(|e| format!("{}\n      ", shorten(&e.headline(), 160)))
                             .unwrap_or_default();
                         format!("{error}{}", failure.fix)
                     }
@@ -457,7 +463,7 @@ fn summary(
             if untouched.len() == 1 { "it" } else { "them" }
         );
         for u in untouched {
-            let _ = writeln!(out, "  {}:{}  {}: {}", u.file, u.line, u.name, u.why);
+            let _ = writeln!(out, "  {}:{}  {}\n      {}", u.file, u.line, u.name, u.why);
         }
     }
     for note in notes {

@@ -88,6 +88,7 @@ pub(crate) fn run_detailed(options: &Options) -> Result<Checked> {
         &options.work_dir,
         options.vramguard_path.as_deref(),
         &options.features,
+        options.manifest.as_deref(),
     )?;
     progress(format_args!(
         "cargo-vramguard: checking {} {} (copy in {})",

@@ -117,6 +117,9 @@ pub(crate) struct Options {
     pub max_rounds: usize,
     /// Pass `--offline` to cargo.
     pub offline: bool,
+    /// The crate's `Cargo.toml` as `apply` is about to write it, used instead of the file
+    /// (never set from the command line).
+    pub manifest: Option<String>,
 }
 
 /// What the command line asks for.
@@ -284,6 +287,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>) -> Result<Command> {
         target_dir,
         max_rounds,
         offline,
+        manifest: None,
     })))
 }
 

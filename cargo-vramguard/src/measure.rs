@@ -287,7 +287,8 @@ pub(crate) fn run(options: &Options) -> Result<Report> {
         .any(|f| strip::strip(&f.text).is_ok_and(|(_, removed)| removed > 0));
     let add = options.copy.fns.is_some() || !carries_attribute;
     let (copy_dir, krate, version, added) = if add {
-        let checked = check::run_detailed(&options.copy.check_options(&library_features))?;
+        let checked =
+            check::run_detailed(&options.copy.check_options(&library_features, None))?;
         if !checked.outcome.converged || !checked.outcome.unmapped.is_empty() {
             return Err(Error::Unsettled(format!(
                 "the check did not settle which functions compile annotated (`cargo vramguard \
@@ -309,6 +310,7 @@ pub(crate) fn run(options: &Options) -> Result<Report> {
             &options.copy.work_dir,
             options.copy.vramguard_path.as_deref(),
             &union(&options.copy.features, &library_features),
+            None,
         )?;
         for warning in &copy.warnings {
             eprintln!("{warning}");
@@ -570,6 +572,15 @@ fn build(
     out_dir: &Path,
     which: &str,
 ) -> Result<PathBuf> {
+    // Cargo puts a binary where its artifact message says (`target/debug/NAME`) only when it
+    // compiles it: a build it finds fresh leaves there whatever was built last under that
+    // name, by any package sharing the target directory (the crate itself, an earlier copy).
+    // A newer root file makes it compile this one.
+    let root = std::fs::File::options()
+        .append(true)
+        .open(&target.src_path)
+        .and_then(|file| file.set_modified(std::time::SystemTime::now()));
+    root.map_err(Error::io("touch", &target.src_path))?;
     let mut command = Command::new(crate::cargo::cargo_program());
     command
         .arg("build")

@@ -32,16 +32,23 @@ pub(crate) struct WorkCopy {
     pub warnings: Vec<String>,
 }
 
-/// Copies `src` into `work_dir/NAME-VERSION` (replacing an older copy) and edits its manifest.
+/// Copies `src` into `work_dir/NAME-VERSION` (replacing an older copy) and edits its manifest
+/// (`manifest`: that text instead of the crate's own `Cargo.toml`, e.g. the one `apply` is
+/// about to write).
 pub(crate) fn prepare(
     src: &Path,
     work_dir: &Path,
     vramguard_path: Option<&Path>,
     features: &[String],
+    manifest: Option<&str>,
 ) -> Result<WorkCopy> {
     let manifest_path = src.join("Cargo.toml");
-    let text =
-        std::fs::read_to_string(&manifest_path).map_err(Error::io("read", &manifest_path))?;
+    let text = match manifest {
+        Some(text) => text.to_string(),
+        None => {
+            std::fs::read_to_string(&manifest_path).map_err(Error::io("read", &manifest_path))?
+        }
+    };
     let mut doc: DocumentMut = text.parse().map_err(|e| Error::Manifest {
         path: manifest_path.clone(),
         detail: format!("not valid TOML: {e}"),
@@ -88,6 +95,7 @@ pub(crate) fn prepare(
     }
     make_paths_absolute(&mut doc, src);
     add_facade(&mut doc, vramguard_path, &declared, src, &facade);
+    mark_as_copy(&mut doc, &version);
     if doc.get("workspace").is_none() {
         doc.insert("workspace", Item::Table(Table::new()));
     }
@@ -118,6 +126,26 @@ fn inherits(path: &Path, key: &str) -> Error {
              copies the crate alone. Package it first (`cargo package --no-verify \
              --allow-dirty -p NAME`) and check `target/package/NAME-VERSION` instead"
         ),
+    }
+}
+
+/// The version build metadata that sets the copy's artifacts apart from the crate's own.
+pub(crate) const COPY_BUILD_METADATA: &str = "vramguard-copy";
+
+/// Gives the copy's version the build metadata [`COPY_BUILD_METADATA`]. Cargo names a
+/// package's artifacts by a hash of its name, its version and its path relative to its
+/// workspace root, and the crate and its copy are each the root of their own workspace: with
+/// one target directory for both (`CARGO_TARGET_DIR`), they would write the same files, and a
+/// build of one could take the other's library for fresh. The version is the one thing in that
+/// hash the copy can change without changing its code's names; `CARGO_PKG_VERSION` reads
+/// `0.1.0+vramguard-copy` in the copy (in both of `measure`'s builds alike).
+fn mark_as_copy(doc: &mut DocumentMut, version: &str) {
+    let tagged = match version.split_once('+') {
+        Some(_) => format!("{version}.{COPY_BUILD_METADATA}"),
+        None => format!("{version}+{COPY_BUILD_METADATA}"),
+    };
+    if let Some(package) = doc.get_mut("package").and_then(Item::as_table_like_mut) {
+        package.insert("version", value(tagged));
     }
 }
 
