@@ -77,7 +77,12 @@ pub(crate) struct Args {
 
 impl Args {
     /// The value of a flag: its `=value`, else the next argument.
-    pub(crate) fn value(&mut self, name: &str, inline: Option<String>, what: &str) -> Result<String> {
+    pub(crate) fn value(
+        &mut self,
+        name: &str,
+        inline: Option<String>,
+        what: &str,
+    ) -> Result<String> {
         inline
             .or_else(|| self.items.pop_front())
             .ok_or_else(|| Error::Usage(format!("`{name}` needs a value: `{name} {what}`")))
@@ -141,9 +146,7 @@ pub(crate) fn parse(
                 vramguard_path = Some(PathBuf::from(args.value(&name, inline, "DIR")?))
             }
             "--work-dir" => work_dir = Some(PathBuf::from(args.value(&name, inline, "DIR")?)),
-            "--target-dir" => {
-                target_dir = Some(PathBuf::from(args.value(&name, inline, "DIR")?))
-            }
+            "--target-dir" => target_dir = Some(PathBuf::from(args.value(&name, inline, "DIR")?)),
             "--max-rounds" => {
                 let text = args.value(&name, inline, "N")?;
                 max_rounds = match text.parse::<usize>() {
@@ -184,9 +187,8 @@ pub(crate) fn parse(
             crate_dir.display()
         )));
     }
-    let work_dir = cli::absolute(
-        &work_dir.unwrap_or_else(|| std::env::temp_dir().join("cargo-vramguard")),
-    )?;
+    let work_dir =
+        cli::absolute(&work_dir.unwrap_or_else(|| std::env::temp_dir().join("cargo-vramguard")))?;
     let target_dir =
         match target_dir.or_else(|| std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from)) {
             Some(dir) => cli::absolute(&dir)?,

@@ -159,10 +159,12 @@ pub(crate) fn run(options: &Options) -> Result<()> {
         .vramguard_path_given
         .then(|| options.copy.vramguard_path.clone())
         .flatten();
-    let dependency = dependency::ensure_vramguard(&manifest, explicit_path.as_deref())
-        .map_err(|detail| Error::Manifest {
-            path: manifest_path.clone(),
-            detail,
+    let dependency =
+        dependency::ensure_vramguard(&manifest, explicit_path.as_deref()).map_err(|detail| {
+            Error::Manifest {
+                path: manifest_path.clone(),
+                detail,
+            }
         })?;
 
     // The copy is the crate as apply leaves it: its dependency line, hence its features.
@@ -309,7 +311,9 @@ fn sort_decisions(checked: &Checked) -> (Vec<Annotated>, Vec<Untouched>) {
 
 /// The attribute as a user writes it: `#[vramguard::inference]`, with the `#[keep]`s noted.
 fn user_attr(annotation: &Annotation) -> String {
-    let attr = annotation.attr.replacen("#[::vramguard::", "#[vramguard::", 1);
+    let attr = annotation
+        .attr
+        .replacen("#[::vramguard::", "#[vramguard::", 1);
     match annotation.keep_lets.len() {
         0 => attr,
         1 => format!("{attr} and #[keep] on one `let`"),
@@ -331,7 +335,9 @@ fn render_for_user(text: &str, sites: &[(&FnSite, &Annotation)]) -> String {
     };
     let mut inserts: Vec<(usize, String)> = Vec::new();
     for (site, annotation) in sites {
-        let attr = annotation.attr.replacen("#[::vramguard::", "#[vramguard::", 1);
+        let attr = annotation
+            .attr
+            .replacen("#[::vramguard::", "#[vramguard::", 1);
         inserts.push((site.offset, own_line(site.offset, &attr)));
         for &offset in &annotation.keep_lets {
             inserts.push((offset, own_line(offset, "#[keep]")));
@@ -576,7 +582,10 @@ mod tests {
             out,
             "impl M {\n    /// Doc.\n    #[vramguard::inference]\n    pub fn forward(&self) {\n        #[keep]\n        let x = 1;\n    }\n    #[inline] #[vramguard::inference(drops = false)] fn g() {}\n}\n"
         );
-        assert_eq!(user_attr(&keep), "#[vramguard::inference] and #[keep] on one `let`");
+        assert_eq!(
+            user_attr(&keep),
+            "#[vramguard::inference] and #[keep] on one `let`"
+        );
     }
 
     #[test]

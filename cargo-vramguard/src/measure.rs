@@ -271,8 +271,8 @@ pub(crate) struct Report {
 pub(crate) fn run(options: &Options) -> Result<Report> {
     let dir = &options.copy.crate_dir;
     let manifest_path = dir.join("Cargo.toml");
-    let manifest = std::fs::read_to_string(&manifest_path)
-        .map_err(Error::io("read", &manifest_path))?;
+    let manifest =
+        std::fs::read_to_string(&manifest_path).map_err(Error::io("read", &manifest_path))?;
     let library_features = dependency::ensure_vramguard(&manifest, None)
         .map_err(|detail| Error::Manifest {
             path: manifest_path.clone(),
@@ -287,8 +287,7 @@ pub(crate) fn run(options: &Options) -> Result<Report> {
         .any(|f| strip::strip(&f.text).is_ok_and(|(_, removed)| removed > 0));
     let add = options.copy.fns.is_some() || !carries_attribute;
     let (copy_dir, krate, version, added) = if add {
-        let checked =
-            check::run_detailed(&options.copy.check_options(&library_features, None))?;
+        let checked = check::run_detailed(&options.copy.check_options(&library_features, None))?;
         if !checked.outcome.converged || !checked.outcome.unmapped.is_empty() {
             return Err(Error::Unsettled(format!(
                 "the check did not settle which functions compile annotated (`cargo vramguard \

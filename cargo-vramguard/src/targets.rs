@@ -45,7 +45,13 @@ pub(crate) struct Target {
 pub(crate) fn targets(dir: &Path, offline: bool) -> Result<(String, String, Vec<Target>)> {
     let mut command = Command::new(crate::cargo::cargo_program());
     command
-        .args(["metadata", "--no-deps", "--format-version", "1", "--manifest-path"])
+        .args([
+            "metadata",
+            "--no-deps",
+            "--format-version",
+            "1",
+            "--manifest-path",
+        ])
         .arg(dir.join("Cargo.toml"))
         .env("CARGO_TERM_COLOR", "never");
     if offline {
@@ -91,11 +97,9 @@ pub(crate) fn targets(dir: &Path, offline: bool) -> Result<(String, String, Vec<
             "test" => Some(Kind::Test),
             _ => None,
         });
-        if let (Some(kind), Some(name), Some(src)) = (
-            kind,
-            target["name"].as_str(),
-            target["src_path"].as_str(),
-        ) {
+        if let (Some(kind), Some(name), Some(src)) =
+            (kind, target["name"].as_str(), target["src_path"].as_str())
+        {
             found.push(Target {
                 kind,
                 name: name.to_string(),

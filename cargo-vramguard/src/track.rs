@@ -58,13 +58,20 @@ pub(crate) fn install(text: &str) -> Result<Allocator, String> {
             });
         }
     }
-    let taken = |name: &str| file.items.iter().any(|item| item_name(item).as_deref() == Some(name));
+    let taken = |name: &str| {
+        file.items
+            .iter()
+            .any(|item| item_name(item).as_deref() == Some(name))
+    };
     let name = NAMES
         .iter()
         .find(|n| !taken(n))
         .copied()
         .unwrap_or("VRAMGUARD_TRACKING_ALLOC");
-    let main = file.items.iter().find(|item| item_name(item).as_deref() == Some("main"));
+    let main = file
+        .items
+        .iter()
+        .find(|item| item_name(item).as_deref() == Some("main"));
     let before = main.or_else(|| file.items.first());
     let offset = match before {
         Some(item) => {
@@ -122,7 +129,11 @@ mod tests {
             out,
             "//! A tool.\nuse std::io;\n\n#[global_allocator]\nstatic ALLOC: vramguard::TrackingAllocator = vramguard::TrackingAllocator::system();\n\n/// Entry.\n#[allow(unused)]\nfn main() {\n    let _ = io::stdin();\n}\n"
         );
-        assert_eq!(install(&out), Ok(Allocator::Tracking), "a second run finds it");
+        assert_eq!(
+            install(&out),
+            Ok(Allocator::Tracking),
+            "a second run finds it"
+        );
     }
 
     #[test]

@@ -38,12 +38,13 @@ pub(crate) fn ensure_clean(crate_dir: &Path, allowed: Allowed) -> Result<()> {
     if allowed.dirty {
         return Ok(());
     }
-    let output = git(&["status", "--porcelain", "--untracked-files=all", "--", "."]).map_err(
-        |source| Error::Spawn {
-            command: "git status --porcelain".to_string(),
-            source,
-        },
-    )?;
+    let output =
+        git(&["status", "--porcelain", "--untracked-files=all", "--", "."]).map_err(|source| {
+            Error::Spawn {
+                command: "git status --porcelain".to_string(),
+                source,
+            }
+        })?;
     let files: Vec<String> = String::from_utf8_lossy(&output.stdout)
         .lines()
         .filter(|l| l.len() > 3)

@@ -20,12 +20,21 @@ fn text(bytes: &[u8]) -> String {
 
 fn git(dir: &Path, args: &[&str]) -> String {
     let output = Command::new("git")
-        .args(["-c", "user.name=test", "-c", "user.email=test@example.invalid"])
+        .args([
+            "-c",
+            "user.name=test",
+            "-c",
+            "user.email=test@example.invalid",
+        ])
         .args(args)
         .current_dir(dir)
         .output()
         .expect("git runs");
-    assert!(output.status.success(), "git {args:?}: {}", text(&output.stderr));
+    assert!(
+        output.status.success(),
+        "git {args:?}: {}",
+        text(&output.stderr)
+    );
     text(&output.stdout)
 }
 
@@ -83,9 +92,18 @@ fn tool(dir: &Path, case: &str, args: &[&str]) -> Output {
 #[test]
 fn a_dry_run_prints_the_diff_and_a_dirty_crate_is_refused() {
     let dir = fixture_copy("dry-run");
-    let output = tool(&dir, "dry-run", &["apply", "--fns", "forward*", "--track", "--dry-run"]);
+    let output = tool(
+        &dir,
+        "dry-run",
+        &["apply", "--fns", "forward*", "--track", "--dry-run"],
+    );
     let stdout = text(&output.stdout);
-    assert_eq!(output.status.code(), Some(0), "{stdout}\n{}", text(&output.stderr));
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&output.stderr)
+    );
     for hunk in [
         "--- a/src/lib.rs\n+++ b/src/lib.rs\n@@ -29,6 +29,7 @@\n     }\n \n     /// Every intermediate is an owned array: plain, all of them live until the return.\n+    #[vramguard::inference]\n     pub fn forward(&self, x: &Array2<f32>) -> Array2<f32> {\n",
         "/// Needs `#[inference(keep(x))]`: `r` borrows `x` through `pick`.\n+#[vramguard::inference(keep(x))]\n pub fn forward_picked(",
@@ -140,9 +158,18 @@ fn peak_by_hand(dir: &Path) -> u64 {
 #[test]
 fn apply_writes_what_compiles_names_what_does_not_and_measure_agrees_with_a_hand_measurement() {
     let dir = fixture_copy("apply");
-    let output = tool(&dir, "apply", &["apply", "--fns", "forward*", "--track", "--test"]);
+    let output = tool(
+        &dir,
+        "apply",
+        &["apply", "--fns", "forward*", "--track", "--test"],
+    );
     let stdout = text(&output.stdout);
-    assert_eq!(output.status.code(), Some(0), "{stdout}\n{}", text(&output.stderr));
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&output.stderr)
+    );
     for line in [
         "cargo vramguard apply: vramguard-fixture-adopt 0.1.0, #[inference] on functions matching `forward*`\n",
         "annotated: 2 functions\n  src/lib.rs:32  Mlp::forward\n  src/lib.rs:60  forward_picked  #[vramguard::inference(keep(x))] (the escape hatch the check verified)\n",
@@ -159,30 +186,56 @@ fn apply_writes_what_compiles_names_what_does_not_and_measure_agrees_with_a_hand
     let untouched = "/// lint's warning an error, so nothing makes this function compile with the attribute.\npub fn forward_and_backward(";
     assert!(lib.contains(untouched), "{lib}");
     let diff = git(&dir, &["diff", "--stat"]);
-    assert!(diff.contains("src/lib.rs  | 2 ++"), "two lines added: {diff}");
+    assert!(
+        diff.contains("src/lib.rs  | 2 ++"),
+        "two lines added: {diff}"
+    );
     assert!(diff.contains("src/main.rs | 3 +++"), "{diff}");
-    assert!(diff.contains("Cargo.toml  | 2 +-"), "one line changed: {diff}");
+    assert!(
+        diff.contains("Cargo.toml  | 2 +-"),
+        "one line changed: {diff}"
+    );
 
     // Twice: nothing changes.
     commit_all(&dir, "applied");
     let output = tool(&dir, "apply", &["apply", "--fns", "forward*", "--track"]);
     let stdout = text(&output.stdout);
-    assert_eq!(output.status.code(), Some(0), "{stdout}\n{}", text(&output.stderr));
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&output.stderr)
+    );
     assert!(
         stdout.contains("nothing to change: the crate already has what apply writes\n"),
         "{stdout}"
     );
-    assert!(stdout.contains("forward_and_backward"), "still named: {stdout}");
+    assert!(
+        stdout.contains("forward_and_backward"),
+        "still named: {stdout}"
+    );
     assert_eq!(git(&dir, &["status", "--porcelain"]), "", "nothing written");
 
     // Measured by the tool.
     let output = tool(
         &dir,
         "apply",
-        &["measure", "--bin", "vramguard-fixture-adopt", "--json", "--runs", "1"],
+        &[
+            "measure",
+            "--bin",
+            "vramguard-fixture-adopt",
+            "--json",
+            "--runs",
+            "1",
+        ],
     );
     let stdout = text(&output.stdout);
-    assert_eq!(output.status.code(), Some(0), "{stdout}\n{}", text(&output.stderr));
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&output.stderr)
+    );
     let report: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON object");
     assert_eq!(report["stdout_identical"], true, "{stdout}");
     assert_eq!(report["annotation_source"], "as_written", "{stdout}");
@@ -192,9 +245,14 @@ fn apply_writes_what_compiles_names_what_does_not_and_measure_agrees_with_a_hand
         "{stdout}"
     );
     let plain = report["plain_peak_bytes"].as_u64().expect("plain peak");
-    let annotated = report["annotated_peak_bytes"].as_u64().expect("annotated peak");
+    let annotated = report["annotated_peak_bytes"]
+        .as_u64()
+        .expect("annotated peak");
     assert!(annotated < plain, "{stdout}");
-    assert!(report["time_ratio"].as_f64().is_some_and(|r| r > 0.0), "{stdout}");
+    assert!(
+        report["time_ratio"].as_f64().is_some_and(|r| r > 0.0),
+        "{stdout}"
+    );
     assert_eq!(report["census_peak_bytes"], annotated, "{stdout}");
     let groups = report["largest_at_peak"].as_array().expect("groups");
     assert_eq!(groups[0]["label"], "forward", "{stdout}");
