@@ -54,14 +54,27 @@ fi
 say() { printf '== package-check (%ds): %s\n' $((SECONDS - started)) "$*"; }
 fail() { echo "package-check: $*" >&2; exit 1; }
 
-say "vendoring the third-party crates of Cargo.lock into $registry"
-cargo vendor --locked --versioned-dirs -q "$registry" >/dev/null
+# The vendored crates are kept beside the builds while Cargo.lock stays the same (~850 MB that
+# take a minute to copy); the registry links to them, and gets our packages of this run.
+vendor=$CARGO_TARGET_DIR/vendor
+lock_sum=$(sha256sum Cargo.lock | cut -d ' ' -f 1)
+if [[ ! -f $vendor/.lock-sha256 || $(cat "$vendor/.lock-sha256") != "$lock_sum" ]]; then
+    say "vendoring the third-party crates of Cargo.lock into $vendor"
+    rm -rf "$vendor"
+    cargo vendor --locked --versioned-dirs -q "$vendor" >/dev/null
+    echo "$lock_sum" >"$vendor/.lock-sha256"
+fi
+mkdir -p "$registry"
+ln -s "$vendor"/* "$registry"/
 
 mapfile -t packages < <(cargo metadata --format-version 1 --no-deps --locked \
     | python3 scripts/package_check.py order)
 say "publishable packages, in dependency order: ${packages[*]}"
 local_registry=(--config "source.crates-io.replace-with='vramguard-local'"
-    --config "source.vramguard-local.directory='$registry'")
+    --config "source.vramguard-local.directory='$registry'"
+    # The facade's package keeps the workspace's profiles (its dependencies at opt-level 2):
+    # the lean profile instead, so its verification reuses what the others built.
+    --config 'profile.dev.package."*".opt-level=0')
 for package in "${packages[@]}"; do
     version=$(cargo metadata --format-version 1 --no-deps --locked \
         | python3 -c "import json,sys; print(next(p['version'] for p in json.load(sys.stdin)['packages'] if p['name'] == sys.argv[1]))" "$package")

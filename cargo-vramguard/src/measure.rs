@@ -200,17 +200,18 @@ pub(crate) fn main(args: Vec<String>) -> ExitCode {
     }
 }
 
-/// One group of the census: allocations made under one label, live at the annotated peak.
+/// One group of the census: allocations of one size made under one label, live at the
+/// annotated peak.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub(crate) struct LiveGroup {
     /// The label (`(no label)`, `(vramguard bookkeeping)` for vramguard's own).
     pub label: String,
+    /// The size of each.
+    pub size: u64,
     /// Allocations.
     pub count: u64,
     /// Their bytes.
     pub bytes: u64,
-    /// The largest one.
-    pub largest: u64,
 }
 
 /// The target that was measured.
@@ -261,7 +262,7 @@ pub(crate) struct Report {
     pub annotated_seconds: f64,
     /// The census run's peak (the annotated build, run once more).
     pub census_peak_bytes: u64,
-    /// What was live at that peak, by label, largest first.
+    /// What was live at that peak, by label and size, most bytes first.
     pub largest_at_peak: Vec<LiveGroup>,
     /// Where the copy and the two executables are.
     pub work_dir: PathBuf,
@@ -338,7 +339,7 @@ pub(crate) fn run(options: &Options) -> Result<Report> {
         target.kind.name(),
         target.name
     );
-    let annotated_exe = build(&copy_dir, &target, options, &out_dir, "annotated")?;
+    let annotated_exe = build(&copy_dir, target, options, &out_dir, "annotated")?;
     // Plain build.
     let plain_texts = with_tracking(&annotated_files, &root_rel, |text| {
         strip::strip(text).map(|(plain, _)| plain)
@@ -349,7 +350,7 @@ pub(crate) fn run(options: &Options) -> Result<Report> {
         target.kind.name(),
         target.name
     );
-    let plain_exe = build(&copy_dir, &target, options, &out_dir, "plain");
+    let plain_exe = build(&copy_dir, target, options, &out_dir, "plain");
     // The copy is left annotated, for inspection, whether the plain build worked or not.
     write_texts(&copy_dir, &annotated_texts)?;
     let plain_exe = plain_exe?;
@@ -723,9 +724,9 @@ fn run_once(
         .flatten()
         .map(|g| LiveGroup {
             label: g["label"].as_str().unwrap_or_default().to_string(),
+            size: number(&g["size"]),
             count: number(&g["count"]),
             bytes: number(&g["bytes"]),
-            largest: number(&g["largest"]),
         })
         .collect();
     Ok(Run {
@@ -775,7 +776,7 @@ fn grouped(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -885,7 +886,7 @@ impl Report {
         let _ = writeln!(
             out,
             "  {:>14}  {:>7}  {:>14}  label",
-            "bytes", "count", "largest"
+            "bytes", "count", "size each"
         );
         for group in self.largest_at_peak.iter().take(SHOWN_GROUPS) {
             let _ = writeln!(
@@ -893,17 +894,33 @@ impl Report {
                 "  {:>14}  {:>7}  {:>14}  {}",
                 grouped(group.bytes),
                 grouped(group.count),
-                grouped(group.largest),
+                grouped(group.size),
                 group.label
             );
         }
         if self.largest_at_peak.len() > SHOWN_GROUPS {
+            let rest = &self.largest_at_peak[SHOWN_GROUPS..];
             let _ = writeln!(
                 out,
-                "  … {} more labels (--json lists them)",
-                self.largest_at_peak.len() - SHOWN_GROUPS
+                "  {:>14}  {:>7}  {:>14}  … the rest (--json lists them)",
+                grouped(rest.iter().map(|g| g.bytes).sum()),
+                grouped(rest.iter().map(|g| g.count).sum()),
+                ""
             );
         }
+        let mut by_label: Vec<(&str, u64)> = Vec::new();
+        for group in &self.largest_at_peak {
+            match by_label.iter_mut().find(|(label, _)| *label == group.label) {
+                Some((_, bytes)) => *bytes += group.bytes,
+                None => by_label.push((&group.label, group.bytes)),
+            }
+        }
+        by_label.sort_by_key(|(_, bytes)| std::cmp::Reverse(*bytes));
+        let totals: Vec<String> = by_label
+            .iter()
+            .map(|(label, bytes)| format!("{label} {} B", grouped(*bytes)))
+            .collect();
+        let _ = writeln!(out, "  by label: {}", totals.join(", "));
         let _ = writeln!(out, "builds and reports in {}", self.work_dir.display());
         out
     }

@@ -256,6 +256,15 @@ fn apply_writes_what_compiles_names_what_does_not_and_measure_agrees_with_a_hand
     assert_eq!(report["census_peak_bytes"], annotated, "{stdout}");
     let groups = report["largest_at_peak"].as_array().expect("groups");
     assert_eq!(groups[0]["label"], "forward", "{stdout}");
+    // The model's three weight matrices, of 64 × 256, 256 × 256 and 256 × 8 f32s.
+    for size in [64 * 256 * 4, 256 * 256 * 4, 256 * 8 * 4] {
+        assert!(
+            groups
+                .iter()
+                .any(|g| g["label"] == "weights" && g["size"] == size && g["count"] == 1),
+            "{size}: {stdout}"
+        );
+    }
     let sum: u64 = groups.iter().filter_map(|g| g["bytes"].as_u64()).sum();
     assert_eq!(sum, annotated, "the groups add up to the peak: {stdout}");
 

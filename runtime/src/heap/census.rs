@@ -1,5 +1,6 @@
 //! The peak census: which allocations were live at the moment the heap reached its peak,
-//! grouped by the label they were made under (a tag, a batch-scope iteration), for the exit
+//! grouped by the label they were made under (a tag, a batch-scope iteration) and their size,
+//! for the exit
 //! report ([`super::exit_report`]) and so for `cargo vramguard measure`. Off unless
 //! `VRAMGUARD_HEAP_CENSUS` asks for it; owns nothing of the counters themselves.
 //!
@@ -46,19 +47,17 @@ struct Live {
     group: u32,
 }
 
-/// Allocations of one group: how many, their bytes, the largest.
+/// Allocations of one label and one size: how many, and their bytes.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Tally {
     pub(super) count: u64,
     pub(super) bytes: u64,
-    pub(super) largest: u64,
 }
 
 impl Tally {
     fn add(&mut self, size: u64) {
         self.count += 1;
         self.bytes += size;
-        self.largest = self.largest.max(size);
     }
 }
 
@@ -73,17 +72,17 @@ struct Census {
     peak_bytes: u64,
     /// The sequence number of the allocation that reached the peak.
     peak_seq: u64,
-    /// Allocations live at the peak and freed since, by group id.
-    freed_since_peak: HashMap<u32, Tally>,
+    /// Allocations live at the peak and freed since, by group id and size.
+    freed_since_peak: HashMap<(u32, u64), Tally>,
 }
 
-/// What was live at the peak, by group, largest first.
+/// What was live at the peak, by label and size, most bytes first.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct PeakCensus {
     /// The census's own peak of live bytes (the sum of the groups' bytes).
     pub(super) peak_bytes: u64,
-    /// (label, tally), largest bytes first.
-    pub(super) groups: Vec<(String, Tally)>,
+    /// (label, size, tally), most bytes first.
+    pub(super) groups: Vec<(String, u64, Tally)>,
 }
 
 fn lock() -> MutexGuard<'static, Option<Census>> {
@@ -181,7 +180,7 @@ pub(super) fn record_free(addr: usize) {
     if live.seq <= census.peak_seq {
         census
             .freed_since_peak
-            .entry(live.group)
+            .entry((live.group, live.size))
             .or_default()
             .add(live.size);
     }
@@ -201,20 +200,27 @@ pub(super) fn finish() -> Option<PeakCensus> {
     let census = guard.as_ref()?;
     let mut by_group = census.freed_since_peak.clone();
     for live in census.live.values().filter(|l| l.seq <= census.peak_seq) {
-        by_group.entry(live.group).or_default().add(live.size);
+        by_group
+            .entry((live.group, live.size))
+            .or_default()
+            .add(live.size);
     }
-    let mut groups: Vec<(String, Tally)> = by_group
+    let mut groups: Vec<(String, u64, Tally)> = by_group
         .into_iter()
-        .map(|(id, tally)| {
+        .map(|((id, size), tally)| {
             let name = census
                 .names
                 .get(id as usize)
                 .cloned()
                 .unwrap_or_else(|| NO_LABEL.to_string());
-            (name, tally)
+            (name, size, tally)
         })
         .collect();
-    groups.sort_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then_with(|| a.0.cmp(&b.0)));
+    groups.sort_by(|a, b| {
+        (b.2.bytes, b.1)
+            .cmp(&(a.2.bytes, a.1))
+            .then_with(|| a.0.cmp(&b.0))
+    });
     let result = PeakCensus {
         peak_bytes: census.peak_bytes,
         groups,

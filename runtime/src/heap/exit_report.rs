@@ -2,7 +2,7 @@
 //! its heap figures from outside (`cargo vramguard measure`): with
 //! `VRAMGUARD_HEAP_REPORT=PATH` in the environment, the tracking allocator writes one JSON
 //! object to PATH at exit; with `VRAMGUARD_HEAP_CENSUS=1` as well, the object says which
-//! allocations were live at the peak, by label ([`super::census`]). Owns the two variables and
+//! allocations were live at the peak, by label and size ([`super::census`]). Owns the two variables and
 //! the report's format; the figures are the counters' and the census's.
 //!
 //! The peak is the counters' own: every byte the tracking allocator counted from the process's
@@ -16,7 +16,7 @@
 //!
 //! ```json
 //! {"tracking":true,"peak_bytes":4198400,"live_bytes":1024,"allocations":12,"frees":11,
-//!  "census":{"peak_bytes":4198400,"groups":[{"label":"forward","count":2,"bytes":4194304,"largest":2097152}]}}
+//!  "census":{"peak_bytes":4198400,"groups":[{"label":"forward","size":2097152,"count":2,"bytes":4194304}]}}
 //! ```
 
 use super::census;
@@ -28,16 +28,18 @@ use std::path::PathBuf;
 pub const REPORT_ENV: &str = "VRAMGUARD_HEAP_REPORT";
 /// The variable that turns the peak census on (`1`); only read with [`REPORT_ENV`].
 pub const CENSUS_ENV: &str = "VRAMGUARD_HEAP_CENSUS";
-/// At most this many groups are listed; the rest are summed into one `"(other labels)"` group.
+/// At most this many groups are listed; the rest are summed into one `"(the rest)"` group (its
+/// `size` is the largest of theirs).
 const LISTED_GROUPS: usize = 32;
 
-/// One group of the census: the allocations made under one label and live at the peak.
+/// One group of the census: the allocations of one size made under one label and live at the
+/// peak.
 #[derive(Debug, Serialize)]
 struct Group {
     label: String,
+    size: u64,
     count: u64,
     bytes: u64,
-    largest: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -101,23 +103,23 @@ fn write_report() {
     let census = census::finish().map(|found| {
         let mut groups: Vec<Group> = Vec::new();
         let mut other = Group {
-            label: "(other labels)".to_string(),
+            label: "(the rest)".to_string(),
+            size: 0,
             count: 0,
             bytes: 0,
-            largest: 0,
         };
-        for (index, (label, tally)) in found.groups.into_iter().enumerate() {
+        for (index, (label, size, tally)) in found.groups.into_iter().enumerate() {
             if index < LISTED_GROUPS {
                 groups.push(Group {
                     label,
+                    size,
                     count: tally.count,
                     bytes: tally.bytes,
-                    largest: tally.largest,
                 });
             } else {
                 other.count += tally.count;
                 other.bytes += tally.bytes;
-                other.largest = other.largest.max(tally.largest);
+                other.size = other.size.max(size);
             }
         }
         if other.count > 0 {
