@@ -70,6 +70,11 @@ ln -s "$vendor"/* "$registry"/
 mapfile -t packages < <(cargo metadata --format-version 1 --no-deps --locked \
     | python3 scripts/package_check.py order)
 say "publishable packages, in dependency order: ${packages[*]}"
+# Cargo takes a registry crate it has built for fresh by its name and version alone: forget what
+# an earlier run built of ours, which had other contents under the same versions.
+for package in "${packages[@]}"; do
+    rm -rf "$CARGO_TARGET_DIR"/{debug,release}/.fingerprint/"$package"-*
+done
 local_registry=(--config "source.crates-io.replace-with='vramguard-local'"
     --config "source.vramguard-local.directory='$registry'"
     # The facade's package keeps the workspace's profiles (its dependencies at opt-level 2):
