@@ -192,8 +192,11 @@ if grep -q '^cudarc ' <<<"$tree"; then
     fail "the README's candle line builds cudarc"
 fi
 
-say "the README's first command: cargo install cargo-vramguard"
-cargo install -q cargo-vramguard
+say "the README's first command: cargo install cargo-vramguard (--debug)"
+# `--debug`: the dev profile the package's verification built its dependencies with, instead of
+# compiling them all again for release (minutes of CI); the package and its resolution are the
+# same.
+cargo install -q --debug cargo-vramguard
 command -v cargo-vramguard >/dev/null || fail "cargo-vramguard is not on PATH after cargo install"
 
 crate=$scratch/candle-model
