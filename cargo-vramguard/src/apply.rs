@@ -49,6 +49,11 @@ OPTIONS:
     --allow-dirty                   write even with uncommitted changes in the crate
     --allow-no-vcs                  write even if no git repository holds the crate
     --test                          after building, run the crate's tests (`cargo test`)
+
+EXIT CODE:
+    0 applied (or nothing to change), and the crate builds (and its tests pass)
+    2 usage error, uncommitted changes, the check did not settle, or the build or the tests
+      failed (what was written stays written: `git diff` shows it)
 ";
 
 /// What `apply` was asked to do.
