@@ -26,7 +26,7 @@
 # 2. In a CARGO_HOME of its own whose config replaces crates.io with that registry, the
 #    README's commands run as written: two fresh crates outside the workspace build and run
 #    with the README's dependency lines (read from README.md now: the default line and candle
-#    on the CPU); `cargo install cargo-vramguard`; then, on the candle fixture
+#    on the CPU); `cargo install cargo-vramguard` (`--debug`: see below); then, on the candle fixture
 #    (cargo-vramguard/tests/fixtures/candle_model, copied into a git repository of its own),
 #    `cargo vramguard apply --fns 'forward*' --track --test` (twice: the second run changes
 #    nothing), `cargo vramguard measure --bin candle-model` and its `--json`, whose peak_ratio
