@@ -103,7 +103,7 @@ pub use vramguard_runtime::{nn, scope};
 pub mod heap {
     pub use vramguard_runtime::heap::{
         html_report, is_tracking, memory_limit, record_trace, reset_peak_stats, set_memory_limit,
-        snapshot, stats, trace,
+        snapshot, stats, trace, CENSUS_ENV, REPORT_ENV,
     };
     use vramguard_runtime::memory::{MaxBatch, MaxBatchError, MaxBatchSearch};
 

@@ -1,4 +1,4 @@
-//! The macros' side of the lints: warnings as deprecated constants, `allow` placement.
+//! The macros' side of the lints: warnings as deprecated functions, `allow` placement.
 
 use super::*;
 use quote::quote;
