@@ -319,7 +319,7 @@ impl Driver {
         match self.region_at(addr) {
             None => bad(format!("{len} bytes at {addr:#x}: not device memory of this context")),
             Some((start, region)) => {
-                if end > start + region_span(region) as u64 {
+                if end > start + usable_len(region) as u64 {
                     return bad(format!(
                         "{len} bytes at {addr:#x} run past the end of the device memory at {start:#x}"
                     ));
@@ -374,6 +374,14 @@ impl Driver {
                 format!("cannot reserve {len} bytes of host address space: {e}"),
             )
         })
+    }
+}
+
+/// The bytes of a region its owner may use (what was asked for).
+pub fn usable_len(region: &Region) -> usize {
+    match region {
+        Region::Alloc { len, .. } | Region::Reserved { len, .. } => *len,
+        Region::Chunk(chunk) => chunk.requested,
     }
 }
 
