@@ -32,6 +32,7 @@ const RUNTIME: Layers = Layers {
         &["device"],
         &["grad"],
         &["scope"],
+        &["observer"],
         &["tensor"],
         &["nn"],
         &["memory"],

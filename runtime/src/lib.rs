@@ -17,6 +17,7 @@
 //! | [`device`] | devices and allocations; tells the thread's allocation observer |
 //! | [`grad`] | grad mode |
 //! | [`scope`] | batch scopes (the observer of their thread's allocations) and tags |
+//! | `observer` | every library's GPU allocations, seen through CUPTI (with the `cupti` feature) |
 //! | [`tensor`] | tensors, their backends and autograd |
 //! | [`nn`] | layers, optimizers, safetensors |
 //! | [`memory`] | per-device tools and the largest-batch search (devices and heap) |
@@ -34,6 +35,8 @@ pub mod grad;
 pub mod heap;
 pub mod memory;
 pub mod nn;
+#[cfg(feature = "cupti")]
+pub mod observer;
 pub mod scope;
 pub mod tensor;
 

@@ -151,6 +151,7 @@ pub use trace::{
     BlockSnapshot, LabelFrame, MemorySnapshot, PoolKind, SegmentSnapshot, Trace, TraceEvent,
     TraceEventKind, TraceLabel,
 };
+pub(crate) use memory_viz::snapshot_pickle;
 pub(crate) use trace::{RingEvent, TraceRing};
 
 #[cfg(test)]
