@@ -459,6 +459,7 @@ case "${1:-}" in
     run) run ;;
     dry-run) dry_run ;;
     plan) plan_check ;;
+    suite) suite ;;
     *)
         echo "usage: scripts/gpu-check.sh prepare   # here: build and collect the binaries in $CARRY" >&2
         echo "       scripts/gpu-check.sh run       # on the GPU machine: run them; output in \$OUT" >&2

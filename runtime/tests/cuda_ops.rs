@@ -188,6 +188,30 @@ fn cuda_matmul_and_batched_matmul_forward_and_backward() {
 }
 
 #[test]
+fn cuda_batched_matmul_reads_permuted_operands_in_place() {
+    let Some(gpu) = gpu() else { return };
+    // Attention's layout: [batch, seq, heads, head_dim] viewed as [batch, heads, seq, head_dim],
+    // whose batch dims do not collapse into one stride. The host reads such operands in place;
+    // the GPU must too (one strided-batched GEMM per outer batch index), not copy them.
+    let (q, k) = (randn(&[2, 16, 4, 8], 30), randn(&[2, 16, 4, 8], 31));
+    let scores = |t: &[Tensor]| {
+        let q = t[0].transpose(1, 2).unwrap();
+        let kt = t[1].transpose(1, 2).unwrap().transpose(2, 3).unwrap();
+        q.matmul(&kt).unwrap()
+    };
+    same("permuted batched matmul", &gpu, &[&q, &k], scores);
+    let on_gpu = [q.to_device(&gpu).unwrap(), k.to_device(&gpu).unwrap()];
+    let _g = grad::NoGradGuard::new();
+    let before = memory::stats(&gpu).allocated_bytes;
+    memory::reset_peak_stats(&gpu);
+    let s = scores(&on_gpu);
+    let peak = memory::stats(&gpu).peak_allocated_bytes - before;
+    // The output alone: 2 × 4 × 16 × 16 f32.
+    assert_eq!(peak, 2 * 4 * 16 * 16 * 4, "the matmul copied an operand");
+    drop(s);
+}
+
+#[test]
 fn cuda_reductions_softmax_and_layer_norm() {
     let Some(gpu) = gpu() else { return };
     let x = randn(&[3, 4, 5], 13);
