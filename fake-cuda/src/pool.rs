@@ -125,6 +125,7 @@ impl Driver {
             return Err(Fail::loud(errors::INVALID_VALUE, "an allocation of 0 bytes"));
         }
         let need = granules(bytes);
+        self.run_pending_frees(stream, need)?;
         let reusable = self
             .regions
             .iter()

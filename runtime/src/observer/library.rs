@@ -30,12 +30,14 @@ fn searched() -> String {
 
 /// `extras/CUPTI/lib64` under `CUDA_HOME` and `CUDA_PATH`, where set.
 fn toolkit_dirs() -> Vec<PathBuf> {
-    ["CUDA_HOME", "CUDA_PATH"]
-        .iter()
-        .filter_map(std::env::var_os)
-        .filter(|v| !v.is_empty())
-        .map(|root| PathBuf::from(root).join("extras/CUPTI/lib64"))
-        .collect()
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    for root in ["CUDA_HOME", "CUDA_PATH"].iter().filter_map(std::env::var_os) {
+        let dir = PathBuf::from(root).join("extras/CUPTI/lib64");
+        if !root.is_empty() && !dirs.contains(&dir) {
+            dirs.push(dir);
+        }
+    }
+    dirs
 }
 
 /// Whether cudarc can open `libcupti`, after loading it from the toolkit's folder if the
