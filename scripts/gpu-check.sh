@@ -31,8 +31,10 @@
 # 6 test binaries and 7 programs of 06b803a, 458 s (that commit's limits, 40/28/5 s, made
 # 571 s: over the deadline, and `run` refused to start).
 #
-# Output, written as it goes (a run cut short still returns what it did), 5 files:
+# Output, written as it goes (a run cut short still returns what it did), 6 files:
 #   summary.txt      one line per step (ok / FAIL / timeout / not run), the GPU, the GEMM path
+#   results.txt      one line per test and program, as scripts/fake-cuda.sh writes for the fake
+#                    (`diff target/fake-cuda/results.txt $OUT/results.txt` compares the two)
 #   steps.log        every step's full output, appended in order
 #   figures.jsonl    the CUDA tests' figures (VRAMGUARD_GPU_FIGURES)
 #   bench.jsonl      the programs' --json figures
@@ -73,22 +75,32 @@ plan() {
 # suite: what `prepare` carries, from `cargo metadata` (no build): `test NAME` for every
 # integration test of the runtime and the facade whose name contains "cuda", `program NAME` for
 # every example whose source mentions `--device cuda` (the others would only repeat their host
-# runs), each buildable with the default features. A new test binary or program is in it by
-# itself.
+# runs), each buildable with the default features; a test compiled out by the `cuda` feature
+# (`#![cfg(not(feature = "cuda"))]`) is left out. A new test binary or program is in it by
+# itself. `extra NAME` lines name the other tests whose source reaches the GPU (`Device::cuda`,
+# cudarc, `DriverPool`): not carried (they are not GPU tests), run on the fake by
+# scripts/fake-cuda.sh.
 suite() {
     cargo metadata --no-deps --format-version 1 | python3 -c '
-import json, sys
+import json, re, sys
 meta = json.load(sys.stdin)
 default = {"cuda"}
+reaches_gpu = re.compile(r"Device::cuda|cudarc|DriverPool")
 for package in meta["packages"]:
     if package["name"] not in ("vramguard", "vramguard-runtime"):
         continue
     for target in package["targets"]:
         if not set(target.get("required-features") or []) <= default:
             continue
-        if "test" in target["kind"] and "cuda" in target["name"]:
-            print("test", target["name"])
-        elif "example" in target["kind"] and "--device cuda" in open(target["src_path"]).read():
+        source = open(target["src_path"]).read()
+        if "test" in target["kind"]:
+            if "#![cfg(not(feature = \"cuda\"))]" in source:
+                continue
+            if "cuda" in target["name"]:
+                print("test", target["name"])
+            elif reaches_gpu.search(source):
+                print("extra", target["name"])
+        elif "example" in target["kind"] and "--device cuda" in source:
             print("program", target["name"])
 ' | sort
 }
@@ -106,13 +118,15 @@ prepare() {
     echo "== cargo build --release --examples"
     cargo build --release --examples --message-format=json >> "$msgs" \
         || { echo "gpu-check prepare: building the examples failed" >&2; exit 1; }
-    local gpu_programs
-    mapfile -t gpu_programs < <(suite | sed -n 's/^program //p')
-    # Test binaries whose name contains "cuda" and the programs, by target name. (The runtime's
-    # unit tests are not carried: none of them touches a GPU.)
-    python3 - "$msgs" "$CARRY" "${gpu_programs[@]}" <<'EOF'
+    local listed gpu_tests gpu_programs
+    listed=$(suite) || { echo "gpu-check prepare: cargo metadata failed" >&2; exit 1; }
+    mapfile -t gpu_tests < <(sed -n 's/^test //p' <<<"$listed")
+    mapfile -t gpu_programs < <(sed -n 's/^program //p' <<<"$listed")
+    # The suite's test binaries and programs, by target name. (The runtime's unit tests are not
+    # carried: none of them needs a GPU.)
+    python3 - "$msgs" "$CARRY" "${gpu_tests[*]}" "${gpu_programs[@]}" <<'EOF'
 import json, shutil, sys
-msgs, carry, programs = sys.argv[1], sys.argv[2], set(sys.argv[3:])
+msgs, carry, tests, programs = sys.argv[1], sys.argv[2], set(sys.argv[3].split()), set(sys.argv[4:])
 for line in open(msgs):
     try:
         m = json.loads(line)
@@ -123,7 +137,7 @@ for line in open(msgs):
         continue
     t = m["target"]
     kinds, name = t["kind"], t["name"]
-    if m.get("profile", {}).get("test") and "test" in kinds and "cuda" in name:
+    if m.get("profile", {}).get("test") and "test" in kinds and name in tests:
         shutil.copy(exe, f"{carry}/tests/{name}")
     elif "example" in kinds and name in programs:
         shutil.copy(exe, f"{carry}/programs/{name}")
@@ -162,7 +176,9 @@ run() {
     local carry="${GPU_CHECK_CARRY:-$CARRY}"
     mkdir -p "$out"
     local summary="$out/summary.txt" steplog="$out/steps.log" bench="$out/bench.jsonl"
+    local results="$out/results.txt"
     export VRAMGUARD_GPU_FIGURES="$out/figures.jsonl"
+    : > "$results"
     : > "$summary"
     : > "$steplog"
     : > "$bench"
@@ -235,6 +251,13 @@ run() {
         fi
         grep -i -E "skipped|skipping|nothing measured" <<< "$own" | sed "s/^/      $name: /" | head -n 10 \
             | tee -a "$summary" > /dev/null
+        # One line per test (and per program), as scripts/fake-cuda.sh writes them for the fake:
+        # the two results.txt compare line by line.
+        if [[ "$name" == test-* ]] && command -v python3 > /dev/null; then
+            python3 scripts/fake_cuda_compare.py results "${name#test-}" <(printf '%s\n' "$own") >> "$results"
+        elif [[ "$name" == program-* ]]; then
+            if [ $rc -eq 0 ]; then echo "program ${name#program-} ok"; else echo "program ${name#program-} FAIL"; fi >> "$results"
+        fi
     }
 
     # ----- setup: the GPU, cuBLAS from PyTorch's wheels (two calls, each with the setup limit) -----
@@ -418,7 +441,10 @@ dry_run() {
     local took=$((SECONDS - start))
     local s="$dir/out/summary.txt"
     check "$s" "^plan: .* = [0-9]+ s worst case; deadline 40 s" "the plan adds up the limits"
+    check "$s" "^gpu: no GPU" "without a GPU the summary says so"
     check "$s" "^ok    test-cuda_ok" "a passing test binary is ok"
+    check "$dir/out/results.txt" "^test cuda_ok cuda_matmul_works ok$" "results.txt has one line per test"
+    check "$dir/out/results.txt" "^program alloc_bench ok$" "results.txt has one line per program"
     check "$s" "^ok    test-cuda_skips .*1 skip lines" "without a GPU a skip is allowed"
     check "$s" "^FAIL  test-cuda_hangs \(timeout after 2s\)" "a hanging binary is cut at its limit"
     check "$s" "^FAIL  program-inference_bench \(timeout" "a hanging program is cut at its limit"

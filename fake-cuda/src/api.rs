@@ -69,10 +69,15 @@ fn injected(name: &'static str) -> Option<CuResult> {
         return None;
     }
     let mut calls = CALLS.lock().unwrap_or_else(|e| e.into_inner());
-    let count = calls.get_or_insert_with(HashMap::new).entry(name).or_insert(0);
+    let count = calls
+        .get_or_insert_with(HashMap::new)
+        .entry(name)
+        .or_insert(0);
     *count += 1;
     let rule = rules.iter().find(|r| r.matches(name, *count))?;
-    let allocates = ["Alloc", "Create", "Reserve"].iter().any(|w| name.contains(w));
+    let allocates = ["Alloc", "Create", "Reserve"]
+        .iter()
+        .any(|w| name.contains(w));
     Some(rule.error.unwrap_or(if allocates {
         errors::OUT_OF_MEMORY
     } else {
@@ -83,7 +88,12 @@ fn injected(name: &'static str) -> Option<CuResult> {
 /// Runs the body of exported function `name` (parameters at `params`): see the module
 /// documentation. `unknown` is the code of an internal failure (`CUDA_ERROR_UNKNOWN`, or
 /// cuBLAS's internal error).
-pub fn call(name: &'static str, params: *const c_void, unknown: CuResult, body: impl FnOnce() -> CallResult) -> CuResult {
+pub fn call(
+    name: &'static str,
+    params: *const c_void,
+    unknown: CuResult,
+    body: impl FnOnce() -> CallResult,
+) -> CuResult {
     observe(CallSite {
         name,
         params,
@@ -119,7 +129,10 @@ pub fn call(name: &'static str, params: *const c_void, unknown: CuResult, body: 
         }
     };
     if config().log {
-        eprintln!("fake cuda: call {name} -> {}", errors::name_or_number(result));
+        eprintln!(
+            "fake cuda: call {name} -> {}",
+            errors::name_or_number(result)
+        );
     }
     observe(CallSite {
         name,

@@ -34,7 +34,12 @@ fn handle_stream(handle: *mut c_void) -> Result<u64, Fail> {
         .unwrap_or_else(|e| e.into_inner())
         .as_ref()
         .and_then(|h| h.get(&(handle as u64)).copied())
-        .ok_or_else(|| Fail::loud(status::NOT_INITIALIZED, format!("{:#x} is not a cuBLAS handle", handle as u64)))
+        .ok_or_else(|| {
+            Fail::loud(
+                status::NOT_INITIALIZED,
+                format!("{:#x} is not a cuBLAS handle", handle as u64),
+            )
+        })
 }
 
 /// One column-major strided-batched SGEMM, as cuBLAS defines it.
@@ -70,12 +75,32 @@ fn span(rows: usize, cols: usize, ld: usize, stride: usize, count: usize) -> usi
 
 impl GemmOp {
     fn operands(&self) -> [(u64, usize, bool); 3] {
-        let (ar, ac) = if self.transa { (self.k, self.m) } else { (self.m, self.k) };
-        let (br, bc) = if self.transb { (self.n, self.k) } else { (self.k, self.n) };
+        let (ar, ac) = if self.transa {
+            (self.k, self.m)
+        } else {
+            (self.m, self.k)
+        };
+        let (br, bc) = if self.transb {
+            (self.n, self.k)
+        } else {
+            (self.k, self.n)
+        };
         [
-            (self.a, span(ar, ac, self.lda, self.stride_a, self.count), false),
-            (self.b, span(br, bc, self.ldb, self.stride_b, self.count), false),
-            (self.c, span(self.m, self.n, self.ldc, self.stride_c, self.count), true),
+            (
+                self.a,
+                span(ar, ac, self.lda, self.stride_a, self.count),
+                false,
+            ),
+            (
+                self.b,
+                span(br, bc, self.ldb, self.stride_b, self.count),
+                false,
+            ),
+            (
+                self.c,
+                span(self.m, self.n, self.ldc, self.stride_c, self.count),
+                true,
+            ),
         ]
     }
 
@@ -94,16 +119,34 @@ impl GemmOp {
             let b = (self.b as usize + 4 * i * self.stride_b) as *const f32;
             let c = (self.c as usize + 4 * i * self.stride_c) as *mut f32;
             // op(A)(r, l): A column-major is A[r + l·lda]; transposed, A[l + r·lda].
-            let (rsa, csa) = if self.transa { (self.lda, 1) } else { (1, self.lda) };
-            let (rsb, csb) = if self.transb { (self.ldb, 1) } else { (1, self.ldb) };
+            let (rsa, csa) = if self.transa {
+                (self.lda, 1)
+            } else {
+                (1, self.lda)
+            };
+            let (rsb, csb) = if self.transb {
+                (self.ldb, 1)
+            } else {
+                (1, self.ldb)
+            };
             // SAFETY: the three ranges were checked as device memory mapped for this access;
             // the strides stay inside them (`span`).
             unsafe {
                 matrixmultiply::sgemm(
-                    self.m, self.k, self.n, self.alpha,
-                    a, rsa as isize, csa as isize,
-                    b, rsb as isize, csb as isize,
-                    self.beta, c, 1, self.ldc as isize,
+                    self.m,
+                    self.k,
+                    self.n,
+                    self.alpha,
+                    a,
+                    rsa as isize,
+                    csa as isize,
+                    b,
+                    rsb as isize,
+                    csb as isize,
+                    self.beta,
+                    c,
+                    1,
+                    self.ldc as isize,
                 );
             }
         }
@@ -111,21 +154,46 @@ impl GemmOp {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn queue_gemm(handle: *mut c_void, transa: u32, transb: u32, dims: [i32; 3], alpha: *const f32, a: u64, lda: i32, stride_a: i64, b: u64, ldb: i32, stride_b: i64, beta: *const f32, c: u64, ldc: i32, stride_c: i64, count: i32, call: &'static str) -> CallResult {
+fn queue_gemm(
+    handle: *mut c_void,
+    transa: u32,
+    transb: u32,
+    dims: [i32; 3],
+    alpha: *const f32,
+    a: u64,
+    lda: i32,
+    stride_a: i64,
+    b: u64,
+    ldb: i32,
+    stride_b: i64,
+    beta: *const f32,
+    c: u64,
+    ldc: i32,
+    stride_c: i64,
+    count: i32,
+    call: &'static str,
+) -> CallResult {
     let stream = handle_stream(handle)?;
     let bad = |why: String| Err(Fail::loud(status::INVALID_VALUE, why));
     let [m, n, k] = dims;
     if m < 0 || n < 0 || k < 0 || count < 0 || stride_a < 0 || stride_b < 0 || stride_c < 0 {
-        return bad(format!("negative sizes or strides (m {m}, n {n}, k {k}, count {count})"));
+        return bad(format!(
+            "negative sizes or strides (m {m}, n {n}, k {k}, count {count})"
+        ));
     }
     if transa > 1 || transb > 1 {
-        return Err(Fail::loud(status::NOT_SUPPORTED, "only CUBLAS_OP_N and CUBLAS_OP_T are modelled"));
+        return Err(Fail::loud(
+            status::NOT_SUPPORTED,
+            "only CUBLAS_OP_N and CUBLAS_OP_T are modelled",
+        ));
     }
     let (transa, transb) = (transa == 1, transb == 1);
     let rows_a = if transa { k } else { m };
     let rows_b = if transb { n } else { k };
     if lda < rows_a.max(1) || ldb < rows_b.max(1) || ldc < m.max(1) {
-        return bad(format!("leading dimensions lda {lda}, ldb {ldb}, ldc {ldc} below the rows"));
+        return bad(format!(
+            "leading dimensions lda {lda}, ldb {ldb}, ldc {ldc} below the rows"
+        ));
     }
     if alpha.is_null() || beta.is_null() {
         return bad("null alpha or beta".into());
@@ -133,18 +201,40 @@ fn queue_gemm(handle: *mut c_void, transa: u32, transb: u32, dims: [i32; 3], alp
     // SAFETY: host pointer mode: both read now.
     let (alpha, beta) = unsafe { (*alpha, *beta) };
     let op = GemmOp {
-        transa, transb, m: m as usize, n: n as usize, k: k as usize, alpha,
-        a, lda: lda as usize, stride_a: stride_a as usize,
-        b, ldb: ldb as usize, stride_b: stride_b as usize,
-        beta, c, ldc: ldc as usize, stride_c: stride_c as usize, count: count as usize,
+        transa,
+        transb,
+        m: m as usize,
+        n: n as usize,
+        k: k as usize,
+        alpha,
+        a,
+        lda: lda as usize,
+        stride_a: stride_a as usize,
+        b,
+        ldb: ldb as usize,
+        stride_b: stride_b as usize,
+        beta,
+        c,
+        ldc: ldc as usize,
+        stride_c: stride_c as usize,
+        count: count as usize,
     };
     let mut d = driver()?;
-    d.in_context().map_err(|e| Fail { code: status::EXECUTION_FAILED, message: e.message })?;
+    d.in_context().map_err(|e| Fail {
+        code: status::EXECUTION_FAILED,
+        message: e.message,
+    })?;
     for (addr, len, _) in op.operands() {
-        d.check_argument(addr, len).map_err(|e| Fail { code: status::INVALID_VALUE, message: e.message })?;
+        d.check_argument(addr, len).map_err(|e| Fail {
+            code: status::INVALID_VALUE,
+            message: e.message,
+        })?;
     }
     d.enqueue(stream, call, Vec::new(), Work::Gemm(op))
-        .map_err(|e| Fail { code: status::EXECUTION_FAILED, message: e.message })
+        .map_err(|e| Fail {
+            code: status::EXECUTION_FAILED,
+            message: e.message,
+        })
 }
 
 exports! {
@@ -233,6 +323,9 @@ exports! {
 
 /// Handles never destroyed (for the exit report).
 pub fn live_handles() -> usize {
-    HANDLES.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map_or(0, HashMap::len)
+    HANDLES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .map_or(0, HashMap::len)
 }
-

@@ -136,7 +136,9 @@ impl Config {
             Ok(v) => match parse_bytes(&v) {
                 Some(b) if b >= GRANULE => b / GRANULE * GRANULE,
                 _ => {
-                    eprintln!("fake cuda: FAKE_CUDA_MEMORY={v} is not a size like 48GiB; using 48GiB");
+                    eprintln!(
+                        "fake cuda: FAKE_CUDA_MEMORY={v} is not a size like 48GiB; using 48GiB"
+                    );
                     48 << 30
                 }
             },
@@ -187,14 +189,22 @@ mod tests {
 
     #[test]
     fn failure_rules_parse_and_match_with_or_without_the_version_suffix() {
-        let rules = parse_failures("cuMemCreate:3, cuMemAlloc:2+:CUDA_ERROR_INVALID_VALUE").unwrap();
+        let rules =
+            parse_failures("cuMemCreate:3, cuMemAlloc:2+:CUDA_ERROR_INVALID_VALUE").unwrap();
         assert_eq!(rules.len(), 2);
         assert!(rules[0].matches("cuMemCreate", 3));
         assert!(!rules[0].matches("cuMemCreate", 4));
         assert!(rules[1].matches("cuMemAlloc_v2", 2) && rules[1].matches("cuMemAlloc_v2", 9));
         assert!(!rules[1].matches("cuMemAlloc_v2", 1));
         assert_eq!(rules[1].error, Some(errors::INVALID_VALUE));
-        for bad in ["cuMemCreate", "cuMemCreate:0", "cuMemCreate:x", ":1", "a:1:NOPE", "a:1:1:1"] {
+        for bad in [
+            "cuMemCreate",
+            "cuMemCreate:0",
+            "cuMemCreate:x",
+            ":1",
+            "a:1:NOPE",
+            "a:1:1:1",
+        ] {
             assert!(parse_failures(bad).is_err(), "{bad}");
         }
     }

@@ -40,7 +40,8 @@ impl Physical {
     /// A device of `total` bytes (a multiple of [`GRANULE`]).
     pub fn new(total: usize) -> io::Result<Physical> {
         // SAFETY: a NUL-terminated name; the flags are valid.
-        let fd = unsafe { libc::memfd_create(c"fake-cuda-device-memory".as_ptr(), libc::MFD_CLOEXEC) };
+        let fd =
+            unsafe { libc::memfd_create(c"fake-cuda-device-memory".as_ptr(), libc::MFD_CLOEXEC) };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -111,7 +112,13 @@ impl Physical {
     ///
     /// # Safety
     /// `[addr, addr + len)` is reserved address space of the fake's that holds nothing else.
-    pub unsafe fn map_at(&self, addr: u64, len: usize, file_offset: usize, prot: i32) -> io::Result<()> {
+    pub unsafe fn map_at(
+        &self,
+        addr: u64,
+        len: usize,
+        file_offset: usize,
+        prot: i32,
+    ) -> io::Result<()> {
         // SAFETY: per the contract, replacing the reservation's pages harms nothing.
         let at = unsafe {
             libc::mmap(
@@ -134,7 +141,9 @@ impl Physical {
 /// committing no memory. The alignment slack stays reserved too.
 pub fn reserve(len: usize, align: usize) -> io::Result<u64> {
     let align = align.max(4096);
-    let span = len.checked_add(align).ok_or_else(|| io::Error::from(io::ErrorKind::OutOfMemory))?;
+    let span = len
+        .checked_add(align)
+        .ok_or_else(|| io::Error::from(io::ErrorKind::OutOfMemory))?;
     // SAFETY: an anonymous inaccessible mapping at an address of the kernel's choice.
     let at = unsafe {
         libc::mmap(
@@ -203,7 +212,11 @@ mod tests {
         assert_eq!(p.used(), 6 * GRANULE, "a refused request changes nothing");
         p.free(b);
         p.free(a);
-        assert_eq!(p.alloc(3 * GRANULE).map(|e| e.offset), Some(0), "a and b merged");
+        assert_eq!(
+            p.alloc(3 * GRANULE).map(|e| e.offset),
+            Some(0),
+            "a and b merged"
+        );
         p.free(c);
         assert_eq!(p.used(), 3 * GRANULE);
     }
@@ -215,10 +228,12 @@ mod tests {
         assert_eq!(at % GRANULE as u64, 0);
         // SAFETY: our reservation; the test only writes to it while mapped read-write.
         unsafe {
-            p.map_at(at, GRANULE, GRANULE, libc::PROT_READ | libc::PROT_WRITE).unwrap();
+            p.map_at(at, GRANULE, GRANULE, libc::PROT_READ | libc::PROT_WRITE)
+                .unwrap();
             *(at as *mut u32) = 0xfeed;
             // The same file pages mapped a second time read what was written.
-            p.map_at(at + GRANULE as u64, GRANULE, GRANULE, libc::PROT_READ).unwrap();
+            p.map_at(at + GRANULE as u64, GRANULE, GRANULE, libc::PROT_READ)
+                .unwrap();
             assert_eq!(*((at + GRANULE as u64) as *const u32), 0xfeed);
             unmap_to_reservation(at, 2 * GRANULE).unwrap();
         }

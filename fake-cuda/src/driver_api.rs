@@ -7,7 +7,10 @@ use crate::config::GRANULE;
 use crate::device_memory::{self, granules};
 use crate::errors::{self, CallResult, CuResult, Fail};
 use crate::kernels::{self, Module};
-use crate::state::{config, current_context, driver, Driver, Granule, PhysicalHandle, Region, CONTEXT, CONTEXT_STACK, POOL};
+use crate::state::{
+    config, current_context, driver, Driver, Granule, PhysicalHandle, Region, CONTEXT,
+    CONTEXT_STACK, POOL,
+};
 use crate::streams::{canonical_stream, Event, Stream, Work};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 
@@ -81,7 +84,10 @@ fn check_device(dev: c_int) -> CallResult {
     if dev == 0 {
         Ok(())
     } else {
-        Err(Fail::loud(errors::INVALID_DEVICE, format!("no device {dev} (the fake has device 0)")))
+        Err(Fail::loud(
+            errors::INVALID_DEVICE,
+            format!("no device {dev} (the fake has device 0)"),
+        ))
     }
 }
 
@@ -102,7 +108,10 @@ fn check_prop(prop: *const MemAllocationProp) -> CallResult {
     // SAFETY: non-null, the caller's property struct.
     let prop = unsafe { &*prop };
     if prop.kind != 1 {
-        return Err(invalid(format!("allocation type {} is not CU_MEM_ALLOCATION_TYPE_PINNED", prop.kind)));
+        return Err(invalid(format!(
+            "allocation type {} is not CU_MEM_ALLOCATION_TYPE_PINNED",
+            prop.kind
+        )));
     }
     if prop.requested_handle_types != 0 {
         return Err(Fail::loud(
@@ -147,23 +156,23 @@ fn pinned(d: &Driver, addr: u64, len: usize) -> bool {
 /// Device attributes (`CUdevice_attribute`): an H100-like device; 0 for the others.
 fn attribute(d: &Driver, attrib: c_int) -> c_int {
     match attrib {
-        1 => 1024,          // MAX_THREADS_PER_BLOCK
-        2 | 3 => 1024,      // MAX_BLOCK_DIM_X, _Y
-        4 => 64,            // MAX_BLOCK_DIM_Z
-        5 => i32::MAX,      // MAX_GRID_DIM_X
-        6 | 7 => 65535,     // MAX_GRID_DIM_Y, _Z
-        8 => 48 << 10,      // MAX_SHARED_MEMORY_PER_BLOCK
-        9 => 64 << 10,      // TOTAL_CONSTANT_MEMORY
-        10 => 32,           // WARP_SIZE
-        12 => 65536,        // MAX_REGISTERS_PER_BLOCK
-        13 => 1_755_000,    // CLOCK_RATE (kHz)
-        16 => 132,          // MULTIPROCESSOR_COUNT
-        19 | 31 | 41 => 1,  // CAN_MAP_HOST_MEMORY, CONCURRENT_KERNELS, UNIFIED_ADDRESSING
-        39 => 2048,         // MAX_THREADS_PER_MULTIPROCESSOR
-        40 => 2,            // ASYNC_ENGINE_COUNT
-        75 => 9,            // COMPUTE_CAPABILITY_MAJOR
-        76 => 0,            // COMPUTE_CAPABILITY_MINOR
-        97 => 227 << 10,    // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+        1 => 1024,                        // MAX_THREADS_PER_BLOCK
+        2 | 3 => 1024,                    // MAX_BLOCK_DIM_X, _Y
+        4 => 64,                          // MAX_BLOCK_DIM_Z
+        5 => i32::MAX,                    // MAX_GRID_DIM_X
+        6 | 7 => 65535,                   // MAX_GRID_DIM_Y, _Z
+        8 => 48 << 10,                    // MAX_SHARED_MEMORY_PER_BLOCK
+        9 => 64 << 10,                    // TOTAL_CONSTANT_MEMORY
+        10 => 32,                         // WARP_SIZE
+        12 => 65536,                      // MAX_REGISTERS_PER_BLOCK
+        13 => 1_755_000,                  // CLOCK_RATE (kHz)
+        16 => 132,                        // MULTIPROCESSOR_COUNT
+        19 | 31 | 41 => 1, // CAN_MAP_HOST_MEMORY, CONCURRENT_KERNELS, UNIFIED_ADDRESSING
+        39 => 2048,        // MAX_THREADS_PER_MULTIPROCESSOR
+        40 => 2,           // ASYNC_ENGINE_COUNT
+        75 => 9,           // COMPUTE_CAPABILITY_MAJOR
+        76 => 0,           // COMPUTE_CAPABILITY_MINOR
+        97 => 227 << 10,   // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
         102 => i32::from(d.config.vmm), // VIRTUAL_ADDRESS_MANAGEMENT_SUPPORTED
         115 => i32::from(d.config.pools), // MEMORY_POOLS_SUPPORTED
         _ => 0,
@@ -1203,6 +1212,12 @@ fn load_module(d: &mut Driver, module: *mut Handle, text: &str) -> CallResult {
     }
     let entries = crate::ptx::entries(text).map_err(|e| Fail::loud(errors::INVALID_PTX, e))?;
     let h = d.new_handle();
-    d.modules.insert(h, Module { entries, unloaded: false });
+    d.modules.insert(
+        h,
+        Module {
+            entries,
+            unloaded: false,
+        },
+    );
     out(module, h as Handle)
 }

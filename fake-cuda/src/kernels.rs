@@ -165,7 +165,11 @@ pub fn resolve(libraries: &[HostLibrary], module: u64, entry: &Entry) -> Result<
             "kernel {} has no host build in FAKE_CUDA_HOST_KERNELS ({}): compile its source with \
              runtime/kernels/host_shim.h into one of those libraries",
             entry.name,
-            if searched.is_empty() { "unset".to_string() } else { searched.join(":") }
+            if searched.is_empty() {
+                "unset".to_string()
+            } else {
+                searched.join(":")
+            }
         ),
     ))
 }
@@ -174,18 +178,30 @@ pub fn resolve(libraries: &[HostLibrary], module: u64, entry: &Entry) -> Result<
 ///
 /// # Safety
 /// `params` holds one valid pointer per parameter, each to a value of the parameter's size.
-pub unsafe fn prepare(function: &Function, grid: u32, block: u32, params: *mut *mut c_void) -> Result<Launch, Fail> {
+pub unsafe fn prepare(
+    function: &Function,
+    grid: u32,
+    block: u32,
+    params: *mut *mut c_void,
+) -> Result<Launch, Fail> {
     let entry = &function.entry;
     let unsupported = |why: String| {
         Err(Fail::loud(
             errors::NOT_SUPPORTED,
-            format!("kernel {}: {why} (see the fake's supported signatures)", entry.name),
+            format!(
+                "kernel {}: {why} (see the fake's supported signatures)",
+                entry.name
+            ),
         ))
     };
     if !entry.params.is_empty() && params.is_null() {
         return Err(Fail::loud(
             errors::INVALID_VALUE,
-            format!("kernel {} takes {} parameters; kernelParams is null", entry.name, entry.params.len()),
+            format!(
+                "kernel {} takes {} parameters; kernelParams is null",
+                entry.name,
+                entry.params.len()
+            ),
         ));
     }
     let mut integers = [0u64; 6];
@@ -266,7 +282,8 @@ pub fn run(launch: &Launch) -> Result<(), String> {
     let status = unsafe { fc_run_kernel(&l, &mut addr, &mut signal, &mut block, &mut thread) };
     match status {
         0 => Ok(()),
-        1 => Err(format!(
+        1 => {
+            Err(format!(
             "kernel {} faulted at {addr:#x} ({}, block {block} thread {thread} of a grid of {} \
              blocks of {} threads): the memory there is not accessible to the device (never \
              allocated, freed, unmapped, or mapped without cuMemSetAccess)",
@@ -274,7 +291,11 @@ pub fn run(launch: &Launch) -> Result<(), String> {
             if signal == libc::SIGBUS { "SIGBUS" } else { "SIGSEGV" },
             launch.grid,
             launch.block
+        ))
+        }
+        _ => Err(format!(
+            "kernel {}: its parameters could not be passed",
+            launch.name
         )),
-        _ => Err(format!("kernel {}: its parameters could not be passed", launch.name)),
     }
 }

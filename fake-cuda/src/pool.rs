@@ -122,7 +122,10 @@ impl Driver {
     /// `cuMemAllocAsync` of `bytes` on `stream`.
     pub fn pool_alloc(&mut self, bytes: usize, stream: u64) -> Result<u64, Fail> {
         if bytes == 0 {
-            return Err(Fail::loud(errors::INVALID_VALUE, "an allocation of 0 bytes"));
+            return Err(Fail::loud(
+                errors::INVALID_VALUE,
+                "an allocation of 0 bytes",
+            ));
         }
         let need = granules(bytes);
         self.run_pending_frees(stream, need)?;
@@ -145,8 +148,10 @@ impl Driver {
                 let chunk = self.chunk_mut(addr).expect("a chunk just found");
                 if chunk.state == ChunkState::Cached {
                     // SAFETY: the chunk's own mapped range.
-                    unsafe { device_memory::protect(addr, chunk.len, libc::PROT_READ | libc::PROT_WRITE) }
-                        .map_err(|e| Fail::loud(errors::UNKNOWN, format!("mprotect: {e}")))?;
+                    unsafe {
+                        device_memory::protect(addr, chunk.len, libc::PROT_READ | libc::PROT_WRITE)
+                    }
+                    .map_err(|e| Fail::loud(errors::UNKNOWN, format!("mprotect: {e}")))?;
                     let len = chunk.len as u64;
                     self.pool.used += len;
                 }
@@ -168,7 +173,9 @@ impl Driver {
             None => {
                 // The driver gives cached memory back before it reports out of memory.
                 self.pool_release(0);
-                self.physical.alloc(len).ok_or(Fail::quiet(errors::OUT_OF_MEMORY))?
+                self.physical
+                    .alloc(len)
+                    .ok_or(Fail::quiet(errors::OUT_OF_MEMORY))?
             }
         };
         let addr = match self.reserve_address_space(len, crate::config::GRANULE) {
@@ -226,7 +233,8 @@ impl Driver {
         let Some(chunk) = self.chunk_mut(addr) else {
             return;
         };
-        if chunk.generation != generation || !matches!(chunk.state, ChunkState::FreePending { .. }) {
+        if chunk.generation != generation || !matches!(chunk.state, ChunkState::FreePending { .. })
+        {
             // Reused on its stream before the free ran: the free belongs to an older owner.
             return;
         }

@@ -54,11 +54,13 @@ pub fn entries(ptx: &str) -> Result<Vec<Entry>, String> {
     let mut rest = text.as_str();
     while let Some(at) = find_directive(rest, ".entry") {
         rest = &rest[at + ".entry".len()..];
-        let open = rest
-            .find('(')
-            .ok_or("an .entry without a parameter list")?;
+        let open = rest.find('(').ok_or("an .entry without a parameter list")?;
         let name = rest[..open].trim().to_string();
-        if name.is_empty() || !name.chars().all(|c| c.is_alphanumeric() || "_$.".contains(c)) {
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_alphanumeric() || "_$.".contains(c))
+        {
             return Err(format!("an .entry with the unreadable name `{name}`"));
         }
         let close = rest[open..]
@@ -210,14 +212,32 @@ mod tests {
         let e = entries(ptx).unwrap();
         let names: Vec<&str> = e.iter().map(|e| e.name.as_str()).collect();
         assert_eq!(names, ["vg_map", "slow_fill", "fault"]);
-        assert_eq!(e[0].params, [ParamKind::Bytes { bytes: 416, align: 8 }]);
+        assert_eq!(
+            e[0].params,
+            [ParamKind::Bytes {
+                bytes: 416,
+                align: 8
+            }]
+        );
         assert_eq!(
             e[1].params,
             [
-                ParamKind::Integer { bytes: 8, signed: false },
-                ParamKind::Integer { bytes: 4, signed: false },
-                ParamKind::Integer { bytes: 4, signed: true },
-                ParamKind::Integer { bytes: 8, signed: false },
+                ParamKind::Integer {
+                    bytes: 8,
+                    signed: false
+                },
+                ParamKind::Integer {
+                    bytes: 4,
+                    signed: false
+                },
+                ParamKind::Integer {
+                    bytes: 4,
+                    signed: true
+                },
+                ParamKind::Integer {
+                    bytes: 8,
+                    signed: false
+                },
             ]
         );
         assert_eq!(e[2].params, [ParamKind::Float { bytes: 4 }]);

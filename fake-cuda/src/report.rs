@@ -54,7 +54,10 @@ pub fn leaks(d: &Driver) -> Leaks {
     let mut l = Leaks::default();
     for region in d.regions.values() {
         match region {
-            Region::Alloc { len, extent: Some(_) } => {
+            Region::Alloc {
+                len,
+                extent: Some(_),
+            } => {
                 l.allocations.0 += 1;
                 l.allocations.1 += granules(*len);
             }
@@ -66,8 +69,15 @@ pub fn leaks(d: &Driver) -> Leaks {
             _ => {}
         }
     }
-    l.pages = (d.handles.len(), d.handles.values().map(|h| h.extent.len).sum());
-    l.streams = d.streams.iter().filter(|(&id, s)| id != 0 && !s.destroyed).count();
+    l.pages = (
+        d.handles.len(),
+        d.handles.values().map(|h| h.extent.len).sum(),
+    );
+    l.streams = d
+        .streams
+        .iter()
+        .filter(|(&id, s)| id != 0 && !s.destroyed)
+        .count();
     l.events = d.events.values().filter(|e| !e.destroyed).count();
     l.modules = d.modules.values().filter(|m| !m.unloaded).count();
     l.blas_handles = crate::blas::live_handles();

@@ -21,7 +21,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 /// The primary context's handle (the fake has one device and one context).
 pub const CONTEXT: u64 = 0xfa4e_c000;
 /// The default memory pool's handle.
-pub const POOL: u64 = 0xfa4e_900;
+pub const POOL: u64 = 0xfa4e_9000;
 
 /// What a range of device address space is.
 #[derive(Debug)]
@@ -150,7 +150,10 @@ pub fn driver() -> Result<MutexGuard<'static, Driver>, Fail> {
             let physical = Physical::new(config.memory).map_err(|e| {
                 Fail::loud(
                     errors::OUT_OF_MEMORY,
-                    format!("cannot create the device memory file ({} bytes): {e}", config.memory),
+                    format!(
+                        "cannot create the device memory file ({} bytes): {e}",
+                        config.memory
+                    ),
                 )
             })?;
             DRIVER.get_or_init(|| Mutex::new(Driver::new(config, physical)))
@@ -161,7 +164,9 @@ pub fn driver() -> Result<MutexGuard<'static, Driver>, Fail> {
 
 /// The driver if it was ever created (for the exit report).
 pub fn existing_driver() -> Option<MutexGuard<'static, Driver>> {
-    DRIVER.get().map(|l| l.lock().unwrap_or_else(|e| e.into_inner()))
+    DRIVER
+        .get()
+        .map(|l| l.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
 /// The context current on this thread (0 for none).
@@ -294,7 +299,11 @@ impl Driver {
                              mapped (never mapped, or cuMemUnmap'd)"
                         ));
                     };
-                    let needed = if write { libc::PROT_WRITE } else { libc::PROT_READ };
+                    let needed = if write {
+                        libc::PROT_WRITE
+                    } else {
+                        libc::PROT_READ
+                    };
                     if g.prot & needed == 0 {
                         return Err(format!(
                             "{what} of {len} bytes at {addr:#x}: the granule at {at:#x} is mapped \
@@ -317,7 +326,9 @@ impl Driver {
         let end = addr.saturating_add(len as u64);
         let bad = |why: String| Err(Fail::loud(errors::INVALID_VALUE, why));
         match self.region_at(addr) {
-            None => bad(format!("{len} bytes at {addr:#x}: not device memory of this context")),
+            None => bad(format!(
+                "{len} bytes at {addr:#x}: not device memory of this context"
+            )),
             Some((start, region)) => {
                 if end > start + usable_len(region) as u64 {
                     return bad(format!(

@@ -215,7 +215,13 @@ impl Driver {
 
     /// Queues `work` on `stream` (after `deps` and the stream's implicit waits); runs it at
     /// once in eager mode, or the oldest operation when the queue is over its limit.
-    pub fn enqueue(&mut self, stream: u64, call: &'static str, mut deps: Vec<Point>, work: Work) -> Result<(), Fail> {
+    pub fn enqueue(
+        &mut self,
+        stream: u64,
+        call: &'static str,
+        mut deps: Vec<Point>,
+        work: Work,
+    ) -> Result<(), Fail> {
         deps.extend(self.implicit_deps(stream));
         let s = self.streams.get_mut(&stream).expect("a checked stream");
         s.queue.push_back(Op { call, deps, work });
@@ -301,7 +307,10 @@ impl Driver {
             return Ok(true);
         }
         let steps = self.config.poll_steps;
-        let s = self.streams.get_mut(&point.0).expect("a stream with queued work");
+        let s = self
+            .streams
+            .get_mut(&point.0)
+            .expect("a stream with queued work");
         s.polls += 1;
         if s.polls >= steps {
             let next = (point.0, s.done + 1);
@@ -314,7 +323,8 @@ impl Driver {
         let check = |d: &Driver, addr: u64, len: usize, write: bool| -> Result<(), String> {
             d.check_access(addr, len, write)
         };
-        let fault = |d: &mut Driver, why: String| Err(d.fault(format!("{} faulted: {why}", op.call)));
+        let fault =
+            |d: &mut Driver, why: String| Err(d.fault(format!("{} faulted: {why}", op.call)));
         match &op.work {
             Work::Kernel(launch) => {
                 self.counters.kernels += 1;
@@ -327,7 +337,9 @@ impl Driver {
                     return fault(self, why);
                 }
                 // SAFETY: checked: device memory mapped read-write, `bytes.len()` long.
-                unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), *dst as *mut u8, bytes.len()) };
+                unsafe {
+                    std::ptr::copy_nonoverlapping(bytes.as_ptr(), *dst as *mut u8, bytes.len())
+                };
             }
             Work::WriteFromHost { dst, src, len } => {
                 if let Err(why) = check(self, *dst, *len, true) {
@@ -345,13 +357,20 @@ impl Driver {
                 unsafe { std::ptr::copy(*src as *const u8, *dst as *mut u8, *len) };
             }
             Work::Copy { dst, src, len } => {
-                if let Err(why) = check(self, *src, *len, false).and_then(|()| check(self, *dst, *len, true)) {
+                if let Err(why) =
+                    check(self, *src, *len, false).and_then(|()| check(self, *dst, *len, true))
+                {
                     return fault(self, why);
                 }
                 // SAFETY: both ranges checked (they may overlap: memmove semantics).
                 unsafe { std::ptr::copy(*src as *const u8, *dst as *mut u8, *len) };
             }
-            Work::Set { dst, value, width, count } => {
+            Work::Set {
+                dst,
+                value,
+                width,
+                count,
+            } => {
                 if let Err(why) = check(self, *dst, width * count, true) {
                     return fault(self, why);
                 }

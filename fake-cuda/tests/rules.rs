@@ -144,7 +144,13 @@ fn function(name: &str) -> Handle {
     f
 }
 
-fn launch(f: Handle, blocks: u32, threads: u32, stream: Handle, params: &mut [*mut c_void]) -> CuResult {
+fn launch(
+    f: Handle,
+    blocks: u32,
+    threads: u32,
+    stream: Handle,
+    params: &mut [*mut c_void],
+) -> CuResult {
     // SAFETY: one pointer per parameter of the kernel, each to a value of its size.
     unsafe {
         cuLaunchKernel(
@@ -217,7 +223,10 @@ fn virtual_memory_calls_refuse_sizes_and_offsets_off_the_granularity() {
         assert_eq!(g, G);
         let (mut h, mut va) = (0, 0);
         fails(cuMemCreate(&mut h, G + 4096, &p, 0), errors::INVALID_VALUE);
-        fails(cuMemAddressReserve(&mut va, 3 * G / 2, 0, 0, 0), errors::INVALID_VALUE);
+        fails(
+            cuMemAddressReserve(&mut va, 3 * G / 2, 0, 0, 0),
+            errors::INVALID_VALUE,
+        );
         ok(cuMemAddressReserve(&mut va, 4 * G, 0, 0, 0));
         assert_eq!(va % G as u64, 0);
         ok(cuMemCreate(&mut h, 2 * G, &p, 0));
@@ -259,7 +268,10 @@ fn mapped_memory_is_inaccessible_until_set_access_and_after_unmap() {
         fails(write_u32(va, &[1]), errors::ILLEGAL_ADDRESS);
         let mut q = 0;
         // SAFETY: a valid out-pointer.
-        fails(unsafe { cuMemAlloc_v2(&mut q, 4096) }, errors::ILLEGAL_ADDRESS);
+        fails(
+            unsafe { cuMemAlloc_v2(&mut q, 4096) },
+            errors::ILLEGAL_ADDRESS,
+        );
     }
     // Released by every retain: the context is reset, its sticky error gone.
     let _ctx = serial();
@@ -267,7 +279,10 @@ fn mapped_memory_is_inaccessible_until_set_access_and_after_unmap() {
     // SAFETY: the mapped range above.
     ok(unsafe { cuMemSetAccess(va, 2 * G, &rw, 1) });
     ok(write_u32(va + G as u64 - 4, &[7, 8]));
-    assert_eq!(read_u32(va + G as u64 - 4, 2), (errors::SUCCESS, vec![7, 8]));
+    assert_eq!(
+        read_u32(va + G as u64 - 4, 2),
+        (errors::SUCCESS, vec![7, 8])
+    );
     // SAFETY: the mapping made above, unmapped and released once.
     unsafe {
         ok(cuMemUnmap(va, 2 * G));
@@ -287,7 +302,10 @@ fn freed_memory_is_refused_and_its_address_is_never_handed_out_again() {
     let _ctx = serial();
     let p = alloc(3 * G);
     ok(write_u32(p + 3 * G as u64 - 4, &[5]));
-    fails(write_u32(p + 3 * G as u64 - 4, &[5, 6]), errors::INVALID_VALUE);
+    fails(
+        write_u32(p + 3 * G as u64 - 4, &[5, 6]),
+        errors::INVALID_VALUE,
+    );
     // SAFETY: the allocation above, freed once.
     ok(unsafe { cuMemFree_v2(p) });
     // SAFETY: the same pointer again.
@@ -315,7 +333,10 @@ fn a_kernel_touching_memory_it_may_not_faults_and_the_error_sticks() {
         fails(unsafe { cuCtxSynchronize() }, errors::ILLEGAL_ADDRESS);
         let mut q = 0;
         // SAFETY: a valid out-pointer.
-        fails(unsafe { cuMemAlloc_v2(&mut q, 4096) }, errors::ILLEGAL_ADDRESS);
+        fails(
+            unsafe { cuMemAlloc_v2(&mut q, 4096) },
+            errors::ILLEGAL_ADDRESS,
+        );
         let mut module = null_mut();
         // SAFETY: NUL-terminated PTX, a valid out-pointer.
         fails(
@@ -348,8 +369,17 @@ fn kernel_parameters_are_marshalled_per_the_ptx_signature() {
     // SAFETY: 8 bytes from the local.
     ok(unsafe { cuMemcpyHtoD_v2(counter, (&start as *const i64).cast(), 8) });
     let (mut at, mut delta) = (counter, -3i16);
-    let mut params: [*mut c_void; 2] = [(&mut at as *mut u64).cast(), (&mut delta as *mut i16).cast()];
-    ok(launch(function("add_signed"), 1, 1, null_mut(), &mut params));
+    let mut params: [*mut c_void; 2] = [
+        (&mut at as *mut u64).cast(),
+        (&mut delta as *mut i16).cast(),
+    ];
+    ok(launch(
+        function("add_signed"),
+        1,
+        1,
+        null_mut(),
+        &mut params,
+    ));
     let mut back = 0i64;
     // SAFETY: 8 bytes into the local.
     ok(unsafe { cuMemcpyDtoH_v2((&mut back as *mut i64).cast(), counter, 8) });
@@ -368,9 +398,21 @@ fn kernel_parameters_are_marshalled_per_the_ptx_signature() {
     let values: Vec<f32> = (0..100).map(|i| i as f32).collect();
     // SAFETY: 400 bytes from the vector.
     ok(unsafe { cuMemcpyHtoD_v2(src, values.as_ptr().cast(), 400) });
-    let mut args = Args { src, dst, n: 100, scale: 0.5, pad: [0.0; 5] };
+    let mut args = Args {
+        src,
+        dst,
+        n: 100,
+        scale: 0.5,
+        pad: [0.0; 5],
+    };
     let mut params: [*mut c_void; 1] = [(&mut args as *mut Args).cast()];
-    ok(launch(function("scaled_copy"), 2, 64, null_mut(), &mut params));
+    ok(launch(
+        function("scaled_copy"),
+        2,
+        64,
+        null_mut(),
+        &mut params,
+    ));
     let mut out = vec![0f32; 100];
     // SAFETY: 400 bytes into the vector.
     ok(unsafe { cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), dst, 400) });
@@ -382,8 +424,14 @@ fn kernel_parameters_are_marshalled_per_the_ptx_signature() {
     // SAFETY: NUL-terminated PTX and name, valid out-pointers.
     unsafe {
         ok(cuModuleLoadData(&mut module, image.as_ptr().cast()));
-        fails(cuModuleGetFunction(&mut f, module, c"no_host_build".as_ptr()), errors::NOT_FOUND);
-        fails(cuModuleGetFunction(&mut f, module, c"not_in_the_ptx".as_ptr()), errors::NOT_FOUND);
+        fails(
+            cuModuleGetFunction(&mut f, module, c"no_host_build".as_ptr()),
+            errors::NOT_FOUND,
+        );
+        fails(
+            cuModuleGetFunction(&mut f, module, c"not_in_the_ptx".as_ptr()),
+            errors::NOT_FOUND,
+        );
         ok(cuModuleUnload(module));
         let fill_fn = function("fill");
         let (mut p2, mut n, mut v) = (p, 1u32, 1u32);
@@ -393,7 +441,19 @@ fn kernel_parameters_are_marshalled_per_the_ptx_signature() {
             (&mut v as *mut u32).cast(),
         ];
         fails(
-            cuLaunchKernel(fill_fn, 1, 2, 1, 1, 1, 1, 0, null_mut(), params.as_mut_ptr(), null_mut()),
+            cuLaunchKernel(
+                fill_fn,
+                1,
+                2,
+                1,
+                1,
+                1,
+                1,
+                0,
+                null_mut(),
+                params.as_mut_ptr(),
+                null_mut(),
+            ),
             errors::NOT_SUPPORTED,
         );
         for q in [p, counter, src, dst] {
@@ -478,7 +538,11 @@ fn the_pool_reports_used_and_reserved_and_releases_above_its_threshold() {
         ok(cuDeviceGetDefaultMemPool(&mut pool, 0));
         let get = |attr: u32| {
             let mut v = 0u64;
-            ok(cuMemPoolGetAttribute(pool, attr, (&mut v as *mut u64).cast()));
+            ok(cuMemPoolGetAttribute(
+                pool,
+                attr,
+                (&mut v as *mut u64).cast(),
+            ));
             v
         };
         let set = |attr: u32, v: u64| {
@@ -546,8 +610,14 @@ fn an_oversize_request_is_out_of_memory_and_changes_nothing() {
     unsafe {
         fails(cuMemAlloc_v2(&mut p, before + G), errors::OUT_OF_MEMORY);
         let mut h = 0;
-        fails(cuMemCreate(&mut h, before + G, &p_prop, 0), errors::OUT_OF_MEMORY);
-        fails(cuMemAllocAsync(&mut p, before + G, null_mut()), errors::OUT_OF_MEMORY);
+        fails(
+            cuMemCreate(&mut h, before + G, &p_prop, 0),
+            errors::OUT_OF_MEMORY,
+        );
+        fails(
+            cuMemAllocAsync(&mut p, before + G, null_mut()),
+            errors::OUT_OF_MEMORY,
+        );
     }
     assert_eq!(free_bytes(), before);
     let q = alloc(before);
@@ -601,7 +671,9 @@ fn cublas_gemm_queues_on_its_stream_and_checks_its_operands() {
         ok(cublasCreate_v2(&mut handle));
         ok(cublasSetStream_v2(handle, s));
         let (alpha, beta) = (1.0f32, 0.0f32);
-        ok(cublasSgemm_v2(handle, 0, 0, 2, 2, 3, &alpha, da as _, 2, db as _, 3, &beta, dc as _, 2));
+        ok(cublasSgemm_v2(
+            handle, 0, 0, 2, 2, 3, &alpha, da as _, 2, db as _, 3, &beta, dc as _, 2,
+        ));
         let mut c = [0f32; 4];
         ok(cuMemcpyDtoH_v2(c.as_mut_ptr().cast(), dc, 16));
         assert_eq!(c, [0.0; 4], "queued on a non-blocking stream, not run yet");
@@ -610,7 +682,9 @@ fn cublas_gemm_queues_on_its_stream_and_checks_its_operands() {
         assert_eq!(c, [58.0, 139.0, 64.0, 154.0]);
         // C too small for m = 3: refused at the call.
         assert_eq!(
-            cublasSgemm_v2(handle, 0, 0, 3, 2, 2, &alpha, da as _, 3, db as _, 3, &beta, dc as _, 3),
+            cublasSgemm_v2(
+                handle, 0, 0, 3, 2, 2, &alpha, da as _, 3, db as _, 3, &beta, dc as _, 3
+            ),
             7
         );
         ok(cublasDestroy_v2(handle));
@@ -625,12 +699,21 @@ fn cublas_gemm_queues_on_its_stream_and_checks_its_operands() {
 /// exit status.
 fn child(name: &str, env: &[(&str, &str)]) -> (String, Option<i32>) {
     let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", name, "--ignored", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            name,
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .envs(env.iter().copied())
         .env("FAKE_CUDA_MEMORY", "1GiB")
         .output()
         .unwrap();
-    (String::from_utf8_lossy(&out.stderr).into_owned(), out.status.code())
+    (
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        out.status.code(),
+    )
 }
 
 #[test]
@@ -653,11 +736,16 @@ fn child_with_injected_failures() {
 fn every_call_can_be_failed_by_name() {
     let (stderr, status) = child(
         "child_with_injected_failures",
-        &[("FAKE_CUDA_FAIL", "cuMemAlloc:2:CUDA_ERROR_INVALID_VALUE,cuStreamCreate:1+")],
+        &[(
+            "FAKE_CUDA_FAIL",
+            "cuMemAlloc:2:CUDA_ERROR_INVALID_VALUE,cuStreamCreate:1+",
+        )],
     );
     assert_eq!(status, Some(0), "{stderr}");
     assert!(
-        stderr.contains("fake cuda: cuMemAlloc_v2: failed by FAKE_CUDA_FAIL with CUDA_ERROR_INVALID_VALUE"),
+        stderr.contains(
+            "fake cuda: cuMemAlloc_v2: failed by FAKE_CUDA_FAIL with CUDA_ERROR_INVALID_VALUE"
+        ),
         "{stderr}"
     );
     assert!(stderr.contains("3 injected failures"), "{stderr}");
@@ -676,12 +764,16 @@ fn leaks_are_reported_at_exit_and_strict_mode_fails_the_process() {
     let (stderr, status) = child("child_that_leaks", &[]);
     assert_eq!(status, Some(0), "{stderr}");
     assert!(
-        stderr.contains("fake cuda: at exit: 1 allocations (2097152 bytes)") && stderr.contains(" 1 streams,"),
+        stderr.contains("fake cuda: at exit: 1 allocations (2097152 bytes)")
+            && stderr.contains(" 1 streams,"),
         "{stderr}"
     );
     let (stderr, status) = child("child_that_leaks", &[("FAKE_CUDA_STRICT", "1")]);
     assert_eq!(status, Some(3), "{stderr}");
-    assert!(stderr.contains("FAKE_CUDA_STRICT=1 and the process leaked"), "{stderr}");
+    assert!(
+        stderr.contains("FAKE_CUDA_STRICT=1 and the process leaked"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -691,7 +783,11 @@ fn child_eager() {
     let s = stream(NON_BLOCKING);
     let p = alloc(4096);
     ok(fill(s, p, 1, 42));
-    assert_eq!(read_u32(p, 1), (errors::SUCCESS, vec![42]), "ran as it was queued");
+    assert_eq!(
+        read_u32(p, 1),
+        (errors::SUCCESS, vec![42]),
+        "ran as it was queued"
+    );
     // SAFETY: handles created above.
     unsafe {
         ok(cuStreamDestroy_v2(s));

@@ -20,10 +20,10 @@
 #[path = "common/gpu.rs"]
 mod gpu;
 
+use cudarc::driver::DevicePtrMut;
 use cudarc::driver::{result, sys, DriverError};
 use gpu::{context, driver_free, exclusive, figure, fill, own_device, read, skip, Kernels};
 use vramguard_runtime::alloc::cuda_backend::stream_id;
-use cudarc::driver::DevicePtrMut;
 use vramguard_runtime::alloc::{AllocatorConfig, OomCause};
 use vramguard_runtime::device::CudaBuffer;
 use vramguard_runtime::memory;
