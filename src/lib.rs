@@ -153,6 +153,17 @@ pub mod driver_pool {
     pub use vramguard_runtime::driver_pool::{DriverPool, KEEP_ALL_CACHED};
 }
 
+/// The observer of every GPU allocation in the process, whichever library makes it (candle per
+/// tensor, burn's cubecl per page, libtorch per segment): statistics, the allocation log, the
+/// timeline and memory_viz snapshot, the out-of-memory report, a soft memory limit, and the
+/// largest batch (`memory::MaxBatchSearch::run_on_observer`). Only with the `cupti` feature.
+#[cfg(feature = "cupti")]
+pub mod observer {
+    pub use vramguard_runtime::observer::{
+        ObservedAllocation, ObservedEvent, Observer, ObserverError, ObserverOptions,
+    };
+}
+
 /// Allocations and GPU buffers ([`crate::Device`] itself is at the crate root). The GPU items
 /// (`CudaBuffer`, `CudaBufferError`, `CudaDevice`) exist only with the `cuda` feature (on by
 /// default); without it [`crate::Device::cuda`] returns

@@ -72,10 +72,14 @@ unsafe extern "C" fn record(_: *mut c_void, domain: u32, cbid: u32, data: *const
     // SAFETY: the fake passes a `CUpti_CallbackData` valid for the call.
     let data = unsafe { &*data.cast::<CallbackData>() };
     // SAFETY: the name is a NUL-terminated static string.
-    let name = unsafe { CStr::from_ptr(data.function_name) }.to_string_lossy().into_owned();
+    let name = unsafe { CStr::from_ptr(data.function_name) }
+        .to_string_lossy()
+        .into_owned();
     let value = if name == "cuMemAllocAsync" {
         // SAFETY: the parameters of cuMemAllocAsync: a pointer to the address, then the size.
-        let params = data.function_params.cast::<(*mut u64, usize, *mut c_void)>();
+        let params = data
+            .function_params
+            .cast::<(*mut u64, usize, *mut c_void)>();
         unsafe {
             if data.callback_site == API_ENTER {
                 (*params).1 as u64
@@ -131,7 +135,12 @@ fn the_subscriber_sees_enabled_calls_at_entry_and_exit_with_their_parameters_and
         ok_cupti(cuptiEnableCallback(1, subscriber, DOMAIN_DRIVER, 598)); // cuMemAllocAsync
         ok_cupti(cuptiEnableCallback(1, subscriber, DOMAIN_DRIVER, 600)); // cuMemFreeAsync
         let mut enabled = 0;
-        ok_cupti(cuptiGetCallbackState(&mut enabled, subscriber, DOMAIN_DRIVER, 598));
+        ok_cupti(cuptiGetCallbackState(
+            &mut enabled,
+            subscriber,
+            DOMAIN_DRIVER,
+            598,
+        ));
         assert_eq!(enabled, 1);
 
         let mut stream = null_mut();
@@ -141,7 +150,10 @@ fn the_subscriber_sees_enabled_calls_at_entry_and_exit_with_their_parameters_and
         ok(cuMemFreeAsync(addr, stream));
         // Refused for lack of memory: the exit callback sees the code.
         let mut huge = 0u64;
-        assert_eq!(cuMemAllocAsync(&mut huge, 1 << 50, stream), errors::OUT_OF_MEMORY);
+        assert_eq!(
+            cuMemAllocAsync(&mut huge, 1 << 50, stream),
+            errors::OUT_OF_MEMORY
+        );
         ok(cuStreamSynchronize(stream)); // not enabled: not seen
         ok(cuStreamDestroy_v2(stream));
         ok_cupti(cuptiUnsubscribe(subscriber));
@@ -176,7 +188,11 @@ fn the_subscriber_sees_enabled_calls_at_entry_and_exit_with_their_parameters_and
             let (enter, exit) = (&pair[0], &pair[1]);
             assert_eq!(enter.correlation_id, exit.correlation_id, "{pair:?}");
             assert_eq!(enter.slot, 0, "a fresh slot at entry");
-            assert_eq!(exit.slot, u64::from(enter.correlation_id) + 1000, "the slot kept");
+            assert_eq!(
+                exit.slot,
+                u64::from(enter.correlation_id) + 1000,
+                "the slot kept"
+            );
             assert!(enter.domain == DOMAIN_DRIVER && enter.has_context);
         }
         assert_ne!(seen[0].correlation_id, seen[2].correlation_id);

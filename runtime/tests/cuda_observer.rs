@@ -53,7 +53,10 @@ fn setup(test: &str) -> Option<(Observer, Arc<CudaStream>)> {
         }
     };
     if !ctx.has_async_alloc() {
-        skip(test, "this GPU has no stream-ordered allocator (cuMemAllocAsync)");
+        skip(
+            test,
+            "this GPU has no stream-ordered allocator (cuMemAllocAsync)",
+        );
         return None;
     }
     Some((observer, ctx.default_stream()))
@@ -97,7 +100,11 @@ fn cuda_observer_sees_a_candle_shaped_allocation_loop_exactly() {
 
     // Each iteration: 3 allocations and their frees; the weights: one of each.
     let allocations = 1 + 3 * iterations as u64;
-    assert_eq!(after.num_allocs - before.num_allocs, allocations, "{after:?}");
+    assert_eq!(
+        after.num_allocs - before.num_allocs,
+        allocations,
+        "{after:?}"
+    );
     assert_eq!(after.num_frees - before.num_frees, allocations, "{after:?}");
     assert_eq!(after.allocated_bytes, before.allocated_bytes);
     // The peak, computed from the loop: the weights, the two outputs kept from earlier
@@ -123,7 +130,11 @@ fn cuda_observer_sees_a_candle_shaped_allocation_loop_exactly() {
         .filter(|e| e.allocation.stream == stream.cu_stream() as u64)
         .filter(|e| e.allocation.api == "cuMemAllocAsync")
         .collect();
-    assert!(mine.len() as u64 >= 2 * allocations, "{} events", mine.len());
+    assert!(
+        mine.len() as u64 >= 2 * allocations,
+        "{} events",
+        mine.len()
+    );
     let first = &mine[mine.len() - 1].allocation;
     let origin = first.origin.as_ref().expect("call sites were asked for");
     assert!(origin.file.ends_with("cuda_observer.rs"), "{origin}");
@@ -161,8 +172,12 @@ fn cuda_observer_labels_allocations_and_draws_them() {
         assert!(labels.contains(&expected), "{expected} not in {labels:?}");
     }
     let html = observer.html_report(0, "observer test");
-    assert!(html.contains("observed_loop #2 / history"), "the page names the labels");
-    let path = std::env::temp_dir().join(format!("vramguard-observer-{}.pickle", std::process::id()));
+    assert!(
+        html.contains("observed_loop #2 / history"),
+        "the page names the labels"
+    );
+    let path =
+        std::env::temp_dir().join(format!("vramguard-observer-{}.pickle", std::process::id()));
     observer.dump_snapshot(0, &path).unwrap();
     let pickle = std::fs::read(&path).unwrap();
     std::fs::remove_file(&path).unwrap();
@@ -204,7 +219,10 @@ fn cuda_observer_finds_the_largest_batch_exactly_in_four_runs() {
     assert_eq!(expected, 57);
     let runs = found.run_count();
     assert!(runs <= 4, "{found}: {:#?}", found.runs);
-    println!("max_batch exact in {runs} <= 4 runs (batch {})", found.batch);
+    println!(
+        "max_batch exact in {runs} <= 4 runs (batch {})",
+        found.batch
+    );
 }
 
 /// Runs this test binary's `test` as a child with `OBSERVER_CHILD=case` and the extra
@@ -261,7 +279,10 @@ fn cuda_observer_prints_the_oom_text_before_the_librarys_error() {
         "What to change:",
         "24.0 MiB of earlier iterations of batch scope `oom_loop` are still alive",
     ] {
-        assert!(text.contains(expected), "`{expected}` missing from:\n{text}");
+        assert!(
+            text.contains(expected),
+            "`{expected}` missing from:\n{text}"
+        );
     }
     if stdout.contains("fake device") {
         // The fake's device of the given size: exact figures from cuMemGetInfo.
@@ -320,7 +341,10 @@ fn cuda_observer_warns_and_runs_on_when_a_profiler_holds_cupti() {
         "{}",
         warnings[0]
     );
-    assert!(stdout.contains("ran on: 4 MiB allocated and freed"), "{stdout}");
+    assert!(
+        stdout.contains("ran on: 4 MiB allocated and freed"),
+        "{stdout}"
+    );
     println!("single subscriber: a one-line warning, the program ran on");
 }
 

@@ -134,6 +134,7 @@ pub use config::{
 pub use expandable::DEFAULT_EXPANDABLE_RANGE;
 pub use host::{HostBackend, HOST_ALIGN, HOST_MAP_GRANULARITY};
 pub use html::html_report;
+pub(crate) use memory_viz::snapshot_pickle;
 pub use oom::{
     human_bytes, ConfigSource, LiveAllocation, OomCause, OomContext, OutOfMemory, SegmentMode,
     OOM_LARGEST_LIVE,
@@ -151,7 +152,6 @@ pub use trace::{
     BlockSnapshot, LabelFrame, MemorySnapshot, PoolKind, SegmentSnapshot, Trace, TraceEvent,
     TraceEventKind, TraceLabel,
 };
-pub(crate) use memory_viz::snapshot_pickle;
 pub(crate) use trace::{RingEvent, TraceRing};
 
 #[cfg(test)]

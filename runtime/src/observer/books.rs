@@ -11,6 +11,7 @@
 use super::ObservedAllocation;
 use crate::alloc::{MemoryStats, Trace, TraceEvent, TraceEventKind, TraceLabel};
 use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
@@ -59,10 +60,32 @@ struct EventLog {
     dropped: u64,
 }
 
+/// Hashes a device address or handle (one `u64`) with a multiplication: the keys are already
+/// spread, and SipHash's resistance to chosen keys buys nothing against the driver.
+#[derive(Default, Clone, Copy)]
+struct AddressHasher(u64);
+
+impl Hasher for AddressHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, key: u64) {
+        self.0 = key.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    fn finish(&self) -> u64 {
+        self.0 ^ (self.0 >> 32)
+    }
+}
+
+/// Records by address (or handle).
+type RecordMap = HashMap<u64, ObservedAllocation, BuildHasherDefault<AddressHasher>>;
+
 pub(crate) struct Books {
-    live: [Mutex<HashMap<u64, ObservedAllocation>>; SHARDS],
+    live: [Mutex<RecordMap>; SHARDS],
     /// `cuMemCreate`'s physical allocations, by handle.
-    physical: Mutex<HashMap<u64, ObservedAllocation>>,
+    physical: Mutex<RecordMap>,
     devices: [DeviceBook; MAX_DEVICES],
     log: Mutex<EventLog>,
     logging: AtomicBool,
@@ -81,8 +104,8 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 pub(crate) fn books() -> &'static Books {
     static BOOKS: OnceLock<Books> = OnceLock::new();
     BOOKS.get_or_init(|| Books {
-        live: std::array::from_fn(|_| Mutex::new(HashMap::new())),
-        physical: Mutex::new(HashMap::new()),
+        live: std::array::from_fn(|_| Mutex::new(RecordMap::default())),
+        physical: Mutex::new(RecordMap::default()),
         devices: std::array::from_fn(|_| DeviceBook {
             limit: AtomicU64::new(u64::MAX),
             ..DeviceBook::default()
@@ -278,7 +301,7 @@ impl Books {
         let index = device_index(device);
         let mut largest: Vec<ObservedAllocation> = Vec::new();
         let mut by_label: HashMap<Option<TraceLabel>, (u64, u64)> = HashMap::new();
-        let mut visit = |map: &HashMap<u64, ObservedAllocation>| {
+        let mut visit = |map: &RecordMap| {
             for r in map.values().filter(|r| device_index(r.device) == index) {
                 let entry = by_label.entry(r.label.clone()).or_default();
                 entry.0 += r.bytes;
@@ -297,8 +320,11 @@ impl Books {
             .map(|(label, (bytes, n))| (label, bytes, n))
             .collect();
         labels.sort_by(|a, b| {
-            b.1.cmp(&a.1)
-                .then_with(|| a.0.as_ref().map(|l| l.to_string()).cmp(&b.0.as_ref().map(|l| l.to_string())))
+            b.1.cmp(&a.1).then_with(|| {
+                a.0.as_ref()
+                    .map(|l| l.to_string())
+                    .cmp(&b.0.as_ref().map(|l| l.to_string()))
+            })
         });
         (largest, labels)
     }
@@ -318,7 +344,12 @@ impl Books {
     }
 
     /// Adds an event to the log (when it keeps events).
-    pub(crate) fn log(&self, kind: TraceEventKind, allocation: &ObservedAllocation, live_bytes: u64) {
+    pub(crate) fn log(
+        &self,
+        kind: TraceEventKind,
+        allocation: &ObservedAllocation,
+        live_bytes: u64,
+    ) {
         if !self.logging() {
             return;
         }
@@ -342,7 +373,11 @@ impl Books {
     /// The logged events, oldest first, and how many the ring dropped before them.
     pub(crate) fn events(&self) -> (Vec<ObservedEvent>, u64, usize) {
         let log = lock(&self.log);
-        (log.events.iter().cloned().collect(), log.dropped, log.capacity)
+        (
+            log.events.iter().cloned().collect(),
+            log.dropped,
+            log.capacity,
+        )
     }
 
     /// The log of `device` as the allocator's [`Trace`] (what the timeline page and the

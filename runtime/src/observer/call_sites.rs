@@ -2,7 +2,8 @@
 //! ([`super::ObserverOptions::call_sites`]): the innermost frame of the allocating thread's
 //! stack that is the program's own code — not the standard library, not a crate from the
 //! registry (candle, cudarc, burn, tch), not vramguard's runtime, not a C library (no source
-//! file).
+//! file), not the driver's or CUPTI's own frames (told by the shared object they are in, which
+//! matters where the driver has Rust sources: the fake driver of the tests).
 //!
 //! Walking the stack costs a few microseconds per allocation (the frames' return addresses
 //! only); symbolising it (reading debug info) happens once per distinct stack, whose site is
@@ -21,6 +22,8 @@ const MAX_FRAMES: usize = 64;
 type Site = (&'static str, u32, u32);
 
 static SITES: Mutex<Option<HashMap<Vec<usize>, Option<Site>>>> = Mutex::new(None);
+/// Load addresses of the driver's and CUPTI's shared objects.
+static LIBRARIES: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 static FILES: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -58,9 +61,48 @@ pub(crate) fn capture(api: &'static str) -> Option<AllocOrigin> {
     })
 }
 
+/// Notes the shared objects of the driver and of CUPTI (loaded by now): their frames are
+/// never a call site.
+pub(crate) fn note_libraries() {
+    let mut bases = Vec::new();
+    // SAFETY: both libraries are loaded (the driver was initialised, CUPTI probed); looking a
+    // symbol up only reads their tables.
+    unsafe {
+        let driver = cudarc::driver::sys::culib().get::<*const c_void>(b"cuInit");
+        let cupti = cudarc::cupti::sys::culib().get::<*const c_void>(b"cuptiSubscribe");
+        for symbol in [driver, cupti].into_iter().flatten() {
+            bases.extend(object_of(*symbol as usize));
+        }
+    }
+    *lock(&LIBRARIES) = bases;
+}
+
+/// The load address of the shared object that holds `address`.
+#[cfg(unix)]
+fn object_of(address: usize) -> Option<usize> {
+    let mut info = libc::Dl_info {
+        dli_fname: std::ptr::null(),
+        dli_fbase: std::ptr::null_mut(),
+        dli_sname: std::ptr::null(),
+        dli_saddr: std::ptr::null_mut(),
+    };
+    // SAFETY: `dladdr` only reads the loader's tables and writes `info`.
+    let found = unsafe { libc::dladdr(address as *const c_void, &mut info) };
+    (found != 0).then_some(info.dli_fbase as usize)
+}
+
+#[cfg(not(unix))]
+fn object_of(_address: usize) -> Option<usize> {
+    None
+}
+
 /// The innermost frame of `stack` that is the program's own code.
 fn resolve(stack: &[usize]) -> Option<Site> {
+    let libraries = lock(&LIBRARIES).clone();
     for &ip in stack {
+        if object_of(ip).is_some_and(|base| libraries.contains(&base)) {
+            continue;
+        }
         let mut found = None;
         backtrace::resolve(ip as *mut c_void, |symbol| {
             if found.is_some() {
@@ -117,7 +159,9 @@ mod tests {
         assert!(!is_program_code(
             "/root/.cargo/registry/src/index.crates.io-1/candle-core-0.11.1/src/tensor.rs"
         ));
-        assert!(!is_program_code("/rustc/abc/library/core/src/ops/function.rs"));
+        assert!(!is_program_code(
+            "/rustc/abc/library/core/src/ops/function.rs"
+        ));
         assert!(!is_program_code(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/src/observer/callback.rs"

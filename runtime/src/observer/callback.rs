@@ -19,7 +19,7 @@ use super::{call_sites, ObservedAllocation};
 use crate::alloc::trace::thread_label;
 use crate::alloc::TraceEventKind;
 use cudarc::cupti::sys::{CUpti_ApiCallbackSite, CUpti_CallbackData, CUpti_CallbackDomain};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
@@ -43,6 +43,11 @@ thread_local! {
     static DEVICE: Cell<(usize, u32)> = const { Cell::new((0, 0)) };
     /// This thread's id, read once.
     static THREAD: Cell<u64> = const { Cell::new(0) };
+    /// Records of frees between their entry and exit on this thread, each with the token its
+    /// call's correlation slot holds (innermost last).
+    static FREEING: RefCell<Vec<(u64, ObservedAllocation)>> = const { RefCell::new(Vec::new()) };
+    /// The last token handed out on this thread.
+    static TOKEN: Cell<u64> = const { Cell::new(0) };
 }
 
 /// The callback given to `cuptiSubscribe`.
@@ -135,8 +140,9 @@ unsafe fn handle(domain: u32, cbid: u32, data: *const CUpti_CallbackData) {
     }
 }
 
-/// The record of a free, taken out of the books at entry, travels to the exit in the call's
-/// correlation slot (a `u64` CUPTI keeps for the call) as a raw box.
+/// The record of a free, taken out of the books at entry, waits for the exit on this thread
+/// ([`FREEING`]), under a token the call's correlation slot (a `u64` CUPTI keeps for the
+/// call) holds.
 fn on_enter(call: MemoryCall, data: &CUpti_CallbackData) {
     let (key, physical) = match call {
         MemoryCall::Free { address, .. } => (address, false),
@@ -147,23 +153,45 @@ fn on_enter(call: MemoryCall, data: &CUpti_CallbackData) {
         // No slot: the record is taken at exit instead.
         return;
     }
-    let taken = books()
-        .take(key, physical)
-        .map_or(0, |record| Box::into_raw(Box::new(record)) as u64);
+    let token = match books().take(key, physical) {
+        Some(record) => {
+            let token = TOKEN
+                .try_with(|t| {
+                    t.set(t.get() + 1);
+                    t.get()
+                })
+                .unwrap_or(0);
+            let kept = FREEING.try_with(|f| f.borrow_mut().push((token, record)));
+            if kept.is_ok() {
+                token
+            } else {
+                0
+            }
+        }
+        None => 0,
+    };
     // SAFETY: CUPTI's slot for this call, valid until its exit callback.
-    unsafe { *data.correlationData = taken };
+    unsafe { *data.correlationData = token };
 }
 
-/// The record [`on_enter`] stashed for this call (or, without a slot, taken now).
+/// The record [`on_enter`] kept for this call (or, without a slot, taken now).
 fn stashed(key: u64, physical: bool, data: &CUpti_CallbackData) -> Option<ObservedAllocation> {
     if data.correlationData.is_null() {
         return books().take(key, physical);
     }
     // SAFETY: CUPTI's slot for this call, written at its entry.
-    let raw = std::mem::take(unsafe { &mut *data.correlationData });
-    // SAFETY: a box `on_enter` leaked into this call's slot, read back once (the slot is
-    // zeroed).
-    (raw != 0).then(|| *unsafe { Box::from_raw(raw as *mut ObservedAllocation) })
+    let token = std::mem::take(unsafe { &mut *data.correlationData });
+    if token == 0 {
+        return None;
+    }
+    FREEING
+        .try_with(|f| {
+            let mut freeing = f.borrow_mut();
+            let at = freeing.iter().rposition(|(t, _)| *t == token)?;
+            Some(freeing.swap_remove(at).1)
+        })
+        .ok()
+        .flatten()
 }
 
 /// # Safety
@@ -250,10 +278,13 @@ fn allocated(
     match (result, key) {
         (Some(0), Some(key)) => {
             let record = record();
-            let (before, after) = books.add(key, record.clone(), physical);
-            books.log(TraceEventKind::Alloc, &record, after);
-            if let Some(limit) = books.limit(device) {
-                if before <= limit && after > limit {
+            let limit = books.limit(device);
+            // Kept only when the log or a crossed limit needs it after `add` took the record.
+            let copy = (books.logging() || limit.is_some()).then(|| record.clone());
+            let (before, after) = books.add(key, record, physical);
+            if let Some(record) = copy {
+                books.log(TraceEventKind::Alloc, &record, after);
+                if let Some(limit) = limit.filter(|&l| before <= l && after > l) {
                     let request = request_of(record);
                     MemoryReport::gather(Trigger::LimitCrossed { limit }, request).print();
                 }

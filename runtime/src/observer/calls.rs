@@ -95,11 +95,23 @@ const fn runtime(cbid: Runtime, name: &'static str) -> Subscribed {
 /// and 33, before CUDA 3.2's 64-bit pointers) are not: no library of this century calls them.
 pub(crate) const SUBSCRIBED: &[Subscribed] = &[
     driver(Driver::CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, "cuMemAlloc"),
-    driver(Driver::CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2, "cuMemAllocPitch"),
-    driver(Driver::CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged, "cuMemAllocManaged"),
+    driver(
+        Driver::CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2,
+        "cuMemAllocPitch",
+    ),
+    driver(
+        Driver::CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged,
+        "cuMemAllocManaged",
+    ),
     driver(Driver::CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2, "cuMemFree"),
-    driver(Driver::CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync, "cuMemAllocAsync"),
-    driver(Driver::CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz, "cuMemAllocAsync"),
+    driver(
+        Driver::CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync,
+        "cuMemAllocAsync",
+    ),
+    driver(
+        Driver::CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz,
+        "cuMemAllocAsync",
+    ),
     driver(
         Driver::CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync,
         "cuMemAllocFromPoolAsync",
@@ -108,17 +120,38 @@ pub(crate) const SUBSCRIBED: &[Subscribed] = &[
         Driver::CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz,
         "cuMemAllocFromPoolAsync",
     ),
-    driver(Driver::CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync, "cuMemFreeAsync"),
-    driver(Driver::CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz, "cuMemFreeAsync"),
+    driver(
+        Driver::CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync,
+        "cuMemFreeAsync",
+    ),
+    driver(
+        Driver::CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz,
+        "cuMemFreeAsync",
+    ),
     driver(Driver::CUPTI_DRIVER_TRACE_CBID_cuMemCreate, "cuMemCreate"),
     driver(Driver::CUPTI_DRIVER_TRACE_CBID_cuMemRelease, "cuMemRelease"),
     driver(Driver::CUPTI_DRIVER_TRACE_CBID_cuMemMap, "cuMemMap"),
-    runtime(Runtime::CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020, "cudaMalloc"),
-    runtime(Runtime::CUPTI_RUNTIME_TRACE_CBID_cudaMallocPitch_v3020, "cudaMallocPitch"),
-    runtime(Runtime::CUPTI_RUNTIME_TRACE_CBID_cudaMallocManaged_v6000, "cudaMallocManaged"),
+    runtime(
+        Runtime::CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020,
+        "cudaMalloc",
+    ),
+    runtime(
+        Runtime::CUPTI_RUNTIME_TRACE_CBID_cudaMallocPitch_v3020,
+        "cudaMallocPitch",
+    ),
+    runtime(
+        Runtime::CUPTI_RUNTIME_TRACE_CBID_cudaMallocManaged_v6000,
+        "cudaMallocManaged",
+    ),
     runtime(Runtime::CUPTI_RUNTIME_TRACE_CBID_cudaFree_v3020, "cudaFree"),
-    runtime(Runtime::CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_v11020, "cudaMallocAsync"),
-    runtime(Runtime::CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_ptsz_v11020, "cudaMallocAsync"),
+    runtime(
+        Runtime::CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_v11020,
+        "cudaMallocAsync",
+    ),
+    runtime(
+        Runtime::CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_ptsz_v11020,
+        "cudaMallocAsync",
+    ),
     runtime(
         Runtime::CUPTI_RUNTIME_TRACE_CBID_cudaMallocFromPoolAsync_v11020,
         "cudaMallocFromPoolAsync",
@@ -127,15 +160,39 @@ pub(crate) const SUBSCRIBED: &[Subscribed] = &[
         Runtime::CUPTI_RUNTIME_TRACE_CBID_cudaMallocFromPoolAsync_ptsz_v11020,
         "cudaMallocFromPoolAsync",
     ),
-    runtime(Runtime::CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_v11020, "cudaFreeAsync"),
-    runtime(Runtime::CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_ptsz_v11020, "cudaFreeAsync"),
+    runtime(
+        Runtime::CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_v11020,
+        "cudaFreeAsync",
+    ),
+    runtime(
+        Runtime::CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_ptsz_v11020,
+        "cudaFreeAsync",
+    ),
 ];
+
+/// Callback ids are below this (CUDA 12.8's highest driver id is under 800).
+const MAX_CBID: usize = 1024;
+
+/// For each domain (driver, runtime) and callback id, 1 + the index in [`SUBSCRIBED`] (0: not
+/// subscribed): every callback looks itself up, so a table beats a search.
+const INDEX: [[u8; MAX_CBID]; 2] = {
+    let mut index = [[0u8; MAX_CBID]; 2];
+    let mut i = 0;
+    while i < SUBSCRIBED.len() {
+        let s = &SUBSCRIBED[i];
+        index[(s.domain - DRIVER_DOMAIN) as usize][s.cbid as usize] = (i + 1) as u8;
+        i += 1;
+    }
+    index
+};
 
 /// The subscribed callback `(domain, cbid)`, if it is one.
 pub(crate) fn subscribed(domain: u32, cbid: u32) -> Option<&'static Subscribed> {
-    SUBSCRIBED
-        .iter()
-        .find(|s| s.domain == domain && s.cbid == cbid)
+    let table = INDEX.get(domain.wrapping_sub(DRIVER_DOMAIN) as usize)?;
+    match *table.get(cbid as usize)? {
+        0 => None,
+        i => SUBSCRIBED.get(i as usize - 1),
+    }
 }
 
 /// Reads the parameters of callback `cbid` of `domain`.
@@ -354,8 +411,16 @@ mod tests {
                 stream: 0x5000
             })
         );
-        assert_eq!(subscribed(DRIVER_DOMAIN, cbid).map(|s| s.name), Some("cuMemFreeAsync"));
+        assert_eq!(
+            subscribed(DRIVER_DOMAIN, cbid).map(|s| s.name),
+            Some("cuMemFreeAsync")
+        );
         assert_eq!(subscribed(DRIVER_DOMAIN, 1), None);
+        assert_eq!(subscribed(RUNTIME_DOMAIN, cbid), None);
+        assert_eq!(subscribed(7, cbid), None);
+        for s in SUBSCRIBED {
+            assert_eq!(subscribed(s.domain, s.cbid), Some(s));
+        }
     }
 
     /// libtorch's caching allocator asks the runtime (`cudaMalloc`): its parameters read with
@@ -392,7 +457,10 @@ mod tests {
             })
         );
         // SAFETY: a null parameter pointer is refused before it is read.
-        assert_eq!(unsafe { decode(RUNTIME_DOMAIN, cbid, std::ptr::null()) }, None);
+        assert_eq!(
+            unsafe { decode(RUNTIME_DOMAIN, cbid, std::ptr::null()) },
+            None
+        );
     }
 
     #[test]

@@ -21,7 +21,8 @@ unsafe impl Send for Subscription {}
 
 /// Where `libcupti` was looked for, for the error that says it is missing.
 fn searched() -> String {
-    let mut places = vec!["libcupti.so on LD_LIBRARY_PATH and the system's library paths".to_string()];
+    let mut places =
+        vec!["libcupti.so on LD_LIBRARY_PATH and the system's library paths".to_string()];
     for dir in toolkit_dirs() {
         places.push(dir.display().to_string());
     }
@@ -31,9 +32,15 @@ fn searched() -> String {
 /// `extras/CUPTI/lib64` under `CUDA_HOME` and `CUDA_PATH`, where set.
 fn toolkit_dirs() -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = Vec::new();
-    for root in ["CUDA_HOME", "CUDA_PATH"].iter().filter_map(std::env::var_os) {
+    for root in ["CUDA_HOME", "CUDA_PATH"]
+        .iter()
+        .filter_map(std::env::var_os)
+    {
+        if root.is_empty() {
+            continue;
+        }
         let dir = PathBuf::from(root).join("extras/CUPTI/lib64");
-        if !root.is_empty() && !dirs.contains(&dir) {
+        if !dirs.contains(&dir) {
             dirs.push(dir);
         }
     }

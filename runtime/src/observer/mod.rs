@@ -147,7 +147,9 @@ pub enum ObserverError {
         code: String,
     },
     /// A driver call failed.
-    #[error("vramguard's GPU observer could not start: CUDA driver call {op} failed with {message}")]
+    #[error(
+        "vramguard's GPU observer could not start: CUDA driver call {op} failed with {message}"
+    )]
     Driver {
         /// The driver function.
         op: &'static str,
@@ -237,6 +239,9 @@ impl Observer {
             set_limits(limit)?;
         }
         books.set_log_capacity(options.log_capacity.unwrap_or(config.trace_capacity));
+        if options.call_sites {
+            call_sites::note_libraries();
+        }
         callback::CALL_SITES.store(options.call_sites, Relaxed);
         *running = Some(library::subscribe()?);
         Ok(Observer { _private: () })

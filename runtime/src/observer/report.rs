@@ -85,10 +85,13 @@ impl MemoryReport {
 
     /// Prints the report on stderr (always: it explains an error the program is about to see).
     pub(crate) fn print(&self) {
-        eprintln!("{}: vramguard: {self}", match self.trigger {
-            Trigger::OutOfMemory => "error",
-            Trigger::LimitCrossed { .. } => "warning",
-        });
+        eprintln!(
+            "{}: vramguard: {self}",
+            match self.trigger {
+                Trigger::OutOfMemory => "error",
+                Trigger::LimitCrossed { .. } => "warning",
+            }
+        );
     }
 
     /// The lines of "what to change", most specific first.
@@ -133,6 +136,14 @@ impl MemoryReport {
             }
         }
         if let Some((free, total)) = self.device_memory {
+            if self.trigger == Trigger::OutOfMemory && self.request.bytes >= total {
+                advice.push(format!(
+                    "the request alone ({}) is as large as the whole device ({}): a size in the \
+                     program (batch, sequence length, a shape computed wrong) is off",
+                    human_bytes(self.request.bytes),
+                    human_bytes(total)
+                ));
+            }
             let held = total.saturating_sub(free);
             let unseen = held.saturating_sub(self.live);
             if unseen > self.request.bytes {
@@ -255,7 +266,11 @@ impl fmt::Display for MemoryReport {
                 let label = label
                     .as_ref()
                     .map_or_else(|| "(no batch scope or tag)".to_string(), |l| l.to_string());
-                write!(f, "\n  {:>10} in {count:>5} allocations  {label}", human_bytes(*bytes))?;
+                write!(
+                    f,
+                    "\n  {:>10} in {count:>5} allocations  {label}",
+                    human_bytes(*bytes)
+                )?;
             }
             if self.by_label.len() > LISTED {
                 write!(f, "\n  ({} more labels)", self.by_label.len() - LISTED)?;
