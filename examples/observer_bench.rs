@@ -4,7 +4,11 @@
 //!
 //! ```sh
 //! cargo run --release --features cupti --example observer_bench [-- --json] [--quick]
+//!                                                                 [--device cuda]
 //! ```
+//!
+//! It always measures GPU 0; `--device cuda` (what `scripts/gpu-check.sh` passes every
+//! benchmark) is accepted and changes nothing.
 //!
 //! The pair is the one candle's CUDA tensors make: `cuMemAllocAsync` + `cuMemFreeAsync` of
 //! the same size on one stream (sizes cycling through 4 KiB to 4 MiB), as the host sees it:
