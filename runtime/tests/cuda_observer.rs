@@ -437,3 +437,50 @@ fn missing_child() {
         other => panic!("expected NoCupti, got {other:?}"),
     }
 }
+
+#[test]
+fn cuda_observer_warns_when_memory_limit_from_the_environment_is_crossed() {
+    const TEST: &str = "cuda_observer_warns_when_memory_limit_from_the_environment_is_crossed";
+    if std::env::var(CHILD).as_deref() == Ok("limit") {
+        return limit_child();
+    }
+    let _gpu = exclusive();
+    if setup(TEST).is_none() {
+        return;
+    }
+    let (stderr, stdout, ok) = child(
+        TEST,
+        "limit",
+        &[("VRAMGUARD_ALLOC_CONF", "memory_limit:10MiB")],
+    );
+    assert!(ok, "child failed:\n{stdout}\n{stderr}");
+    let warnings: Vec<&str> = stderr
+        .match_indices("warning: vramguard: memory limit crossed on cuda:0: ")
+        .map(|(at, _)| &stderr[at..])
+        .collect();
+    // Crossed by the third 4 MiB buffer, and again after falling back below the limit.
+    assert_eq!(warnings.len(), 2, "{stderr}");
+    for expected in [
+        "cuMemAllocAsync of 4.0 MiB (4194304 bytes)",
+        "took the observed live bytes to 12.0 MiB, over the memory_limit of 10.0 MiB",
+        "seen by vramguard's observer: 12.0 MiB live in 3 allocations",
+        "or raise `memory_limit` in VRAMGUARD_ALLOC_CONF",
+    ] {
+        assert!(warnings[0].contains(expected), "`{expected}` missing:\n{stderr}");
+    }
+    assert!(stdout.contains("limit 10485760, ran on"), "{stdout}");
+    println!("memory_limit: a soft cap, the same text at each crossing");
+}
+
+fn limit_child() {
+    let Some((observer, stream)) = setup("limit_child") else {
+        return;
+    };
+    let mut buffers: Vec<_> = (0..3)
+        .map(|_| stream.alloc_zeros::<u8>(4 * MIB).unwrap())
+        .collect();
+    buffers.truncate(2); // back to 8 MiB, below the limit
+    buffers.push(stream.alloc_zeros::<u8>(4 * MIB).unwrap()); // crosses again
+    stream.synchronize().unwrap();
+    println!("limit {}, ran on", observer.memory_limit(0).unwrap_or(0));
+}
