@@ -3,8 +3,9 @@
 //! driver with its fake CUPTI as `scripts/observer-check.sh` runs it).
 //!
 //! ```sh
-//! cargo run --release --features cupti --example observer_bench [-- --json] [--quick]
+//! cargo run --release --features cupti --example observer_bench [-- --json] [--quick] [--write]
 //!                                                                 [--device cuda]
+//! scripts/observer-check.sh bench   # the same on the fake driver, with --write
 //! ```
 //!
 //! It always measures GPU 0; `--device cuda` (what `scripts/gpu-check.sh` passes every
@@ -31,7 +32,11 @@
 //! the callback's cost per pair, CUPTI's dispatch included. Without a driver or libcupti the program prints one line and
 //! exits 0.
 
+#[path = "../benches/support/report.rs"]
+mod report;
+
 use cudarc::cupti::{result as cupti, sys as cupti_sys};
+use report::{Args, Report, Unit};
 use cudarc::driver::{result, CudaContext};
 use vramguard::observer::{Observer, ObserverOptions};
 
@@ -63,15 +68,6 @@ impl Mode {
             Mode::Observed => "observed_pair_ns",
             Mode::ObservedLog => "observed_log_pair_ns",
             Mode::ObservedCallSites => "observed_call_sites_pair_ns",
-        }
-    }
-    fn label(self) -> &'static str {
-        match self {
-            Mode::Plain => "cuMemAllocAsync + cuMemFreeAsync, no observer",
-            Mode::EmptySubscriber => "a CUPTI subscriber whose callback does nothing",
-            Mode::Observed => "the same, observed (records and counters)",
-            Mode::ObservedLog => "observed, keeping the log",
-            Mode::ObservedCallSites => "observed, recording call sites",
         }
     }
     fn options(self) -> Option<ObserverOptions> {
@@ -132,16 +128,15 @@ fn thread_cpu_ns() -> u64 {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let json = args.iter().any(|a| a == "--json");
-    let quick = args.iter().any(|a| a == "--quick");
-    if let Err(e) = run(json, quick) {
+    let args = Args::parse();
+    if let Err(e) = run(&args) {
         eprintln!("observer_bench: {e}");
         std::process::exit(1);
     }
 }
 
-fn run(json: bool, quick: bool) -> Result<(), Box<dyn std::error::Error>> {
+fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
+    let quick = args.quick;
     // Probe the observer once before anything is timed: a machine without a driver or
     // libcupti gets one line, not a failure.
     match Observer::start() {
@@ -216,42 +211,31 @@ fn run(json: bool, quick: bool) -> Result<(), Box<dyn std::error::Error>> {
     let device = result::device::get(0)
         .and_then(result::device::get_name)
         .unwrap_or_else(|_| "unknown device".to_string());
-    if json {
-        let line = |metric: &str, value: f64, unit: &str| {
-            println!(
-                "{{\"bench\":\"observer_bench\",\"metric\":\"{metric}\",\"value\":{value:.1},\"unit\":\"{unit}\"}}"
-            )
-        };
-        for (mode, ns) in Mode::ALL.iter().zip(&medians) {
-            line(mode.metric(), *ns, "ns");
-        }
-        line("observer_added_ns_per_pair", observed - plain, "ns");
-        line("cupti_dispatch_ns_per_pair", medians[1] - plain, "ns");
-        line("observed_over_plain", observed / plain, "ratio");
-        line("observed_log_over_plain", medians[3] / plain, "ratio");
-        line(
-            "observed_call_sites_over_plain",
-            medians[4] / plain,
-            "ratio",
-        );
-        return Ok(());
-    }
-    println!("GPU observer: cost per allocation pair on {device}");
-    println!(
-        "{rounds} rounds, modes interleaved (order rotated each round); {pairs} pairs per block; \
-         sizes 4 KiB .. 4 MiB; median ns per pair"
-    );
-    println!();
-    println!("| mode | ns per pair | × no observer | added ns per pair |");
-    println!("| --- | ---: | ---: | ---: |");
+    let mut report = Report::new("observer");
+    report.cargo_args("--features cupti --example observer_bench");
     for (mode, ns) in Mode::ALL.iter().zip(&medians) {
-        println!(
-            "| {} (`{}`) | {ns:.0} | {:.2} | {:.0} |",
-            mode.label(),
-            mode.metric(),
-            ns / plain,
-            ns - plain
-        );
+        report.metric(mode.metric(), *ns, Unit::Ns);
     }
+    report.metric("cupti_dispatch_ns_per_pair", medians[1] - plain, Unit::Ns);
+    report.metric("observer_added_ns_per_pair", observed - plain, Unit::Ns);
+    report.metric("observed_over_plain", observed / plain, Unit::Ratio);
+    report.metric("observed_log_over_plain", medians[3] / plain, Unit::Ratio);
+    report.metric(
+        "observed_call_sites_over_plain",
+        medians[4] / plain,
+        Unit::Ratio,
+    );
+    report.note(&format!(
+        "On {device}. `cuMemAllocAsync` + `cuMemFreeAsync` pairs on one stream (sizes 4 KiB to \
+         4 MiB), the thread's CPU time per pair, median of {rounds} rounds of {pairs} pairs per \
+         mode, the modes interleaved (order rotated each round). `empty_subscriber`: a CUPTI \
+         subscriber whose callback returns at once, on the pair's two callbacks; `observed`: \
+         the observer with its defaults (records, counters), CUPTI's dispatch included; \
+         `_log`: keeping the log; `_call_sites`: walking the stack for each allocation's Rust \
+         call site. On the fake driver (`scripts/observer-check.sh bench`) the fake's CUPTI \
+         dispatches, and its pair costs what its bookkeeping costs (a lock, `mprotect` of the \
+         chunk): the ratio is to that pair, the added ns are the observer's."
+    ));
+    report.finish(args);
     Ok(())
 }

@@ -18,8 +18,22 @@
 # 4. ends with one line: `observer check: tests T passed, F failed, S skip lines`.
 #
 # Exit status 0 only when every test passed and none skipped. Output: target/observer-check/.
+#
+# `scripts/observer-check.sh bench` instead runs examples/observer_bench.rs (release) on the
+# fake and rewrites its section of BENCHMARKS.md (--write).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+
+if [[ "${1:-}" == bench ]]; then
+    cargo build -q --release -p vramguard-fake-cuda || exit 1
+    cargo build -q --release --features cupti --example observer_bench || exit 1
+    mkdir -p target/observer-check/release-lib
+    for name in libcuda.so libcupti.so; do
+        ln -sf "$PWD/target/release/libvramguard_fake_cuda.so" "target/observer-check/release-lib/$name"
+    done
+    exec env -u VRAMGUARD_ALLOC_CONF LD_LIBRARY_PATH="$PWD/target/observer-check/release-lib" \
+        target/release/examples/observer_bench --write
+fi
 
 OUT="target/observer-check"
 LIB="$OUT/lib"
