@@ -87,6 +87,11 @@ pub fn leaks(d: &Driver) -> Leaks {
 
 fn report() {
     let Some(d) = existing_driver() else {
+        if crate::state::driver_created() {
+            eprintln!(
+                "fake cuda: at exit: a driver call is still running on another thread; no report"
+            );
+        }
         return;
     };
     if !d.initialized {
@@ -114,7 +119,7 @@ fn report() {
         l.host,
         c.kernels,
         c.faults,
-        c.injected
+        crate::api::injected_failures()
     );
     if d.config.strict && l.any() {
         eprintln!("fake cuda: FAKE_CUDA_STRICT=1 and the process leaked: exit status 3");

@@ -86,8 +86,6 @@ pub struct Counters {
     pub kernels: u64,
     /// Faults (kernels, copies, memsets).
     pub faults: u64,
-    /// Calls failed by `FAKE_CUDA_FAIL`.
-    pub injected: u64,
 }
 
 /// The whole fake device.
@@ -162,11 +160,19 @@ pub fn driver() -> Result<MutexGuard<'static, Driver>, Fail> {
     Ok(lock.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
-/// The driver if it was ever created (for the exit report).
+/// Whether the driver was ever created.
+pub fn driver_created() -> bool {
+    DRIVER.get().is_some()
+}
+
+/// The driver if it was ever created and no call holds it (for the exit report, which must
+/// not wait for a thread that `exit` will never let finish).
 pub fn existing_driver() -> Option<MutexGuard<'static, Driver>> {
-    DRIVER
-        .get()
-        .map(|l| l.lock().unwrap_or_else(|e| e.into_inner()))
+    match DRIVER.get()?.try_lock() {
+        Ok(guard) => Some(guard),
+        Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
 }
 
 /// The context current on this thread (0 for none).

@@ -325,6 +325,38 @@ fn cuda_inplace_and_consuming_ops_reuse_device_buffers() {
 }
 
 #[test]
+fn cuda_consuming_softmax_and_layer_norm_write_in_place_as_on_the_host() {
+    let Some(gpu) = gpu() else { return };
+    // `#[inference]` turns `x.softmax(-1)` and `x.layer_norm(..)` on a dying local into these:
+    // on the host they write into the receiver's buffer; on the GPU they must too, or its
+    // peaks (and largest batches) are worse than the host's.
+    let (x, w, b) = (randn(&[3, 4, 32], 40), randn(&[32], 41), randn(&[32], 42));
+    let host_softmax = x.softmax(2).unwrap();
+    let host_norm = x.layer_norm(Some(&w), Some(&b), 1e-5).unwrap();
+    let _g = grad::NoGradGuard::new();
+    let (wd, bd) = (w.to_device(&gpu).unwrap(), b.to_device(&gpu).unwrap());
+    for in_place in ["softmax", "layer_norm"] {
+        let xd = x.to_device(&gpu).unwrap();
+        let before = memory::stats(&gpu);
+        let y = match in_place {
+            "softmax" => xd.into_softmax(2).unwrap(),
+            _ => xd.into_layer_norm(Some(&wd), Some(&bd), 1e-5).unwrap(),
+        };
+        let after = memory::stats(&gpu);
+        assert_eq!(
+            after.num_allocs, before.num_allocs,
+            "consuming {in_place} allocated on the GPU"
+        );
+        let host = if in_place == "softmax" {
+            &host_softmax
+        } else {
+            &host_norm
+        };
+        close(&format!("consuming {in_place}"), &y, host);
+    }
+}
+
+#[test]
 fn cuda_to_device_round_trips_and_allocates_through_the_caching_allocator() {
     let Some(gpu) = gpu() else { return };
     let x = randn(&[3, 5], 21);

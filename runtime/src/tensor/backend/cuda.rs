@@ -968,6 +968,65 @@ pub(crate) fn layer_norm(
     Ok((out, row_stats))
 }
 
+/// Softmax along the last dimension of contiguous `x`, written into `x`: `vg_softmax` reads
+/// each element of a row before it writes it (true of softmax, not of log-softmax), so its
+/// output may be its input.
+pub(crate) fn softmax_last_dim_inplace(
+    l: &dyn Launcher,
+    x: StridedRef<'_>,
+    op: &'static str,
+) -> Result<()> {
+    let len = x.dims().last().copied().unwrap_or(0);
+    if len == 0 || x.elem_count() == 0 {
+        return Ok(());
+    }
+    let args = VgArgs {
+        out: addr(x),
+        a: addr(x),
+        n: (x.elem_count() / len) as u64,
+        len: len as u64,
+        inner: 1,
+        op: 0,
+        ..Default::default()
+    };
+    launch(l, op, x, Kernel::Softmax, args.n, &args)?;
+    x.storage().note_use_end();
+    Ok(())
+}
+
+/// Layer norm of contiguous `x` over its last dimension, written into `x`: `vg_layer_norm`
+/// reads a row's statistics first and then each element before it writes it, so its output
+/// may be its input. `weight` and `bias` are contiguous and do not share `x`'s storage.
+pub(crate) fn layer_norm_inplace(
+    l: &dyn Launcher,
+    x: StridedRef<'_>,
+    weight: Option<StridedRef<'_>>,
+    bias: Option<StridedRef<'_>>,
+    eps: f32,
+) -> Result<()> {
+    const OP: &str = "layer_norm";
+    let d = x.dims().last().copied().unwrap_or(0);
+    if d == 0 || x.elem_count() == 0 {
+        return Ok(());
+    }
+    let rows = x.elem_count() / d;
+    let args = VgArgs {
+        out: addr(x),
+        a: addr(x),
+        b: weight.map_or(0, addr),
+        c: bias.map_or(0, addr),
+        n: rows as u64,
+        len: d as u64,
+        s0: eps,
+        ..Default::default()
+    };
+    launch(l, OP, x, Kernel::LayerNorm, rows as u64, &args)?;
+    for t in [Some(x), weight, bias].into_iter().flatten() {
+        t.storage().note_use_end();
+    }
+    Ok(())
+}
+
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
 pub(crate) fn layer_norm_backward(
     l: &dyn Launcher,
