@@ -36,8 +36,8 @@
 mod report;
 
 use cudarc::cupti::{result as cupti, sys as cupti_sys};
-use report::{Args, Report, Unit};
 use cudarc::driver::{result, CudaContext};
+use report::{Args, Report, Unit};
 use vramguard::observer::{Observer, ObserverOptions};
 
 const KIB: usize = 1 << 10;

@@ -466,7 +466,10 @@ fn cuda_observer_warns_when_memory_limit_from_the_environment_is_crossed() {
         "seen by vramguard's observer: 12.0 MiB live in 3 allocations",
         "or raise `memory_limit` in VRAMGUARD_ALLOC_CONF",
     ] {
-        assert!(warnings[0].contains(expected), "`{expected}` missing:\n{stderr}");
+        assert!(
+            warnings[0].contains(expected),
+            "`{expected}` missing:\n{stderr}"
+        );
     }
     assert!(stdout.contains("limit 10485760, ran on"), "{stdout}");
     println!("memory_limit: a soft cap, the same text at each crossing");

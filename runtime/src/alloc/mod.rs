@@ -134,6 +134,7 @@ pub use config::{
 pub use expandable::DEFAULT_EXPANDABLE_RANGE;
 pub use host::{HostBackend, HOST_ALIGN, HOST_MAP_GRANULARITY};
 pub use html::html_report;
+#[cfg(feature = "cupti")]
 pub(crate) use memory_viz::snapshot_pickle;
 pub use oom::{
     human_bytes, ConfigSource, LiveAllocation, OomCause, OomContext, OutOfMemory, SegmentMode,
