@@ -8,7 +8,8 @@
 #    target/observer-check/lib, as libcuda.so and libcupti.so: cudarc opens both by those names,
 #    the dynamic loader recognises one file, so the fake driver calls the observer's CUPTI
 #    callbacks itself, with CUPTI's structure layouts;
-# 3. runs the observer's unit tests and runtime/tests/cuda_observer.rs on the fake, one test at a
+# 3. runs the observer's unit tests, runtime/tests/cuda_observer.rs and
+#    tests/cuda_observer_scope.rs (#[batch_scope] over the observer) on the fake, one test at a
 #    time, with VRAMGUARD_REQUIRE_GPU=1 (a test that would skip fails), and prints the lines
 #    the tests assert:
 #      observer: allocations A = frees A, peak P bytes exact
@@ -80,6 +81,8 @@ run "observer unit tests" cargo test -q -p vramguard-runtime --features cupti --
 run "fake CUPTI" cargo test -q -p vramguard-fake-cuda --lib cupti
 run "fake CUPTI calls" cargo test -q -p vramguard-fake-cuda --test observer_support
 run "cuda_observer" cargo test -q -p vramguard-runtime --features cupti --test cuda_observer \
+    -- --test-threads=1 --nocapture
+run "cuda_observer_scope" cargo test -q -p vramguard --features cupti --test cuda_observer_scope \
     -- --test-threads=1 --nocapture
 say "   tests took $((SECONDS - started)) s"
 

@@ -9,6 +9,7 @@
 //! keeps a callback from waiting for a lock its own thread holds.
 
 use super::ObservedAllocation;
+use crate::accounting::{IterationFigures, IterationStart, ScopeBook, ScopeIteration, TagFigures};
 use crate::alloc::{MemoryStats, Trace, TraceEvent, TraceEventKind, TraceLabel};
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -89,6 +90,9 @@ pub(crate) struct Books {
     devices: [DeviceBook; MAX_DEVICES],
     log: Mutex<EventLog>,
     logging: AtomicBool,
+    /// The books of each batch scope (by its id) whose iterations allocated (see
+    /// `accounting.rs`).
+    scopes: Mutex<HashMap<u64, ScopeBook>>,
     /// The monotonic clock when the observer started.
     epoch_ns: AtomicU64,
     next_id: AtomicU64,
@@ -112,6 +116,7 @@ pub(crate) fn books() -> &'static Books {
         }),
         log: Mutex::new(EventLog::default()),
         logging: AtomicBool::new(false),
+        scopes: Mutex::new(HashMap::new()),
         epoch_ns: AtomicU64::new(crate::alloc::trace::monotonic_ns()),
         next_id: AtomicU64::new(1),
     })
@@ -134,6 +139,7 @@ impl Books {
             lock(shard).clear();
         }
         lock(&self.physical).clear();
+        lock(&self.scopes).clear();
         for d in &self.devices {
             for counter in [
                 &d.live,
@@ -176,6 +182,12 @@ impl Books {
         let count = d.live_count.fetch_add(1, Relaxed) + 1;
         d.peak_count.fetch_max(count, Relaxed);
         d.allocs.fetch_add(1, Relaxed);
+        if let Some(scope) = record.scope {
+            lock(&self.scopes)
+                .entry(scope.scope)
+                .or_default()
+                .on_alloc(scope.iteration, bytes);
+        }
         let stale = if physical {
             lock(&self.physical).insert(key, record)
         } else {
@@ -210,6 +222,11 @@ impl Books {
 
     /// Counts the free of `record`; returns the device's live bytes after it.
     pub(crate) fn account_free(&self, record: &ObservedAllocation) -> u64 {
+        if let Some(scope) = record.scope {
+            if let Some(book) = lock(&self.scopes).get_mut(&scope.scope) {
+                book.on_free(scope.iteration, record.bytes);
+            }
+        }
         let d = &self.devices[device_index(record.device)];
         d.live_count.fetch_sub(1, Relaxed);
         d.frees.fetch_add(1, Relaxed);
@@ -327,6 +344,51 @@ impl Books {
             })
         });
         (largest, labels)
+    }
+
+    /// Iteration `iteration` of a batch scope begins (after `previous` on this thread).
+    pub(crate) fn begin_iteration(
+        &self,
+        iteration: ScopeIteration,
+        previous: Option<ScopeIteration>,
+    ) -> IterationStart {
+        lock(&self.scopes)
+            .entry(iteration.scope)
+            .or_default()
+            .begin(iteration, previous)
+    }
+
+    /// The iteration `start` began ends: its figures, the escapes by tag included.
+    pub(crate) fn end_iteration(&self, start: &IterationStart) -> IterationFigures {
+        let mut figures = lock(&self.scopes)
+            .entry(start.iteration.scope)
+            .or_default()
+            .end(start);
+        if figures.escaped_count > 0 {
+            figures.escaped_by_tag = self.escapes_by_tag(start.iteration);
+        }
+        figures
+    }
+
+    /// The live allocations of `iteration`, by their innermost tag.
+    fn escapes_by_tag(&self, iteration: ScopeIteration) -> Vec<TagFigures> {
+        let mut groups: HashMap<Option<std::sync::Arc<str>>, (u64, u64)> = HashMap::new();
+        let mut visit = |map: &RecordMap| {
+            for r in map.values().filter(|r| r.scope == Some(iteration)) {
+                let tag = r.label.as_ref().and_then(TraceLabel::tag_name);
+                let group = groups.entry(tag).or_default();
+                group.0 += 1;
+                group.1 += r.bytes;
+            }
+        };
+        for shard in &self.live {
+            visit(&lock(shard));
+        }
+        visit(&lock(&self.physical));
+        groups
+            .into_iter()
+            .map(|(tag, (count, bytes))| TagFigures { tag, count, bytes })
+            .collect()
     }
 
     /// Keeps the last `capacity` events from now on (0: none, and forgets them).

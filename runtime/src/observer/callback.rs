@@ -16,6 +16,7 @@ use super::books::books;
 use super::calls::{decode, subscribed, MemoryCall, Subscribed, RUNTIME_DOMAIN};
 use super::report::{MemoryReport, Request, Trigger};
 use super::{call_sites, ObservedAllocation};
+use crate::accounting::ScopeIteration;
 use crate::alloc::trace::thread_label;
 use crate::alloc::TraceEventKind;
 use cudarc::cupti::sys::{CUpti_ApiCallbackSite, CUpti_CallbackData, CUpti_CallbackDomain};
@@ -48,6 +49,18 @@ thread_local! {
     static FREEING: RefCell<Vec<(u64, ObservedAllocation)>> = const { RefCell::new(Vec::new()) };
     /// The last token handed out on this thread.
     static TOKEN: Cell<u64> = const { Cell::new(0) };
+    /// The batch-scope iteration this thread's allocations are attributed to.
+    static ATTRIBUTION: Cell<Option<ScopeIteration>> = const { Cell::new(None) };
+}
+
+/// The batch-scope iteration this thread's allocations are attributed to.
+pub(crate) fn attribution() -> Option<ScopeIteration> {
+    ATTRIBUTION.try_with(Cell::get).ok().flatten()
+}
+
+/// Attributes this thread's allocations to `iteration` from now on.
+pub(crate) fn attribute(iteration: Option<ScopeIteration>) {
+    let _ = ATTRIBUTION.try_with(|a| a.set(iteration));
 }
 
 /// The callback given to `cuptiSubscribe`.
@@ -274,6 +287,7 @@ fn allocated(
             None
         },
         id: books.next_id(),
+        scope: attribution(),
     };
     match (result, key) {
         (Some(0), Some(key)) => {

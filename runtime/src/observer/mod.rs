@@ -3,8 +3,10 @@
 //! (`cuMemAllocAsync`/`cuMemFreeAsync` through cudarc), cubecl's per page (burn's CUDA
 //! backend), libtorch's per caching-allocator segment (`cudaMalloc`, or `cuMemCreate` with
 //! expandable segments) — fed into vramguard's tools: [`MemoryStats`] per device with peaks and
-//! a peak reset, the allocation log, the HTML timeline and a snapshot PyTorch's `_memory_viz`
-//! reads, an out-of-memory report printed before the library's own error, a soft
+//! a peak reset, batch scopes' accounting (the observer is a source of `crate::scope`'s one
+//! accounting interface: each allocation belongs to the allocating thread's iteration, escapes
+//! exact to the byte, by tag), the allocation log, the HTML timeline and a snapshot PyTorch's
+//! `_memory_viz` reads, an out-of-memory report printed before the library's own error, a soft
 //! `memory_limit`, and the largest-batch finder
 //! ([`crate::memory::MaxBatchSearch::run_on_observer`]). Only with the `cupti` feature.
 //!
@@ -88,6 +90,7 @@ mod report;
 
 pub use books::ObservedEvent;
 
+use crate::accounting::{IterationFigures, IterationStart, ScopeIteration};
 use crate::alloc::{
     AllocOrigin, AllocatorConfig, BlockSnapshot, ConfigError, MemoryLimit, MemorySnapshot,
     MemoryStats, PoolKind, SegmentSnapshot, Trace, TraceLabel,
@@ -121,6 +124,10 @@ pub struct ObservedAllocation {
     pub origin: Option<AllocOrigin>,
     /// A number unique in the process, in allocation order.
     pub id: u64,
+    /// The batch-scope iteration the allocation is attributed to (the allocating thread's
+    /// innermost, while the observer is a source of the thread's scopes).
+    #[serde(skip)]
+    pub(crate) scope: Option<crate::accounting::ScopeIteration>,
 }
 
 /// Why the observer could not start.
@@ -216,12 +223,16 @@ impl Observer {
         Self::start_with(ObserverOptions::new())
     }
 
-    /// Starts observing: loads CUPTI, subscribes, and counts from zero. When the observer
-    /// already runs, returns a handle to it (its options unchanged).
+    /// Starts observing: loads CUPTI, subscribes, and counts from zero; the batch scopes of the
+    /// calling thread account with it ([`Observer::account_scopes_on_this_thread`]). When the
+    /// observer already runs, returns a handle to it (its options unchanged), and the calling
+    /// thread's scopes account with it.
     pub fn start_with(options: ObserverOptions) -> Result<Observer, ObserverError> {
         let mut running = running();
         if running.is_some() {
-            return Ok(Observer { _private: () });
+            let observer = Observer { _private: () };
+            observer.account_scopes_on_this_thread();
+            return Ok(observer);
         }
         if !crate::driver::driver_present() {
             return Err(ObserverError::NoDriver);
@@ -244,7 +255,9 @@ impl Observer {
         }
         callback::CALL_SITES.store(options.call_sites, Relaxed);
         *running = Some(library::subscribe()?);
-        Ok(Observer { _private: () })
+        let observer = Observer { _private: () };
+        observer.account_scopes_on_this_thread();
+        Ok(observer)
     }
 
     /// [`Observer::start`], or `None` after one line on stderr saying why not (a profiler
@@ -262,6 +275,15 @@ impl Observer {
     /// The running observer, if one was started and not stopped.
     pub fn current() -> Option<Observer> {
         running().is_some().then_some(Observer { _private: () })
+    }
+
+    /// Makes the batch scopes entered on this thread account with the observer
+    /// ([`crate::scope::account_with`]: in place of another source set there, such as a driver
+    /// pool's whole-pool figures): each allocation the thread makes while an iteration is its
+    /// innermost scope is that iteration's, exactly, and its escapes are grouped by tag.
+    /// [`Observer::start`] does it for the thread that starts the observer.
+    pub fn account_scopes_on_this_thread(&self) {
+        crate::scope::account_with(Some(std::sync::Arc::new(self.clone())));
     }
 
     /// Stops observing (unsubscribes from CUPTI). The figures stay readable.
@@ -380,6 +402,22 @@ impl Observer {
     /// The soft limit of device `ordinal`, if one is set.
     pub fn memory_limit(&self, ordinal: usize) -> Option<u64> {
         books().limit(ordinal_u32(ordinal))
+    }
+}
+
+/// A source of batch-scope accounting (see `crate::accounting`): attributed, exact to the byte,
+/// over every device. The iteration is the allocating thread's ([`callback::attribution`]).
+impl crate::scope::ScopeAccounting for Observer {
+    fn begin_iteration(&self, iteration: ScopeIteration) -> Option<IterationStart> {
+        running().as_ref()?;
+        let start = books().begin_iteration(iteration, callback::attribution());
+        callback::attribute(Some(iteration));
+        Some(start)
+    }
+
+    fn end_iteration(&self, start: &IterationStart) -> Option<IterationFigures> {
+        callback::attribute(start.previous);
+        Some(books().end_iteration(start))
     }
 }
 

@@ -2,12 +2,13 @@
 //! its end as the pool grows and unmapped when the cache is released. This module owns the
 //! range ([`Expandable`]), its setup (self-test, reservation, the fallback to fixed segments
 //! under `auto`), and growing and shrinking its mapped part; the blocks inside it are ordinary
-//! blocks of `blocks.rs`.
+//! blocks of the state (`mod.rs`).
 
-use super::blocks::{State, NIL};
-use super::policy::ADDR_LIMIT;
-use super::{
-    Backend, BackendError, ExpandableSegments, PoolKind, SegmentMode, SetupError, TraceEventKind,
+use super::{State, NIL};
+use crate::alloc::policy::ADDR_LIMIT;
+use crate::alloc::{
+    Backend, BackendError, BackendFailure, ExpandableSegments, PoolKind, SegmentMode, SetupError,
+    TraceEventKind, VirtualMemory,
 };
 use crate::diagnostics::WarningOutput;
 
@@ -15,11 +16,11 @@ use crate::diagnostics::WarningOutput;
 /// segment that grows (map at the end) and shrinks (unmap free granules).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Expandable {
-    pub addr: u64,
-    pub virt: usize,
-    pub granularity: usize,
+    pub(super) addr: u64,
+    pub(super) virt: usize,
+    pub(super) granularity: usize,
     /// Index of the segment while anything is mapped.
-    pub seg: Option<u32>,
+    pub(super) seg: Option<u32>,
 }
 
 /// Address space reserved for an expandable segment when neither a limit nor a capacity bounds
@@ -30,7 +31,7 @@ pub const DEFAULT_EXPANDABLE_RANGE: usize = 64 << 30;
 enum Unavailable {
     /// The backend cannot map pages.
     NoVirtualMemory,
-    /// [`super::VirtualMemory::self_test`] failed.
+    /// [`VirtualMemory::self_test`] failed.
     SelfTest(String),
     /// The address range could not be reserved.
     Reserve { bytes: usize, message: String },
@@ -175,7 +176,7 @@ impl State {
     /// Maps enough pages at the end of the expandable segment for a free block of `size` bytes
     /// there (the free tail grows; no new hole is needed). `false` when there is no expandable
     /// segment, the range is used up, the limit would be crossed or the backend refuses.
-    pub fn expand<B: Backend + ?Sized>(
+    pub(crate) fn expand<B: Backend + ?Sized>(
         &mut self,
         backend: &B,
         limit: Option<u64>,
@@ -216,7 +217,7 @@ impl State {
 
     /// Maps pages at the end of the expandable segment until it reaches `end` (an address in
     /// its range); `true` when it does.
-    pub fn map_through<B: Backend + ?Sized>(
+    pub(super) fn map_through<B: Backend + ?Sized>(
         &mut self,
         backend: &B,
         limit: Option<u64>,
@@ -242,7 +243,7 @@ impl State {
     /// tail grows, or a free block follows the live one at the end.
     fn map_at_end(
         &mut self,
-        vm: &dyn super::VirtualMemory,
+        vm: &dyn VirtualMemory,
         e: Expandable,
         limit: Option<u64>,
         name: &str,
@@ -270,7 +271,7 @@ impl State {
         }
         match e.seg {
             None => {
-                let si = self.add_segment(super::PoolKind::Large, 0, at, need, true);
+                let si = self.add_segment(PoolKind::Large, 0, at, need, true);
                 if let Some(x) = self.expandable.as_mut() {
                     x.seg = Some(si);
                 }
@@ -297,7 +298,7 @@ impl State {
             }
         }
         self.stats
-            .on_reserve(super::PoolKind::Large, need, e.seg.is_none());
+            .on_reserve(PoolKind::Large, need, e.seg.is_none());
         self.record(TraceEventKind::SegmentAlloc, at, need as u64);
         true
     }
@@ -307,7 +308,11 @@ impl State {
     /// (the block's unaligned ends stay free and mapped), holes at the end are cut off the
     /// segment, and a segment left without mapped pages goes. Returns the bytes unmapped. A
     /// range the backend fails to unmap stays mapped and free (the failure is kept).
-    pub fn unmap_free_granules<B: Backend + ?Sized>(&mut self, backend: &B, name: &str) -> u64 {
+    pub(super) fn unmap_free_granules<B: Backend + ?Sized>(
+        &mut self,
+        backend: &B,
+        name: &str,
+    ) -> u64 {
         let (Some(e), Some(vm)) = (self.expandable, backend.virtual_memory()) else {
             return 0;
         };
@@ -334,7 +339,7 @@ impl State {
             if let Err(err) = unsafe { vm.unmap(lo, (hi - lo) as usize) } {
                 let failure = match err {
                     BackendError::Driver(f) => f,
-                    e => super::BackendFailure {
+                    e => BackendFailure {
                         op: format!("unmapping {} bytes at {lo:#x}", hi - lo),
                         error: e.to_string(),
                     },
@@ -391,7 +396,7 @@ impl State {
     /// needed. `None`: no such hole (grow at the end instead).
     fn map_into_hole(
         &mut self,
-        vm: &dyn super::VirtualMemory,
+        vm: &dyn VirtualMemory,
         e: Expandable,
         limit: Option<u64>,
         device_free: Option<usize>,
@@ -463,7 +468,7 @@ impl State {
 
     /// A new free node of `size` bytes at `addr` linked right after `slot` (not entered into a
     /// free set).
-    pub fn insert_node_after(&mut self, slot: u32, addr: u64, size: usize) -> u32 {
+    pub(super) fn insert_node_after(&mut self, slot: u32, addr: u64, size: usize) -> u32 {
         let (seg, next) = (
             self.nodes[slot as usize].seg,
             self.nodes[slot as usize].next,

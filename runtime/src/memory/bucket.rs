@@ -1,17 +1,17 @@
 //! `SequenceBuckets`: pad variable sequence lengths up to a few fixed lengths, so a loop over
 //! variable-length batches asks the allocator for a few shapes only. Freed blocks are then
 //! reused exactly by the next batch of the same bucket instead of leaving holes of every size
-//! (the article's "keep shapes uniform").
+//! (shape bucketing: keep the shapes a loop asks for uniform).
 //!
 //! ```
-//! use vramguard_runtime::alloc::SequenceBuckets;
+//! use vramguard_runtime::memory::SequenceBuckets;
 //!
 //! let buckets = SequenceBuckets::new(&[64, 128, 256, 512])?;
 //! assert_eq!(buckets.bucket_for(100)?, 128);
 //! assert_eq!(buckets.padding_for(100)?, 28); // pad 100 tokens with 28 to reach 128
 //! let err = buckets.bucket_for(600).unwrap_err();
 //! assert!(err.to_string().contains("largest bucket is 512"));
-//! # Ok::<(), vramguard_runtime::alloc::BucketError>(())
+//! # Ok::<(), vramguard_runtime::memory::BucketError>(())
 //! ```
 
 /// A sorted set of sequence lengths that variable-length inputs are padded up to.

@@ -4,6 +4,18 @@
 //! This module owns the contracts only; the host and CUDA implementations live in `host.rs` and
 //! `cuda.rs`, and nothing here knows about blocks, pools or policy.
 
+#[cfg(feature = "cuda")]
+pub mod cuda;
+// GPU-neutral page bookkeeping and stream ordering, used only by the CUDA backend (tested on the
+// host either way).
+#[cfg(any(test, feature = "cuda"))]
+mod granules;
+mod host;
+#[cfg(any(test, feature = "cuda"))]
+pub(crate) mod stream_order;
+
+pub use host::{HostBackend, HOST_ALIGN, HOST_MAP_GRANULARITY};
+
 /// A source of device memory segments (host memory, CUDA driver allocations, ...).
 ///
 /// The caching allocator asks for whole segments and carves blocks out of them itself, so a
@@ -92,7 +104,7 @@ pub struct EventId(pub u64);
 /// host `mmap(PROT_NONE)` + `mprotect`/`madvise`).
 ///
 /// Expandable segments use it: the large pool's reserved range has its pages mapped as the
-/// pool grows and its free tail unmapped by `empty_cache`. [`HostBackend`](super::HostBackend) implements it on Unix,
+/// pool grows and its free tail unmapped by `empty_cache`. [`HostBackend`] implements it on Unix,
 /// [`CudaBackend`](super::cuda_backend::CudaBackend) on GPUs with virtual memory management.
 ///
 /// # Safety

@@ -2,7 +2,7 @@
 //! event trace. Every function takes the [`Device`] whose allocator it asks.
 //!
 //! Against fragmentation (variable-length batches that leave holes of every size), the
-//! article's tools: [`SequenceBuckets`] (pad lengths to a few fixed ones), [`warmup`] (shape
+//! usual remedies: [`SequenceBuckets`] (pad lengths to a few fixed ones), [`warmup`] (shape
 //! the pool with the largest batch before the loop), [`Workspace`] and [`reserve`]
 //! (preallocate), [`empty_cache`] between phases, and expandable segments — on by default
 //! wherever the backend can map pages (the host backend on Unix, GPUs with virtual memory
@@ -41,16 +41,17 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod bucket;
 mod max_batch;
 mod workspace;
 
 use crate::alloc::SetupError;
 pub use crate::alloc::{
-    BucketError, ConfigSource, DetailedStats, LiveAllocation, MemorySnapshot, MemoryStats,
-    OomCause, OomContext, OutOfMemory, PoolStats, PressureHandlerId, SegmentMode, SequenceBuckets,
-    Stat, Trace,
+    ConfigSource, DetailedStats, LiveAllocation, MemorySnapshot, MemoryStats, OomCause, OomContext,
+    OutOfMemory, PoolStats, PressureHandlerId, SegmentMode, Stat, Trace,
 };
 use crate::Device;
+pub use bucket::{BucketError, SequenceBuckets};
 pub use max_batch::{
     max_batch, BatchRun, MaxBatch, MaxBatchError, MaxBatchSearch, MaybeOutOfMemory, RunOutcome,
     RunReason,
@@ -115,8 +116,9 @@ pub fn uses_expandable_segments(device: &Device) -> bool {
 /// the thread's label ([`crate::alloc::TraceLabel`]: batch-scope iteration and tags). Recording
 /// is off by default; `trace_capacity` in `VRAMGUARD_ALLOC_CONF` turns it on at start. Origins
 /// of live blocks are kept whether or not the trace records (the out-of-memory error lists
-/// them). A cached alloc+free pair costs about 1.6× its time while recording
-/// (`cached_pair_ns_recording` in BENCHMARKS.md).
+/// them). Recording costs every alloc and free two clock reads and an event: BENCHMARKS.md's
+/// `alloc` section gives the pair's time with and without it (`cached_pair_ns_recording`
+/// beside `cached_pair_ns`).
 pub fn record_trace(device: &Device, events: usize) {
     device.allocator().set_trace_capacity(events)
 }
@@ -203,8 +205,8 @@ pub struct Warmup<R> {
 ///
 /// The tensors it allocates are freed when they die, but their segments stay cached, so the
 /// loop that follows is served from them: a loop whose batches are no larger than the warm-up's
-/// makes no backend calls (check `stats(&device).backend_allocs`). This is the article's "warm
-/// up with a max-size dummy batch". Notes:
+/// makes no backend calls (check `stats(&device).backend_allocs`). This is the warm-up remedy
+/// against fragmentation: run a max-size dummy batch before the loop. Notes:
 ///
 /// - Call [`empty_cache`] first if an earlier phase left segments of other shapes cached: the
 ///   warm-up reuses whatever is cached.

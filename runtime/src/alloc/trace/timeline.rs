@@ -10,7 +10,8 @@
 //! snapshot. So the state after any number of events — the segment map at any moment — is a
 //! filter over lifetimes, and after all of them it is the snapshot.
 
-use super::{AllocOrigin, MemorySnapshot, PoolKind, Trace, TraceEventKind, TraceLabel, SMALL_SIZE};
+use super::{AllocOrigin, MemorySnapshot, PoolKind, Trace, TraceEventKind, TraceLabel};
+use crate::alloc::SMALL_SIZE;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 

@@ -19,14 +19,15 @@
 //! same blocks at the same addresses, same free sets, same statistics; only which spare node
 //! slot a block occupies may differ, and slots are never shown.
 
-use super::blocks::{FreeSet, State, NIL};
-use super::{policy, PoolKind};
+use super::free_set::FreeSet;
+use super::{State, NIL};
+use crate::alloc::{policy, PoolKind};
 
 impl State {
     /// Whether block `slot`, being freed, may have its merge deferred: on the default stream,
     /// its next neighbour free, its previous one not, and no merge deferred in its pool.
     #[inline(always)]
-    pub fn may_defer(&self, slot: u32) -> bool {
+    pub(super) fn may_defer(&self, slot: u32) -> bool {
         #[cfg(test)]
         if !self.defer_merges {
             return false;
@@ -43,7 +44,7 @@ impl State {
     /// the merge itself deferred. Does what [`Self::finish_free`] does to the statistics, in
     /// the same order.
     #[inline(always)]
-    pub fn free_deferred(&mut self, slot: u32) {
+    pub(super) fn free_deferred(&mut self, slot: u32) {
         let (pool, size, prev, next) = {
             let n = &self.nodes[slot as usize];
             (n.pool, n.size, n.prev, n.next)
@@ -75,7 +76,7 @@ impl State {
     /// and the rest the neighbour's, resized in place. `None`: serve as usual (after
     /// [`Self::settle_deferred`]).
     #[inline(always)]
-    pub fn take_deferred(
+    pub(crate) fn take_deferred(
         &mut self,
         pool: PoolKind,
         stream: u32,
@@ -134,7 +135,7 @@ impl State {
 
     /// The size of block `slot` as shown: with its next neighbour when its merge with it is
     /// deferred.
-    pub fn logical_size(&self, slot: u32) -> usize {
+    pub(super) fn logical_size(&self, slot: u32) -> usize {
         let n = &self.nodes[slot as usize];
         if self.deferred[n.pool as usize] == slot {
             n.size + self.nodes[n.next as usize].size
@@ -144,7 +145,7 @@ impl State {
     }
 
     /// The largest free block whose merge is deferred (0: none).
-    pub fn deferred_largest(&self) -> usize {
+    pub(super) fn deferred_largest(&self) -> usize {
         self.deferred
             .iter()
             .filter(|&&slot| slot != NIL)
@@ -156,7 +157,7 @@ impl State {
     /// Performs the deferred merges: the state is then the one eager merges leave. Every path
     /// but the cached pair's calls this before it reads or changes blocks.
     #[inline(always)]
-    pub fn settle_deferred(&mut self) {
+    pub(crate) fn settle_deferred(&mut self) {
         if self.deferred != [NIL; 2] {
             self.settle_pool(PoolKind::Small);
             self.settle_pool(PoolKind::Large);
@@ -166,7 +167,7 @@ impl State {
     /// Performs the deferred merge of `pool`, if any (a request or a free of that pool that
     /// does not take the cached pair's path; the other pool's blocks are not involved).
     #[inline(always)]
-    pub fn settle_pool(&mut self, pool: PoolKind) {
+    pub(crate) fn settle_pool(&mut self, pool: PoolKind) {
         if self.deferred[pool as usize] != NIL {
             self.settle_now(pool as usize);
         }

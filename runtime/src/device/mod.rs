@@ -1,14 +1,19 @@
 //! Devices and the allocations made on them: a [`Device`] owns one caching allocator (the
 //! process-wide host and GPU devices read `VRAMGUARD_ALLOC_CONF`), an [`Allocation`] returns its
-//! block on drop and tells the innermost batch scope about it, and `CudaBuffer` wraps one for
-//! cudarc (with the `cuda` feature). The allocator itself is `crate::alloc`'s.
+//! block on drop, and `CudaBuffer` wraps one for cudarc (with the `cuda` feature). The allocator
+//! itself is `crate::alloc`'s.
 //!
-//! Batch scopes sit above this layer: a scope registers itself as the thread's
-//! `AllocationObserver` (`observe_allocations`) while it is the innermost one, and each
-//! allocation tells the observer of the thread that made it (one thread-local read).
+//! The devices are a source of batch-scope accounting (`accounting.rs`, `DeviceAccounting`):
+//! an allocation made while a batch-scope iteration is its thread's innermost is attributed to
+//! it (one thread-local read), and its free is counted there wherever it happens. Batch scopes
+//! sit above this layer and read the figures through `crate::accounting`'s interface.
 
+mod accounting;
 #[cfg(feature = "cuda")]
 mod cuda_buffer;
+
+pub(crate) use accounting::DeviceAccounting;
+use accounting::ScopeLedger;
 
 #[cfg(feature = "cuda")]
 pub use cuda_buffer::{CudaBuffer, CudaBufferError};
@@ -21,7 +26,6 @@ use crate::alloc::{
 };
 #[cfg(feature = "cuda")]
 use cudarc::driver::CudaContext;
-use std::cell::{Cell, RefCell};
 #[cfg(feature = "cuda")]
 use std::collections::HashMap;
 use std::fmt;
@@ -301,7 +305,7 @@ impl Device {
     }
 
     /// Inlined into the public allocation functions for the reason given at
-    /// `CachingAllocator::allocate_from`: the block stays in registers.
+    /// `CachingAllocator::malloc`: the block stays in registers.
     #[inline(always)]
     fn allocate_at(
         &self,
@@ -309,21 +313,24 @@ impl Device {
         stream: StreamId,
         origin: &mut RequestOrigin,
     ) -> Result<Allocation, OutOfMemory> {
-        let scope = current_observer();
+        let scope = accounting::attribution();
         let allocator = self.allocator();
         let holder: Option<&dyn KeepAlive> = Some(allocator);
         let served = if stream == StreamId::DEFAULT {
-            let iteration = scope.as_ref().map(|o| o.iteration());
+            let iteration = scope.as_ref().map(|(ledger, iteration)| IterationId {
+                scope: ledger.scope(),
+                iteration: *iteration,
+            });
             allocator.allocate_at(bytes, iteration, origin, holder)
         } else {
-            allocator.allocate_from(bytes, stream, origin, holder)
+            allocator.malloc(bytes, stream, origin, holder)
         };
         let block = match served {
             Ok(block) => block,
             Err(oom) => return Err(*oom),
         };
-        if let Some(observer) = &scope {
-            observer.on_alloc(allocator, block.id, block.size);
+        if let Some((ledger, iteration)) = &scope {
+            ledger.on_alloc(allocator, block.id, block.size, *iteration);
         }
         // SAFETY: a copy of this handle that holds no reference of its own, never dropped
         // (`ManuallyDrop`). What it refers to outlives it: the block was handed out held
@@ -335,55 +342,9 @@ impl Device {
         Ok(Allocation {
             block,
             device,
-            scope,
+            scope: scope.map(|(ledger, _)| ledger),
         })
     }
-}
-
-/// What the layer above learns of the allocations made on a thread: the innermost batch scope
-/// (`crate::scope`) is one, installed with [`observe_allocations`].
-pub(crate) trait AllocationObserver: Send + Sync {
-    /// The iteration allocations made now belong to, for the allocator's planning.
-    fn iteration(&self) -> IterationId;
-    /// Block `id` of `bytes` bytes was allocated from `allocator` on the observing thread.
-    fn on_alloc(&self, allocator: &Arc<DeviceAllocator>, id: u64, bytes: usize);
-    /// Block `id` of `allocator`, reported by [`AllocationObserver::on_alloc`], is freed (on
-    /// any thread).
-    fn on_free(&self, allocator: &Arc<DeviceAllocator>, id: u64);
-}
-
-thread_local! {
-    /// The observer of the allocations made on this thread ([`observe_allocations`]).
-    static OBSERVER: RefCell<Option<Arc<dyn AllocationObserver>>> = const { RefCell::new(None) };
-    /// Whether [`OBSERVER`] holds one: read first, so an allocation without an observer does
-    /// not borrow the cell (two stores).
-    static OBSERVED: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Makes `observer` the one told of the allocations made on this thread from now on (`None`:
-/// none); returns the previous one.
-pub(crate) fn observe_allocations(
-    observer: Option<Arc<dyn AllocationObserver>>,
-) -> Option<Arc<dyn AllocationObserver>> {
-    let observed = observer.is_some();
-    let previous = OBSERVER
-        .try_with(|slot| std::mem::replace(&mut *slot.borrow_mut(), observer))
-        .ok()
-        .flatten();
-    let _ = OBSERVED.try_with(|flag| flag.set(observed));
-    previous
-}
-
-/// This thread's observer, if any.
-fn current_observer() -> Option<Arc<dyn AllocationObserver>> {
-    // `try_with`: allocations may happen while thread-locals are being destroyed.
-    if !OBSERVED.try_with(Cell::get).unwrap_or(true) {
-        return None;
-    }
-    OBSERVER
-        .try_with(|slot| slot.borrow().clone())
-        .ok()
-        .flatten()
 }
 
 /// The first error that made the process-wide host device fall back to the default settings.
@@ -456,8 +417,8 @@ pub struct Allocation {
     /// The device, as a handle without a reference count of its own: the allocator keeps
     /// itself alive while any of its allocations lives (see `Device::allocate_at`).
     device: ManuallyDrop<Device>,
-    /// The observer of the thread that allocated, told of the free.
-    scope: Option<Arc<dyn AllocationObserver>>,
+    /// The books of the batch scope it was allocated in, told of the free.
+    scope: Option<Arc<ScopeLedger>>,
 }
 
 impl Allocation {
@@ -501,10 +462,10 @@ impl Allocation {
 
 impl Drop for Allocation {
     fn drop(&mut self) {
-        if let Some(observer) = &self.scope {
-            observer.on_free(self.device.allocator(), self.block.id);
+        if let Some(ledger) = &self.scope {
+            ledger.on_free(self.device.allocator(), self.block.id);
         }
-        let kept_alive = self.device.allocator().release(&self.block);
+        let kept_alive = self.device.allocator().free_by_ref(&self.block);
         // The allocator's reference to itself, when this was its last held block: dropped now
         // that nothing refers into it. The device handle is not used after this.
         drop(kept_alive);

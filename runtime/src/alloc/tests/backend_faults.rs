@@ -542,7 +542,7 @@ fn child_stderr(name: &str) -> String {
 #[test]
 fn backend_failures_reach_stderr_without_a_tracing_subscriber() {
     const NAME: &str =
-        "alloc::fake_tests::backend_failures_reach_stderr_without_a_tracing_subscriber";
+        "alloc::tests::backend_faults::backend_failures_reach_stderr_without_a_tracing_subscriber";
     if std::env::var("VRAMGUARD_TEST_CHILD").as_deref() == Ok(NAME) {
         // In the child: a failed free, a failed unmap on drop (the range stays reserved).
         let (a, ctl) = fake(true);

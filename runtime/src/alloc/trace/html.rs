@@ -8,7 +8,8 @@
 //! it and `timeline.js` / `timeline.css` draw it.
 
 use super::timeline::{TimelineData, MAX_DRAWN_ALLOCATIONS};
-use super::{human_bytes, MemorySnapshot, Trace};
+use super::{MemorySnapshot, Trace};
+use crate::alloc::human_bytes;
 use std::fmt::Write as _;
 
 const SCRIPT: &str = include_str!("timeline.js");
@@ -188,7 +189,3 @@ fn segment_section(h: &mut String, data: &TimelineData) {
         n = data.events.len()
     );
 }
-
-#[cfg(test)]
-#[path = "html_tests.rs"]
-mod tests;

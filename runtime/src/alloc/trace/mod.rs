@@ -2,9 +2,23 @@
 //! The thread's current label is kept here, where the allocator records it; `crate::scope`'s
 //! tags and batch scopes set it ([`push_label`], [`restore_label`]).
 
-use super::event_clock::EventClock;
-use super::origin::{BlockOrigin, Sites};
-use super::{AllocOrigin, MemoryStats};
+mod event_clock;
+mod html;
+mod memory_viz;
+mod origin;
+mod pickle;
+mod timeline;
+
+#[cfg(test)]
+mod html_tests;
+
+use crate::alloc::MemoryStats;
+pub(crate) use event_clock::read_stamp;
+use event_clock::EventClock;
+pub use html::html_report;
+pub(crate) use memory_viz::snapshot_pickle;
+pub use origin::AllocOrigin;
+pub(crate) use origin::{enter_op, BlockOrigin, RequestOrigin, Sites, RAW_OP};
 use serde::Serialize;
 use std::cell::{Cell, RefCell};
 use std::fmt;

@@ -2,8 +2,9 @@
 //! labels, bands and allocations, the replayed segment map against snapshots taken at those
 //! moments, the fragmentation figures, the peak window, escaping.
 
-use super::super::timeline::{TimelineData, MAX_DRAWN_ALLOCATIONS};
-use super::super::{AllocatorConfig, MemorySnapshot};
+use super::timeline::{TimelineData, MAX_DRAWN_ALLOCATIONS};
+use super::MemorySnapshot;
+use crate::alloc::AllocatorConfig;
 use crate::device::{Allocation, Device};
 use crate::memory;
 
@@ -302,7 +303,7 @@ fn a_peak_reset_inside_the_trace_is_located_and_said() {
 #[test]
 fn an_out_of_memory_is_an_event_of_the_page() {
     let device = Device::host_pool(
-        super::super::HostBackend::with_capacity(8 * MIB),
+        crate::alloc::HostBackend::with_capacity(8 * MIB),
         AllocatorConfig::default()
             .with_expandable_segments(false)
             .with_trace_capacity(100),

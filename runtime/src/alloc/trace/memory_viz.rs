@@ -20,7 +20,8 @@
 //!   with).
 
 use super::pickle::PickleWriter;
-use super::{AllocOrigin, AllocatorConfig, MemorySnapshot, PoolKind, Trace, TraceEventKind};
+use super::{AllocOrigin, MemorySnapshot, PoolKind, Trace, TraceEventKind};
+use crate::alloc::AllocatorConfig;
 
 /// Where the allocator's expandable segment lies: `(start, end)` of its reserved range.
 pub(crate) type ExpandableRange = Option<(u64, u64)>;

@@ -5,13 +5,13 @@
 //! before it takes its lock and stamps its event under it, never earlier than the stamp before.
 //! Where the kernel keeps time with the CPU's time-stamp counter (x86_64 Linux, an invariant
 //! TSC, the `tsc` clocksource: the counter then runs at a constant rate and agrees across
-//! cores), an event stores the counter itself (`rdtsc`, about 10 ns on a Xeon VM against 23 ns
-//! for `clock_gettime`). The trace is converted when it is read, from two readings of both
+//! cores), an event stores the counter itself (`rdtsc`, cheaper than `clock_gettime`: see
+//! `docs/perf-notes.md`, "The recording pair: counter stamps, compact ring events"). The trace is converted when it is read, from two readings of both
 //! clocks, one when the ring was created and one at the conversion, as PyTorch's allocator does
 //! with its approximate clock (`c10::ApproximateClockToUnixTimeConverter`). Elsewhere a stamp is
 //! the monotonic clock in nanoseconds and the conversion only subtracts the origin.
 
-use super::trace::monotonic_ns;
+use super::monotonic_ns;
 
 /// The stamp source of one trace ring, with the reading the conversion starts from.
 #[derive(Debug, Clone, Copy)]
