@@ -2,8 +2,8 @@
 # The GPU observer (feature `cupti`, issue #39) on the fake CUDA driver and its fake CUPTI,
 # without a GPU: the step beside scripts/fake-cuda.sh (whose suite is the default features').
 #
-# 1. lints the code the `cupti` feature compiles (clippy, warnings denied: the workspace's own
-#    clippy step builds without it);
+# 1. lints the code the `cupti` feature compiles (clippy and rustdoc, warnings denied: the
+#    workspace's own steps build without it);
 # 2. builds the fake (target/debug/libvramguard_fake_cuda.so) and links it, in
 #    target/observer-check/lib, as libcuda.so and libcupti.so: cudarc opens both by those names,
 #    the dynamic loader recognises one file, so the fake driver calls the observer's CUPTI
@@ -45,6 +45,11 @@ fail() { say "observer check: $*"; say "observer check: tests 0 passed, 1 failed
 say "== clippy with the cupti feature (runtime, facade, fake)"
 cargo clippy -q -p vramguard-runtime -p vramguard -p vramguard-fake-cuda --features vramguard/cupti \
     --lib --tests --examples -- -D warnings || fail "clippy with the cupti feature failed"
+
+say "== docs with the cupti feature (broken intra-doc links and rustdoc warnings denied)"
+RUSTDOCFLAGS="-D rustdoc::broken_intra_doc_links -D warnings" \
+    cargo doc -q -p vramguard-runtime -p vramguard --no-deps --features vramguard/cupti \
+    || fail "the docs with the cupti feature have warnings"
 
 say "== building the fake driver and its CUPTI"
 cargo build -q -p vramguard-fake-cuda || fail "building the fake failed"

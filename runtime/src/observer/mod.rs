@@ -74,7 +74,7 @@
 //!
 //! | file | owns |
 //! | --- | --- |
-//! | `calls.rs` | the subscribed callbacks and what their parameters say ([`MemoryCall`](calls::MemoryCall)) |
+//! | `calls.rs` | the subscribed callbacks and what their parameters say (`MemoryCall`) |
 //! | `callback.rs` | the callback: records, frees, refused requests, the limit |
 //! | `books.rs` | live allocations, per-device counters, the event log |
 //! | `report.rs` | the out-of-memory and limit text |
@@ -406,7 +406,7 @@ impl Observer {
 }
 
 /// A source of batch-scope accounting (see `crate::accounting`): attributed, exact to the byte,
-/// over every device. The iteration is the allocating thread's ([`callback::attribution`]).
+/// over every device. The iteration is the allocating thread's (`callback::attribution`).
 impl crate::scope::ScopeAccounting for Observer {
     fn begin_iteration(&self, iteration: ScopeIteration) -> Option<IterationStart> {
         running().as_ref()?;
