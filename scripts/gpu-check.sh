@@ -80,29 +80,34 @@ plan() {
 # (`#![cfg(not(feature = "cuda"))]`) is left out. A new test binary or program is in it by
 # itself. `extra NAME` lines name the other tests whose source reaches the GPU (`Device::cuda`,
 # cudarc, `DriverPool`): not carried (they are not GPU tests), run on the fake by
-# scripts/fake-cuda.sh.
+# scripts/fake-cuda.sh. `cupti-test NAME` and `cupti-program NAME` lines name the tests and
+# programs of the GPU observer (they need the `cupti` feature, which `prepare` builds with):
+# carried and run like the others; scripts/observer-check.sh runs them on the fake.
 suite() {
     cargo metadata --no-deps --format-version 1 | python3 -c '
 import json, re, sys
 meta = json.load(sys.stdin)
 default = {"cuda"}
+observer = {"cuda", "cupti"}
 reaches_gpu = re.compile(r"Device::cuda|cudarc|DriverPool")
 for package in meta["packages"]:
     if package["name"] not in ("vramguard", "vramguard-runtime"):
         continue
     for target in package["targets"]:
-        if not set(target.get("required-features") or []) <= default:
+        required = set(target.get("required-features") or [])
+        if not required <= observer:
             continue
+        kind = "" if required <= default else "cupti-"
         source = open(target["src_path"]).read()
         if "test" in target["kind"]:
             if "#![cfg(not(feature = \"cuda\"))]" in source:
                 continue
             if "cuda" in target["name"]:
-                print("test", target["name"])
-            elif reaches_gpu.search(source):
+                print(kind + "test", target["name"])
+            elif reaches_gpu.search(source) and not kind:
                 print("extra", target["name"])
         elif "example" in target["kind"] and "--device cuda" in source:
-            print("program", target["name"])
+            print(kind + "program", target["name"])
 ' | sort
 }
 
@@ -113,16 +118,18 @@ prepare() {
     mkdir -p "$CARRY/tests" "$CARRY/programs"
     local msgs
     msgs="$(mktemp)"
-    echo "== cargo test --release --no-run (runtime and facade)"
-    cargo test --release --no-run -p vramguard-runtime -p vramguard --message-format=json \
-        > "$msgs" || { echo "gpu-check prepare: building the tests failed" >&2; exit 1; }
-    echo "== cargo build --release --examples"
-    cargo build --release --examples --message-format=json >> "$msgs" \
+    # With the GPU observer (`cupti`): its test and benchmark are in the suite.
+    local features="vramguard-runtime/cupti,vramguard/cupti"
+    echo "== cargo test --release --no-run (runtime and facade, features $features)"
+    cargo test --release --no-run -p vramguard-runtime -p vramguard --features "$features" \
+        --message-format=json > "$msgs" || { echo "gpu-check prepare: building the tests failed" >&2; exit 1; }
+    echo "== cargo build --release --examples (features $features)"
+    cargo build --release --examples --features "$features" --message-format=json >> "$msgs" \
         || { echo "gpu-check prepare: building the examples failed" >&2; exit 1; }
     local listed gpu_tests gpu_programs
     listed=$(suite) || { echo "gpu-check prepare: cargo metadata failed" >&2; exit 1; }
-    mapfile -t gpu_tests < <(sed -n 's/^test //p' <<<"$listed")
-    mapfile -t gpu_programs < <(sed -n 's/^program //p' <<<"$listed")
+    mapfile -t gpu_tests < <(sed -n -E 's/^(cupti-)?test //p' <<<"$listed")
+    mapfile -t gpu_programs < <(sed -n -E 's/^(cupti-)?program //p' <<<"$listed")
     # The suite's test binaries and programs, by target name. (The runtime's unit tests are not
     # carried: none of them needs a GPU.)
     python3 - "$msgs" "$CARRY" "${gpu_tests[*]}" "${gpu_programs[@]}" <<'EOF'
@@ -282,17 +289,21 @@ run() {
     else
         unset VRAMGUARD_REQUIRE_GPU
     fi
-    local libs cublas="${GPU_CHECK_CUBLAS:-}"
+    local libs cublas="${GPU_CHECK_CUBLAS:-}" cupti="" wheels=""
     libs="$(mktemp -d)"
     trap "rm -rf '$libs'" EXIT
-    if [ -z "$cublas" ] && command -v python3 >/dev/null; then
+    if command -v python3 >/dev/null; then
         # PyTorch's NVIDIA wheels: site-packages/nvidia/cu13/lib/libcublas.so.13 (cu130) or
-        # site-packages/nvidia/cublas/lib/libcublas.so.12 (cu12x).
-        cublas=$(timeout -k "$kill_after" "$setup_limit" python3 -c '
+        # site-packages/nvidia/cublas/lib/libcublas.so.12 (cu12x); CUPTI (the GPU observer's
+        # library) in nvidia/cuda_cupti/lib (cu12x) or nvidia/cu13/lib. One line each.
+        wheels=$(timeout -k "$kill_after" "$setup_limit" python3 -c '
 import glob, os, site, sys
 dirs = site.getsitepackages() + [site.getusersitepackages()] + sys.path
-found = sorted(p for d in dirs for p in glob.glob(os.path.join(d, "nvidia", "*", "lib", "libcublas.so*")))
-print(found[-1] if found else "")' 2>/dev/null)
+for name in ("libcublas.so*", "libcupti.so*"):
+    found = sorted(p for d in dirs for p in glob.glob(os.path.join(d, "nvidia", "*", "lib", name)))
+    print(found[-1] if found else "")' 2>/dev/null)
+        [ -z "$cublas" ] && cublas=$(sed -n 1p <<< "$wheels")
+        cupti=$(sed -n 2p <<< "$wheels")
     fi
     if [ -n "$cublas" ] && [ -e "$cublas" ]; then
         # cudarc opens libcublas.so (or .so.12); the cu130 wheel has libcublas.so.13.
@@ -301,6 +312,14 @@ print(found[-1] if found else "")' 2>/dev/null)
         say "cublas: $cublas (linked as libcublas.so)"
     else
         say "cublas: not found in Python's site-packages/nvidia (matmul falls back, which fails on a GPU)"
+    fi
+    if [ -n "$cupti" ] && [ -e "$cupti" ]; then
+        # cudarc opens libcupti.so (or .so.12); the GPU observer's test and benchmark need it.
+        ln -sf "$cupti" "$libs/libcupti.so"
+        export LD_LIBRARY_PATH="$libs:$(dirname "$cupti")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+        say "cupti: $cupti (linked as libcupti.so)"
+    else
+        say "cupti: not found in Python's site-packages/nvidia (the observer's steps report its absence)"
     fi
 
     # ----- the CUDA tests -----
@@ -378,8 +397,8 @@ print(found[-1] if found else "")' 2>/dev/null)
 plan_check() {
     local listed
     listed=$(suite) || { echo "gpu-check plan: cargo metadata failed" >&2; return 1; }
-    plan "$(grep -c '^test ' <<<"$listed")" "$(grep -c '^program ' <<<"$listed")"
-    echo "suite: $(sed -n 's/^test //p' <<<"$listed" | tr '\n' ' ')(tests); $(sed -n 's/^program //p' <<<"$listed" | tr '\n' ' ')(programs)"
+    plan "$(grep -c -E '^(cupti-)?test ' <<<"$listed")" "$(grep -c -E '^(cupti-)?program ' <<<"$listed")"
+    echo "suite: $(sed -n -E 's/^(cupti-)?test //p' <<<"$listed" | tr '\n' ' ')(tests); $(sed -n -E 's/^(cupti-)?program //p' <<<"$listed" | tr '\n' ' ')(programs)"
     echo "$PLAN_LINE"
     if [ "$PLAN_SECONDS" -gt "$DEADLINE" ]; then
         echo "FAIL  plan: the step limits add up to $PLAN_SECONDS s, over the $DEADLINE s deadline: \

@@ -72,18 +72,22 @@
 //! - cuBLAS is faked in the same library (so its GEMMs queue on the fake's streams), computed
 //!   by `matrixmultiply`: the runtime's cuBLAS path runs instead of only its fallback kernel.
 //! - Every exported function passes through `api::call` with its name and a CUPTI-layout
-//!   parameter struct: the seam for a fake CUPTI (issue #39).
+//!   parameter struct: the seam for the fake CUPTI (`cupti`, issue #39), whose `cupti*`
+//!   functions this library exports too, so that a `libcupti.so` link to it calls a
+//!   subscriber from the driver's calls.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod api;
 pub mod blas;
 pub mod config;
+pub mod cupti;
 pub mod device_memory;
 pub mod driver_api;
 pub mod errors;
 pub mod kernels;
 pub mod pool;
+pub mod pool_api;
 pub mod ptx;
 pub mod report;
 pub mod state;

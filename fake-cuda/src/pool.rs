@@ -128,6 +128,7 @@ impl Driver {
             ));
         }
         let need = granules(bytes);
+        self.run_pending_frees(stream, need)?;
         let reusable = self
             .regions
             .iter()

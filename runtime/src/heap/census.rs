@@ -13,11 +13,11 @@
 //! its peak is the counters' peak to the byte.
 //!
 //! The census's own tables live on the heap too. They are allocated and freed only in
-//! [`Mode::Uncounted`], which the tracking allocator passes straight through while a census
+//! [`CallMode::Uncounted`], which the tracking allocator passes straight through while a census
 //! exists: the census neither counts nor records itself, so a run with it has the same figures
 //! as a run without.
 
-use super::tracking::{mode, Mode, ModeGuard};
+use super::tracking::{mode, CallMode, ModeGuard};
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
@@ -92,16 +92,16 @@ fn lock() -> MutexGuard<'static, Option<Census>> {
 
 /// Starts the census (called once, from the tracking allocator's start).
 pub(super) fn start() {
-    let _uncounted = ModeGuard::enter(Mode::Uncounted);
+    let _uncounted = ModeGuard::enter(CallMode::Uncounted);
     *lock() = Some(Census::default());
     STATE.store(RECORDING, Relaxed);
 }
 
 /// Whether the tracking allocator must pass this thread's calls straight through: a census
-/// exists and the thread is in its [`Mode::Uncounted`] sections.
+/// exists and the thread is in its [`CallMode::Uncounted`] sections.
 #[inline]
 pub(super) fn passes_through() -> bool {
-    STATE.load(Relaxed) != OFF && mode() == Mode::Uncounted
+    STATE.load(Relaxed) != OFF && mode() == CallMode::Uncounted
 }
 
 /// Whether allocations and frees are recorded.
@@ -111,9 +111,9 @@ pub(super) fn recording() -> bool {
 }
 
 /// The group name of an allocation made now on this thread in `mode`.
-fn group_name(mode: Mode, out: &mut String) {
+fn group_name(mode: CallMode, out: &mut String) {
     match mode {
-        Mode::User => match crate::alloc::trace::thread_label() {
+        CallMode::User => match crate::alloc::trace::thread_label() {
             Some(label) => {
                 let _ = write!(out, "{label}");
             }
@@ -130,7 +130,7 @@ pub(super) fn record_alloc(addr: usize, size: usize) {
     let made_in = mode();
     // Declared first, dropped last: every table and string below is allocated and freed
     // uncounted.
-    let _uncounted = ModeGuard::enter(Mode::Uncounted);
+    let _uncounted = ModeGuard::enter(CallMode::Uncounted);
     let mut name = String::new();
     group_name(made_in, &mut name);
     let mut guard = lock();
@@ -167,7 +167,7 @@ pub(super) fn record_alloc(addr: usize, size: usize) {
 /// Records the free of the allocation at `addr` (when [`recording`]).
 #[cold]
 pub(super) fn record_free(addr: usize) {
-    let _uncounted = ModeGuard::enter(Mode::Uncounted);
+    let _uncounted = ModeGuard::enter(CallMode::Uncounted);
     let mut guard = lock();
     let Some(census) = guard.as_mut() else {
         return;
@@ -187,7 +187,7 @@ pub(super) fn record_free(addr: usize) {
 }
 
 /// Stops recording and returns what was live at the peak (`None` without a census). Call it in
-/// a [`Mode::Uncounted`] section and drop the result there: it is allocated uncounted. The
+/// a [`CallMode::Uncounted`] section and drop the result there: it is allocated uncounted. The
 /// census's tables are kept, never freed.
 pub(super) fn finish() -> Option<PeakCensus> {
     if STATE

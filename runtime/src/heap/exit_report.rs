@@ -20,7 +20,7 @@
 //! ```
 
 use super::census;
-use super::tracking::{Mode, ModeGuard};
+use super::tracking::{CallMode, ModeGuard};
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -99,7 +99,7 @@ fn write_report() {
     let tracking = super::tracking::is_on();
     // Everything the census hands out was allocated uncounted and is freed uncounted here;
     // without a census this mode changes nothing.
-    let _uncounted = ModeGuard::enter(Mode::Uncounted);
+    let _uncounted = ModeGuard::enter(CallMode::Uncounted);
     let census = census::finish().map(|found| {
         let mut groups: Vec<Group> = Vec::new();
         let mut other = Group {

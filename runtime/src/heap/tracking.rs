@@ -103,7 +103,7 @@ static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
 
 /// What the current thread's heap calls are, for the records (counting is the same for all).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Mode {
+pub(super) enum CallMode {
     /// The user's code: recorded when something asks for records.
     User,
     /// vramguard's own scope bookkeeping: counted, never recorded (frees are still looked up).
@@ -116,23 +116,26 @@ pub(super) enum Mode {
 }
 
 thread_local! {
-    static MODE: Cell<Mode> = const { Cell::new(Mode::User) };
+    static MODE: Cell<CallMode> = const { Cell::new(CallMode::User) };
     static SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
 }
 
 /// This thread's mode (`Internal` while its thread-locals are gone: pass through).
 #[inline]
-pub(super) fn mode() -> Mode {
-    MODE.try_with(Cell::get).unwrap_or(Mode::Internal)
+pub(super) fn mode() -> CallMode {
+    MODE.try_with(Cell::get).unwrap_or(CallMode::Internal)
 }
 
 /// Sets this thread's mode until dropped (restores the previous one).
-pub(super) struct ModeGuard(Mode);
+pub(super) struct ModeGuard(CallMode);
 
 impl ModeGuard {
     #[inline]
-    pub(super) fn enter(mode: Mode) -> Self {
-        Self(MODE.try_with(|m| m.replace(mode)).unwrap_or(Mode::Internal))
+    pub(super) fn enter(mode: CallMode) -> Self {
+        Self(
+            MODE.try_with(|m| m.replace(mode))
+                .unwrap_or(CallMode::Internal),
+        )
     }
 }
 
@@ -196,7 +199,7 @@ fn start() -> u8 {
         return STATE.load(Relaxed);
     }
     // Reading the environment allocates: those calls are counted and nothing else.
-    let _internal = ModeGuard::enter(Mode::Internal);
+    let _internal = ModeGuard::enter(CallMode::Internal);
     let settings = super::limit::read_settings();
     STATE.store(if settings.tracking { ON } else { OFF }, Relaxed);
     super::exit_report::install(settings.tracking);
@@ -216,7 +219,7 @@ fn start() -> u8 {
 fn add_bytes(size: usize) -> bool {
     let size = size as u64;
     let now = CURRENT.fetch_add(size, Relaxed) + size;
-    if now > LIMIT.load(Relaxed) && mode() == Mode::User {
+    if now > LIMIT.load(Relaxed) && mode() == CallMode::User {
         CURRENT.fetch_sub(size, Relaxed);
         OOMS.fetch_add(1, Relaxed);
         super::limit::report_limit(size, now - size);
@@ -260,7 +263,7 @@ pub(super) fn reset_peak() {
 // SAFETY: every call is forwarded to `inner` with the caller's arguments unchanged, and every
 // pointer returned is `inner`'s (or null, which `GlobalAlloc` allows: the soft limit refuses an
 // allocation by returning null before asking `inner`). The bookkeeping around the calls never
-// touches the memory itself; it runs in `Mode::Internal` wherever it holds a lock, so its own
+// touches the memory itself; it runs in `CallMode::Internal` wherever it holds a lock, so its own
 // allocations pass straight through and cannot re-enter a held lock.
 unsafe impl<A: GlobalAlloc> GlobalAlloc for TrackingAllocator<A> {
     #[inline]

@@ -45,13 +45,6 @@ fn dispatch_to<R>(
     host: impl FnOnce() -> Result<R>,
     cuda: impl FnOnce(&dyn cuda::Launcher) -> Result<R>,
 ) -> Result<R> {
-    #[cfg(test)]
-    if device.is_host() {
-        if let Some(launcher) = checks::emulated() {
-            // A check running whole models through the CUDA backend on host memory.
-            return cuda(&*launcher);
-        }
-    }
     match device {
         Device::Cuda(d) => {
             let launcher = cuda::DeviceLauncher::for_device(d, op)?;
