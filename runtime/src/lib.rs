@@ -18,6 +18,7 @@
 //! | [`device`] | devices and allocations; the devices' source of accounting |
 //! | [`grad`] | grad mode |
 //! | [`scope`] | batch scopes over every source of accounting, and tags |
+//! | `observer` | every library's GPU allocations, seen through CUPTI (with the `cupti` feature); a source of accounting |
 //! | [`tensor`] | tensors, their backends and autograd |
 //! | [`nn`] | layers, optimizers, safetensors |
 //! | [`memory`] | per-device tools and the largest-batch search (devices and heap) |
@@ -36,6 +37,8 @@ pub mod grad;
 pub mod heap;
 pub mod memory;
 pub mod nn;
+#[cfg(feature = "cupti")]
+pub mod observer;
 pub mod scope;
 pub mod tensor;
 

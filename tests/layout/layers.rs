@@ -42,6 +42,7 @@ const RUNTIME: Layers = Layers {
         &["device"],
         &["grad"],
         &["scope"],
+        &["observer"],
         &["tensor"],
         &["nn"],
         &["memory"],

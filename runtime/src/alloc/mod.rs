@@ -123,6 +123,9 @@ pub use state::expandable::DEFAULT_EXPANDABLE_RANGE;
 pub(crate) use state::KeepAlive;
 pub use stats::{DetailedStats, MemoryStats, PoolStats, Stat};
 pub(crate) use trace::{enter_op, RequestOrigin, RingEvent, TraceRing};
+// The observer's snapshot, in memory_viz's format.
+#[cfg(feature = "cupti")]
+pub(crate) use trace::snapshot_pickle;
 pub use trace::{
     html_report, AllocOrigin, BlockSnapshot, LabelFrame, MemorySnapshot, PoolKind, SegmentSnapshot,
     Trace, TraceEvent, TraceEventKind, TraceLabel,

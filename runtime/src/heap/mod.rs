@@ -25,11 +25,16 @@
 //! | `tracking.rs` | [`TrackingAllocator`], the counters, the thread's mode |
 //! | `records.rs` | records of single allocations: the heap as a source of batch-scope accounting (`HeapAccounting`), the trace, the limit's list |
 //! | `limit.rs` | the settings from `VRAMGUARD_ALLOC_CONF`, the report of a refused allocation |
+//! | `exit_report.rs` | the report written at exit (`VRAMGUARD_HEAP_REPORT`), for tools such as `cargo vramguard measure` |
+//! | `census.rs` | what was live at the peak, by label (`VRAMGUARD_HEAP_CENSUS`), for that report |
 
+mod census;
+mod exit_report;
 mod limit;
 mod records;
 mod tracking;
 
+pub use exit_report::{CENSUS_ENV, REPORT_ENV};
 pub(crate) use records::HeapAccounting;
 pub use tracking::TrackingAllocator;
 use tracking::{CallMode, ModeGuard};

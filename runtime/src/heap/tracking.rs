@@ -5,7 +5,7 @@
 //! of single allocations (for batch scopes, the trace and the limit's report) are `records.rs`'s
 //! and are made only while something asks for them.
 
-use super::records;
+use super::{census, records};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
@@ -110,6 +110,9 @@ pub(super) enum CallMode {
     Bookkeeping,
     /// Inside the tracking allocator's own locked sections: counted, nothing else.
     Internal,
+    /// The peak census's own tables (`census.rs`): while a census exists, passed straight
+    /// through, neither counted nor recorded.
+    Uncounted,
 }
 
 thread_local! {
@@ -199,6 +202,7 @@ fn start() -> u8 {
     let _internal = ModeGuard::enter(CallMode::Internal);
     let settings = super::limit::read_settings();
     STATE.store(if settings.tracking { ON } else { OFF }, Relaxed);
+    super::exit_report::install(settings.tracking);
     if settings.tracking {
         if let Some(limit) = settings.limit {
             LIMIT.store(limit, Relaxed);
@@ -264,7 +268,7 @@ pub(super) fn reset_peak() {
 unsafe impl<A: GlobalAlloc> GlobalAlloc for TrackingAllocator<A> {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if state() == OFF {
+        if state() == OFF || census::passes_through() {
             // SAFETY: the caller's contract for `alloc`, passed on.
             return unsafe { self.inner.alloc(layout) };
         }
@@ -279,7 +283,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TrackingAllocator<A> {
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if state() == OFF {
+        if state() == OFF || census::passes_through() {
             // SAFETY: the caller's contract for `alloc_zeroed`, passed on.
             return unsafe { self.inner.alloc_zeroed(layout) };
         }
@@ -294,9 +298,12 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TrackingAllocator<A> {
 
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        if STATE.load(Relaxed) != OFF {
+        if STATE.load(Relaxed) != OFF && !census::passes_through() {
             // Before the memory is returned: once it is, another thread may be handed the same
             // address, and its record must not be the one removed here.
+            if census::recording() {
+                census::record_free(ptr as usize);
+            }
             records::before_free(ptr as usize, layout.size());
             remove_bytes(layout.size());
             count_free();
@@ -307,7 +314,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TrackingAllocator<A> {
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if state() == OFF {
+        if state() == OFF || census::passes_through() {
             // SAFETY: the caller's contract for `realloc`, passed on.
             return unsafe { self.inner.realloc(ptr, layout, new_size) };
         }
@@ -330,6 +337,10 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TrackingAllocator<A> {
         remove_bytes(old_size.saturating_sub(new_size));
         count_alloc();
         count_free();
+        if census::recording() {
+            census::record_free(ptr as usize);
+            census::record_alloc(new as usize, new_size);
+        }
         records::finish_take(ptr as usize, old_size, old_record);
         records::after_alloc(new as usize, new_size);
         new
@@ -343,5 +354,8 @@ fn after_alloc(ptr: *mut u8, size: usize) {
         return;
     }
     count_alloc();
+    if census::recording() {
+        census::record_alloc(ptr as usize, size);
+    }
     records::after_alloc(ptr as usize, size);
 }

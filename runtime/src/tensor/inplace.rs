@@ -190,7 +190,7 @@ impl Tensor {
     }
 
     /// Consuming [`Tensor::softmax`]. In place only along the last dimension, where the device
-    /// has the row kernel (host devices); otherwise out of place.
+    /// has the row kernel (host and CUDA devices); otherwise out of place.
     #[track_caller]
     pub fn into_softmax(mut self, dim: usize) -> Result<Tensor> {
         const OP: &str = "softmax";
@@ -218,8 +218,8 @@ impl Tensor {
     }
 
     /// Consuming [`Tensor::layer_norm`] (over the last dimension). In place where the device
-    /// has the row kernel (host devices) and nothing records a gradient through it (backward
-    /// needs the input); otherwise out of place.
+    /// has the row kernel (host and CUDA devices) and nothing records a gradient through it
+    /// (backward needs the input); otherwise out of place.
     #[track_caller]
     pub fn into_layer_norm(
         mut self,

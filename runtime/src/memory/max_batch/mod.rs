@@ -344,6 +344,39 @@ impl<'a> MaxBatchSearch<'a> {
             })
     }
 
+    /// Runs the search against what vramguard's GPU observer sees on device `ordinal`: the
+    /// allocations of any library (candle, burn, tch), every live one included (weights too),
+    /// with the observer's exact peak. A run fits when it returns `Ok` and the observed peak is
+    /// within the budget; a run during which the driver refused an allocation for lack of
+    /// memory (the observer counts it) does not fit, whatever error the library made of it;
+    /// any other error ends the search ([`MaxBatchError::Run`]). Needs the `cupti` feature.
+    #[cfg(feature = "cupti")]
+    pub fn run_on_observer<T, E>(
+        self,
+        observer: &crate::observer::Observer,
+        ordinal: usize,
+        mut run: impl FnMut(usize) -> Result<T, E>,
+    ) -> Result<MaxBatch, MaxBatchError<E>> {
+        let meter = Meter::Observer(observer, ordinal);
+        self.search_with(meter, |batch| {
+            let refused = observer.stats(ordinal).num_ooms;
+            run(batch).map_err(|error| ObservedError {
+                out_of_memory: observer.stats(ordinal).num_ooms > refused,
+                error,
+            })
+        })
+        .map_err(|e| match e {
+            MaxBatchError::Run { batch, source } => MaxBatchError::Run {
+                batch,
+                source: Box::new(source.error),
+            },
+            MaxBatchError::PeakDoesNotGrow { allocated_bytes } => {
+                MaxBatchError::PeakDoesNotGrow { allocated_bytes }
+            }
+            MaxBatchError::HeapNotTracked => MaxBatchError::HeapNotTracked,
+        })
+    }
+
     fn search_with<T, E: MaybeOutOfMemory>(
         mut self,
         meter: Meter<'_>,
@@ -438,6 +471,9 @@ enum Meter<'d> {
     Device(&'d Device),
     /// The process's heap, through [`crate::heap::TrackingAllocator`].
     Heap,
+    /// What the GPU observer sees on one device.
+    #[cfg(feature = "cupti")]
+    Observer(&'d crate::observer::Observer, usize),
 }
 
 impl Meter<'_> {
@@ -450,12 +486,16 @@ impl Meter<'_> {
         match self {
             Meter::Device(device) => reset_peak_stats(device),
             Meter::Heap => crate::heap::reset_peak_stats(),
+            #[cfg(feature = "cupti")]
+            Meter::Observer(observer, ordinal) => observer.reset_peak_stats(ordinal),
         }
     }
     fn stats(self) -> MemoryStats {
         match self {
             Meter::Device(device) => stats(device),
             Meter::Heap => crate::heap::stats(),
+            #[cfg(feature = "cupti")]
+            Meter::Observer(observer, ordinal) => observer.stats(ordinal),
         }
     }
 }
@@ -466,6 +506,20 @@ struct NotOutOfMemory<E>(E);
 impl<E> MaybeOutOfMemory for NotOutOfMemory<E> {
     fn is_out_of_memory(&self) -> bool {
         false
+    }
+}
+
+/// An error of a run on the observer, and whether the driver refused an allocation during it.
+#[cfg(feature = "cupti")]
+struct ObservedError<E> {
+    out_of_memory: bool,
+    error: E,
+}
+
+#[cfg(feature = "cupti")]
+impl<E> MaybeOutOfMemory for ObservedError<E> {
+    fn is_out_of_memory(&self) -> bool {
+        self.out_of_memory
     }
 }
 

@@ -228,12 +228,14 @@ struct Operand {
     /// Row-major (`true`: consecutive columns adjacent) or column-major.
     row_major: bool,
     ld: usize,
-    batch_stride: usize,
+    /// Element stride of each batch dim (0 where it is broadcast).
+    batch_strides: Vec<usize>,
 }
 
 /// `t` (`[.., rows, cols]`) as a GEMM operand over the broadcast `batch`: used in place when
-/// each matrix has a unit stride and the batch dims collapse to one stride (or broadcast
-/// entirely); otherwise a contiguous copy of it broadcast to the batch.
+/// each matrix has a unit stride (any batch strides: `matmul` loops over the batch dims that do
+/// not collapse into one stride, as the host backend reads any layout in place); otherwise a
+/// contiguous copy of it broadcast to the batch.
 fn gemm_operand(
     l: &dyn Launcher,
     t: StridedRef<'_>,
@@ -243,27 +245,24 @@ fn gemm_operand(
 ) -> Result<Operand> {
     let r = t.rank();
     let (rs, cs) = (t.strides()[r - 2], t.strides()[r - 1]);
-    let bs = broadcast_strides(&t.dims()[..r - 2], &t.strides()[..r - 2], batch);
-    let batch_stride = single_stride(batch, &bs);
+    let batch_strides = broadcast_strides(&t.dims()[..r - 2], &t.strides()[..r - 2], batch);
     let row_major = (cs == 1 || cols == 1).then_some(if rows == 1 { cols } else { rs });
     let col_major = (rs == 1 || rows == 1).then_some(if cols == 1 { rows } else { cs });
-    if let Some(batch_stride) = batch_stride {
-        if let Some(ld) = row_major.filter(|&ld| ld >= cols.max(1)) {
-            return Ok(Operand {
-                data: shared(t),
-                row_major: true,
-                ld,
-                batch_stride,
-            });
-        }
-        if let Some(ld) = col_major.filter(|&ld| ld >= rows.max(1)) {
-            return Ok(Operand {
-                data: shared(t),
-                row_major: false,
-                ld,
-                batch_stride,
-            });
-        }
+    if let Some(ld) = row_major.filter(|&ld| ld >= cols.max(1)) {
+        return Ok(Operand {
+            data: shared(t),
+            row_major: true,
+            ld,
+            batch_strides,
+        });
+    }
+    if let Some(ld) = col_major.filter(|&ld| ld >= rows.max(1)) {
+        return Ok(Operand {
+            data: shared(t),
+            row_major: false,
+            ld,
+            batch_strides,
+        });
     }
     let mut full = batch.to_vec();
     full.extend_from_slice(&[rows, cols]);
@@ -280,7 +279,10 @@ fn gemm_operand(
         data,
         row_major: true,
         ld: cols.max(1),
-        batch_stride: rows * cols,
+        batch_strides: contiguous_strides(batch)
+            .iter()
+            .map(|s| s * rows * cols)
+            .collect(),
     })
 }
 
@@ -343,43 +345,73 @@ pub(crate) fn matmul(
         map_inplace(l, out.as_ref(), OP, MapOp::Fill(0.0))?;
         return Ok(out);
     }
-    let count: usize = batch.iter().product();
     let oa = gemm_operand(l, a, batch, m, k)?;
     let ob = gemm_operand(l, b, batch, k, n)?;
-    // Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ: cuBLAS's A is our B and its B our A. A
-    // row-major matrix read column-major is its transpose, so it needs no op; a column-major
-    // one does.
-    let (mut rows, mut count) = (m, count);
-    if oa.row_major
-        && ob.batch_stride == 0
-        && count > 1
-        && oa.batch_stride == m * oa.ld
-        && oa.ld == k
-    {
-        // The Linear-layer case: every batch's rows are stacked contiguously and the right
-        // operand is one matrix, so one GEMM covers them all.
-        rows = m * count;
-        count = 1;
+    let oc: Vec<usize> = contiguous_strides(batch)
+        .iter()
+        .map(|s| s * m * n)
+        .collect();
+    // The batch dims from `split` on collapse into one stride for every operand: one
+    // strided-batched GEMM covers them; the dims before it are looped over.
+    let split = (0..=batch.len())
+        .find(|&s| {
+            [&oa.batch_strides, &ob.batch_strides, &oc]
+                .iter()
+                .all(|strides| single_stride(&batch[s..], &strides[s..]).is_some())
+        })
+        .unwrap_or(batch.len());
+    let inner = &batch[split..];
+    let stride = |strides: &[usize]| single_stride(inner, &strides[split..]).unwrap_or(0);
+    let (sa, sb, sc) = (
+        stride(&oa.batch_strides),
+        stride(&ob.batch_strides),
+        stride(&oc),
+    );
+    let outer: usize = batch[..split].iter().product();
+    for index in 0..outer {
+        // Element offsets of this outer batch index in each operand.
+        let (mut rest, mut at) = (index, [0usize; 3]);
+        for d in (0..split).rev() {
+            let i = rest % batch[d];
+            rest /= batch[d];
+            for (o, strides) in at
+                .iter_mut()
+                .zip([&oa.batch_strides, &ob.batch_strides, &oc])
+            {
+                *o += i * strides[d];
+            }
+        }
+        let bytes = |elements: usize| (elements * std::mem::size_of::<f32>()) as u64;
+        // Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ: cuBLAS's A is our B and its B our A.
+        // A row-major matrix read column-major is its transpose, so it needs no op; a
+        // column-major one does.
+        let (mut rows, mut count) = (m, inner.iter().product::<usize>());
+        if oa.row_major && sb == 0 && count > 1 && sa == m * oa.ld && oa.ld == k {
+            // The Linear-layer case: every batch's rows are stacked contiguously and the right
+            // operand is one matrix, so one GEMM covers them all.
+            rows = m * count;
+            count = 1;
+        }
+        let gemm = Gemm {
+            transa: !ob.row_major,
+            transb: !oa.row_major,
+            m: n,
+            n: rows,
+            k,
+            a: addr(&ob.data) + bytes(at[1]),
+            lda: ob.ld,
+            stride_a: sb,
+            b: addr(&oa.data) + bytes(at[0]),
+            ldb: oa.ld,
+            stride_b: sa,
+            c: addr(&out) + bytes(at[2]),
+            ldc: n,
+            stride_c: if count == 1 { rows * n } else { sc },
+            count,
+        };
+        l.gemm(&gemm)
+            .map_err(|msg| backend_error(OP, a.device(), msg))?;
     }
-    let gemm = Gemm {
-        transa: !ob.row_major,
-        transb: !oa.row_major,
-        m: n,
-        n: rows,
-        k,
-        a: addr(&ob.data),
-        lda: ob.ld,
-        stride_a: ob.batch_stride,
-        b: addr(&oa.data),
-        ldb: oa.ld,
-        stride_b: oa.batch_stride,
-        c: addr(&out),
-        ldc: n,
-        stride_c: rows * n,
-        count,
-    };
-    l.gemm(&gemm)
-        .map_err(|msg| backend_error(OP, a.device(), msg))?;
     oa.data.storage().note_use_end();
     ob.data.storage().note_use_end();
     Ok(out)
@@ -452,6 +484,65 @@ pub(crate) fn layer_norm(
         t.storage().note_use_end();
     }
     Ok((out, row_stats))
+}
+
+/// Softmax along the last dimension of contiguous `x`, written into `x`: `vg_softmax` reads
+/// each element of a row before it writes it (true of softmax, not of log-softmax), so its
+/// output may be its input.
+pub(crate) fn softmax_last_dim_inplace(
+    l: &dyn Launcher,
+    x: StridedRef<'_>,
+    op: &'static str,
+) -> Result<()> {
+    let len = x.dims().last().copied().unwrap_or(0);
+    if len == 0 || x.elem_count() == 0 {
+        return Ok(());
+    }
+    let args = VgArgs {
+        out: addr(x),
+        a: addr(x),
+        n: (x.elem_count() / len) as u64,
+        len: len as u64,
+        inner: 1,
+        op: 0,
+        ..Default::default()
+    };
+    launch(l, op, x, Kernel::Softmax, args.n, &args)?;
+    x.storage().note_use_end();
+    Ok(())
+}
+
+/// Layer norm of contiguous `x` over its last dimension, written into `x`: `vg_layer_norm`
+/// reads a row's statistics first and then each element before it writes it, so its output
+/// may be its input. `weight` and `bias` are contiguous and do not share `x`'s storage.
+pub(crate) fn layer_norm_inplace(
+    l: &dyn Launcher,
+    x: StridedRef<'_>,
+    weight: Option<StridedRef<'_>>,
+    bias: Option<StridedRef<'_>>,
+    eps: f32,
+) -> Result<()> {
+    const OP: &str = "layer_norm";
+    let d = x.dims().last().copied().unwrap_or(0);
+    if d == 0 || x.elem_count() == 0 {
+        return Ok(());
+    }
+    let rows = x.elem_count() / d;
+    let args = VgArgs {
+        out: addr(x),
+        a: addr(x),
+        b: weight.map_or(0, addr),
+        c: bias.map_or(0, addr),
+        n: rows as u64,
+        len: d as u64,
+        s0: eps,
+        ..Default::default()
+    };
+    launch(l, OP, x, Kernel::LayerNorm, rows as u64, &args)?;
+    for t in [Some(x), weight, bias].into_iter().flatten() {
+        t.storage().note_use_end();
+    }
+    Ok(())
 }
 
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
