@@ -6,8 +6,8 @@
 //!
 //! # How it searches
 //!
-//! Every run starts from the same pool: [`empty_cache`](super::empty_cache), then
-//! [`reset_peak_stats`](super::reset_peak_stats), then the closure, then the allocator's peak.
+//! Every run starts from the same pool: [`empty_cache`], then
+//! [`reset_peak_stats`], then the closure, then the allocator's peak.
 //! A run *fits* when the closure returns `Ok` and the device's peak reserved bytes (everything
 //! the device holds, weights included) stay within the budget; an out-of-memory error from the
 //! closure means "does not fit", any other error ends the search.
