@@ -138,6 +138,9 @@ pub(crate) struct ReleaseOptions {
     /// Names the function's signature declares as primitive numbers (`eps: f64`): what is
     /// computed from them is a number too (see `analysis::shapes::scalar`).
     pub scalars: BTreeSet<String>,
+    /// `?` marks a fallible tensor op (see `analysis::Env::try_owns`): not in a function
+    /// returning `Option` ([`returns_option`]).
+    pub try_owns: bool,
 }
 
 impl ReleaseOptions {
@@ -151,7 +154,24 @@ impl ReleaseOptions {
             optimistic: false,
             inplace: true,
             scalars: BTreeSet::new(),
+            try_owns: true,
         }
+    }
+}
+
+/// Whether a signature returns `Option<..>`: its `?`s unwrap lookups (`re.find(&line)?`), whose
+/// results borrow their arguments, not fallible tensor ops.
+pub(crate) fn returns_option(sig: &syn::Signature) -> bool {
+    match &sig.output {
+        syn::ReturnType::Type(_, ty) => match &**ty {
+            syn::Type::Path(path) => path
+                .path
+                .segments
+                .last()
+                .is_some_and(|segment| segment.ident == "Option"),
+            _ => false,
+        },
+        syn::ReturnType::Default => false,
     }
 }
 

@@ -29,6 +29,9 @@ pub(super) struct Graph {
     pub borrowed_by_value: Vec<Vec<(usize, BorrowKind)>>,
     /// Per statement, the names known to be numbers there.
     pub scalars_at: Vec<BTreeSet<String>>,
+    /// Per statement, the names it may move or writes through (see `Mention::consumable` and
+    /// `Mention::mutated`): a borrow of one of them cannot be used after the statement.
+    pub invalidated: Vec<BTreeSet<String>>,
     /// The binding each name refers to at the current statement.
     current: BTreeMap<String, usize>,
 }
@@ -42,6 +45,7 @@ pub(super) fn build(block: &Block, params: &[ParamBinding], ctx: &PlanContext<'_
         wrappable: vec![true; count],
         borrowed_by_value: vec![Vec::new(); count],
         scalars_at: Vec::with_capacity(count),
+        invalidated: Vec::with_capacity(count),
         current: BTreeMap::new(),
     };
     for param in params {
@@ -51,6 +55,14 @@ pub(super) fn build(block: &Block, params: &[ParamBinding], ctx: &PlanContext<'_
     for (index, stmt) in block.stmts.iter().enumerate() {
         graph.scalars_at.push(graph.scalars_here(ctx));
         let facts = ctx.env.scan_stmt(stmt);
+        graph.invalidated.push(
+            facts
+                .mentions
+                .iter()
+                .filter(|(_, m)| m.consumable || m.mutated)
+                .map(|(name, _)| name.clone())
+                .collect(),
+        );
         graph.record_mentions(index, &facts);
         graph.record_stores(index, &facts);
         match stmt {
@@ -112,6 +124,8 @@ impl Graph {
             partial_moves: Vec::new(),
             consumed_at: Vec::new(),
             consumed_always_at: Vec::new(),
+            consumable_at: Vec::new(),
+            borrows_outer: BTreeSet::new(),
             used_in_place: Vec::new(),
             type_deferred: false,
             never_released: false,
@@ -166,6 +180,18 @@ impl Graph {
         out
     }
 
+    /// The locals of enclosing blocks (no binding of this block) whose storage a value from
+    /// `sources` may borrow.
+    fn outer_storage(&self, sources: &[Source]) -> BTreeSet<String> {
+        sources
+            .iter()
+            .filter_map(|source| match source {
+                Source::Storage(name, ..) if !self.current.contains_key(name) => Some(name.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Records how statement `index` uses the bindings it mentions.
     fn record_mentions(&mut self, index: usize, facts: &Facts) {
         for (name, mention) in &facts.mentions {
@@ -180,6 +206,9 @@ impl Graph {
                 }
                 if mention.consumed_always {
                     binding.consumed_always_at.push(index);
+                }
+                if mention.consumable {
+                    binding.consumable_at.push(index);
                 }
                 // Not after a statement that may move it (`loop { let n = f(cur);
                 // if .. { break } cur = n; }` can exit with `cur` moved).
@@ -197,8 +226,10 @@ impl Graph {
     fn record_stores(&mut self, index: usize, facts: &Facts) {
         for (target, sources) in &facts.stores {
             let resolved = self.resolve(sources);
+            let outer = self.outer_storage(sources);
             match self.current.get(target) {
                 Some(&t) => {
+                    self.bindings[t].borrows_outer.extend(outer);
                     // Stored through a reference (`let sink = &mut names; sink.push(&s)`):
                     // what the reference points into holds the borrow too.
                     let mut holders = vec![t];
@@ -242,6 +273,7 @@ impl Graph {
         };
         let marked_keep = local.attrs.iter().any(is_keep_attr);
         let mut resolved = Vec::new();
+        let mut outer = BTreeSet::new();
         if let Some(init) = &local.init {
             // `let r = &make(&x);` and `ref` bindings: everything mentioned.
             let sources = if has_ref || Env::has_extended_temporary(&init.expr) {
@@ -250,6 +282,7 @@ impl Graph {
                 env.value_sources(&init.expr)
             };
             resolved = self.resolve(&sources);
+            outer = self.outer_storage(&sources);
             self.borrowed_by_value[index] = resolved.iter().map(|&(b, k, _)| (b, k)).collect();
             if let Some((_, otherwise)) = &init.diverge {
                 for name in env.scan_expr(otherwise).mentions.keys() {
@@ -299,10 +332,16 @@ impl Graph {
             (_, Some(init)) => shapes::scalar(&init.expr, &scalar_local),
             (_, None) => false,
         };
-        // Not `Release` by its syntax: a probe would only ever answer "keep".
+        // Not `Release` by its syntax: a probe would only ever answer "keep". A reference
+        // an accessor returns (`let dims = xs.dims();`) is none either, and its release would
+        // be a use of the borrow after a statement that writes `xs` (`xs = xs.reshape(..)?`).
         let plain = match (&local.pat, &local.init) {
             (syn::Pat::Type(typed), _) if shapes::plain_type(&typed.ty) => true,
-            (_, Some(init)) => dims || shapes::never_release(&init.expr, &scalar_local),
+            (_, Some(init)) => {
+                dims || shapes::never_release(&init.expr, &scalar_local)
+                    || shapes::reference_accessor(&init.expr)
+                        .is_some_and(|name| !env.owned.iter().any(|o| *o == name))
+            }
             (_, None) => false,
         };
         // `#[cfg(..)] let x = …;` may be compiled out: whether it shadows `x` is unknown, so
@@ -324,6 +363,7 @@ impl Graph {
             self.bindings[new].never_released = closure_typed || plain;
             self.bindings[new].scalar = scalar;
             self.bindings[new].type_deferred = type_deferred;
+            self.bindings[new].borrows_outer = outer.clone();
             self.edges
                 .extend(resolved.iter().map(|&(to, kind, into)| Edge {
                     from: new,
