@@ -400,8 +400,8 @@ macro_rules! cases {
             let mut xs = input.clone();
             let dims = xs.dims().iter();
             if dims.len() == 3 {
-                let all: Vec<usize> = dims.copied().collect();
-                xs = xs.reshape((all[0] * all[1], all[2]))?;
+                let lead: usize = dims.clone().take(2).product();
+                xs = xs.reshape((lead, dims.clone().last().copied().unwrap_or(1)))?;
             }
             let ys = model.forward(&xs)?;
             ev("after");

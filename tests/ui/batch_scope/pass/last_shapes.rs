@@ -43,11 +43,11 @@ fn rewritten_while_borrowed(inputs: &[Buf]) -> Result<i64, String> {
 fn consumed_in_a_nested_else(items: Vec<Buf>, weights: Option<i64>) -> i64 {
     let mut total = 0;
     for (i, labels) in items.into_iter().enumerate() {
-        let shape = labels.dims().len() as i64;
+        let shape = labels.dims();
         let y = labels.clone();
         if let Some(w) = weights {
             let w = if i % 2 == 0 {
-                w * shape
+                w * shape.len() as i64
             } else {
                 w + labels.flatten().0[0]
             };

@@ -13,25 +13,45 @@
 #[path = "../support.rs"]
 mod support;
 
-/// burn-style: by-value ops, an owned `dims()`.
-pub mod by_value {
+/// Tensors of two styles: candle's (`&self` ops returning `Result`, `dims()` a reference) and
+/// burn's (ops taking `self`, `dims()` an owned array).
+pub mod styles {
     use super::support::{T, mk};
 
-    pub fn dims(t: &T) -> [usize; 1] {
-        [t.v as usize]
+    pub struct Candle {
+        /// Held for its drop, which logs.
+        #[allow(dead_code)]
+        pub t: T,
+        pub dims: Vec<usize>,
     }
 
-    pub trait Ops {
-        fn dims_owned(&self) -> [usize; 1];
-        fn flatten(self) -> T;
-    }
+    impl vramguard::Release for Candle {}
 
-    impl Ops for T {
-        fn dims_owned(&self) -> [usize; 1] {
-            dims(self)
+    impl Candle {
+        pub fn new(name: &'static str, dims: &[usize]) -> Candle {
+            Candle {
+                t: mk(name, dims.iter().product::<usize>() as i64),
+                dims: dims.to_vec(),
+            }
         }
-        fn flatten(self) -> T {
-            mk("flat", self.v + 1)
+        pub fn dims(&self) -> &[usize] {
+            &self.dims
+        }
+        pub fn reshape(&self, dims: (usize, usize)) -> Result<Candle, String> {
+            Ok(Candle::new("reshaped", &[dims.0, dims.1]))
+        }
+    }
+
+    pub struct Burn(pub T);
+
+    impl vramguard::Release for Burn {}
+
+    impl Burn {
+        pub fn dims(&self) -> [usize; 1] {
+            [self.0.v as usize]
+        }
+        pub fn flatten(self) -> T {
+            mk("flat", self.0.v + 1)
         }
     }
 }
@@ -81,24 +101,25 @@ macro_rules! cases {
         #[allow(unused_imports)]
         use super::borrowing::{Builder, Finder, Kind, Node, View};
         #[allow(unused_imports)]
-        use super::by_value::Ops;
+        use super::styles::{Burn, Candle};
         #[allow(unused_imports)]
         use super::support::{mk, step, T};
 
         /// A reference from an accessor feeds the condition and the new value of the local it
         /// borrows (`let dims = xs.dims(); if .. { xs = xs.reshape(dims..)? }`).
         $(#[$attr])?
-        pub fn accessor_reference_then_write(k: i64) -> i64 {
-            let mut x = mk("x", k);
+        pub fn accessor_reference_then_write(dims: &[usize]) -> Result<Vec<usize>, String> {
+            let mut x = Candle::new("x", dims);
             let d = x.dims();
-            if *d > 2 {
-                x = x.scaled(*d);
+            if d.len() == 3 {
+                x = x.reshape((d[0] * d[1], d[2]))?;
             }
+            let shape = x.dims().to_vec();
             step("1");
             let e = mk("e", 1);
             let m = e.v;
             step("2");
-            x.v + m
+            Ok(shape.into_iter().chain([m as usize]).collect())
         }
 
         /// A borrower that is no reference by its syntax (an iterator over a `Vec`) used
@@ -115,20 +136,15 @@ macro_rules! cases {
             v.len() + m as usize
         }
 
-        /// A borrower used in the statement that moves what it borrows (by value, in one
-        /// branch only).
+        /// A borrower last used in the statement that then moves what it borrows.
         $(#[$attr])?
-        pub fn borrower_then_move_in_a_branch(take: bool) -> i64 {
+        pub fn borrower_then_move(take: bool) -> i64 {
             let x = mk("x", 3);
             let it = std::slice::from_ref(&x).iter();
-            let n = if take {
-                let k = it.len() as i64;
-                let c = super::support::consume(x, "c");
-                k + c.v
-            } else {
-                it.len() as i64
-            };
+            let (k, c) = (it.len() as i64, super::support::consume(x, "c"));
             step("1");
+            let n = if take { k + c.v } else { k };
+            step("2");
             n
         }
 
@@ -136,11 +152,11 @@ macro_rules! cases {
         /// one arm of a branch nested in an `if let`.
         $(#[$attr])?
         pub fn receiver_consumed_in_a_nested_else(
-            labels: T,
+            labels: Burn,
             weights: Option<i64>,
             cond: bool,
         ) -> i64 {
-            let shape = labels.dims_owned();
+            let shape = labels.dims();
             let e = mk("e", 1);
             step("1");
             let mut out = e.v;
@@ -233,14 +249,15 @@ mod without {
 
 pub fn main() {
     use borrowing::{Builder, Finder, Kind, Node};
-    for k in [1, 3] {
-        check!(accessor_reference_then_write(k) => earlier);
+    for dims in [&[2, 3, 4][..], &[6, 4]] {
+        check!(accessor_reference_then_write(dims) => earlier);
     }
     check!(borrower_then_mutating_call() => earlier);
-    check!(borrower_then_move_in_a_branch(true));
-    check!(borrower_then_move_in_a_branch(false));
+    check!(borrower_then_move(true) => earlier);
+    check!(borrower_then_move(false) => earlier);
     for (weights, cond) in [(Some(2), true), (Some(2), false), (None, true)] {
-        check!(receiver_consumed_in_a_nested_else(support::mk("labels", 4), weights, cond) => earlier);
+        let labels = || styles::Burn(support::mk("labels", 4));
+        check!(receiver_consumed_in_a_nested_else(labels(), weights, cond) => earlier);
     }
     check!(stored_through_an_if_let_binding() => earlier);
     check!(view_from_slice() => earlier);
