@@ -88,8 +88,11 @@
 //!   block: `plan::graph` (the binding is *kept*);
 //! - borrowers pushing a release point back, shadowing, partial moves, unknown statement
 //!   macros, `let … else`, nothing to gain at the block's end: `plan::release_points`;
-//! - moved in (written twice) or released after, closures, deferred types, the fallback copy:
-//!   `plan::schedule`;
+//! - a reference an accessor returns (`x.dims()`: never released, it frees nothing):
+//!   `plan::graph`;
+//! - moved in (written twice) or released after, closures, deferred types, the fallback copy,
+//!   a borrower whose last statement moves or writes what it borrows, a borrowed value that
+//!   its statement may move as a receiver: `plan::schedule`;
 //! - released inside the branches of an `if`/`match` (conditions, scrutinees, guards, patterns,
 //!   each branch's own last use): `plan::branches`, with the branch shapes of
 //!   `analysis::branches`; written by `rewrite` (a missing `else` becomes one);
