@@ -125,6 +125,8 @@ pub mod tensors {
         pub fn flatten(self, _start: usize, _end: usize) -> BTensor {
             self.map("flatten", |v| v)
         }
+        // burn's name for it.
+        #[allow(clippy::should_implement_trait)]
         pub fn neg(self) -> BTensor {
             self.map("neg", |v| -v)
         }

@@ -205,7 +205,7 @@ impl<'e, 'a> Scanner<'e, 'a> {
             return;
         };
         let name = root.strip_prefix("r#").unwrap_or(&root).to_string();
-        if !self.bound.iter().any(|b| *b == name) {
+        if !self.bound.contains(&name) {
             self.facts.mentions.entry(name).or_default().mutated = true;
         }
     }

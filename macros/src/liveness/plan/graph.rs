@@ -340,7 +340,7 @@ impl Graph {
             (_, Some(init)) => {
                 dims || shapes::never_release(&init.expr, &scalar_local)
                     || shapes::reference_accessor(&init.expr)
-                        .is_some_and(|name| !env.owned.iter().any(|o| *o == name))
+                        .is_some_and(|name| !env.owned.contains(&name))
             }
             (_, None) => false,
         };

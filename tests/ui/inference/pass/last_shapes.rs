@@ -16,12 +16,15 @@ mod support;
 /// Tensors of two styles: candle's (`&self` ops returning `Result`, `dims()` a reference) and
 /// burn's (ops taking `self`, `dims()` an owned array).
 pub mod styles {
-    use super::support::{T, mk};
+    // `T` by its path: the 2021 and 2024 style editions (this file is in both crates) sort
+    // `{mk, T}` differently.
+    use super::support::mk;
+    type Logged = super::support::T;
 
     pub struct Candle {
         /// Held for its drop, which logs.
         #[allow(dead_code)]
-        pub t: T,
+        pub t: Logged,
         pub dims: Vec<usize>,
     }
 
@@ -42,7 +45,7 @@ pub mod styles {
         }
     }
 
-    pub struct Burn(pub T);
+    pub struct Burn(pub Logged);
 
     impl vramguard::Release for Burn {}
 
@@ -50,7 +53,7 @@ pub mod styles {
         pub fn dims(&self) -> [usize; 1] {
             [self.0.v as usize]
         }
-        pub fn flatten(self) -> T {
+        pub fn flatten(self) -> Logged {
             mk("flat", self.0.v + 1)
         }
     }
