@@ -20,6 +20,8 @@ pub(super) struct Graph {
     pub bindings: Vec<Binding>,
     /// Which binding may hold references into which, since which statement.
     pub edges: Vec<Edge>,
+    /// The earliest statement of each edge's `(from, to, kind, into)` (see `add_edge`).
+    edge_index: BTreeMap<(usize, usize, BorrowKind, bool), usize>,
     /// Per statement: whether a binding may be moved into it (not an unknown statement
     /// macro, which might declare bindings).
     pub wrappable: Vec<bool>,
@@ -42,6 +44,7 @@ pub(super) fn build(block: &Block, params: &[ParamBinding], ctx: &PlanContext<'_
     let mut graph = Graph {
         bindings: Vec::new(),
         edges: Vec::new(),
+        edge_index: BTreeMap::new(),
         wrappable: vec![true; count],
         borrowed_by_value: vec![Vec::new(); count],
         scalars_at: Vec::with_capacity(count),
@@ -137,7 +140,23 @@ impl Graph {
         self.bindings.len() - 1
     }
 
-    /// The bindings a value from `sources` may borrow: `(binding, kind, into)`.
+    /// Adds an edge unless one from and to the same bindings, of the same kind, exists since
+    /// no later statement (it says all the new one would): a loop body that stores into a
+    /// local at many statements (`U.set(..)` over an SVD's 300 lines, each store copying
+    /// what the target holds) would otherwise copy the duplicates of the duplicates, and the
+    /// list would double at each store.
+    fn add_edge(&mut self, edge: Edge) {
+        let key = (edge.from, edge.to, edge.kind, edge.into);
+        match self.edge_index.get(&key) {
+            Some(&at) if at <= edge.at => {}
+            _ => {
+                self.edge_index.insert(key, edge.at);
+                self.edges.push(edge);
+            }
+        }
+    }
+
+    /// The bindings a value from `sources` may borrow: `(binding, kind, into)`, each once.
     fn resolve(&self, sources: &[Source]) -> Vec<(usize, BorrowKind, bool)> {
         let mut out = Vec::new();
         for source in sources {
@@ -177,6 +196,8 @@ impl Graph {
                 }
             }
         }
+        out.sort_unstable();
+        out.dedup();
         out
     }
 
@@ -242,16 +263,15 @@ impl Graph {
                     for holder in holders {
                         // A value cannot borrow itself (`f(&mut a, &mut b)` stores each
                         // into the other, and so back into itself).
-                        self.edges
-                            .extend(resolved.iter().filter(|r| r.0 != holder).map(
-                                |&(to, kind, into)| Edge {
-                                    from: holder,
-                                    to,
-                                    kind,
-                                    into,
-                                    at: index,
-                                },
-                            ));
+                        for &(to, kind, into) in resolved.iter().filter(|r| r.0 != holder) {
+                            self.add_edge(Edge {
+                                from: holder,
+                                to,
+                                kind,
+                                into,
+                                at: index,
+                            });
+                        }
                     }
                 }
                 // Stored into something declared outside this block: keep it whole.
@@ -364,14 +384,15 @@ impl Graph {
             self.bindings[new].scalar = scalar;
             self.bindings[new].type_deferred = type_deferred;
             self.bindings[new].borrows_outer = outer.clone();
-            self.edges
-                .extend(resolved.iter().map(|&(to, kind, into)| Edge {
+            for &(to, kind, into) in &resolved {
+                self.add_edge(Edge {
                     from: new,
                     to,
                     kind,
                     into,
                     at: index,
-                }));
+                });
+            }
         }
     }
 }
