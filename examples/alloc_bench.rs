@@ -14,9 +14,10 @@
 //! only prints, for block sizes up to each of a few bounds, how many of the pair loop's 256
 //! requests ask for one and what one block of each distinct size adds up to: what a per-thread
 //! cache of freed blocks limited to those sizes would have to hold for all of them to be served
-//! from it (BENCHMARKS.md, #24). `--pair-floor [--rounds N]` only prints, beside the system
+//! from it (`docs/perf-notes.md`, #24). `--pair-floor [--rounds N]` only prints, beside the system
 //! pair in interleaved rounds, what an exact shared path pays per pair before any work: two
-//! uncontended lock/unlock pairs and the device reference's clone and drop (BENCHMARKS.md, #24).
+//! uncontended lock/unlock pairs and the device reference's clone and drop (`docs/perf-notes.md`,
+//! #24).
 //!
 //! Metrics:
 //!
@@ -59,7 +60,7 @@
 //!   large-pool requests a plan placed, and those of planned iterations that fell back to best
 //!   fit. `trace_pair_ns`: the replay's wall time over its alloc+free pairs (the figure
 //!   `scripts/torch-compare.py` sets beside PyTorch's). `_fixed_segments`: the same with fixed segments. With fixed segments the trace
-//!   is also replayed after a warm-up (one max-size batch first, the article's advice,
+//!   is also replayed after a warm-up (one max-size batch first, the warm-up remedy,
 //!   `_warmup_fixed_segments`) and (host only) with `max_split_size_mb:64`
 //!   (`_max_split_64mb_fixed_segments`).
 //! - `trace_backend_calls_limited` (host only; `_unplanned` too): the steady backend calls of the
@@ -82,33 +83,22 @@
 //! its last use (so at most a few are live at once), and the step's pooled output `b·d` is kept
 //! until the end of the step.
 
+#[path = "common/alloc_trace.rs"]
+mod alloc_trace;
 #[path = "common/devices.rs"]
 mod devices;
 #[path = "../benches/support/report.rs"]
 mod report;
 
+use alloc_trace::{
+    export_trace, forward_unbounded, min_capacity, replay, runs_on, trace_steps, Rng,
+};
 use report::{Args, Report, Unit};
 use std::hint::black_box;
 use std::time::Instant;
 use vramguard::alloc::{AllocatorConfig, HostBackend};
 use vramguard::device::Allocation;
-use vramguard::memory::OutOfMemory;
-use vramguard::scope::BatchScope;
 use vramguard::{memory, Device};
-
-/// xorshift64*: deterministic, no dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn uniform(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
 
 /// 256 sizes, log-uniform in [512 B, 4 MiB].
 fn mixed_sizes() -> Vec<usize> {
@@ -196,216 +186,6 @@ fn system_rounds(sizes: &[usize], rounds: usize) -> Vec<f64> {
             t.elapsed().as_nanos() as f64 / sizes.len() as f64
         })
         .collect()
-}
-
-/// One step of the synthetic trace: (batch, sequence length).
-fn trace_steps(steps: usize) -> Vec<(usize, usize)> {
-    let mut rng = Rng(0x7a11_0c47_0bad_cafe);
-    (0..steps)
-        .map(|_| {
-            let b = [1, 2, 4, 8][(rng.next() % 4) as usize];
-            let t = 16 + (rng.next() % 497) as usize;
-            (b, t)
-        })
-        .collect()
-}
-
-const LAYERS: usize = 12;
-const D: usize = 768;
-const HEADS: usize = 12;
-const FFN: usize = 4 * D;
-const F32: usize = 4;
-
-/// Runs one forward pass of the trace's model as allocations.
-fn forward(device: &Device, b: usize, t: usize) -> Result<(), OutOfMemory> {
-    forward_with(|bytes| device.allocate(bytes), b, t)
-}
-
-/// One forward pass as allocations from `allocate` (bytes in, a block out; dropping the block
-/// frees it): the device's, or the trace exporter's recorder.
-fn forward_with<B>(
-    allocate: impl Fn(usize) -> Result<B, OutOfMemory>,
-    b: usize,
-    t: usize,
-) -> Result<(), OutOfMemory> {
-    let alloc = |elems: usize| allocate(elems * F32);
-    let mut x = alloc(b * t * D)?;
-    for _ in 0..LAYERS {
-        let qkv = alloc(b * t * 3 * D)?;
-        let scores = alloc(b * HEADS * t * t)?;
-        let probs = alloc(b * HEADS * t * t)?;
-        drop(scores);
-        let ctx = alloc(b * t * D)?;
-        drop((probs, qkv));
-        let proj = alloc(b * t * D)?;
-        drop(ctx);
-        let x1 = alloc(b * t * D)?;
-        drop((proj, x));
-        let h = alloc(b * t * FFN)?;
-        let g = alloc(b * t * FFN)?;
-        drop(h);
-        let out = alloc(b * t * D)?;
-        drop(g);
-        x = alloc(b * t * D)?;
-        drop((out, x1));
-    }
-    let pooled = alloc(b * D)?;
-    drop(x);
-    drop(pooled);
-    Ok(())
-}
-
-/// The trace on an unbounded device: every allocation must succeed.
-fn forward_unbounded(device: &Device, b: usize, t: usize) {
-    if let Err(e) = forward(device, b, t) {
-        eprintln!("trace allocation failed: {e}");
-        std::process::exit(1)
-    }
-}
-
-/// The smallest capacity, in 2 MiB steps from `from` up to `to`, of a host device on which the
-/// whole trace runs with `config` (out-of-memory path included: cached segments are released
-/// and requests retried when the device refuses). `None` if none up to `to` does.
-fn min_capacity(
-    steps: &[(usize, usize)],
-    config: &AllocatorConfig,
-    from: u64,
-    to: u64,
-) -> Option<u64> {
-    const STEP: u64 = 2 << 20;
-    let mut capacity = from.next_multiple_of(STEP);
-    while capacity <= to {
-        let device = Device::host_pool(
-            HostBackend::with_capacity(capacity as usize),
-            config.clone(),
-        );
-        if let Ok(device) = device {
-            let runs = steps.iter().all(|&(b, t)| {
-                let _iteration = BatchScope::enter("alloc_bench trace");
-                forward(&device, b, t).is_ok()
-            });
-            if runs {
-                return Some(capacity);
-            }
-        }
-        capacity += STEP;
-    }
-    None
-}
-
-/// Whether every step runs on `device` (a fresh bounded one), each in a batch scope.
-fn runs_on(device: &Device, steps: &[(usize, usize)]) -> bool {
-    let ok = steps.iter().all(|&(b, t)| {
-        let _iteration = BatchScope::enter("alloc_bench trace (probe)");
-        forward(device, b, t).is_ok()
-    });
-    memory::empty_cache(device);
-    ok
-}
-
-struct TraceResult {
-    ratio: f64,
-    steady_calls: u64,
-    peak_allocated: u64,
-    peak_reserved: u64,
-    /// Wall time of the replay over its alloc+free pairs.
-    pair_ns: f64,
-}
-
-fn replay(device: &Device, steps: &[(usize, usize)], warmup: bool) -> TraceResult {
-    memory::empty_cache(device);
-    memory::reset_peak_stats(device);
-    if warmup {
-        let (b, t) = steps
-            .iter()
-            .fold((0, 0), |m, &(b, t)| (m.0.max(b), m.1.max(t)));
-        forward_unbounded(device, b, t);
-    }
-    // Each step is one iteration of a batch scope, as `#[batch_scope]` makes it.
-    let step = |b: usize, t: usize| {
-        let _iteration = BatchScope::enter("alloc_bench trace");
-        forward_unbounded(device, b, t);
-    };
-    let half = steps.len() / 2;
-    let start = memory::stats(device);
-    let clock = Instant::now();
-    for &(b, t) in &steps[..half] {
-        step(b, t);
-    }
-    let mid = memory::stats(device);
-    for &(b, t) in &steps[half..] {
-        step(b, t);
-    }
-    let elapsed = clock.elapsed().as_nanos() as f64;
-    let end = memory::stats(device);
-    TraceResult {
-        ratio: end.peak_reserved_bytes as f64 / end.peak_allocated_bytes as f64,
-        steady_calls: (end.backend_allocs - mid.backend_allocs)
-            + (end.backend_frees - mid.backend_frees),
-        peak_allocated: end.peak_allocated_bytes,
-        peak_reserved: end.peak_reserved_bytes,
-        pair_ns: elapsed / (end.num_allocs - start.num_allocs).max(1) as f64,
-    }
-}
-
-/// A block of the trace exporter: its number, and the log its free goes to.
-struct Recorded<'a> {
-    id: i64,
-    log: &'a std::cell::RefCell<Vec<i64>>,
-}
-
-impl Drop for Recorded<'_> {
-    fn drop(&mut self) {
-        self.log.borrow_mut().push(-(self.id + 1));
-    }
-}
-
-/// Writes the trace's allocations and frees, in order, as JSON for scripts/torch-compare.py:
-/// `events` holds a positive number of bytes for an allocation (numbered 0, 1, ... in order),
-/// `-(i + 1)` for the free of allocation `i`, and 0 at the end of each step.
-fn export_trace(path: &str, steps: &[(usize, usize)]) -> std::io::Result<()> {
-    let log = std::cell::RefCell::new(Vec::new());
-    let next = std::cell::Cell::new(0i64);
-    for &(b, t) in steps {
-        let recorded = forward_with(
-            |bytes| {
-                let id = next.get();
-                next.set(id + 1);
-                log.borrow_mut().push(bytes as i64);
-                Ok::<_, OutOfMemory>(Recorded { id, log: &log })
-            },
-            b,
-            t,
-        );
-        if let Err(e) = recorded {
-            return Err(std::io::Error::other(e.to_string()));
-        }
-        log.borrow_mut().push(0);
-    }
-    let events = log.into_inner();
-    let (mut live, mut peak) = (0i64, 0i64);
-    let mut sizes = Vec::new();
-    for &e in &events {
-        if e > 0 {
-            sizes.push(e);
-            live += e;
-            peak = peak.max(live);
-        } else if e < 0 {
-            live -= sizes[(-e - 1) as usize];
-        }
-    }
-    let join = |v: &mut dyn Iterator<Item = String>| v.collect::<Vec<_>>().join(",");
-    let text = format!(
-        "{{\"format\":\"vramguard-alloc-trace\",\"version\":1,\
-         \"source\":\"examples/alloc_bench.rs: the replayed trace\",\
-         \"model\":{{\"layers\":{LAYERS},\"hidden\":{D},\"heads\":{HEADS},\"ffn\":{FFN},\"dtype\":\"f32\"}},\
-         \"steps\":{},\"allocs\":{},\"peak_live_bytes\":{peak},\"shapes\":[{}],\"events\":[{}]}}\n",
-        steps.len(),
-        sizes.len(),
-        join(&mut steps.iter().map(|(b, t)| format!("[{b},{t}]"))),
-        join(&mut events.iter().map(|e| e.to_string())),
-    );
-    std::fs::write(path, text)
 }
 
 /// A device with `config`: on the host a fresh allocator; with `--device cuda` the process-wide
@@ -651,7 +431,7 @@ fn main() {
     // Its own allocator even on a GPU, where `device` is the process-wide one and holds a
     // resident block.
     let empty_device = own_device(cuda, base_config());
-    let _weights = resident(&device);
+    let weights = resident(&device);
     let resident_blocks = (resident(&fixed_device), resident(&recording_device));
     let (mut cached, mut system, mut fixed, mut recording, mut empty) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -744,6 +524,9 @@ fn main() {
     );
 
     let two = two_threads(&device, &sizes, rounds);
+    // On a GPU `device` is the process-wide device, which the trace replay below uses again: its
+    // resident block must not count in the replay's peaks (the host's replay device is fresh).
+    drop(weights);
     report.metric_with_target(
         "cached_pair_ns_2threads",
         two,

@@ -1,5 +1,5 @@
 //! The main example: BERT-style encoder inference with and without `#[inference]`
-//! (the article's §4.1 and §4.2, with exact numbers).
+//! (no-grad for inference and freeing at last use, with exact numbers).
 //!
 //! ```sh
 //! cargo run --release --example bert_inference
@@ -14,7 +14,7 @@
 //! `#[inference]` (ops on a local at its last use in its buffer: `gelu`, `broadcast_add`,
 //! `softmax`). Peaks are exact allocator statistics above the bytes live before the pass. Then
 //! it finds the largest batch that fits a fixed memory budget, weights included, with grad on
-//! and with both forms of the attribute (the article: batch 16 → 32), with
+//! and with both forms of the attribute, with
 //! `memory::max_batch`'s search (two measured peaks, a prediction, two confirmations).
 //! `--html FILE` writes the allocator's timeline of the four passes as one HTML page.
 //! `--device cuda[:N]` runs it all on a GPU (peaks in device bytes; the budget is the GPU

@@ -379,7 +379,7 @@ fn values(out: Tensor<3>) -> Result<Vec<f32>, String> {
         .map_err(|e| format!("reading the output back: {e:?}"))
 }
 
-/// The article's evaluation loop, with its leak: every batch's output is kept, so each
+/// An evaluation loop with the classic leak: every batch's output is kept, so each
 /// iteration leaves its output behind, and the scope's report says so. `live` receives each
 /// finished iteration's `live_bytes` (read at the top of the next one) for the check in `run`;
 /// it is reserved, so pushing to it allocates nothing.

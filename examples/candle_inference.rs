@@ -17,7 +17,7 @@
 //!    inputs, candle's and rayon's warmed-up caches). Each variant runs `--reps` times,
 //!    interleaved; the larger peak of its runs is reported. Outputs are compared bit for bit.
 //! 2. **A leak, named**: an evaluation loop under `#[vramguard::batch_scope(label = "eval")]`
-//!    that keeps every batch's output in a `Vec` (the article's
+//!    that keeps every batch's output in a `Vec` (PyTorch code's
 //!    `intermediate_results.append(out)`). The scope's report says how many bytes each
 //!    iteration left behind; the growth of its live bytes per iteration
 //!    (`leak_bytes_per_iter`) is checked against the bytes freed when a `Vec` of the same
@@ -312,7 +312,7 @@ fn measure(variant: Variant, weights: &BertWeights, batch: &Batch) -> Result<(u6
     Ok((heap::stats().peak_allocated_bytes - base, out))
 }
 
-/// The article's evaluation loop, with its leak: every batch's output is kept, so each
+/// An evaluation loop with the classic leak: every batch's output is kept, so each
 /// iteration leaves its output behind, and the scope's report says so. `live` receives each
 /// finished iteration's `live_bytes` (read at the top of the next one) for the check in `run`;
 /// it is reserved, so pushing to it allocates nothing.

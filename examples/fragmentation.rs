@@ -1,4 +1,4 @@
-//! The article's fragmentation case (§4.4): "4 GB free, a 3 GB allocation fails", and the
+//! Fragmentation: "4 GB free, a 3 GB allocation fails", and the
 //! remedies that make the same sequence succeed.
 //!
 //! ```sh
@@ -10,8 +10,8 @@
 //!
 //! A stream of variable-length batches runs on a host device that behaves like a GPU of
 //! `CAPACITY` bytes. Each batch allocates its activations (`4 × len × 1024` f32, freed at the
-//! end of the batch) and keeps a 1.5 MiB summary of its output (the article's
-//! `results.append(out)`). As lengths vary, every freed activation leaves a hole that the next,
+//! end of the batch) and keeps a 1.5 MiB summary of its output (a loop
+//! that keeps `results.append(out)`). As lengths vary, every freed activation leaves a hole that the next,
 //! longer batch cannot use, and the kept summaries sit between the holes: a later batch fails
 //! with out-of-memory while more than enough memory is cached free. That naive pool is PyTorch's
 //! default, fixed segments (each segment its own device allocation), configured explicitly

@@ -174,8 +174,8 @@ fn run(args: &Args) -> BoxResult<()> {
          plain loop's op sequence with every buffer freed after its last use; `_grads_held` keeps parameter gradients until \
          the code frees them, the floor for any transform of locals. `batch_scope_over_plain` is near 1 because the peak lies \
          in the discriminator's backward pass, where the graph holds the activations whatever the locals do, and Rust already \
-         frees a loop body's locals at the end of each iteration — where the article's Python GAN lost its 40% (tensors kept \
-         until reassigned). Times: median of {reps} interleaved runs of {steps} steps (backward_step form). \
+         frees a loop body's locals at the end of each iteration — where a Python GAN loses memory to tensors kept \
+         until reassigned. Times: median of {reps} interleaved runs of {steps} steps (backward_step form). \
          `losses_bit_identical` = 1 when every loss of both scoped loops equals its plain loop's bit for bit.",
         config.batch,
         config.noise,

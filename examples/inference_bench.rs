@@ -6,9 +6,8 @@
 //! instead of borrowing it (`&hidden_states`), in every variant, so that the input may die at
 //! its last use inside the layer. The liveness bound is recorded from that same by-value code;
 //! it counts each tensor's last use, not who owns it, so it is the borrowed code's bound too.
-//! Figures before the change (borrowed input, 2026-12-02): `peak_bytes_inference` 30.00 MiB,
-//! `peak_bytes_inference_inplace` 21.00 MiB (0.778 × the 27.00 MiB bound), largest batches
-//! 109 and 158; `BENCHMARKS.md` keeps them beside the new run.
+//! The figures before the change are in `docs/perf-notes.md` ("In place at last use: the
+//! encoder's input borrowed, then by value").
 //!
 //! Peaks are exact allocator statistics above the bytes live before the forward pass (weights
 //! and inputs excluded), so they are activation memory:

@@ -1,4 +1,4 @@
-//! In-place updates (the article's §4.3): `b = a + 1` holds two copies, `a.add_(1)` one, and
+//! In-place updates: `b = a + 1` holds two copies, `a.add_(1)` one, and
 //! the consuming form `a + 1.0` with `a` owned reuses `a`'s buffer when nothing else can see it.
 //! Then the pitfall: an in-place op on a tensor autograd saved for backward, which here is a
 //! typed error naming the op instead of a wrong gradient.

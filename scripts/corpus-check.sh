@@ -24,8 +24,12 @@
 # 0. Full reports: target/corpus/reports/. All runs share one target directory
 # (target/corpus/target) so dependencies build once. Needs crates.io (or a warm cargo cache
 # with CORPUS_OFFLINE=1).
+#
+# `scripts/corpus-check.sh --lint` runs `cargo vramguard lint` on the same crates instead (no
+# build; scripts/lint-corpus.sh, which prints the findings and their classification).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+if [[ "${1:-}" == --lint ]]; then exec scripts/lint-corpus.sh; fi
 export CARGO_TERM_COLOR=never
 unset CARGO_TARGET_DIR
 # No debug info for the corpus builds: a third of the compile and link time, nothing lost.

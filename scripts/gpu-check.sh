@@ -10,22 +10,32 @@
 #   scripts/gpu-check.sh run       # ON THE GPU MACHINE (no cargo needed): runs what `prepare`
 #                                  # built, within a deadline; output in $OUT
 #                                  # (target/gpu-check when $OUT is unset)
-#   scripts/gpu-check.sh dry-run   # HERE (CI): `run` on stub binaries without a GPU and with a
-#                                  # 40 s budget; checks the deadline, the per-step limits,
-#                                  # the files written and the verdicts
+#   scripts/gpu-check.sh dry-run   # HERE (CI): first `plan`, then `run` on stub binaries
+#                                  # without a GPU and with a 40 s budget; checks the deadline,
+#                                  # the per-step limits, the files written and the verdicts
+#   scripts/gpu-check.sh plan      # HERE: the plan `run` would have for what `prepare` carries
+#                                  # from this tree; fails when it exceeds the deadline
 #
 # With the device tool: run `prepare` here, then
 #   run(command="scripts/gpu-check.sh run", carry=["target/gpu-carry"], timeout_s=600)
 #
 # Time: `run` has an overall deadline (GPU_CHECK_DEADLINE, 540 s: 9 minutes) and a limit per
-# step; the limits, plus the 5 s each step may take to be killed, add up under the deadline
+# step; the limits, plus the 3 s each step may take to be killed, add up under the deadline
 # (the script prints the sum and refuses to start otherwise), and a step never gets more than
-# what is left of the deadline. Worst case with the defaults: setup 2 × (5 + 5) s (nvidia-smi,
-# finding cuBLAS), 5 test binaries × (40 + 5) s, 7 programs × (28 + 5) s, torch-compare
-# (45 + 5) s: 526 s.
+# what is left of the deadline. One function (`plan`) computes that sum, for `run` from what
+# was carried and for `dry-run` from what `prepare` would carry on this tree (every test target
+# whose name contains "cuda", every example whose source mentions `--device cuda`, read from
+# `cargo metadata`): CI fails when a new test binary or program would push `run` over its
+# deadline. Worst case with the defaults: setup 2 × (5 + 3) s (nvidia-smi, finding cuBLAS),
+# T test binaries × (30 + 3) s, P programs × (25 + 3) s, torch-compare (45 + 3) s: with the
+# 5 test binaries and 7 programs of this tree, 425 s (06b803a carried a sixth binary, compiled
+# out by the `cuda` feature, and its limits, 40/28/5 s, made 571 s: over the deadline, and
+# `run` refused to start; `scripts/gpu-check.sh plan` prints the sum for the tree).
 #
-# Output, written as it goes (a run cut short still returns what it did), 5 files:
+# Output, written as it goes (a run cut short still returns what it did), 6 files:
 #   summary.txt      one line per step (ok / FAIL / timeout / not run), the GPU, the GEMM path
+#   results.txt      one line per test and program, as scripts/fake-cuda.sh writes for the fake
+#                    (`diff target/fake-cuda/results.txt $OUT/results.txt` compares the two)
 #   steps.log        every step's full output, appended in order
 #   figures.jsonl    the CUDA tests' figures (VRAMGUARD_GPU_FIGURES)
 #   bench.jsonl      the programs' --json figures
@@ -45,10 +55,61 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 CARRY="target/gpu-carry"
-# Programs run with `--device cuda` (and `--json` for the *_bench ones): those of this list whose
-# source mentions `--device cuda` are carried by `prepare` (the others would only repeat their
-# host runs).
-PROGRAMS=(alloc_bench fragmentation tensor_bench inference_bench gan_bench bert_inference inplace)
+
+# The step limits (seconds), shared by `run` and the plan `dry-run` checks.
+DEADLINE="${GPU_CHECK_DEADLINE:-540}"
+SETUP_LIMIT="${GPU_CHECK_SETUP_LIMIT:-5}"
+TEST_LIMIT="${GPU_CHECK_TEST_LIMIT:-30}"
+PROGRAM_LIMIT="${GPU_CHECK_PROGRAM_LIMIT:-25}"
+TORCH_LIMIT="${GPU_CHECK_TORCH_LIMIT:-45}"
+KILL_AFTER="${GPU_CHECK_KILL_AFTER:-3}"
+
+# plan TESTS PROGRAMS: the worst-case time of `run` with TESTS test binaries and PROGRAMS
+# programs, in PLAN_SECONDS, and the line that shows the sum in PLAN_LINE.
+plan() {
+    local tests=$1 programs=$2
+    PLAN_SECONDS=$((2 * (SETUP_LIMIT + KILL_AFTER) + tests * (TEST_LIMIT + KILL_AFTER) \
+        + programs * (PROGRAM_LIMIT + KILL_AFTER) + TORCH_LIMIT + KILL_AFTER))
+    PLAN_LINE="plan: setup 2 × ($SETUP_LIMIT + $KILL_AFTER) s + $tests tests × ($TEST_LIMIT + $KILL_AFTER) s + $programs programs × ($PROGRAM_LIMIT + $KILL_AFTER) s + torch-compare ($TORCH_LIMIT + $KILL_AFTER) s = $PLAN_SECONDS s worst case; deadline $DEADLINE s"
+}
+
+# suite: what `prepare` carries, from `cargo metadata` (no build): `test NAME` for every
+# integration test of the runtime and the facade whose name contains "cuda", `program NAME` for
+# every example whose source mentions `--device cuda` (the others would only repeat their host
+# runs), each buildable with the default features; a test compiled out by the `cuda` feature
+# (`#![cfg(not(feature = "cuda"))]`) is left out. A new test binary or program is in it by
+# itself. `extra NAME` lines name the other tests whose source reaches the GPU (`Device::cuda`,
+# cudarc, `DriverPool`): not carried (they are not GPU tests), run on the fake by
+# scripts/fake-cuda.sh. `cupti-test NAME` and `cupti-program NAME` lines name the tests and
+# programs of the GPU observer (they need the `cupti` feature, which `prepare` builds with):
+# carried and run like the others; scripts/observer-check.sh runs them on the fake.
+suite() {
+    cargo metadata --no-deps --format-version 1 | python3 -c '
+import json, re, sys
+meta = json.load(sys.stdin)
+default = {"cuda"}
+observer = {"cuda", "cupti"}
+reaches_gpu = re.compile(r"Device::cuda|cudarc|DriverPool")
+for package in meta["packages"]:
+    if package["name"] not in ("vramguard", "vramguard-runtime"):
+        continue
+    for target in package["targets"]:
+        required = set(target.get("required-features") or [])
+        if not required <= observer:
+            continue
+        kind = "" if required <= default else "cupti-"
+        source = open(target["src_path"]).read()
+        if "test" in target["kind"]:
+            if "#![cfg(not(feature = \"cuda\"))]" in source:
+                continue
+            if "cuda" in target["name"]:
+                print(kind + "test", target["name"])
+            elif reaches_gpu.search(source) and not kind:
+                print("extra", target["name"])
+        elif "example" in target["kind"] and "--device cuda" in source:
+            print(kind + "program", target["name"])
+' | sort
+}
 
 prepare() {
     command -v cargo >/dev/null || { echo "gpu-check prepare: cargo not found" >&2; exit 1; }
@@ -57,23 +118,23 @@ prepare() {
     mkdir -p "$CARRY/tests" "$CARRY/programs"
     local msgs
     msgs="$(mktemp)"
-    echo "== cargo test --release --no-run (runtime and facade)"
-    cargo test --release --no-run -p vramguard-runtime -p vramguard --message-format=json \
-        > "$msgs" || { echo "gpu-check prepare: building the tests failed" >&2; exit 1; }
-    echo "== cargo build --release --examples"
-    cargo build --release --examples --message-format=json >> "$msgs" \
+    # With the GPU observer (`cupti`): its test and benchmark are in the suite.
+    local features="vramguard-runtime/cupti,vramguard/cupti"
+    echo "== cargo test --release --no-run (runtime and facade, features $features)"
+    cargo test --release --no-run -p vramguard-runtime -p vramguard --features "$features" \
+        --message-format=json > "$msgs" || { echo "gpu-check prepare: building the tests failed" >&2; exit 1; }
+    echo "== cargo build --release --examples (features $features)"
+    cargo build --release --examples --features "$features" --message-format=json >> "$msgs" \
         || { echo "gpu-check prepare: building the examples failed" >&2; exit 1; }
-    local gpu_programs=() p
-    for p in "${PROGRAMS[@]}"; do
-        if grep -q -- '--device cuda' "examples/$p.rs" 2>/dev/null; then
-            gpu_programs+=("$p")
-        fi
-    done
-    # Test binaries whose name contains "cuda" and the programs, by target name. (The runtime's
-    # unit tests are not carried: none of them touches a GPU.)
-    python3 - "$msgs" "$CARRY" "${gpu_programs[@]}" <<'EOF'
+    local listed gpu_tests gpu_programs
+    listed=$(suite) || { echo "gpu-check prepare: cargo metadata failed" >&2; exit 1; }
+    mapfile -t gpu_tests < <(sed -n -E 's/^(cupti-)?test //p' <<<"$listed")
+    mapfile -t gpu_programs < <(sed -n -E 's/^(cupti-)?program //p' <<<"$listed")
+    # The suite's test binaries and programs, by target name. (The runtime's unit tests are not
+    # carried: none of them needs a GPU.)
+    python3 - "$msgs" "$CARRY" "${gpu_tests[*]}" "${gpu_programs[@]}" <<'EOF'
 import json, shutil, sys
-msgs, carry, programs = sys.argv[1], sys.argv[2], set(sys.argv[3:])
+msgs, carry, tests, programs = sys.argv[1], sys.argv[2], set(sys.argv[3].split()), set(sys.argv[4:])
 for line in open(msgs):
     try:
         m = json.loads(line)
@@ -84,7 +145,7 @@ for line in open(msgs):
         continue
     t = m["target"]
     kinds, name = t["kind"], t["name"]
-    if m.get("profile", {}).get("test") and "test" in kinds and "cuda" in name:
+    if m.get("profile", {}).get("test") and "test" in kinds and name in tests:
         shutil.copy(exe, f"{carry}/tests/{name}")
     elif "example" in kinds and name in programs:
         shutil.copy(exe, f"{carry}/programs/{name}")
@@ -123,15 +184,16 @@ run() {
     local carry="${GPU_CHECK_CARRY:-$CARRY}"
     mkdir -p "$out"
     local summary="$out/summary.txt" steplog="$out/steps.log" bench="$out/bench.jsonl"
+    local results="$out/results.txt"
     export VRAMGUARD_GPU_FIGURES="$out/figures.jsonl"
+    : > "$results"
     : > "$summary"
     : > "$steplog"
     : > "$bench"
     : > "$VRAMGUARD_GPU_FIGURES"
     unset VRAMGUARD_ALLOC_CONF
-    local deadline="${GPU_CHECK_DEADLINE:-540}" setup_limit="${GPU_CHECK_SETUP_LIMIT:-5}"
-    local test_limit="${GPU_CHECK_TEST_LIMIT:-40}" program_limit="${GPU_CHECK_PROGRAM_LIMIT:-28}"
-    local torch_limit="${GPU_CHECK_TORCH_LIMIT:-45}" kill_after="${GPU_CHECK_KILL_AFTER:-5}"
+    local deadline=$DEADLINE setup_limit=$SETUP_LIMIT test_limit=$TEST_LIMIT
+    local program_limit=$PROGRAM_LIMIT kill_after=$KILL_AFTER
     local started=$SECONDS
     # Lines for the summary: on stdout too.
     say() { echo "$*" | tee -a "$summary"; }
@@ -140,17 +202,19 @@ run() {
         VRAMGUARD_KERNELS_PTX="$(cd "$carry" && pwd)/vramguard_kernels.ptx"
         export VRAMGUARD_KERNELS_PTX
     fi
-    local tests=("$carry"/tests/*) programs=() p
-    for p in "${PROGRAMS[@]}"; do
-        [ -x "$carry/programs/$p" ] && programs+=("$p")
+    local tests=() programs=() t p
+    for t in "$carry"/tests/*; do
+        [ -x "$t" ] && tests+=("$t")
     done
-    local plan=$((2 * (setup_limit + kill_after) + ${#tests[@]} * (test_limit + kill_after) \
-        + ${#programs[@]} * (program_limit + kill_after) + torch_limit + kill_after))
+    for p in "$carry"/programs/*; do
+        [ -x "$p" ] && programs+=("$(basename "$p")")
+    done
     say "gpu-check run $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
     say "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-    say "plan: setup 2 × ($setup_limit + $kill_after) s + ${#tests[@]} tests × ($test_limit + $kill_after) s + ${#programs[@]} programs × ($program_limit + $kill_after) s + torch-compare ($torch_limit + $kill_after) s = $plan s worst case; deadline $deadline s"
-    if [ "$plan" -gt "$deadline" ]; then
-        say "FAIL  plan: the step limits add up to $plan s, over the $deadline s deadline"
+    plan "${#tests[@]}" "${#programs[@]}"
+    say "$PLAN_LINE"
+    if [ "$PLAN_SECONDS" -gt "$deadline" ]; then
+        say "FAIL  plan: the step limits add up to $PLAN_SECONDS s, over the $deadline s deadline"
         exit 1
     fi
 
@@ -195,6 +259,13 @@ run() {
         fi
         grep -i -E "skipped|skipping|nothing measured" <<< "$own" | sed "s/^/      $name: /" | head -n 10 \
             | tee -a "$summary" > /dev/null
+        # One line per test (and per program), as scripts/fake-cuda.sh writes them for the fake:
+        # the two results.txt compare line by line.
+        if [[ "$name" == test-* ]] && command -v python3 > /dev/null; then
+            python3 scripts/fake_cuda_compare.py results "${name#test-}" <(printf '%s\n' "$own") >> "$results"
+        elif [[ "$name" == program-* ]]; then
+            if [ $rc -eq 0 ]; then echo "program ${name#program-} ok"; else echo "program ${name#program-} FAIL"; fi >> "$results"
+        fi
     }
 
     # ----- setup: the GPU, cuBLAS from PyTorch's wheels (two calls, each with the setup limit) -----
@@ -211,24 +282,28 @@ run() {
         gpu=1
         say "gpu: libcuda present, nvidia-smi unavailable ($smi)"
     else
-        say "gpu: none (no nvidia-smi, no libcuda): every CUDA step may report its skip"
+        say "gpu: no GPU (no nvidia-smi, no libcuda): every CUDA step may report its skip"
     fi
     if [ "$gpu" = 1 ]; then
         export VRAMGUARD_REQUIRE_GPU=1
     else
         unset VRAMGUARD_REQUIRE_GPU
     fi
-    local libs cublas="${GPU_CHECK_CUBLAS:-}"
+    local libs cublas="${GPU_CHECK_CUBLAS:-}" cupti="" wheels=""
     libs="$(mktemp -d)"
     trap "rm -rf '$libs'" EXIT
-    if [ -z "$cublas" ] && command -v python3 >/dev/null; then
+    if command -v python3 >/dev/null; then
         # PyTorch's NVIDIA wheels: site-packages/nvidia/cu13/lib/libcublas.so.13 (cu130) or
-        # site-packages/nvidia/cublas/lib/libcublas.so.12 (cu12x).
-        cublas=$(timeout -k "$kill_after" "$setup_limit" python3 -c '
+        # site-packages/nvidia/cublas/lib/libcublas.so.12 (cu12x); CUPTI (the GPU observer's
+        # library) in nvidia/cuda_cupti/lib (cu12x) or nvidia/cu13/lib. One line each.
+        wheels=$(timeout -k "$kill_after" "$setup_limit" python3 -c '
 import glob, os, site, sys
 dirs = site.getsitepackages() + [site.getusersitepackages()] + sys.path
-found = sorted(p for d in dirs for p in glob.glob(os.path.join(d, "nvidia", "*", "lib", "libcublas.so*")))
-print(found[-1] if found else "")' 2>/dev/null)
+for name in ("libcublas.so*", "libcupti.so*"):
+    found = sorted(p for d in dirs for p in glob.glob(os.path.join(d, "nvidia", "*", "lib", name)))
+    print(found[-1] if found else "")' 2>/dev/null)
+        [ -z "$cublas" ] && cublas=$(sed -n 1p <<< "$wheels")
+        cupti=$(sed -n 2p <<< "$wheels")
     fi
     if [ -n "$cublas" ] && [ -e "$cublas" ]; then
         # cudarc opens libcublas.so (or .so.12); the cu130 wheel has libcublas.so.13.
@@ -238,9 +313,17 @@ print(found[-1] if found else "")' 2>/dev/null)
     else
         say "cublas: not found in Python's site-packages/nvidia (matmul falls back, which fails on a GPU)"
     fi
+    if [ -n "$cupti" ] && [ -e "$cupti" ]; then
+        # cudarc opens libcupti.so (or .so.12); the GPU observer's test and benchmark need it.
+        ln -sf "$cupti" "$libs/libcupti.so"
+        export LD_LIBRARY_PATH="$libs:$(dirname "$cupti")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+        say "cupti: $cupti (linked as libcupti.so)"
+    else
+        say "cupti: not found in Python's site-packages/nvidia (the observer's steps report its absence)"
+    fi
 
     # ----- the CUDA tests -----
-    local ran=0 t
+    local ran=0
     for t in "${tests[@]}"; do
         [ -x "$t" ] || continue
         step "test-$(basename "$t")" "$test_limit" "$t" --nocapture --test-threads=1
@@ -266,12 +349,8 @@ print(found[-1] if found else "")' 2>/dev/null)
     # Without a GPU the programs' GPU paths cannot run: their outcome is recorded, but only the
     # tests decide the exit status.
     local tests_status=$status
-    for p in "${PROGRAMS[@]}"; do
+    for p in "${programs[@]}"; do
         local exe="$carry/programs/$p"
-        if [ ! -x "$exe" ]; then
-            say "--    $p: not carried (its source does not mention --device cuda)"
-            continue
-        fi
         if [[ "$p" == *_bench ]]; then
             step "program-$p" "$program_limit" bash -c "set -o pipefail; '$exe' --device cuda --quick --json | tee -a '$bench'"
         else
@@ -284,7 +363,7 @@ print(found[-1] if found else "")' 2>/dev/null)
     # inference_bench --quick's configuration: 2 layers, seq 64, batch 2.
     local torch_out="$out/torch-compare.txt"
     if [ -f "$carry/alloc-trace.json" ] && command -v python3 >/dev/null; then
-        step "torch-compare" "$torch_limit" bash -c "set -o pipefail; python3 scripts/torch-compare.py --trace '$carry/alloc-trace.json' --vramguard '$bench' --inference '$bench' --layers 2 --seq 64 --batch 2 --json '$bench' | tee '$torch_out'"
+        step "torch-compare" "$TORCH_LIMIT" bash -c "set -o pipefail; python3 scripts/torch-compare.py --trace '$carry/alloc-trace.json' --vramguard '$bench' --inference '$bench' --layers 2 --seq 64 --batch 2 --json '$bench' | tee '$torch_out'"
     else
         say "FAIL  torch-compare: no $carry/alloc-trace.json or no python3"
         status=1
@@ -313,8 +392,31 @@ print(found[-1] if found else "")' 2>/dev/null)
 # that skips, one that hangs (cut at its limit), programs that print figures; then the same
 # with a GPU assumed (the skip fails the run). Checks the verdicts, the deadline, and that at
 # most 8 files come back.
+# The plan `run` would have, with its limits, for what `prepare` would carry from this tree
+# (`suite`). Exit status 1 when it exceeds the deadline.
+plan_check() {
+    local listed
+    listed=$(suite) || { echo "gpu-check plan: cargo metadata failed" >&2; return 1; }
+    plan "$(grep -c -E '^(cupti-)?test ' <<<"$listed")" "$(grep -c -E '^(cupti-)?program ' <<<"$listed")"
+    echo "suite: $(sed -n -E 's/^(cupti-)?test //p' <<<"$listed" | tr '\n' ' ')(tests); $(sed -n -E 's/^(cupti-)?program //p' <<<"$listed" | tr '\n' ' ')(programs)"
+    echo "$PLAN_LINE"
+    if [ "$PLAN_SECONDS" -gt "$DEADLINE" ]; then
+        echo "FAIL  plan: the step limits add up to $PLAN_SECONDS s, over the $DEADLINE s deadline: \
+lower GPU_CHECK_*_LIMIT in scripts/gpu-check.sh or run fewer test binaries"
+        return 1
+    fi
+    echo "ok    plan: $PLAN_SECONDS s of the $DEADLINE s deadline"
+}
+
 dry_run() {
     local dir fail=0
+    # First the real plan: what `run` would do with what `prepare` carries from this tree.
+    if plan_check; then
+        echo "dry-run ok:   run's plan for this tree fits its deadline"
+    else
+        echo "dry-run FAIL: run's plan for this tree exceeds its deadline"
+        fail=1
+    fi
     dir="$(mktemp -d)"
     trap "rm -rf '$dir'" EXIT
     mkdir -p "$dir/carry/tests" "$dir/carry/programs"
@@ -359,7 +461,10 @@ dry_run() {
     local took=$((SECONDS - start))
     local s="$dir/out/summary.txt"
     check "$s" "^plan: .* = [0-9]+ s worst case; deadline 40 s" "the plan adds up the limits"
+    check "$s" "^gpu: no GPU" "without a GPU the summary says so"
     check "$s" "^ok    test-cuda_ok" "a passing test binary is ok"
+    check "$dir/out/results.txt" "^test cuda_ok cuda_matmul_works ok$" "results.txt has one line per test"
+    check "$dir/out/results.txt" "^program alloc_bench ok$" "results.txt has one line per program"
     check "$s" "^ok    test-cuda_skips .*1 skip lines" "without a GPU a skip is allowed"
     check "$s" "^FAIL  test-cuda_hangs \(timeout after 2s\)" "a hanging binary is cut at its limit"
     check "$s" "^FAIL  program-inference_bench \(timeout" "a hanging program is cut at its limit"
@@ -399,10 +504,13 @@ case "${1:-}" in
     prepare) prepare ;;
     run) run ;;
     dry-run) dry_run ;;
+    plan) plan_check ;;
+    suite) suite ;;
     *)
         echo "usage: scripts/gpu-check.sh prepare   # here: build and collect the binaries in $CARRY" >&2
         echo "       scripts/gpu-check.sh run       # on the GPU machine: run them; output in \$OUT" >&2
         echo "       scripts/gpu-check.sh dry-run   # here: run on stubs, no GPU, 40 s budget" >&2
+        echo "       scripts/gpu-check.sh plan      # here: run's plan for this tree, against its deadline" >&2
         exit 2
         ;;
 esac

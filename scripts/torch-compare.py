@@ -47,7 +47,7 @@ class TraceError(Exception):
 def parse_trace(path):
     """Reads and checks a trace file. Returns a dict with the header fields and `events`.
 
-    Encoding (see examples/alloc_bench.rs, `export_trace`): `events` is a list of integers; a
+    Encoding (see examples/common/alloc_trace.rs, `export_trace`): `events` is a list of integers; a
     positive value allocates that many bytes (the allocations are numbered 0, 1, ... in order),
     a negative value -(i + 1) frees allocation i, and 0 ends a step. Every allocation is freed
     before the end, and the header's `allocs` and `peak_live_bytes` must match the events.

@@ -65,21 +65,30 @@
 //! allocator, the rest of the toolkit sees every tensor that lives on Rust's heap ([`heap`]).
 //! What applies to which library (each "yes" names the test or example that shows it):
 //!
-//! | | vramguard `Tensor` | candle (CPU) | candle (CUDA) | burn (`burn-ndarray`) | ndarray | tch |
-//! | --- | --- | --- | --- | --- | --- | --- |
-//! | frees at last use | yes: `tests/inference_memory.rs` | yes: `tests/release_table.rs`, `candle_inference` | yes: the same tensor type | yes: `tests/release_table.rs`, `burn_inference` | yes: `tests/release_table.rs` | yes: `tests/release_table.rs` |
-//! | in place at last use | yes: `tests/inference_inplace.rs` | no: a tensor shares its storage with views and clones, and candle does not say whether a handle is the only one | as CPU | burn does it by itself (an op on a tensor whose handle is the only one reuses its buffer) | `mapv` of an owned array: `tests/inference_inplace.rs` (feature `ndarray`) | no: libtorch's storage is shared with views and autograd, not visible from Rust |
-//! | no-grad | yes: `runtime/tests/tensor_grad.rs` | no switch in candle: plain weights (notice: `tests/debug_notices.rs`) | as CPU | no switch in burn: `model.valid()` | nothing to record | yes: tch's guard, `tests/release_table.rs` |
-//! | `#[batch_scope]` accounting | yes: `runtime/tests/scope_accounting.rs` | yes: `tests/heap_scopes.rs` | yes, through the driver's pool: `examples/candle_cuda_pool.rs` (GPU) | yes: `burn_inference` | yes: `tests/heap_scopes.rs` | no: libtorch's memory is C++'s |
-//! | statistics | yes: `memory::stats` | yes: `heap::stats`, `tests/heap_stats.rs` | yes: `driver_pool::DriverPool::stats` (GPU) | yes: `heap::stats` | yes: `heap::stats` | no (as above) |
-//! | timeline | yes: `memory::html_report` | yes: `heap::html_report`, `tests/heap_stats.rs` | no: the driver's pool has no per-allocation events | yes: `heap::html_report` | yes: `heap::html_report` | no |
-//! | OOM text | yes: `OutOfMemory` | yes: heap limit, `tests/heap_process.rs` | no: candle's own CUDA error | yes: heap limit | yes: heap limit | no |
-//! | `VRAMGUARD_ALLOC_CONF` | yes | yes: `memory_limit`, `trace_capacity`, `heap_tracking` | no: `DriverPool::set_release_threshold` in code | yes | yes | no |
-//! | largest batch | yes: `memory::max_batch`, `inference_bench` | yes: `heap::max_batch`, `candle_inference` | no | yes: `heap::max_batch`, `burn_inference` | yes: `heap::max_batch` | no |
+//! | | vramguard `Tensor` | candle (CPU) | candle (CUDA) | burn (`burn-ndarray`) | burn (CUDA) | ndarray | tch (CPU) | tch (CUDA) |
+//! | --- | --- | --- | --- | --- | --- | --- | --- | --- |
+//! | frees at last use | yes: `tests/inference_memory.rs` | yes: `tests/release_table.rs`, `candle_inference` | yes: the same tensor type | yes: `tests/release_table.rs`, `burn_inference` | yes: the same tensor type | yes: `tests/release_table.rs` | yes: `tests/release_table.rs` | yes: the same tensor type |
+//! | in place at last use | yes: `tests/inference_inplace.rs` | no: a tensor shares its storage with views and clones, and candle does not say whether a handle is the only one | as CPU | burn does it by itself (an op on a tensor whose handle is the only one reuses its buffer) | as CPU | `mapv` of an owned array: `tests/inference_inplace.rs` (feature `ndarray`) | no: libtorch's storage is shared with views and autograd, not visible from Rust | as CPU |
+//! | no-grad | yes: `runtime/tests/tensor_grad.rs` | no switch in candle: plain weights (notice: `tests/debug_notices.rs`) | as CPU | no switch in burn: `model.valid()` | as CPU | nothing to record | yes: tch's guard, `tests/release_table.rs` | as CPU |
+//! | `#[batch_scope]` accounting | yes: `runtime/tests/scope_accounting.rs` | yes: `tests/heap_scopes.rs` | yes, per allocation through the observer: `tests/cuda_observer_scope.rs` (escapes exact to the byte, by tag); through the driver's pool (totals): `runtime/tests/cuda_pool.rs` | yes: `burn_inference` | as statistics | yes: `tests/heap_scopes.rs` | no: libtorch's memory is C++'s | as statistics |
+//! | statistics | yes: `memory::stats` | yes: `heap::stats`, `tests/heap_stats.rs` | yes, per tensor: `observer::Observer::stats` (feature `cupti`), `runtime/tests/cuda_observer.rs` on the fake driver | yes: `heap::stats` | yes, per page, through the observer: untested, burn-cuda 0.22 does not build here (cubecl-cuda links LLVM 23 through llvm-sys 231, which neither Debian nor crates.io provides) | yes: `heap::stats` | no (as above) | yes, per segment, through the observer: untested end to end, the parameters of `cudaMalloc`/`cudaFree` read in `observer::calls`'s unit tests; no CUDA libtorch here, and the fake has no CUDA runtime |
+//! | timeline | yes: `memory::html_report` | yes: `heap::html_report`, `tests/heap_stats.rs` | yes: `Observer::html_report`, `Observer::dump_snapshot` (memory_viz), `runtime/tests/cuda_observer.rs` | yes: `heap::html_report` | as statistics | yes: `heap::html_report` | no | as statistics |
+//! | OOM text | yes: `OutOfMemory` | yes: heap limit, `tests/heap_process.rs` | yes, printed before candle's own error: `runtime/tests/cuda_observer.rs` | yes: heap limit | as statistics | yes: heap limit | no | as statistics |
+//! | `VRAMGUARD_ALLOC_CONF` | yes | yes: `memory_limit`, `trace_capacity`, `heap_tracking` | yes: `memory_limit` (a soft cap: the OOM text at each crossing), `trace_capacity` (the log): `runtime/tests/cuda_observer.rs` | yes | as statistics | yes | no | as statistics |
+//! | largest batch | yes: `memory::max_batch`, `inference_bench` | yes: `heap::max_batch`, `candle_inference` | yes: `MaxBatchSearch::run_on_observer`, `runtime/tests/cuda_observer.rs` | yes: `heap::max_batch`, `burn_inference` | as statistics | yes: `heap::max_batch` | no | as statistics |
 //!
-//! burn's GPU backends keep tensors in cubecl's own memory pools and libtorch allocates in C++:
-//! neither passes through Rust's allocator, so the heap tools cannot see them.
-#![warn(missing_docs)]
+//! The three CUDA columns' memory tools come from the GPU observer (feature `cupti`,
+//! `vramguard::observer`): every allocation and free any library makes through the CUDA driver
+//! or runtime, seen through CUPTI's callbacks. What one observed allocation is depends on the
+//! library: candle allocates each **tensor** (`cuMemAllocAsync` through cudarc), so its figures
+//! are tensors'; burn's cubecl allocates **pages** and places tensors inside them itself, so
+//! its figures are pages in use; libtorch's caching allocator allocates **segments**
+//! (`cudaMalloc`, or `cuMemCreate` with expandable segments) and carves its tensors from them,
+//! so its figures are its reserved memory. burn's wgpu backend allocates through wgpu, which
+//! the observer does not see. candle (CUDA) cannot be built with vramguard today: candle 0.11
+//! asks cudarc for `dynamic-linking`, vramguard for `dynamic-loading`, and cudarc's build
+//! script refuses both in one build; the observer's tests make candle's calls through cudarc
+//! instead. arn(missing_docs)]
 
 mod last_use;
 mod library_grad;
@@ -103,7 +112,7 @@ pub use vramguard_runtime::{nn, scope};
 pub mod heap {
     pub use vramguard_runtime::heap::{
         html_report, is_tracking, memory_limit, record_trace, reset_peak_stats, set_memory_limit,
-        snapshot, stats, trace,
+        snapshot, stats, trace, CENSUS_ENV, REPORT_ENV,
     };
     use vramguard_runtime::memory::{MaxBatch, MaxBatchError, MaxBatchSearch};
 
@@ -151,6 +160,17 @@ pub mod alloc {
 #[cfg(feature = "cuda")]
 pub mod driver_pool {
     pub use vramguard_runtime::driver_pool::{DriverPool, KEEP_ALL_CACHED};
+}
+
+/// The observer of every GPU allocation in the process, whichever library makes it (candle per
+/// tensor, burn's cubecl per page, libtorch per segment): statistics, the allocation log, the
+/// timeline and memory_viz snapshot, the out-of-memory report, a soft memory limit, and the
+/// largest batch (`memory::MaxBatchSearch::run_on_observer`). Only with the `cupti` feature.
+#[cfg(feature = "cupti")]
+pub mod observer {
+    pub use vramguard_runtime::observer::{
+        ObservedAllocation, ObservedEvent, Observer, ObserverError, ObserverOptions,
+    };
 }
 
 /// Allocations and GPU buffers ([`crate::Device`] itself is at the crate root). The GPU items

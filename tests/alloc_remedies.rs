@@ -14,7 +14,7 @@ use vramguard::memory::{MemoryStats, OomCause, OutOfMemory};
 /// stream (summaries alive) and what `empty_cache` released once everything was dropped.
 fn run(remedy: Remedy) -> (usize, Option<OutOfMemory>, MemoryStats, u64) {
     let device = device_for(remedy, false).expect("a bounded host device");
-    // The naive pool and the article's remedies are fixed segments, configured explicitly
+    // The naive pool and the remedies against fragmentation are fixed segments, configured explicitly
     // (the crate's default is expandable segments on the host backend).
     assert_eq!(
         device.allocator().uses_expandable_segments(),

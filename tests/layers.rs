@@ -9,6 +9,12 @@
 //! files they declare: tests may drive a layer through the ones above it). It fails on an import
 //! of the same or a higher layer, and on a module no layer lists (a new module must be placed).
 //! `cargo test --test layers -- --nocapture` prints the graphs.
+//!
+//! The lists are written once more for readers, in `docs/layout.md` and in the crate docs of
+//! `vramguard-runtime` (`runtime/src/lib.rs`) and `runtime/src/tensor/mod.rs`: the test fails
+//! when one of them differs from the lists here, in a name or in the order. It also checks the
+//! layout rules of `docs/layout.md`: a module with children is a folder with `mod.rs`, no
+//! `#[path]` in a crate's `src/`, and no source file outside the tests over 1,000 lines.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -16,10 +22,13 @@ use std::path::{Path, PathBuf};
 
 /// A crate's layers, lowest first. Modules in one layer may not import each other.
 struct Layers {
-    /// The crate's `src` directory, relative to the workspace root.
+    /// The crate's `src` directory (or a module's directory inside it), relative to the
+    /// workspace root.
     src: &'static str,
-    /// How many path components name a module of this graph (1: `alloc`; 2: `tensor::ops`).
+    /// The layers, lowest first, each the names of its modules.
     layers: &'static [&'static [&'static str]],
+    /// Where else the list is written: (file, the heading its table follows).
+    docs: &'static [(&'static str, &'static str)],
 }
 
 const RUNTIME: Layers = Layers {
@@ -28,14 +37,20 @@ const RUNTIME: Layers = Layers {
         &["diagnostics"],
         &["driver"],
         &["alloc"],
+        &["accounting"],
         &["heap"],
         &["device"],
         &["grad"],
         &["scope"],
+        &["observer"],
         &["tensor"],
         &["nn"],
         &["memory"],
         &["driver_pool"],
+    ],
+    docs: &[
+        ("docs/layout.md", "### `runtime/src/`"),
+        ("runtime/src/lib.rs", "# Layers"),
     ],
 };
 
@@ -51,6 +66,10 @@ const TENSOR: Layers = Layers {
         &["ops", "inspect"],
         &["autograd", "inplace"],
     ],
+    docs: &[
+        ("docs/layout.md", "### `runtime/src/tensor/`"),
+        ("runtime/src/tensor/mod.rs", "# Layers"),
+    ],
 };
 
 const MACROS: Layers = Layers {
@@ -62,6 +81,7 @@ const MACROS: Layers = Layers {
         &["lints", "release"],
         &["inference", "batch_scope"],
     ],
+    docs: &[("docs/layout.md", "### `macros/src/`")],
 };
 
 fn workspace_root() -> PathBuf {
@@ -539,6 +559,7 @@ fn an_upward_import_a_root_reexport_and_an_unplaced_module_are_caught() {
     const FAKE: Layers = Layers {
         src: "fake/src",
         layers: &[&["low"], &["high"]],
+        docs: &[],
     };
     let problems = check(&root, &FAKE);
     let _ = fs::remove_dir_all(&root);
@@ -551,4 +572,180 @@ fn an_upward_import_a_root_reexport_and_an_unplaced_module_are_caught() {
         problems[1].contains("`low` (layer 0) imports `high` (layer 1) in fake/src/low.rs"),
         "{problems:#?}"
     );
+}
+
+/// The table that follows `heading` in `text` (a Markdown file, or Rust doc comments), as
+/// layers: the names in backticks of each row's first cell. `None` when there is no such
+/// heading or no table after it.
+fn documented_layers(text: &str, heading: &str) -> Option<Vec<Vec<String>>> {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(|line| {
+            let line = line.trim_start();
+            line.strip_prefix("//!").map_or(line, str::trim_start)
+        })
+        .collect();
+    let at = lines.iter().position(|line| line.trim_end() == heading)?;
+    let rows: Vec<&str> = lines[at + 1..]
+        .iter()
+        .skip_while(|line| !line.starts_with('|'))
+        .take_while(|line| line.starts_with('|'))
+        .skip(2) // the header and its separator
+        .copied()
+        .collect();
+    if rows.is_empty() {
+        return None;
+    }
+    let layers = rows
+        .iter()
+        .map(|row| {
+            let first_cell = row[1..].split('|').next().unwrap_or("");
+            first_cell
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(String::from)
+                .collect()
+        })
+        .collect();
+    Some(layers)
+}
+
+#[test]
+fn the_layer_tables_of_the_docs_are_the_lists_of_this_test() {
+    let root = workspace_root();
+    let mut problems = Vec::new();
+    for layers in [&RUNTIME, &TENSOR, &MACROS] {
+        let want: Vec<Vec<String>> = layers
+            .layers
+            .iter()
+            .map(|layer| layer.iter().map(|m| m.to_string()).collect())
+            .collect();
+        for (file, heading) in layers.docs {
+            let text = fs::read_to_string(root.join(file)).unwrap_or_default();
+            match documented_layers(&text, heading) {
+                None => problems.push(format!("{file}: no layer table after `{heading}`")),
+                Some(found) if found != want => problems.push(format!(
+                    "{file} (`{heading}`) lists the layers of {} as {found:?}; this test lists \
+                     {want:?}: make them the same",
+                    layers.src
+                )),
+                Some(_) => {}
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn a_layer_table_is_read_from_markdown_and_from_doc_comments() {
+    let markdown =
+        "## Layers\n\n| layer | owns |\n| --- | --- |\n| `a` | x |\n| `b`, `c` | y |\n\nafter";
+    let layers = documented_layers(markdown, "## Layers");
+    assert_eq!(
+        layers,
+        Some(vec![
+            vec!["a".to_string()],
+            vec!["b".to_string(), "c".to_string()]
+        ])
+    );
+    let doc =
+        "//! # Layers\n//!\n//! | module | owns |\n//! | --- | --- |\n//! | [`a`] | x `not` |\n";
+    assert_eq!(
+        documented_layers(doc, "# Layers"),
+        Some(vec![vec!["a".to_string()]])
+    );
+    assert_eq!(documented_layers(doc, "# Elsewhere"), None);
+}
+
+/// The source directories of the workspace's crates (`src` of each, plus the example programs
+/// and the bench support), whose files are not tests.
+const SOURCE_DIRS: &[&str] = &[
+    "src",
+    "macros/src",
+    "runtime/src",
+    "cargo-vramguard/src",
+    "examples",
+    "benches",
+];
+
+/// Every `.rs` file under `dir` that is not a test: not under a `tests` or `golden` folder, not
+/// `tests.rs` nor `*_tests.rs`.
+fn non_test_sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for path in entries.filter_map(Result::ok).map(|e| e.path()) {
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        if path.is_dir() {
+            if name != "tests" && name != "golden" {
+                non_test_sources(&path, out);
+            }
+        } else if name.ends_with(".rs") && name != "tests.rs" && !name.ends_with("_tests.rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The longest a source file that is not a test may be.
+const MAX_SOURCE_LINES: usize = 1000;
+
+#[test]
+fn no_source_file_outside_the_tests_is_over_1000_lines() {
+    let root = workspace_root();
+    let mut files = Vec::new();
+    for dir in SOURCE_DIRS {
+        non_test_sources(&root.join(dir), &mut files);
+    }
+    assert!(
+        files.len() > 100,
+        "the sources were not found under {root:?}"
+    );
+    let mut long: Vec<String> = files
+        .iter()
+        .filter_map(|file| {
+            let lines = fs::read_to_string(file).ok()?.lines().count();
+            let shown = file.strip_prefix(&root).unwrap_or(file).display();
+            (lines > MAX_SOURCE_LINES).then(|| format!("{shown}: {lines} lines"))
+        })
+        .collect();
+    long.sort();
+    assert!(
+        long.is_empty(),
+        "source files over {MAX_SOURCE_LINES} lines (split them by what they own):\n{}",
+        long.join("\n")
+    );
+}
+
+#[test]
+fn modules_with_children_are_folders_with_mod_rs_and_no_crate_uses_path() {
+    let root = workspace_root();
+    let mut problems = Vec::new();
+    for dir in ["src", "macros/src", "runtime/src", "cargo-vramguard/src"] {
+        let mut files = Vec::new();
+        source_files(&root.join(dir), &mut files);
+        for file in files {
+            let shown = file
+                .strip_prefix(&root)
+                .unwrap_or(&file)
+                .display()
+                .to_string();
+            if file.with_extension("").is_dir() {
+                problems.push(format!(
+                    "{shown}: a module with children is a folder with mod.rs (move it into {}/mod.rs)",
+                    shown.trim_end_matches(".rs")
+                ));
+            }
+            let text = fs::read_to_string(&file).unwrap_or_default();
+            if code_only(&text).contains("#[path") {
+                problems.push(format!(
+                    "{shown}: `#[path]` in a crate's src (declare the module where its file is)"
+                ));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }

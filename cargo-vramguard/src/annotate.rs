@@ -146,19 +146,19 @@ pub(crate) fn find_fns(
 }
 
 /// Byte offsets of line starts, to turn a (line, char column) into a byte offset.
-struct LineIndex<'a> {
+pub(crate) struct LineIndex<'a> {
     text: &'a str,
     starts: Vec<usize>,
 }
 
 impl<'a> LineIndex<'a> {
-    fn new(text: &'a str) -> Self {
+    pub(crate) fn new(text: &'a str) -> Self {
         let mut starts = vec![0];
         starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
         LineIndex { text, starts }
     }
 
-    fn offset(&self, at: LineColumn) -> usize {
+    pub(crate) fn offset(&self, at: LineColumn) -> usize {
         let start = self
             .starts
             .get(at.line.saturating_sub(1))
@@ -191,7 +191,7 @@ struct Finder<'s, 'a> {
 }
 
 /// Whether `attrs` holds an attribute whose last path segment is `name`.
-fn has_attr(attrs: &[syn::Attribute], names: &[&str]) -> bool {
+pub(crate) fn has_attr(attrs: &[syn::Attribute], names: &[&str]) -> bool {
     attrs.iter().any(|a| {
         a.path()
             .segments
@@ -209,7 +209,8 @@ fn is_cfg_test(attrs: &[syn::Attribute]) -> bool {
     })
 }
 
-const OURS: [&str; 2] = ["inference", "batch_scope"];
+/// The attributes of vramguard that go on functions (and `impl` blocks).
+pub(crate) const OURS: [&str; 2] = ["inference", "batch_scope"];
 
 impl Finder<'_, '_> {
     #[allow(clippy::too_many_arguments)]

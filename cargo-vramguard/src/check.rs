@@ -52,15 +52,43 @@ fn progress(message: std::fmt::Arguments<'_>) {
     eprintln!("{message}");
 }
 
+/// What the check decided for one candidate function: the annotation it compiles with (the
+/// bare attribute or an escape hatch), or `None` when nothing compiles.
+#[derive(Debug, Clone)]
+pub(crate) struct Decision {
+    /// The function.
+    pub site: FnSite,
+    /// What it carries in the copy that builds.
+    pub annotation: Option<Annotation>,
+}
+
+/// The check's report, with what it decided per function and the files it read (for `apply`
+/// and `measure`, which write the same decisions elsewhere).
+#[derive(Debug)]
+pub(crate) struct Checked {
+    /// The report.
+    pub outcome: Outcome,
+    /// One per candidate function, in file order.
+    pub decisions: Vec<Decision>,
+    /// The crate's source files as they were, indexed by [`FnSite::file`].
+    pub files: Vec<SourceFile>,
+}
+
 /// Runs the whole check for `options`.
 pub(crate) fn run(options: &Options) -> Result<Outcome> {
+    Ok(run_detailed(options)?.outcome)
+}
+
+/// Runs the whole check for `options`, keeping what it decided per function.
+pub(crate) fn run_detailed(options: &Options) -> Result<Checked> {
     std::fs::create_dir_all(&options.work_dir).map_err(Error::io("create", &options.work_dir))?;
     let located = source::locate(&options.source, &options.work_dir, options.offline)?;
     let copy = workspace::prepare(
         &located.dir,
         &options.work_dir,
-        &options.vramguard_path,
+        options.vramguard_path.as_deref(),
         &options.features,
+        options.manifest.as_deref(),
     )?;
     progress(format_args!(
         "cargo-vramguard: checking {} {} (copy in {})",
@@ -201,7 +229,14 @@ pub(crate) fn run(options: &Options) -> Result<Outcome> {
         .filter(|s| s.step != Step::Plain)
         .map(|s| failure(s, &files, options.attr, converged))
         .collect();
-    Ok(Outcome {
+    let decisions = states
+        .iter()
+        .map(|s| Decision {
+            site: s.site.clone(),
+            annotation: annotation(s, options.attr),
+        })
+        .collect();
+    let outcome = Outcome {
         krate: copy.name,
         version: copy.version,
         attr: options.attr,
@@ -217,6 +252,11 @@ pub(crate) fn run(options: &Options) -> Result<Outcome> {
         skipped_files,
         tests,
         copy_dir: copy.dir,
+    };
+    Ok(Checked {
+        outcome,
+        decisions,
+        files,
     })
 }
 

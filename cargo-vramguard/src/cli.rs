@@ -1,5 +1,6 @@
 //! The command line: `cargo vramguard check [OPTIONS] <CRATE>` parsed into [`Options`].
-//! Owns the usage text and the validation of every argument; runs nothing.
+//! Owns the usage text and the validation of every argument; runs nothing. (`lint`'s own
+//! arguments are `lint::options`'.)
 
 use std::path::PathBuf;
 
@@ -16,6 +17,11 @@ fixes it.
 
 USAGE:
     cargo vramguard check [OPTIONS] <CRATE>
+    cargo vramguard lint [PATH] [OPTIONS]   the memory lints over a crate, no build
+                                            (`cargo vramguard lint --help`)
+
+The other commands: `cargo vramguard apply --help` (write the result into the crate),
+`cargo vramguard measure --help` (a program's heap peak with and without the attribute).
 
 ARGS:
     <CRATE>    a crate directory (with a Cargo.toml), or NAME@VERSION from crates.io
@@ -31,7 +37,8 @@ OPTIONS:
                                     uses whose feature stays off is a warning
     --crate-features <F,..>         features of the checked crate
     --vramguard-path <DIR>          the vramguard facade to use [default: the workspace this
-                                    tool was built from]
+                                    tool was built from; installed from a registry: the
+                                    vramguard version the crate declares, else this tool's]
     --test                          also annotate tests/ and examples/, check all targets, and
                                     run the crate's tests annotated and plain
     --skip-test <NAME>              with --test: skip tests whose name contains NAME (repeat)
@@ -96,8 +103,9 @@ pub(crate) struct Options {
     pub features: Vec<String>,
     /// Features of the checked crate.
     pub crate_features: Vec<String>,
-    /// The vramguard facade's directory.
-    pub vramguard_path: PathBuf,
+    /// The vramguard facade's directory; `None`: vramguard from the registry (see
+    /// [`vramguard_path`]).
+    pub vramguard_path: Option<PathBuf>,
     /// Also tests and examples, and run the tests.
     pub test: bool,
     /// Test name filters to skip.
@@ -112,6 +120,9 @@ pub(crate) struct Options {
     pub max_rounds: usize,
     /// Pass `--offline` to cargo.
     pub offline: bool,
+    /// The crate's `Cargo.toml` as `apply` is about to write it, used instead of the file
+    /// (never set from the command line).
+    pub manifest: Option<String>,
 }
 
 /// What the command line asks for.
@@ -121,11 +132,37 @@ pub(crate) enum Command {
     Help,
     /// Run a check.
     Check(Box<Options>),
+    /// `cargo vramguard lint`.
+    Lint(crate::lint::options::LintCommand),
 }
 
-/// The facade this binary was built from: the workspace root above this crate.
-fn default_vramguard_path() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+/// The facade this binary was built from: the workspace root above this crate, when it is
+/// there. A tool installed from a registry was built from its package alone: `None`, and the
+/// copies take vramguard from the registry.
+fn default_vramguard_path() -> Option<PathBuf> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).ok()?;
+    let doc: toml_edit::DocumentMut = manifest.parse().ok()?;
+    let name = doc.get("package")?.get("name")?.as_str()?;
+    (name == "vramguard").then_some(root)
+}
+
+/// `--vramguard-path` made absolute and checked, else [`default_vramguard_path`].
+pub(crate) fn vramguard_path(given: Option<PathBuf>) -> Result<Option<PathBuf>> {
+    let Some(given) = given else {
+        return default_vramguard_path()
+            .map(|path| absolute(&path))
+            .transpose();
+    };
+    let path = absolute(&given)?;
+    if !path.join("Cargo.toml").is_file() {
+        return Err(Error::Usage(format!(
+            "`{}` has no Cargo.toml; `--vramguard-path` takes the vramguard workspace root \
+             (the directory of the `vramguard` facade package)",
+            path.display()
+        )));
+    }
+    Ok(Some(path))
 }
 
 /// Parses the arguments after the program name (`cargo` passes `vramguard` first; it is skipped).
@@ -136,10 +173,12 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>) -> Result<Command> {
     }
     match args.next().as_deref() {
         Some("check") => {}
+        Some("lint") => return crate::lint::options::parse(args).map(Command::Lint),
         Some("-h" | "--help" | "help") | None => return Ok(Command::Help),
         Some(other) => {
             return Err(Error::Usage(format!(
-                "unknown command `{other}`; the command is `cargo vramguard check <CRATE>`"
+                "unknown command `{other}`; the commands are `cargo vramguard check <CRATE>`, \
+                 `cargo vramguard lint`, `cargo vramguard apply` and `cargo vramguard measure`"
             )))
         }
     }
@@ -234,14 +273,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>) -> Result<Command> {
             Some(dir) => absolute(&dir)?,
             None => work_dir.join("target"),
         };
-    let vramguard_path = absolute(&vramguard_path.unwrap_or_else(default_vramguard_path))?;
-    if !vramguard_path.join("Cargo.toml").is_file() {
-        return Err(Error::Usage(format!(
-            "`{}` has no Cargo.toml; `--vramguard-path` takes the vramguard workspace root \
-             (the directory of the `vramguard` facade package)",
-            vramguard_path.display()
-        )));
-    }
+    let vramguard_path = self::vramguard_path(vramguard_path)?;
     if !test && !skip_tests.is_empty() {
         return Err(Error::Usage(
             "`--skip-test` only applies with `--test`".to_string(),
@@ -261,6 +293,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>) -> Result<Command> {
         target_dir,
         max_rounds,
         offline,
+        manifest: None,
     })))
 }
 
@@ -272,7 +305,7 @@ fn split_list(text: &str) -> impl Iterator<Item = String> + '_ {
 }
 
 /// A directory, or `NAME@VERSION` when no such directory exists.
-fn crate_source(arg: &str) -> Result<CrateSource> {
+pub(crate) fn crate_source(arg: &str) -> Result<CrateSource> {
     let path = PathBuf::from(arg);
     if path.exists() {
         if !path.join("Cargo.toml").is_file() {
@@ -303,7 +336,7 @@ fn crate_source(arg: &str) -> Result<CrateSource> {
 }
 
 /// `path` made absolute against the current directory (it need not exist yet).
-fn absolute(path: &std::path::Path) -> Result<PathBuf> {
+pub(crate) fn absolute(path: &std::path::Path) -> Result<PathBuf> {
     std::path::absolute(path).map_err(Error::io("resolve", path))
 }
 

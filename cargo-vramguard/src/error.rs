@@ -62,6 +62,44 @@ pub(crate) enum Error {
         /// The first error, rendered as `file:line: error[CODE]: message`.
         first: String,
     },
+    /// `apply` outside a git repository (like `cargo fix`).
+    #[error(
+        "no git repository holds `{}`, and `cargo vramguard apply` rewrites source files; \
+         commit the crate to git first (then `git diff` shows what changed and `git checkout .` \
+         undoes it), or pass `--allow-no-vcs`, or see the changes first with `--dry-run`",
+        dir.display()
+    )]
+    NoVcs {
+        /// The crate's directory.
+        dir: PathBuf,
+    },
+    /// `apply` on a crate with uncommitted changes (like `cargo fix`).
+    #[error(
+        "the crate in `{}` has uncommitted changes, and `cargo vramguard apply` rewrites \
+         source files; commit or stash them first (so `git checkout .` can undo the apply), or \
+         pass `--allow-dirty`, or see the changes first with `--dry-run`:\n{files}",
+        dir.display()
+    )]
+    Dirty {
+        /// The crate's directory.
+        dir: PathBuf,
+        /// One line per file, with its state.
+        files: String,
+    },
+    /// The check did not settle which functions compile annotated.
+    #[error("{0}")]
+    Unsettled(String),
+    /// A cargo build (or test run) of the crate or of a copy failed.
+    #[error("`{command}` failed:\n{detail}")]
+    Build {
+        /// The command line.
+        command: String,
+        /// What cargo said (its last lines).
+        detail: String,
+    },
+    /// `measure` cannot measure the target as asked.
+    #[error("{0}")]
+    Measure(String),
     /// A cargo command produced output this tool cannot read.
     #[error("cannot read the output of `{command}`: {detail}")]
     CargoOutput {

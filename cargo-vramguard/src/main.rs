@@ -1,6 +1,8 @@
 //! `cargo vramguard check`: where would `#[vramguard::inference]` (or `#[batch_scope]`) break
 //! a crate? The entry point: parses the command line, runs the check, prints the report, and
 //! exits 0 (everything compiles), 1 (some functions do not) or 2 (usage or I/O error).
+//! `cargo vramguard apply` writes the check's result into the crate, `cargo vramguard measure`
+//! compares a program's heap peak with and without the attribute; each has its own module.
 //!
 //! - `cli`: the command line.
 //! - `source`: where the crate's source comes from (a directory or crates.io).
@@ -9,6 +11,9 @@
 //! - `cargo`: cargo runs and their output.
 //! - `check`: the rounds, the error → function mapping and the escape hatches.
 //! - `report`: the human and JSON output.
+//! - `lint`: `cargo vramguard lint`, the memory lints over a crate (its own module doc).
+//! - `apply` (with `adopt_cli`, `dependency`, `track`, `vcs`): `cargo vramguard apply`.
+//! - `measure` (with `strip`, `targets`): `cargo vramguard measure`.
 //!
 //! Decisions, for whoever changes this:
 //! - The attribute goes after a function's existing attributes (so `#[cfg]` is applied before
@@ -29,19 +34,36 @@
 //! - Tests: each test binary runs directly (results keyed `binary::test`), then the doc tests;
 //!   once annotated, once plain, compared per test.
 
+mod adopt_cli;
 mod annotate;
+mod apply;
 mod cargo;
 mod check;
 mod cli;
+mod dependency;
 mod error;
+mod lint;
+mod measure;
 mod report;
 mod source;
+mod strip;
+mod targets;
+mod track;
+mod vcs;
 mod workspace;
 
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let command = match cli::parse(std::env::args().skip(1)) {
+    // `apply` and `measure` parse their own arguments (`cargo` passes `vramguard` first).
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let after_cargo = usize::from(args.first().is_some_and(|a| a == "vramguard"));
+    match args.get(after_cargo).map(String::as_str) {
+        Some("apply") => return apply::main(args[after_cargo + 1..].to_vec()),
+        Some("measure") => return measure::main(args[after_cargo + 1..].to_vec()),
+        _ => {}
+    }
+    let command = match cli::parse(args) {
         Ok(command) => command,
         Err(error) => return fail(&error),
     };
@@ -51,6 +73,20 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         cli::Command::Check(options) => options,
+        cli::Command::Lint(lint::options::LintCommand::Help) => {
+            print!("{}", lint::options::USAGE);
+            return ExitCode::SUCCESS;
+        }
+        cli::Command::Lint(lint::options::LintCommand::Run(options)) => {
+            return match lint::run(&options) {
+                Ok(report) => {
+                    print!("{}", report.output);
+                    eprint!("{}", report.notes);
+                    ExitCode::from(report.exit_code())
+                }
+                Err(error) => fail(&error),
+            };
+        }
     };
     match check::run(&options) {
         Ok(outcome) => {
@@ -65,7 +101,8 @@ fn main() -> ExitCode {
     }
 }
 
-fn fail(error: &error::Error) -> ExitCode {
+/// Prints the error and returns exit code 2.
+pub(crate) fn fail(error: &error::Error) -> ExitCode {
     eprintln!("error: {error}");
     ExitCode::from(2)
 }

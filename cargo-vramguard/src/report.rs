@@ -226,7 +226,8 @@ impl Outcome {
 }
 
 /// `text` cut to `max` characters (the JSON output keeps it whole).
-fn shorten(text: &str, max: usize) -> String {
+/// `text` cut to `max` characters, with `…` when cut.
+pub(crate) fn shorten(text: &str, max: usize) -> String {
     match text.char_indices().nth(max) {
         Some((cut, _)) => format!("{}…", &text[..cut]),
         None => text.to_string(),

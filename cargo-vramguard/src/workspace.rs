@@ -32,16 +32,23 @@ pub(crate) struct WorkCopy {
     pub warnings: Vec<String>,
 }
 
-/// Copies `src` into `work_dir/NAME-VERSION` (replacing an older copy) and edits its manifest.
+/// Copies `src` into `work_dir/NAME-VERSION` (replacing an older copy) and edits its manifest
+/// (`manifest`: that text instead of the crate's own `Cargo.toml`, e.g. the one `apply` is
+/// about to write).
 pub(crate) fn prepare(
     src: &Path,
     work_dir: &Path,
-    vramguard_path: &Path,
+    vramguard_path: Option<&Path>,
     features: &[String],
+    manifest: Option<&str>,
 ) -> Result<WorkCopy> {
     let manifest_path = src.join("Cargo.toml");
-    let text =
-        std::fs::read_to_string(&manifest_path).map_err(Error::io("read", &manifest_path))?;
+    let text = match manifest {
+        Some(text) => text.to_string(),
+        None => {
+            std::fs::read_to_string(&manifest_path).map_err(Error::io("read", &manifest_path))?
+        }
+    };
     let mut doc: DocumentMut = text.parse().map_err(|e| Error::Manifest {
         path: manifest_path.clone(),
         detail: format!("not valid TOML: {e}"),
@@ -87,7 +94,8 @@ pub(crate) fn prepare(
         ));
     }
     make_paths_absolute(&mut doc, src);
-    add_facade(&mut doc, vramguard_path, &facade);
+    add_facade(&mut doc, vramguard_path, &declared, src, &facade);
+    mark_as_copy(&mut doc, &version);
     if doc.get("workspace").is_none() {
         doc.insert("workspace", Item::Table(Table::new()));
     }
@@ -118,6 +126,26 @@ fn inherits(path: &Path, key: &str) -> Error {
              copies the crate alone. Package it first (`cargo package --no-verify \
              --allow-dirty -p NAME`) and check `target/package/NAME-VERSION` instead"
         ),
+    }
+}
+
+/// The version build metadata that sets the copy's artifacts apart from the crate's own.
+pub(crate) const COPY_BUILD_METADATA: &str = "vramguard-copy";
+
+/// Gives the copy's version the build metadata [`COPY_BUILD_METADATA`]. Cargo names a
+/// package's artifacts by a hash of its name, its version and its path relative to its
+/// workspace root, and the crate and its copy are each the root of their own workspace: with
+/// one target directory for both (`CARGO_TARGET_DIR`), they would write the same files, and a
+/// build of one could take the other's library for fresh. The version is the one thing in that
+/// hash the copy can change without changing its code's names; `CARGO_PKG_VERSION` reads
+/// `0.1.0+vramguard-copy` in the copy (in both of `measure`'s builds alike).
+fn mark_as_copy(doc: &mut DocumentMut, version: &str) {
+    let tagged = match version.split_once('+') {
+        Some(_) => format!("{version}.{COPY_BUILD_METADATA}"),
+        None => format!("{version}+{COPY_BUILD_METADATA}"),
+    };
+    if let Some(package) = doc.get_mut("package").and_then(Item::as_table_like_mut) {
+        package.insert("version", value(tagged));
     }
 }
 
@@ -160,7 +188,7 @@ fn inherited_key(doc: &DocumentMut) -> Option<String> {
 
 /// The dependency tables: `[dependencies]`, `[dev-dependencies]`, `[build-dependencies]` and
 /// their `[target.<cfg>.*]` forms, each with its name as written in the manifest.
-fn visit_dependency_tables(
+pub(crate) fn visit_dependency_tables(
     doc: &mut DocumentMut,
     mut visit: impl FnMut(&str, &mut dyn toml_edit::TableLike),
 ) {
@@ -203,7 +231,7 @@ fn make_paths_absolute(doc: &mut DocumentMut, src: &Path) {
 }
 
 /// The package a dependency entry names: its `package` key, else its own name.
-fn package_of<'a>(name: &'a str, dep: &'a Item) -> &'a str {
+pub(crate) fn package_of<'a>(name: &'a str, dep: &'a Item) -> &'a str {
     dep.as_table_like()
         .and_then(|t| t.get("package"))
         .and_then(Item::as_str)
@@ -318,7 +346,7 @@ impl FacadeConfig {
 
 /// The vramguard feature that makes a tensor library's tensors known to vramguard, for a
 /// dependency on `package` at version requirement `version`.
-fn feature_for(package: &str, version: Option<&str>) -> Option<&'static str> {
+pub(crate) fn feature_for(package: &str, version: Option<&str>) -> Option<&'static str> {
     match package {
         "candle-core" => Some("candle"),
         "burn" | "burn-tensor" => {
@@ -338,7 +366,7 @@ fn feature_for(package: &str, version: Option<&str>) -> Option<&'static str> {
 }
 
 /// The facade's major.minor, for the suggested `version = "…"`.
-fn facade_version() -> String {
+pub(crate) fn facade_version() -> String {
     let version = env!("CARGO_PKG_VERSION");
     version
         .rsplit_once('.')
@@ -405,10 +433,42 @@ fn missing_features(
 }
 
 /// `vramguard = { path = "…", default-features = false, features = [..] }` under
-/// `[dependencies]` (replacing any).
-fn add_facade(doc: &mut DocumentMut, vramguard_path: &Path, facade: &FacadeConfig) {
+/// `[dependencies]` (replacing any). Without a facade directory (a tool installed from a
+/// registry), the source is that of the first declaration (its `version`, `path`, `git` or
+/// `registry`, relative paths made absolute against `src`), else this tool's version.
+fn add_facade(
+    doc: &mut DocumentMut,
+    vramguard_path: Option<&Path>,
+    declared: &[DeclaredFacade],
+    src: &Path,
+    facade: &FacadeConfig,
+) {
     let mut dep = InlineTable::new();
-    dep.insert("path", vramguard_path.display().to_string().into());
+    match (vramguard_path, declared.first()) {
+        (Some(path), _) => {
+            dep.insert("path", path.display().to_string().into());
+        }
+        (None, Some(first)) => {
+            const SOURCE_KEYS: [&str; 7] =
+                ["version", "path", "git", "branch", "tag", "rev", "registry"];
+            for key in SOURCE_KEYS {
+                let Some(value) = first.entry.get(key) else {
+                    continue;
+                };
+                match value.as_str() {
+                    Some(path) if key == "path" && Path::new(path).is_relative() => {
+                        dep.insert(key, src.join(path).display().to_string().into());
+                    }
+                    _ => {
+                        dep.insert(key, value.clone());
+                    }
+                }
+            }
+        }
+        (None, None) => {
+            dep.insert("version", facade_version().into());
+        }
+    }
     if !facade.default_features {
         dep.insert("default-features", false.into());
     }
@@ -470,7 +530,13 @@ mod tests {
                 .expect("test manifest parses");
         make_paths_absolute(&mut doc, Path::new("/src/x"));
         let facade = FacadeConfig::merge(&[], &["candle".to_string()]);
-        add_facade(&mut doc, Path::new("/vg"), &facade);
+        add_facade(
+            &mut doc,
+            Some(Path::new("/vg")),
+            &[],
+            Path::new("/src/x"),
+            &facade,
+        );
         let text = doc.to_string();
         assert!(text.contains("path = \"/src/x/../helper\""), "{text}");
         assert!(
@@ -501,7 +567,13 @@ mod tests {
         let facade = FacadeConfig::merge(&declared, &["candle".to_string(), "tch".to_string()]);
         assert_eq!(facade.features, ["ndarray", "tch", "candle"]);
         assert!(!facade.default_features, "every declaration turns them off");
-        add_facade(&mut doc, Path::new("/vg"), &facade);
+        add_facade(
+            &mut doc,
+            Some(Path::new("/vg")),
+            &[],
+            Path::new("/src/x"),
+            &facade,
+        );
         let text = doc.to_string();
         assert!(
             text.contains(
@@ -573,6 +645,47 @@ mod tests {
             "{warnings:?}"
         );
         assert!(warnings[0].contains("--features burn"), "{warnings:?}");
+    }
+
+    #[test]
+    fn without_a_facade_directory_the_declared_source_is_kept() {
+        let mut doc = manifest(
+            "[package]\nname = \"x\"\n[dependencies]\n\
+             vramguard = { version = \"0.1\", default-features = false, features = [\"candle\"] }\n",
+        );
+        let declared = take_facade(&mut doc);
+        let facade = FacadeConfig::merge(&declared, &[]);
+        add_facade(&mut doc, None, &declared, Path::new("/src/x"), &facade);
+        assert!(
+            doc.to_string().contains(
+                "vramguard = { version = \"0.1\", default-features = false, features = [\"candle\"] }"
+            ),
+            "{doc}"
+        );
+        let mut doc = manifest("[package]\nname = \"x\"\n[dependencies]\nvg = { package = \"vramguard\", path = \"../vg\" }\n");
+        let declared = take_facade(&mut doc);
+        let facade = FacadeConfig::merge(&declared, &[]);
+        add_facade(&mut doc, None, &declared, Path::new("/src/x"), &facade);
+        assert!(
+            doc.to_string()
+                .contains("vramguard = { path = \"/src/x/../vg\" }"),
+            "{doc}"
+        );
+        let mut doc = manifest("[package]\nname = \"x\"\n");
+        add_facade(
+            &mut doc,
+            None,
+            &[],
+            Path::new("/src/x"),
+            &FacadeConfig::merge(&[], &[]),
+        );
+        assert!(
+            doc.to_string().contains(&format!(
+                "vramguard = {{ version = \"{}\" }}",
+                facade_version()
+            )),
+            "{doc}"
+        );
     }
 
     #[test]

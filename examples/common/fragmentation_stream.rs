@@ -67,7 +67,7 @@ pub struct Outcome {
 /// A fresh allocator of `CAPACITY` bytes: a bounded host device, or (`--device cuda`) an
 /// allocator on GPU 0 limited to `CAPACITY` by `memory_limit`.
 ///
-/// The naive pool and the article's remedies run on fixed segments (`expandable_segments:false`,
+/// The naive pool and the remedies against fragmentation run on fixed segments (`expandable_segments:false`,
 /// PyTorch's default), configured explicitly since this crate's default is expandable segments
 /// wherever the backend maps pages; the `Expandable` remedy asks for them explicitly (`true`),
 /// so on a backend without page mapping it is an error rather than a silent fixed pool.

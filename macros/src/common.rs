@@ -1,39 +1,10 @@
 //! Helpers shared by the attribute macros.
 
-use std::sync::OnceLock;
-
-use proc_macro2::{TokenStream, TokenTree};
+use proc_macro2::TokenStream;
 use quote::quote;
-use syn::{Attribute, Expr};
 
-/// A fixed list of names (methods, functions, macros, types), kept in the order its source
-/// groups them and looked up by binary search in a sorted copy made on first use. The macros
-/// run unoptimised in a user's debug build, where a linear scan of a 200-name list on every
-/// method call of every annotated function was a measurable part of their time.
-pub(crate) struct NameList {
-    names: &'static [&'static str],
-    sorted: OnceLock<Box<[&'static str]>>,
-}
-
-impl NameList {
-    /// The list of `names` (any order, duplicates allowed).
-    pub(crate) const fn new(names: &'static [&'static str]) -> Self {
-        Self {
-            names,
-            sorted: OnceLock::new(),
-        }
-    }
-
-    /// Whether `name` is in the list.
-    pub(crate) fn contains(&self, name: impl AsRef<str>) -> bool {
-        let sorted = self.sorted.get_or_init(|| {
-            let mut names = self.names.to_vec();
-            names.sort_unstable();
-            names.into_boxed_slice()
-        });
-        sorted.binary_search(&name.as_ref()).is_ok()
-    }
-}
+// The syntax helpers live in the lints crate, which shares them with `cargo vramguard lint`.
+pub(crate) use vramguard_lints::syntax::{expr_attrs, expr_attrs_mut, visit_idents, NameList};
 
 /// The default path of the facade crate in generated code.
 pub(crate) fn default_crate_path() -> syn::Path {
@@ -45,114 +16,4 @@ pub(crate) fn default_crate_path() -> syn::Path {
 pub(crate) fn item_with_errors(item: TokenStream, errors: syn::Error) -> TokenStream {
     let errors = errors.to_compile_error();
     quote! { #item #errors }
-}
-
-/// Calls `each` on every identifier of the syntax tree that `walk` visits (macro arguments and
-/// unparsed tokens included) until it returns `false`. Walks the tree instead of printing it to
-/// tokens: the macro runs unoptimized in a user's debug build, where printing a whole body to
-/// look for names was a large part of its time.
-pub(crate) fn visit_idents(
-    each: &mut dyn FnMut(&syn::Ident) -> bool,
-    walk: impl FnOnce(&mut IdentVisitor<'_>),
-) {
-    walk(&mut IdentVisitor { each, done: false });
-}
-
-/// The visitor of [`visit_idents`].
-pub(crate) struct IdentVisitor<'f> {
-    each: &'f mut dyn FnMut(&syn::Ident) -> bool,
-    done: bool,
-}
-
-impl IdentVisitor<'_> {
-    fn ident(&mut self, ident: &syn::Ident) {
-        if !self.done {
-            self.done = !(self.each)(ident);
-        }
-    }
-
-    fn tokens(&mut self, tokens: TokenStream) {
-        for tree in tokens {
-            if self.done {
-                return;
-            }
-            match tree {
-                TokenTree::Ident(ident) => self.ident(&ident),
-                TokenTree::Group(group) => self.tokens(group.stream()),
-                _ => {}
-            }
-        }
-    }
-}
-
-impl<'ast> syn::visit::Visit<'ast> for IdentVisitor<'_> {
-    fn visit_ident(&mut self, ident: &'ast syn::Ident) {
-        self.ident(ident);
-    }
-    fn visit_macro(&mut self, mac: &'ast syn::Macro) {
-        syn::visit::visit_macro(self, mac);
-        self.tokens(mac.tokens.clone());
-    }
-    fn visit_expr(&mut self, expr: &'ast syn::Expr) {
-        match expr {
-            syn::Expr::Verbatim(tokens) => self.tokens(tokens.clone()),
-            _ => syn::visit::visit_expr(self, expr),
-        }
-    }
-}
-
-/// The attributes of an expression, if its kind has any (shared access).
-pub(crate) fn expr_attrs(expr: &Expr) -> Option<&Vec<Attribute>> {
-    macro_rules! attrs {
-        ($($variant:ident),*) => {
-            match expr {
-                $(Expr::$variant(e) => Some(&e.attrs),)*
-                _ => None,
-            }
-        };
-    }
-    attrs!(
-        Array, Assign, Async, Await, Binary, Block, Break, Call, Cast, Closure, Const, Continue,
-        Field, ForLoop, Group, If, Index, Infer, Let, Lit, Loop, Macro, Match, MethodCall, Paren,
-        Path, Range, RawAddr, Reference, Repeat, Return, Struct, Try, TryBlock, Tuple, Unary,
-        Unsafe, While, Yield
-    )
-}
-
-/// The attributes of an expression, if its kind has any.
-pub(crate) fn expr_attrs_mut(expr: &mut Expr) -> Option<&mut Vec<Attribute>> {
-    macro_rules! attrs {
-        ($($variant:ident),*) => {
-            match expr {
-                $(Expr::$variant(e) => Some(&mut e.attrs),)*
-                _ => None,
-            }
-        };
-    }
-    attrs!(
-        Array, Assign, Async, Await, Binary, Block, Break, Call, Cast, Closure, Const, Continue,
-        Field, ForLoop, Group, If, Index, Infer, Let, Lit, Loop, Macro, Match, MethodCall, Paren,
-        Path, Range, RawAddr, Reference, Repeat, Return, Struct, Try, TryBlock, Tuple, Unary,
-        Unsafe, While, Yield
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::NameList;
-
-    #[test]
-    fn name_lists_find_exactly_their_names_in_any_order() {
-        static LIST: NameList = NameList::new(&["view", "add", "t", "add", "broadcast_add"]);
-        for name in ["view", "add", "t", "broadcast_add"] {
-            assert!(LIST.contains(name), "{name}");
-        }
-        for name in ["", "a", "ad", "adds", "views", "T", "broadcast", "zz"] {
-            assert!(!LIST.contains(name), "{name}");
-        }
-        // A `String`, as the callers pass identifiers.
-        assert!(LIST.contains(String::from("view")));
-        static EMPTY: NameList = NameList::new(&[]);
-        assert!(!EMPTY.contains("view"));
-    }
 }

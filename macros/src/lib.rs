@@ -15,7 +15,8 @@
 //!   they share;
 //! - `liveness/`: release at last use, shared by both; its module doc explains the technique
 //!   and names the phases (`analysis/`, `plan/`, `rewrite.rs`, `emit.rs`);
-//! - `lints/`: the compile-time memory lints and `#[allow]`;
+//! - `lints/`: runs the memory lints (their rules are the `vramguard-lints` crate's, shared
+//!   with `cargo vramguard lint`) and turns findings into warnings; `#[allow]`;
 //! - `release.rs`: `#[derive(Release)]`;
 //! - `common.rs`: helpers the others share (the facade's path, errors next to the item,
 //!   identifier and attribute walks).

@@ -6,23 +6,26 @@
 //! # Layers
 //!
 //! Each module imports only from the ones before it (the workspace test `tests/layers.rs` checks
-//! it, and the layers inside `tensor` too):
+//! it, the layers inside `tensor` too, and that this table is its list):
 //!
-//! | module | owns |
+//! | layer | owns |
 //! | --- | --- |
 //! | `diagnostics` | warnings and errors a user must see, and where they go (`WarningOutput`) |
 //! | `driver` | the CUDA driver context and its errors (with the `cuda` feature) |
 //! | [`alloc`] | the caching allocator, its backends, the trace and the thread's trace label |
-//! | [`heap`] | the tracking global allocator and the heap's figures |
-//! | [`device`] | devices and allocations; tells the thread's allocation observer |
+//! | `accounting` | the one interface batch scopes account memory through ([`scope::ScopeAccounting`]), and the books of its sources |
+//! | [`heap`] | the tracking global allocator and the heap's figures; a source of accounting |
+//! | [`device`] | devices and allocations; the devices' source of accounting |
 //! | [`grad`] | grad mode |
-//! | [`scope`] | batch scopes (the observer of their thread's allocations) and tags |
+//! | [`scope`] | batch scopes over every source of accounting, and tags |
+//! | `observer` | every library's GPU allocations, seen through CUPTI (with the `cupti` feature); a source of accounting |
 //! | [`tensor`] | tensors, their backends and autograd |
 //! | [`nn`] | layers, optimizers, safetensors |
 //! | [`memory`] | per-device tools and the largest-batch search (devices and heap) |
-//! | `driver_pool` | the CUDA driver's memory pool, for candle (with the `cuda` feature) |
+//! | `driver_pool` | the CUDA driver's memory pool, for candle (with the `cuda` feature); a source of accounting |
 #![warn(missing_docs)]
 
+mod accounting;
 pub mod alloc;
 pub mod device;
 mod diagnostics;
@@ -34,6 +37,8 @@ pub mod grad;
 pub mod heap;
 pub mod memory;
 pub mod nn;
+#[cfg(feature = "cupti")]
+pub mod observer;
 pub mod scope;
 pub mod tensor;
 

@@ -33,35 +33,46 @@
 //! Reports are queryable with [`last_report`]. Labels are per thread: two threads running the
 //! same loop keep separate iteration counts and live sets.
 //!
-//! ## Tensors that are not vramguard's
+//! ## Where the figures come from
 //!
-//! With [`crate::heap::TrackingAllocator`] as the global allocator, every heap allocation
-//! made on the thread while an iteration is its innermost scope is that iteration's, exactly
-//! as a block of vramguard's allocator is (candle's and burn's CPU tensors, ndarray's arrays,
-//! any `Vec`): the report's figures are the sum of both. (Peaks are summed too: the sum of the
-//! device's and the heap's peaks, an upper bound of their joint peak when both are used.)
-//! vramguard's own bookkeeping (scope state, labels, reports) is never counted as the scope's.
+//! A scope reads memory through one interface, [`ScopeAccounting`], that each source of memory
+//! implements (`crate::accounting`): the iteration begins and ends on every source, and the
+//! report adds their figures up.
 //!
-//! Memory of other libraries (candle's CUDA tensors come from the driver's memory pool) never
-//! passes through vramguard's allocator, so the scope would see nothing. A thread can instead
-//! account its scopes with the figures of such a pool ([`account_with`]; `vramguard::driver_pool`'s
-//! `DriverPool::account_scopes_on_this_thread` does it when a device's pool is taken over):
-//! each iteration then starts a new peak window of the pool, and its report takes
-//! `live_bytes` (the pool's bytes in use at the end), `escaped_bytes` (what that grew by during
-//! the iteration), `peak_live_bytes` (the pool's peak during the iteration) and
-//! `allocated_bytes` (the peak above the start: a lower bound) from the pool, so growth across
-//! iterations is detected as for vramguard's own tensors. Counts and tags are not known there
-//! and stay 0. The pool's figures cover everything on the device, not just the scope's
-//! allocations.
+//! - vramguard's devices: every block allocated on the thread while the iteration is its
+//!   innermost scope.
+//! - The heap, with [`crate::heap::TrackingAllocator`] as the global allocator: every heap
+//!   allocation made on the thread while the iteration is its innermost scope, exactly as a
+//!   block of vramguard's allocator (candle's and burn's CPU tensors, ndarray's arrays, any
+//!   `Vec`). Peaks are summed too: the sum of the device's and the heap's peaks, an upper bound
+//!   of their joint peak when both are used. vramguard's own bookkeeping (scope state, labels,
+//!   reports) is never counted as the scope's.
+//! - A pool outside vramguard's allocator that the thread's scopes account with
+//!   ([`account_with`]): candle's CUDA tensors come from the driver's memory pool, which
+//!   vramguard's allocator never sees (`vramguard::driver_pool`'s
+//!   `DriverPool::account_scopes_on_this_thread` takes it over and accounts with it). Each
+//!   iteration starts a new peak window of the pool, and its report takes `live_bytes` (the
+//!   pool's bytes in use at the end), `escaped_bytes` (what that grew by during the iteration),
+//!   `peak_live_bytes` (the pool's peak during the iteration) and `allocated_bytes` (the peak
+//!   above the start: a lower bound) from the pool ([`IterationFigures::whole_pool`]), so growth
+//!   across iterations is detected as for vramguard's own tensors. The pool's figures cover
+//!   everything on the device, not just the scope's allocations; counts and tags come from the
+//!   other sources.
+//!
+//! Adding a source of memory (an observer of every driver allocation, say) means implementing
+//! [`ScopeAccounting`] once: the scope, its report and its growth detection follow.
 
-use crate::alloc::trace::{push_label, restore_label, thread_label};
-use crate::alloc::{DeviceAllocator, IterationId, TraceLabel};
-use crate::device::AllocationObserver;
+pub use crate::accounting::{
+    Coverage, IterationFigures, IterationStart, ScopeAccounting, ScopeIteration, TagFigures,
+};
+use crate::alloc::trace::{push_label, restore_label};
+use crate::alloc::{IterationId, TraceLabel};
+use crate::device::DeviceAccounting;
 pub use crate::diagnostics::WarningOutput;
-use crate::heap;
+use crate::heap::{self, HeapAccounting};
 use std::borrow::Cow;
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -227,22 +238,30 @@ impl BatchScope {
         crate::alloc::check_env_once();
         let label = label.into();
         let tracker = tracker_for(&label);
-        let mut snapshot = tracker.begin_iteration();
-        if let Some(figures) = external_figures() {
-            figures.reset_peak();
-            snapshot.external_used = figures.used_bytes();
-        }
-        STACK.with(|stack| {
-            let mut stack = stack.borrow_mut();
-            stack.push(Arc::clone(&tracker));
-            observe_innermost(&stack);
-        });
-        let previous_label = push_label(Arc::clone(&tracker.label), Some(snapshot.iteration));
-        let heap = heap::begin_iteration(tracker.id, snapshot.iteration);
+        let (number, previous_iteration) = tracker.begin_iteration();
+        let iteration = ScopeIteration {
+            scope: tracker.id,
+            iteration: number,
+        };
+        let starts = Starts {
+            device: DeviceAccounting.begin_iteration(iteration),
+            pool: external_source().and_then(|source| {
+                let start = source.begin_iteration(iteration)?;
+                Some((source, start))
+            }),
+            heap: None,
+        };
+        STACK.with(|stack| stack.borrow_mut().push(Arc::clone(&tracker)));
+        let previous_label = push_label(Arc::clone(&tracker.label), Some(number));
+        let starts = Starts {
+            heap: HeapAccounting.begin_iteration(iteration),
+            ..starts
+        };
         BatchScopeGuard {
             tracker,
-            snapshot,
-            heap,
+            iteration,
+            previous_iteration,
+            starts,
             previous_label,
             options,
             finished: false,
@@ -257,9 +276,11 @@ impl BatchScope {
 #[must_use = "the iteration ends as soon as the guard is dropped"]
 pub struct BatchScopeGuard {
     tracker: Arc<ScopeTracker>,
-    snapshot: IterationStart,
-    /// Where the iteration's heap figures start, when the tracking allocator tracks.
-    heap: Option<heap::IterationStart>,
+    iteration: ScopeIteration,
+    /// The iteration of the same scope this one is nested in (0: none).
+    previous_iteration: u64,
+    /// Where each source's figures started.
+    starts: Starts,
     /// This thread's label before the iteration (restored when it ends).
     previous_label: Option<TraceLabel>,
     options: ScopeOptions,
@@ -271,7 +292,7 @@ impl fmt::Debug for BatchScopeGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BatchScopeGuard")
             .field("label", &self.tracker.label)
-            .field("iteration", &self.snapshot.iteration)
+            .field("iteration", &self.iteration.iteration)
             .finish()
     }
 }
@@ -292,7 +313,8 @@ impl BatchScopeGuard {
 
     fn finish(&mut self) -> ScopeReport {
         self.finished = true;
-        let heap = self.heap.take().map(heap::end_iteration);
+        // The heap's iteration ends first, before this thread's bookkeeping starts.
+        let heap = (self.starts.heap.take()).and_then(|s| HeapAccounting.end_iteration(&s));
         let _bookkeeping = heap::Bookkeeping::enter();
         STACK.with(|stack| {
             let mut stack = stack.borrow_mut();
@@ -300,32 +322,33 @@ impl BatchScopeGuard {
             if let Some(pos) = stack.iter().rposition(|t| Arc::ptr_eq(t, &self.tracker)) {
                 stack.remove(pos);
             }
-            observe_innermost(&stack);
         });
         restore_label(self.previous_label.take());
-        let (mut report, devices) =
-            self.tracker
-                .end_iteration(&self.snapshot, &self.options, heap.as_ref());
+        let device = (self.starts.device.take()).and_then(|s| DeviceAccounting.end_iteration(&s));
+        let pool = (self.starts.pool.take()).and_then(|(source, s)| source.end_iteration(&s));
+        let mut report = self.tracker.end_iteration(
+            self.iteration.iteration,
+            self.previous_iteration,
+            [device, heap, pool],
+        );
+        let scope = self.tracker.id;
         // The allocators plan the scope's next iteration from this one.
-        let touched: Vec<Arc<DeviceAllocator>> = self
-            .tracker
-            .state()
-            .touched
-            .drain()
-            .map(|(_, a)| a)
-            .collect();
         let id = IterationId {
-            scope: Arc::as_ptr(&self.tracker) as u64,
-            iteration: self.snapshot.iteration,
+            scope,
+            iteration: self.iteration.iteration,
         };
-        for allocator in touched {
+        for allocator in DeviceAccounting.take_touched(scope) {
             allocator.end_iteration(id);
         }
         if let Some(every) = self.options.empty_cache_every {
-            if report.iterations % u64::from(every) == 0 {
+            if report.iterations.is_multiple_of(u64::from(every)) {
+                let devices = DeviceAccounting.take_devices(scope, true);
                 let released = devices.iter().map(|a| a.empty_cache()).sum();
                 report.cache_released_bytes = Some(released);
             }
+        } else {
+            // Without a cache policy, keep no device alive.
+            DeviceAccounting.take_devices(scope, false);
         }
         tracing::trace!(target: "vramguard::scope", "{report}");
         if report.escaped_count > 0 {
@@ -340,7 +363,7 @@ impl BatchScopeGuard {
         }
         let threshold = self.options.warn_after_growing;
         let growing = threshold > 0 && report.growth_streak >= threshold;
-        if growing && report.growth_streak % threshold == 0 {
+        if growing && report.growth_streak.is_multiple_of(threshold) {
             crate::diagnostics::warn(
                 self.options.warnings,
                 &format!(
@@ -380,7 +403,9 @@ pub fn last_report(label: &str) -> Option<ScopeReport> {
 /// accounted to the old state, not to the new one.
 pub fn reset(label: &str) {
     lock(reports()).remove(label);
-    TRACKERS.with(|trackers| trackers.borrow_mut().remove(label));
+    if let Some(tracker) = TRACKERS.with(|trackers| trackers.borrow_mut().remove(label)) {
+        DeviceAccounting.forget(tracker.id);
+    }
 }
 
 /// The label of the innermost batch scope of this thread, if any.
@@ -423,11 +448,11 @@ impl Drop for TagGuard {
     }
 }
 
-/// Accounting of one scope label on one thread; the allocator reports allocations made while
-/// it is the innermost scope of the current thread, and their frees (from any thread).
+/// One scope label on one thread: its iterations and whether its live memory keeps growing.
+/// The figures themselves come from the sources of accounting.
 pub(crate) struct ScopeTracker {
     label: Arc<str>,
-    /// Unique in the process (the heap's books are kept by it).
+    /// Unique in the process: the sources keep their books by it.
     id: u64,
     state: Mutex<TrackerState>,
 }
@@ -440,38 +465,16 @@ impl fmt::Debug for ScopeTracker {
     }
 }
 
-/// Key of a live allocation: the allocator (0 when unknown) and the block id, which is unique
-/// within one allocator only.
-type AllocKey = (usize, u64);
-
-#[derive(Debug)]
-struct LiveAlloc {
-    bytes: u64,
-    iteration: u64,
-    tag: Option<Arc<str>>,
-}
-
 #[derive(Debug, Default)]
 struct TrackerState {
     /// Iterations begun; the current one's number when inside one.
     iterations: u64,
-    /// The iteration new allocations belong to.
+    /// The iteration running now (an inner one when iterations of the label nest).
     current_iteration: u64,
-    live: HashMap<AllocKey, LiveAlloc>,
-    live_bytes: u64,
-    /// (count, bytes) alive per iteration, for escapes and older survivors.
-    alive_by_iteration: BTreeMap<u64, (u64, u64)>,
-    total_allocated_bytes: u64,
-    total_allocated_count: u64,
-    peak_live_bytes: u64,
     /// Live bytes at the end of the previous iteration, and the high mark since the last fall.
     last_live_at_end: Option<u64>,
     high_mark: u64,
     growth_streak: u32,
-    /// Allocators of the devices allocated on since the cache policy last ran, by address.
-    devices: HashMap<usize, Arc<DeviceAllocator>>,
-    /// Allocators allocated on in the current iteration, told when it ends (planning).
-    touched: HashMap<usize, Arc<DeviceAllocator>>,
 }
 
 /// [`ScopeTracker::state`]: the lock, then (dropped after it) the bookkeeping mark.
@@ -494,39 +497,79 @@ impl std::ops::DerefMut for TrackerStateGuard<'_> {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
-struct IterationStart {
-    iteration: u64,
-    previous_iteration: u64,
+/// Where each source's figures started for one iteration.
+struct Starts {
+    device: Option<IterationStart>,
+    heap: Option<IterationStart>,
+    /// The pool the thread accounts with ([`account_with`]), when one is set and readable.
+    pool: Option<(Arc<dyn ScopeAccounting>, IterationStart)>,
+}
+
+/// Makes the batch scopes entered on this thread account with `source` as well as with
+/// vramguard's devices and the heap (`None`: with those alone again); returns the previous one.
+/// Meant for a pool outside vramguard whose figures cover everything in it (the CUDA driver's
+/// pool candle allocates from: `vramguard::driver_pool`), whose bytes then replace the devices'
+/// and the heap's in the reports ([`Coverage::WholePool`]).
+pub fn account_with(source: Option<Arc<dyn ScopeAccounting>>) -> Option<Arc<dyn ScopeAccounting>> {
+    EXTERNAL.with(|e| std::mem::replace(&mut *e.borrow_mut(), source))
+}
+
+fn external_source() -> Option<Arc<dyn ScopeAccounting>> {
+    EXTERNAL.try_with(|e| e.borrow().clone()).ok().flatten()
+}
+
+/// The figures of every source added up (see [`Coverage`]): bytes and counts of the attributed
+/// sources summed, a whole pool's bytes in place of their bytes, escapes grouped by tag, and
+/// the earlier iterations still alive in any source.
+#[derive(Debug, Default)]
+struct Combined {
     allocated_bytes: u64,
     allocated_count: u64,
-    previous_peak: u64,
-    /// The external pool's bytes in use when the iteration began, when the thread accounts
-    /// with one ([`account_with`]).
-    external_used: Option<u64>,
+    peak_live_bytes: u64,
+    escaped_bytes: u64,
+    escaped_count: u64,
+    escaped_by_tag: Vec<TagFigures>,
+    live_bytes: u64,
+    live_count: u64,
+    older_iterations_alive: u64,
 }
 
-/// A memory pool outside vramguard's allocator whose figures a thread's batch scopes account
-/// with ([`account_with`]): the CUDA driver's pool that candle allocates from, or a fake one
-/// in tests.
-pub trait ExternalFigures: Send + Sync {
-    /// Bytes in use now (`None` when they cannot be read; the iteration then falls back to
-    /// vramguard's own accounting).
-    fn used_bytes(&self) -> Option<u64>;
-    /// The highest bytes in use since the last [`ExternalFigures::reset_peak`].
-    fn peak_used_bytes(&self) -> Option<u64>;
-    /// Starts a new peak window at the bytes in use now.
-    fn reset_peak(&self);
-}
-
-/// Makes the batch scopes entered on this thread account with `figures` (`None`: with
-/// vramguard's own allocations again). Returns the previous source.
-pub fn account_with(figures: Option<Arc<dyn ExternalFigures>>) -> Option<Arc<dyn ExternalFigures>> {
-    EXTERNAL.with(|e| std::mem::replace(&mut *e.borrow_mut(), figures))
-}
-
-fn external_figures() -> Option<Arc<dyn ExternalFigures>> {
-    EXTERNAL.try_with(|e| e.borrow().clone()).ok().flatten()
+fn combine(sources: [Option<IterationFigures>; 3]) -> Combined {
+    let mut total = Combined::default();
+    let mut pool: Option<IterationFigures> = None;
+    let mut older: Vec<u64> = Vec::new();
+    for figures in sources.into_iter().flatten() {
+        match figures.coverage {
+            Coverage::Attributed => {
+                total.allocated_bytes += figures.allocated_bytes;
+                total.allocated_count += figures.allocated_count;
+                total.peak_live_bytes += figures.peak_live_bytes;
+                total.escaped_bytes += figures.escaped_bytes;
+                total.escaped_count += figures.escaped_count;
+                total.escaped_by_tag.extend(figures.escaped_by_tag);
+                total.live_bytes += figures.live_bytes;
+                total.live_count += figures.live_count;
+                older.extend(figures.older_iterations_alive);
+            }
+            Coverage::WholePool => {
+                let pool = pool.get_or_insert_with(IterationFigures::default);
+                pool.allocated_bytes += figures.allocated_bytes;
+                pool.peak_live_bytes += figures.peak_live_bytes;
+                pool.escaped_bytes += figures.escaped_bytes;
+                pool.live_bytes += figures.live_bytes;
+            }
+        }
+    }
+    older.sort_unstable();
+    older.dedup();
+    total.older_iterations_alive = older.len() as u64;
+    if let Some(pool) = pool {
+        total.allocated_bytes = pool.allocated_bytes;
+        total.peak_live_bytes = pool.peak_live_bytes;
+        total.escaped_bytes = pool.escaped_bytes;
+        total.live_bytes = pool.live_bytes;
+    }
+    total
 }
 
 impl ScopeTracker {
@@ -547,113 +590,31 @@ impl ScopeTracker {
         }
     }
 
-    fn record_alloc(&self, key: AllocKey, bytes: usize, allocator: Option<&Arc<DeviceAllocator>>) {
-        let tag = thread_label().and_then(|label| label.tag_name());
-        let bytes = bytes as u64;
-        let mut state = self.state();
-        let iteration = state.current_iteration;
-        state.live.insert(
-            key,
-            LiveAlloc {
-                bytes,
-                iteration,
-                tag,
-            },
-        );
-        state.live_bytes += bytes;
-        state.peak_live_bytes = state.peak_live_bytes.max(state.live_bytes);
-        state.total_allocated_bytes += bytes;
-        state.total_allocated_count += 1;
-        let alive = state.alive_by_iteration.entry(iteration).or_default();
-        alive.0 += 1;
-        alive.1 += bytes;
-        if let Some(allocator) = allocator {
-            state
-                .devices
-                .entry(key.0)
-                .or_insert_with(|| Arc::clone(allocator));
-            state
-                .touched
-                .entry(key.0)
-                .or_insert_with(|| Arc::clone(allocator));
-        }
-    }
-
-    fn record_free(&self, key: AllocKey) {
-        let mut state = self.state();
-        let Some(alloc) = state.live.remove(&key) else {
-            return;
-        };
-        state.live_bytes -= alloc.bytes;
-        if let Some(alive) = state.alive_by_iteration.get_mut(&alloc.iteration) {
-            alive.0 -= 1;
-            alive.1 -= alloc.bytes;
-            if alive.0 == 0 {
-                state.alive_by_iteration.remove(&alloc.iteration);
-            }
-        }
-    }
-
-    fn begin_iteration(&self) -> IterationStart {
+    /// A new iteration: its number, and that of the iteration it is nested in (0: none).
+    fn begin_iteration(&self) -> (u64, u64) {
         let mut state = self.state();
         state.iterations += 1;
-        let start = IterationStart {
-            iteration: state.iterations,
-            previous_iteration: state.current_iteration,
-            allocated_bytes: state.total_allocated_bytes,
-            allocated_count: state.total_allocated_count,
-            previous_peak: state.peak_live_bytes,
-            external_used: None,
-        };
+        let started = (state.iterations, state.current_iteration);
         state.current_iteration = state.iterations;
-        state.peak_live_bytes = state.live_bytes;
-        start
+        started
     }
 
+    /// Ends iteration `iteration` (nested in `previous_iteration`) with what the sources saw
+    /// of it (devices, heap, pool), and counts its growth.
     fn end_iteration(
         &self,
-        start: &IterationStart,
-        options: &ScopeOptions,
-        heap: Option<&heap::IterationFigures>,
-    ) -> (ScopeReport, Vec<Arc<DeviceAllocator>>) {
-        // The external pool's figures at the end: (used at start, used now, peak).
-        let external = start.external_used.and_then(|at_start| {
-            let figures = external_figures()?;
-            Some((at_start, figures.used_bytes()?, figures.peak_used_bytes()?))
-        });
-        let heap_figures = heap.cloned().unwrap_or_default();
-        let mut state = self.state();
-        let iteration = start.iteration;
-        let (escaped_count, escaped_bytes) = state
-            .alive_by_iteration
-            .get(&iteration)
-            .copied()
-            .unwrap_or((0, 0));
-        let escaped_by_tag = if escaped_count + heap_figures.escaped_count > 0 {
-            group_escapes(
-                &state.live,
-                iteration,
-                &self.label,
-                &heap_figures.escaped_by_tag,
-            )
+        iteration: u64,
+        previous_iteration: u64,
+        sources: [Option<IterationFigures>; 3],
+    ) -> ScopeReport {
+        let figures = combine(sources);
+        let escaped_by_tag = if figures.escaped_count > 0 {
+            group_escapes(&figures.escaped_by_tag, &self.label)
         } else {
             Vec::new()
         };
-        let older_iterations_alive = {
-            let mut older: Vec<u64> = state
-                .alive_by_iteration
-                .range(..iteration)
-                .map(|(older, _)| *older)
-                .collect();
-            older.extend(&heap_figures.older_iterations_alive);
-            older.sort_unstable();
-            older.dedup();
-            older.len() as u64
-        };
-        let live_bytes = match external {
-            Some((_, used, _)) => used,
-            None => state.live_bytes + heap_figures.live_bytes,
-        };
+        let mut state = self.state();
+        let live_bytes = figures.live_bytes;
         match state.last_live_at_end {
             None => state.high_mark = live_bytes,
             Some(_) if live_bytes > state.high_mark => {
@@ -667,94 +628,34 @@ impl ScopeTracker {
             Some(_) => {}
         }
         state.last_live_at_end = Some(live_bytes);
-        let peak_live_bytes = state.peak_live_bytes;
-        // A nested iteration of the same label hands the peak and the iteration back.
-        state.peak_live_bytes = start.previous_peak.max(peak_live_bytes);
-        state.current_iteration = start.previous_iteration;
-        let mut report = ScopeReport {
+        state.current_iteration = previous_iteration;
+        ScopeReport {
             label: self.label.to_string(),
             iterations: iteration,
-            allocated_bytes: state.total_allocated_bytes - start.allocated_bytes
-                + heap_figures.allocated_bytes,
-            allocated_count: state.total_allocated_count - start.allocated_count
-                + heap_figures.allocated_count,
-            peak_live_bytes: peak_live_bytes + heap_figures.peak_live_bytes,
-            escaped_bytes: escaped_bytes + heap_figures.escaped_bytes,
-            escaped_count: escaped_count + heap_figures.escaped_count,
+            allocated_bytes: figures.allocated_bytes,
+            allocated_count: figures.allocated_count,
+            peak_live_bytes: figures.peak_live_bytes,
+            escaped_bytes: figures.escaped_bytes,
+            escaped_count: figures.escaped_count,
             escaped_by_tag,
             live_bytes,
-            live_count: state.live.len() as u64 + heap_figures.live_count,
-            older_iterations_alive,
+            live_count: figures.live_count,
+            older_iterations_alive: figures.older_iterations_alive,
             growth_streak: state.growth_streak,
             cache_released_bytes: None,
-        };
-        if let Some((at_start, used, peak)) = external {
-            let peak = peak.max(used).max(at_start);
-            report.allocated_bytes = peak - at_start;
-            report.peak_live_bytes = peak;
-            report.escaped_bytes = used.saturating_sub(at_start);
-        }
-        let devices = match options.empty_cache_every {
-            Some(every) if iteration.is_multiple_of(u64::from(every)) => {
-                state.devices.drain().map(|(_, d)| d).collect()
-            }
-            Some(_) => Vec::new(),
-            // Without a cache policy, keep no device alive.
-            None => {
-                state.devices.clear();
-                Vec::new()
-            }
-        };
-        (report, devices)
-    }
-}
-
-/// `Device` tells the innermost scope of the allocating thread (see [`observe_innermost`]).
-impl AllocationObserver for ScopeTracker {
-    fn iteration(&self) -> IterationId {
-        IterationId {
-            scope: self as *const Self as u64,
-            iteration: self.state().current_iteration,
         }
     }
-
-    /// Keyed by the allocator too: block ids of different allocators may collide, and the cache
-    /// policy needs the allocator.
-    fn on_alloc(&self, allocator: &Arc<DeviceAllocator>, id: u64, bytes: usize) {
-        self.record_alloc((allocator_key(allocator), id), bytes, Some(allocator));
-    }
-
-    fn on_free(&self, allocator: &Arc<DeviceAllocator>, id: u64) {
-        self.record_free((allocator_key(allocator), id));
-    }
 }
 
-/// Makes the innermost scope of `stack` (this thread's) the observer of the thread's
-/// allocations, or none when no scope is active.
-fn observe_innermost(stack: &[Arc<ScopeTracker>]) {
-    let innermost = stack
-        .last()
-        .map(|t| Arc::clone(t) as Arc<dyn AllocationObserver>);
-    crate::device::observe_allocations(innermost);
-}
-
-fn group_escapes(
-    live: &HashMap<AllocKey, LiveAlloc>,
-    iteration: u64,
-    label: &Arc<str>,
-    heap_escapes: &[(Option<Arc<str>>, u64, u64)],
-) -> Vec<EscapeGroup> {
+/// The escapes of every source grouped by tag (no tag: the scope's label), largest first.
+fn group_escapes(escapes: &[TagFigures], label: &Arc<str>) -> Vec<EscapeGroup> {
     let mut groups: HashMap<&str, (u64, u64)> = HashMap::new();
-    for alloc in live.values().filter(|a| a.iteration == iteration) {
-        let tag = alloc.tag.as_deref().unwrap_or(label);
-        let group = groups.entry(tag).or_default();
-        group.0 += 1;
-        group.1 += alloc.bytes;
-    }
-    for (tag, count, bytes) in heap_escapes {
-        let group = groups.entry(tag.as_deref().unwrap_or(label)).or_default();
-        group.0 += count;
-        group.1 += bytes;
+    for escape in escapes {
+        let group = groups
+            .entry(escape.tag.as_deref().unwrap_or(label))
+            .or_default();
+        group.0 += escape.count;
+        group.1 += escape.bytes;
     }
     let mut groups: Vec<EscapeGroup> = groups
         .into_iter()
@@ -776,17 +677,13 @@ fn group_escapes(
     groups
 }
 
-fn allocator_key(allocator: &Arc<DeviceAllocator>) -> usize {
-    Arc::as_ptr(allocator) as usize
-}
-
 thread_local! {
     /// Active scopes of this thread, innermost last.
     static STACK: RefCell<Vec<Arc<ScopeTracker>>> = const { RefCell::new(Vec::new()) };
     /// Trackers of this thread by label; they outlive iterations to see later frees.
     static TRACKERS: RefCell<HashMap<Arc<str>, Arc<ScopeTracker>>> = RefCell::new(HashMap::new());
-    /// The external pool this thread's scopes account with ([`account_with`]).
-    static EXTERNAL: RefCell<Option<Arc<dyn ExternalFigures>>> = const { RefCell::new(None) };
+    /// The source this thread's scopes also account with ([`account_with`]).
+    static EXTERNAL: RefCell<Option<Arc<dyn ScopeAccounting>>> = const { RefCell::new(None) };
 }
 
 fn tracker_for(label: &str) -> Arc<ScopeTracker> {

@@ -1,4 +1,4 @@
-//! The article's case: free memory remains but a large request fails ("4 GB free, a 3 GB
+//! Fragmentation: free memory remains but a large request fails ("4 GB free, a 3 GB
 //! allocation fails"), reproduced on a 20 MiB host device, and the remedies that make the same
 //! sequence succeed: coalescing (drop what is no longer needed), `empty_cache` (when another
 //! allocator needs the memory), preallocation (a `Workspace`, or `reserve` with
@@ -20,7 +20,7 @@ const MIB: usize = 1 << 20;
 const CAPACITY: usize = 20 * MIB;
 /// Activation sizes of the variable-length batches (MiB): sequences grow batch by batch.
 const ACTIVATIONS: [usize; 6] = [2, 3, 4, 5, 6, 7];
-/// Each batch keeps an output of this size (the article's `results.append(out)`).
+/// Each batch keeps an output of this size (a loop that keeps a summary of every batch, `results.append(out)`).
 const OUTPUT: usize = 3 * MIB / 2;
 /// The request that fails: a final large buffer. 9 MiB of outputs + 9 MiB fit in 20 MiB.
 const BIG: usize = 9 * MIB;

@@ -10,7 +10,7 @@ const HEADS: usize = 12;
 const F32: usize = 4;
 
 /// One encoder forward pass of `layers` layers at batch `b`, length `t`, each tensor dropped
-/// right after its last use (the shape of `examples/alloc_bench.rs`'s trace).
+/// right after its last use (the shape of the trace `examples/alloc_bench.rs` replays).
 fn forward(device: &Device, b: usize, t: usize, layers: usize) {
     let alloc = |elems: usize| device.allocate(elems * F32).unwrap();
     let mut x = alloc(b * t * D);

@@ -631,7 +631,7 @@ fn run_sequence(seed: u64, max_ops: usize) -> Tally {
 /// used up by unmapped holes refused an 11.4 MiB request while the limit had room, and the
 /// refusal named fragmentation. The range is now twice the larger of limit and capacity, and a
 /// refusal for a used-up range says so (`OomCause::AddressRangeUsedUp`; unit tests in
-/// `alloc/tests.rs` build that case on purpose). 1796215301571043105 and 1796215301571044173: the
+/// `alloc/tests/` build that case on purpose). 1796215301571043105 and 1796215301571044173: the
 /// same defect, found by a random run before the fix (a 9.0 and a 9.6 MiB request refused with
 /// 9.0 and 8.6 MiB left under the limit and 8 MiB needed at the end of the range).
 /// 1796223147230632205 and 1796223147230637617 (CI): the out-of-memory retry's wait returned a

@@ -1,9 +1,9 @@
-//! The article's "keep shapes uniform" and "warm up with a max-size batch": after
+//! Shape bucketing ("keep shapes uniform") and warm-up ("run a max-size batch first"): after
 //! `memory::warmup` the variable-length loop makes no backend calls; without it (and without
 //! bucketing) the pool keeps growing as new shapes arrive.
 //!
 //! The first three tests shape a pool of fixed segments (`expandable_segments:false`, PyTorch's
-//! default, for which the article's advice was written); the last one shows what the warm-up
+//! default, for which that advice is given); the last one shows what the warm-up
 //! does under this crate's default, expandable segments.
 
 use vramguard_runtime::alloc::{AllocatorConfig, HostBackend, PoolKind};

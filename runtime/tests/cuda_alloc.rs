@@ -9,7 +9,8 @@
 //! - patterns written and read back around a shrink and a regrowth at the same address
 //!   (expandable segments);
 //! - a kernel still writing on another stream while its block is freed and reallocated:
-//!   corruption without `record_stream`, none with it;
+//!   corruption without `record_stream`, none with it, and none for a `CudaBuffer` whose
+//!   pointer was taken for that stream (it records the stream itself);
 //! - allocator calls neither consume an error cudarc recorded on the context nor leave their
 //!   context current.
 //!
@@ -19,10 +20,12 @@
 #[path = "common/gpu.rs"]
 mod gpu;
 
+use cudarc::driver::DevicePtrMut;
 use cudarc::driver::{result, sys, DriverError};
 use gpu::{context, driver_free, exclusive, figure, fill, own_device, read, skip, Kernels};
 use vramguard_runtime::alloc::cuda_backend::stream_id;
 use vramguard_runtime::alloc::{AllocatorConfig, OomCause};
+use vramguard_runtime::device::CudaBuffer;
 use vramguard_runtime::memory;
 
 const MIB: usize = 1 << 20;
@@ -296,6 +299,40 @@ fn cuda_a_block_written_by_another_stream_is_reused_safely_only_with_record_stre
         memory::empty_cache(&device);
         assert_eq!(device.allocator().pending_frees(), 0);
     }
+}
+
+#[test]
+fn cuda_a_buffer_a_side_stream_writes_is_not_reused_before_that_write_ran() {
+    const TEST: &str = "cuda_a_buffer_a_side_stream_writes_is_not_reused_before_that_write_ran";
+    let _gpu = exclusive();
+    let Some(device) = own_device(TEST, AllocatorConfig::default()) else {
+        return;
+    };
+    let ctx = context(&device);
+    let kernels = Kernels::load(&ctx);
+    let side = ctx.new_stream().unwrap();
+    let default = ctx.default_stream();
+    const WORDS: usize = MIB / 4;
+    // About 0.2 s at GPU clocks: long enough for the host to reallocate and overwrite first.
+    const SPINS: u64 = 400_000_000;
+    let mut x = CudaBuffer::<u32>::new(&device, WORDS).unwrap();
+    // The pointer taken for a launch on the side stream: the buffer records that stream, so its
+    // block must wait for the side stream's work once it is dropped.
+    let (ptr, _record) = x.device_ptr_mut(&side);
+    kernels.slow_fill(&side, ptr, WORDS as u32, 0xbad0_0bad, SPINS);
+    drop(_record);
+    drop(x);
+    let y = CudaBuffer::<u32>::new(&device, WORDS).unwrap();
+    side.synchronize().unwrap();
+    let words = default.clone_dtoh(&y).unwrap();
+    let corrupted = words.iter().filter(|&&w| w != 0).count();
+    figure(TEST, "corrupted_words", corrupted as f64, "count");
+    assert_eq!(
+        corrupted, 0,
+        "the side stream's late write landed in a buffer allocated after the drop"
+    );
+    drop(y);
+    device.allocator().check_invariants().unwrap();
 }
 
 #[test]

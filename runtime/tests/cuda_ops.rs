@@ -188,6 +188,30 @@ fn cuda_matmul_and_batched_matmul_forward_and_backward() {
 }
 
 #[test]
+fn cuda_batched_matmul_reads_permuted_operands_in_place() {
+    let Some(gpu) = gpu() else { return };
+    // Attention's layout: [batch, seq, heads, head_dim] viewed as [batch, heads, seq, head_dim],
+    // whose batch dims do not collapse into one stride. The host reads such operands in place;
+    // the GPU must too (one strided-batched GEMM per outer batch index), not copy them.
+    let (q, k) = (randn(&[2, 16, 4, 8], 30), randn(&[2, 16, 4, 8], 31));
+    let scores = |t: &[Tensor]| {
+        let q = t[0].transpose(1, 2).unwrap();
+        let kt = t[1].transpose(1, 2).unwrap().transpose(2, 3).unwrap();
+        q.matmul(&kt).unwrap()
+    };
+    same("permuted batched matmul", &gpu, &[&q, &k], scores);
+    let on_gpu = [q.to_device(&gpu).unwrap(), k.to_device(&gpu).unwrap()];
+    let _g = grad::NoGradGuard::new();
+    let before = memory::stats(&gpu).allocated_bytes;
+    memory::reset_peak_stats(&gpu);
+    let s = scores(&on_gpu);
+    let peak = memory::stats(&gpu).peak_allocated_bytes - before;
+    // The output alone: 2 × 4 × 16 × 16 f32.
+    assert_eq!(peak, 2 * 4 * 16 * 16 * 4, "the matmul copied an operand");
+    drop(s);
+}
+
+#[test]
 fn cuda_reductions_softmax_and_layer_norm() {
     let Some(gpu) = gpu() else { return };
     let x = randn(&[3, 4, 5], 13);
@@ -298,6 +322,38 @@ fn cuda_inplace_and_consuming_ops_reuse_device_buffers() {
     let z = z.into_relu().unwrap();
     assert_eq!(memory::stats(&gpu).num_allocs, before.num_allocs);
     close("consuming relu", &z, &host.relu().unwrap());
+}
+
+#[test]
+fn cuda_consuming_softmax_and_layer_norm_write_in_place_as_on_the_host() {
+    let Some(gpu) = gpu() else { return };
+    // `#[inference]` turns `x.softmax(-1)` and `x.layer_norm(..)` on a dying local into these:
+    // on the host they write into the receiver's buffer; on the GPU they must too, or its
+    // peaks (and largest batches) are worse than the host's.
+    let (x, w, b) = (randn(&[3, 4, 32], 40), randn(&[32], 41), randn(&[32], 42));
+    let host_softmax = x.softmax(2).unwrap();
+    let host_norm = x.layer_norm(Some(&w), Some(&b), 1e-5).unwrap();
+    let _g = grad::NoGradGuard::new();
+    let (wd, bd) = (w.to_device(&gpu).unwrap(), b.to_device(&gpu).unwrap());
+    for in_place in ["softmax", "layer_norm"] {
+        let xd = x.to_device(&gpu).unwrap();
+        let before = memory::stats(&gpu);
+        let y = match in_place {
+            "softmax" => xd.into_softmax(2).unwrap(),
+            _ => xd.into_layer_norm(Some(&wd), Some(&bd), 1e-5).unwrap(),
+        };
+        let after = memory::stats(&gpu);
+        assert_eq!(
+            after.num_allocs, before.num_allocs,
+            "consuming {in_place} allocated on the GPU"
+        );
+        let host = if in_place == "softmax" {
+            &host_softmax
+        } else {
+            &host_norm
+        };
+        close(&format!("consuming {in_place}"), &y, host);
+    }
 }
 
 #[test]

@@ -1,10 +1,14 @@
-//! Batch scopes that account with an external pool's figures (the CUDA driver's pool that
-//! candle allocates from, `vramguard::driver_pool::DriverPool`): here a fake pool whose figures the
-//! test sets, standing in for tensors vramguard's allocator never sees.
+//! Batch scopes that account with a pool outside vramguard, whose figures cover everything in
+//! it (the CUDA driver's pool that candle allocates from, `vramguard::driver_pool::DriverPool`):
+//! here a fake pool whose figures the test sets, standing in for tensors vramguard's allocator
+//! never sees, implementing the one interface every source of accounting implements.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use vramguard_runtime::scope::{account_with, BatchScope, ExternalFigures, ScopeOptions};
+use vramguard_runtime::scope::{
+    account_with, BatchScope, IterationFigures, IterationStart, ScopeAccounting, ScopeIteration,
+    ScopeOptions,
+};
 use vramguard_runtime::Device;
 
 /// A pool whose bytes in use the test moves; it keeps its high-water mark like the driver's.
@@ -25,17 +29,23 @@ impl FakePool {
     }
 }
 
-impl ExternalFigures for FakePool {
-    fn used_bytes(&self) -> Option<u64> {
-        Some(self.used.load(Ordering::SeqCst))
-    }
-    fn peak_used_bytes(&self) -> Option<u64> {
-        Some(self.peak.load(Ordering::SeqCst))
-    }
-    fn reset_peak(&self) {
+/// As the driver's pool does: each iteration starts a new peak window.
+impl ScopeAccounting for FakePool {
+    fn begin_iteration(&self, iteration: ScopeIteration) -> Option<IterationStart> {
         self.resets.fetch_add(1, Ordering::SeqCst);
-        self.peak
-            .store(self.used.load(Ordering::SeqCst), Ordering::SeqCst);
+        let used_bytes = self.used.load(Ordering::SeqCst);
+        self.peak.store(used_bytes, Ordering::SeqCst);
+        Some(IterationStart {
+            used_bytes,
+            ..IterationStart::new(iteration)
+        })
+    }
+    fn end_iteration(&self, start: &IterationStart) -> Option<IterationFigures> {
+        let (used, peak) = (
+            self.used.load(Ordering::SeqCst),
+            self.peak.load(Ordering::SeqCst),
+        );
+        Some(IterationFigures::whole_pool(start.used_bytes, used, peak))
     }
 }
 
@@ -93,14 +103,13 @@ fn scopes_account_with_the_pools_figures_once_a_pool_is_taken_over() {
 #[test]
 fn a_pool_that_cannot_be_read_leaves_vramguards_own_figures() {
     struct Broken;
-    impl ExternalFigures for Broken {
-        fn used_bytes(&self) -> Option<u64> {
+    impl ScopeAccounting for Broken {
+        fn begin_iteration(&self, _: ScopeIteration) -> Option<IterationStart> {
             None
         }
-        fn peak_used_bytes(&self) -> Option<u64> {
+        fn end_iteration(&self, _: &IterationStart) -> Option<IterationFigures> {
             None
         }
-        fn reset_peak(&self) {}
     }
     account_with(Some(Arc::new(Broken)));
     let device = Device::isolated_host();

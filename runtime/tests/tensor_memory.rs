@@ -194,7 +194,7 @@ fn train(inplace: bool) -> Result<Vec<f32>, TensorError> {
     for _ in 0..40 {
         let t = x.matmul(&w1)?.tanh()?; // tanh saves its output for backward
         let r = if inplace {
-            t.relu_()?; // the article's pitfall: overwrites what tanh's backward needs
+            t.relu_()?; // the in-place pitfall: overwrites what tanh's backward needs
             t
         } else {
             t.relu()?

@@ -20,10 +20,11 @@ pub(crate) fn expand(function: Function, options: &FnOptions) -> TokenStream {
     let mut func = function.item;
     let fn_name = func.sig.ident.clone();
     let lint_output = {
+        let sig = func.sig.clone();
         let ctx = LintContext {
             inference: false,
             krate: &krate,
-            fn_name: &fn_name,
+            sig: &sig,
         };
         lints::check_fn(&func.attrs, &mut func.block, &ctx)
     };

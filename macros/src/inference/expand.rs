@@ -105,7 +105,7 @@ fn body(
         &LintContext {
             inference: true,
             krate,
-            fn_name: &sig.ident,
+            sig,
         },
     );
     errors.extend(lint.errors);

@@ -1,38 +1,36 @@
-//! Compile-time memory lints and `#[vramguard::allow]`.
-//!
-//! The lints read the body as written (run [`check`] before any rewrite such as the releases
-//! at last use). Each has a stable name, a one-line explanation and a fix (see `names.rs`).
+//! The lints inside the attribute macros. The rules themselves are the `vramguard-lints`
+//! crate's (one implementation, shared with `cargo vramguard lint`); this module runs them on a
+//! function body before any rewrite, turns each finding into a warning, and owns
+//! `#[vramguard::allow]` as an attribute macro.
 //!
 //! ## Warnings on stable Rust
 //!
-//! A proc macro cannot emit a warning on stable, so each warning becomes a use of a
-//! `#[deprecated]` constant whose note is the message, placed at the top of the function body
-//! with the span of the offending code (the trick of the `proc-macro-warning` crate):
+//! A proc macro cannot emit a warning on stable (`proc_macro::Diagnostic` is unstable, rust
+//! issue #54140), so each warning is a use of a `#[deprecated]` function whose note is the
+//! message, at the top of the function body, the use carrying the span of the offending code
+//! (the trick of the `proc-macro-warning` crate). rustc writes such a warning as
+//! "use of deprecated function `PATH`: NOTE", and PATH is the item's path: the function is
+//! named after the lint inside a module named `vramguard`, so that the path reads as the lint's
+//! name and the note as the sentence about the code:
 //!
 //! ```text
-//! warning: use of deprecated constant `train::VRAMGUARD_ACCUMULATES_ACROSS_ITERATIONS`:
-//!          vramguard::accumulates_across_iterations: `history.push(fake)` keeps ...
+//! warning: use of deprecated function `train::vramguard::accumulates_across_iterations`:
+//!          `history.push(fake)` keeps a value computed in each iteration: ...
 //! ```
 //!
-//! No lint level is set in generated code, so rustc's `deprecated` lint level of the user's
-//! code applies: `#[allow(deprecated)]` on the function (or module, or crate) silences it,
+//! No level of the `deprecated` lint is set in generated code, so the user's own applies:
+//! `#[allow(deprecated)]` on the function (or module, or crate) silences it,
 //! `#[deny(deprecated)]` and `-D warnings` make it an error. Every lint is a warning, even
 //! `backward_in_inference` (there is no graph under `#[inference]`): a lint reads names, not
 //! types, so it may fire on an unrelated type's `.backward()`, and a lint must never turn code
 //! that compiles into code that does not. Each is suppressed by `#[vramguard::allow(name)]`
 //! on the function or on a statement inside it.
 
-mod analysis;
-mod names;
-mod syntax;
-
-pub(crate) use names::{allowed_in, parse_allow_args, Lint};
-
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::{quote, ToTokens};
 use syn::parse::Parser;
-use syn::visit_mut::VisitMut;
 use syn::Attribute;
+use vramguard_lints::{lint_fn, parse_allow_args, Context, Finding, Library};
 
 /// Which attribute is linting, and what it may assume.
 pub(crate) struct LintContext<'a> {
@@ -41,8 +39,9 @@ pub(crate) struct LintContext<'a> {
     /// Path of the facade crate in generated code.
     #[allow(dead_code)] // The generated warnings need no runtime item today.
     pub krate: &'a syn::Path,
-    /// Name of the function being linted (for messages).
-    pub fn_name: &'a syn::Ident,
+    /// Signature of the function being linted (its name for messages; whether it builds
+    /// `Self`).
+    pub sig: &'a syn::Signature,
 }
 
 /// What the lints found: errors, and warning items to emit beside the function.
@@ -52,8 +51,8 @@ pub(crate) struct LintOutput {
     /// (every lint itself is a warning, see the module doc).
     pub errors: Vec<syn::Error>,
     /// Items to emit beside the function. The warnings themselves are inserted into the body
-    /// by [`check`] (so that the function's own lint levels apply); this stays empty today and
-    /// is kept so that callers need not change if an item is ever needed.
+    /// by [`check_fn`] (so that the function's own lint levels apply); this stays empty today
+    /// and is kept so that callers need not change if an item is ever needed.
     pub warnings: TokenStream,
 }
 
@@ -67,56 +66,45 @@ impl LintOutput {
     }
 }
 
-/// Lints a function body. Strips the statement-level `#[vramguard::allow(..)]` it consumes and
-/// inserts the warning statements at the top of the body.
-#[allow(dead_code)] // Called by `#[inference]`.
-pub(crate) fn check(block: &mut syn::Block, ctx: &LintContext<'_>) -> LintOutput {
-    check_fn(&[], block, ctx)
-}
-
-/// [`check`] for a function whose own attributes may hold `#[vramguard::allow(..)]` (they are
-/// honoured and left in place: the `allow` attribute macro validates them and returns the item).
+/// Lints a function body whose own attributes may hold `#[vramguard::allow(..)]` (honoured
+/// and left in place: the `allow` attribute macro validates them and returns the item). Strips
+/// the statement-level allows and inserts the warning statements at the top of the body.
 pub(crate) fn check_fn(
     fn_attrs: &[Attribute],
     block: &mut syn::Block,
     ctx: &LintContext<'_>,
 ) -> LintOutput {
-    let (findings, errors) = analyze(fn_attrs, block, ctx);
-    let warnings: Vec<syn::Stmt> = findings
-        .iter()
-        .map(|f| warning_statement(f.lint, &f.message, f.span))
-        .collect();
+    let context = Context {
+        inference: ctx.inference,
+        // The macros see one function, not the crate's dependencies.
+        library: Library::Unknown,
+        ..Context::of_signature(ctx.sig)
+    };
+    let outcome = lint_fn(fn_attrs, block, &context);
+    let warnings: Vec<syn::Stmt> = outcome.findings.iter().map(warning_statement).collect();
     block.stmts.splice(0..0, warnings);
     LintOutput {
-        errors,
+        errors: outcome.errors,
         warnings: TokenStream::new(),
     }
 }
 
-/// Runs the lint pass (stripping statement-level allows) and returns warnings and errors.
-fn analyze(
-    fn_attrs: &[Attribute],
-    block: &mut syn::Block,
-    ctx: &LintContext<'_>,
-) -> (Vec<analysis::Finding>, Vec<syn::Error>) {
-    // Invalid names are reported by the `allow` macro itself when it expands.
-    let allowed = allowed_in(fn_attrs).unwrap_or_default();
-    let mut walker = analysis::Walker::new(ctx, allowed, block);
-    walker.visit_block_mut(block);
-    (walker.findings, walker.errors)
-}
-
-/// `{ #[deprecated(note = "...")] const VRAMGUARD_<LINT>: () = (); let () = VRAMGUARD_<LINT>; }`,
-/// the use carrying the span of the offending code.
-fn warning_statement(lint: Lint, message: &str, span: Span) -> syn::Stmt {
-    let name = lint.const_name();
-    let definition = Ident::new(&name, Span::call_site());
-    let usage = Ident::new(&name, Span::call_site().located_at(span));
+/// `{ mod vramguard { #[deprecated(note = "...")] pub(super) fn <lint>() {} }
+/// let _ = vramguard::<lint>; }`, the use carrying the span of the offending code. A function,
+/// not a constant: its snake-case name needs no `#[allow(non_upper_case_globals)]`, which a
+/// crate's `#![forbid(non_upper_case_globals)]` would reject; it is named, never called.
+fn warning_statement(finding: &Finding) -> syn::Stmt {
+    let name = finding.lint.name();
+    let message = finding.paragraph(Library::Unknown);
+    let definition = Ident::new(name, Span::call_site());
+    let usage = Ident::new(name, Span::call_site().located_at(finding.span));
     syn::parse_quote! {
         {
-            #[deprecated(note = #message)]
-            const #definition: () = ();
-            let () = #usage;
+            mod vramguard {
+                #[deprecated(note = #message)]
+                pub(super) fn #definition() {}
+            }
+            let _ = vramguard::#usage;
         }
     }
 }

@@ -1,21 +1,21 @@
-//! The caching allocator: its public API and the order in which it tries things. `allocate` is
-//! one chain of fallbacks — a cached free block, a new segment, the cache released and the
-//! segment asked for again, the pressure handlers, then the out-of-memory error — each step a
-//! small function. The bookkeeping it drives is in `blocks.rs` and `expandable.rs`, the
-//! decisions in `policy.rs`.
+//! The caching allocator: its public API and the order in which it tries things. Every
+//! request goes through [`CachingAllocator::malloc`], PyTorch's name for the one chain of
+//! fallbacks — a cached free block, a new segment, the cache released and the segment asked
+//! for again, a fixed segment when the expandable one cannot grow, the pressure handlers, then
+//! the out-of-memory error — each step a small function. The bookkeeping it drives is the
+//! state's (`state/`), the decisions are `policy.rs`'s.
 
-use super::blocks::{KeepAlive, KeptAlive, PendingFree, State};
-use super::expandable::{self, Resolved};
-use super::origin::{RequestOrigin, RAW_OP};
-use super::plan::{IterationId, Obstacle};
+use super::plan::IterationId;
 use super::policy::{self, OomFacts, ADDR_LIMIT};
 use super::pressure::PressureHandlers;
+use super::state::expandable::{self, Resolved};
+use super::state::{KeepAlive, KeptAlive, State};
 use super::state_lock::{StateGuard, StateLock};
-use super::trace::TraceRing;
+use super::trace::{RequestOrigin, RAW_OP};
 use super::{
     AllocatorConfig, Backend, BackendFailure, ConfigSource, DetailedStats, ExpandableSegments,
     MemorySnapshot, MemoryStats, OomCause, OomContext, OutOfMemory, PoolKind, PressureHandlerId,
-    SegmentMode, SetupError, StreamId, Trace, TraceEventKind, OOM_LARGEST_LIVE,
+    SegmentMode, SetupError, StreamId, Trace, OOM_LARGEST_LIVE,
 };
 use std::fmt;
 use std::panic::Location;
@@ -133,10 +133,12 @@ impl<B: Backend> CachingAllocator<B> {
         name: String,
         resolved: Resolved,
     ) -> Self {
-        let mut state = State::new(config.trace_capacity);
-        state.expandable = resolved.expandable;
-        state.max_split = config.max_split_size;
-        let recording = state.trace.enabled();
+        let state = State::new(
+            config.trace_capacity,
+            resolved.expandable,
+            config.max_split_size,
+        );
+        let recording = state.trace_recording();
         Self {
             id: NEXT_ALLOCATOR_ID.fetch_add(1, Ordering::Relaxed),
             state: StateLock::new(state),
@@ -163,10 +165,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     /// The address range reserved for the expandable segment (`None` with fixed segments only):
     /// its pages are mapped from the start of the range as the large pool grows.
     pub fn expandable_range(&self) -> Option<std::ops::Range<u64>> {
-        self.state
-            .lock()
-            .expandable
-            .map(|e| e.addr..e.addr + e.virt as u64)
+        self.state.lock().expandable_range()
     }
 
     /// Which segments the large pool uses, and for fixed ones whether by configuration or
@@ -217,14 +216,15 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         policy::rounded_size(bytes, self.config.divisions_for(bytes))
     }
 
-    /// Allocates a block of at least `bytes` bytes: a cached free block, else a new segment,
-    /// else the same after releasing the cache, else the same after the pressure handlers
-    /// freed memory, else [`OutOfMemory`]. The caller's line is the block's
+    /// Allocates a block of at least `bytes` bytes, through the allocator's one chain of
+    /// fallbacks (`malloc`, as PyTorch names it): a cached free block, else a new segment, else
+    /// the same after releasing the cache, else the same after the pressure handlers freed
+    /// memory, else [`OutOfMemory`]. The caller's line is the block's
     /// [`AllocOrigin`](super::AllocOrigin) (unless a tensor op of this thread is running: then
     /// that op's).
     #[track_caller]
     pub fn allocate(&self, bytes: usize) -> Result<Block, OutOfMemory> {
-        self.allocate_from(
+        self.malloc(
             bytes,
             StreamId::DEFAULT,
             &mut RequestOrigin::current(Location::caller(), RAW_OP),
@@ -239,7 +239,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     /// streams get fixed segments.
     #[track_caller]
     pub fn allocate_on(&self, bytes: usize, stream: StreamId) -> Result<Block, OutOfMemory> {
-        self.allocate_from(
+        self.malloc(
             bytes,
             stream,
             &mut RequestOrigin::current(Location::caller(), RAW_OP),
@@ -248,16 +248,30 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         .map_err(|oom| *oom)
     }
 
-    /// [`CachingAllocator::allocate_on`] for a request whose origin the caller knows; the
-    /// block keeps `holder` alive while it lives (a device's allocation: its allocator).
+    /// Serves one request: the chain of fallbacks, in PyTorch's words its `malloc`. For
+    /// `bytes` bytes on `stream` (the block comes from that stream's pool), whose origin the
+    /// caller knows; the block keeps `holder` alive while it lives (a device's allocation: its
+    /// allocator). In order:
     ///
-    /// Inlined into its callers, with the rare paths out of line, the error boxed and the
-    /// origin by reference: the block then stays in registers and the origin where its caller
-    /// built it. Moved through memory instead (an argument by value, a result that a call
-    /// also writes), each was stored a word at a time and copied 16 bytes at a time, and a
+    /// 1. a free block of the request's pool: the merged block whose merge the cached pair
+    ///    deferred, else the best fit among the cached free blocks
+    ///    ([`Self::take_free_block`]);
+    /// 2. garbage collection, then a new segment, or pages mapped at the end of the
+    ///    expandable segment ([`Self::take_from_new_segment`]);
+    /// 3. the cache released and the segment asked for again ([`Self::take_after_release`]);
+    /// 4. a fixed segment when the expandable segment cannot grow
+    ///    ([`Self::take_from_fixed_segment`]);
+    /// 5. the pressure handlers run, and when they freed memory, steps 1–4 once more
+    ///    ([`Self::run_pressure_handlers`]);
+    /// 6. [`OutOfMemory`], which says why.
+    ///
+    /// Inlined into its callers, with every step past the first out of line, the error boxed
+    /// and the origin by reference: the block then stays in registers and the origin where its
+    /// caller built it. Moved through memory instead (an argument by value, a result that a
+    /// call also writes), each was stored a word at a time and copied 16 bytes at a time, and a
     /// load wider than the store it reads waits until that store reaches the cache.
     #[inline(always)]
-    pub(crate) fn allocate_from(
+    pub(crate) fn malloc(
         &self,
         bytes: usize,
         stream: StreamId,
@@ -270,15 +284,19 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         let Some(req) = self.request(bytes, st.stream_index(stream)) else {
             return Err(self.fail_boxed(&mut st, bytes, usize::MAX));
         };
-        let deferred = st.take_deferred(req.pool, req.stream, req.size, self.config.max_split_size);
-        let slot = match deferred {
-            Some(slot) => slot,
-            None => {
-                st.settle_pool(req.pool);
-                match self.serve(&mut st, &req) {
-                    Some(slot) => slot,
-                    None => self.serve_after_handlers(&mut st, &req)?,
+        let mut handlers_ran = false;
+        let slot = loop {
+            let found = self
+                .take_free_block(&mut st, &req)
+                .or_else(|| self.take_from_new_segment(&mut st, &req))
+                .or_else(|| self.take_after_release(&mut st, &req))
+                .or_else(|| self.take_from_fixed_segment(&mut st, &req));
+            match found {
+                Some(slot) => break slot,
+                None if !handlers_ran && self.run_pressure_handlers(&mut st, &req) => {
+                    handlers_ran = true;
                 }
+                None => return Err(self.fail_boxed(&mut st, bytes, req.size)),
             }
         };
         Ok(self.hand_out(&mut st, slot, &req, origin, holder, read))
@@ -302,33 +320,25 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     fn early_read(&self) -> Option<u64> {
         self.recording
             .load(Ordering::Relaxed)
-            .then(super::event_clock::read_stamp)
+            .then(super::trace::read_stamp)
     }
 
-    /// The slot for `req` when neither the cache nor a new segment had one: the pressure
-    /// handlers run with the lock released (unless this is one of them), then the request is
-    /// tried again or fails.
+    /// Step 5 of [`Self::malloc`]: the pressure handlers run with the lock released (unless
+    /// this request is one of theirs); whether they freed anything, so that the request is
+    /// tried again.
     #[cold]
     #[inline(never)]
-    fn serve_after_handlers(
-        &self,
-        st: &mut StateGuard<'_, State>,
-        req: &Request,
-    ) -> Result<u32, Box<OutOfMemory>> {
-        if !PressureHandlers::in_handler() {
-            let freed = StateGuard::unlocked(st, || self.handlers.run(req.size));
-            // Others may have freed meanwhile, their merges deferred.
-            st.settle_deferred();
-            if freed > 0 {
-                if let Some(slot) = self.serve(st, req) {
-                    return Ok(slot);
-                }
-            }
+    fn run_pressure_handlers(&self, st: &mut StateGuard<'_, State>, req: &Request) -> bool {
+        if PressureHandlers::in_handler() {
+            return false;
         }
-        Err(self.fail_boxed(st, req.requested, req.size))
+        let freed = StateGuard::unlocked(st, || self.handlers.run(req.size));
+        // Others may have freed meanwhile, their merges deferred.
+        st.settle_deferred();
+        freed > 0
     }
 
-    /// [`Self::fail`], boxed for the allocation path (see [`Self::allocate_from`]).
+    /// [`Self::fail`], boxed for the allocation path (see [`Self::malloc`]).
     #[cold]
     #[inline(never)]
     fn fail_boxed(&self, st: &mut State, requested: usize, rounded: usize) -> Box<OutOfMemory> {
@@ -361,7 +371,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         holder: Option<&dyn KeepAlive>,
     ) -> Result<Block, Box<OutOfMemory>> {
         match iteration.filter(|_| self.config.iteration_planning) {
-            None => self.allocate_from(bytes, StreamId::DEFAULT, origin, holder),
+            None => self.malloc(bytes, StreamId::DEFAULT, origin, holder),
             Some(id) => self.allocate_planned(bytes, id, origin, holder),
         }
     }
@@ -379,67 +389,37 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             .request(bytes, 0)
             .filter(|req| req.pool == PoolKind::Large && self.uses_expandable_segments());
         let Some(req) = planned else {
-            return self.allocate_from(bytes, StreamId::DEFAULT, origin, holder);
+            return self.malloc(bytes, StreamId::DEFAULT, origin, holder);
         };
         let read = self.early_read();
         let mut st = self.locked();
         st.start_request();
         st.process_pending(&self.backend, &self.name);
-        let ordinal = st.planner.on_request(id);
-        if let Some(slot) = self.take_planned(&mut st, &req, ordinal) {
-            st.planner.planned += 1;
+        let ordinal = st.planner().on_request(id);
+        let placed = st.take_planned(&self.backend, self.limit, &self.name, req.size, ordinal);
+        if let Some(slot) = placed {
+            st.planner().planned += 1;
             let block = self.hand_out(&mut st, slot, &req, origin, holder, read);
-            st.planner.on_allocated(ordinal, block.id, req.size);
+            st.planner().on_allocated(ordinal, block.id, req.size);
             return Ok(block);
         }
-        if st.planner.following() {
-            st.planner.unplanned += 1;
-            st.planner.deviate();
+        if st.planner().following() {
+            st.planner().unplanned += 1;
+            st.planner().deviate();
         }
         drop(st);
-        let block = self.allocate_from(bytes, StreamId::DEFAULT, origin, holder)?;
+        let block = self.malloc(bytes, StreamId::DEFAULT, origin, holder)?;
         self.state
             .lock()
-            .planner
+            .planner()
             .on_allocated(ordinal, block.id, req.size);
         Ok(block)
-    }
-
-    /// The block the plan puts request `ordinal` in, mapping pages at the end of the expandable
-    /// segment when the plan reaches past it.
-    fn take_planned(&self, st: &mut State, req: &Request, ordinal: u32) -> Option<u32> {
-        let e = st.expandable?;
-        let (mut live, mut holes) = (Vec::new(), Vec::new());
-        if let Some(si) = e.seg {
-            let mut at = st.segs[si as usize].head;
-            while at != super::blocks::NIL {
-                let n = &st.nodes[at as usize];
-                if !n.mapped {
-                    holes.push((n.addr, n.size));
-                } else if n.allocated {
-                    live.push(Obstacle {
-                        addr: n.addr,
-                        size: n.size,
-                        ordinal: st.planner.ordinal(n.id),
-                    });
-                }
-                at = n.next;
-            }
-        }
-        let addr = st.planner.place(ordinal, req.size, e.addr, &live, &holes)?;
-        let end = addr + req.size as u64;
-        if end > e.addr + e.virt as u64
-            || !st.map_through(&self.backend, self.limit, &self.name, end)
-        {
-            return None;
-        }
-        st.take_range(addr, req.size)
     }
 
     /// Ends `iteration` of a batch scope: what it allocated becomes the recording the scope's
     /// next iteration is planned from.
     pub fn end_iteration(&self, iteration: IterationId) {
-        self.state.lock().planner.end_iteration(iteration);
+        self.state.lock().planner().end_iteration(iteration);
     }
 
     /// Requests served by the cached pair's path: from a free block whose merge with its
@@ -447,26 +427,27 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     /// split again (the `alloc` module, coalescing). Blocks, addresses and statistics are
     /// those of the eager merge; this count only says how often the shortcut was taken.
     pub fn deferred_reuses(&self) -> u64 {
-        self.state.lock().deferred_reuses
+        self.state.lock().deferred_reuses()
     }
 
     /// Entries of the trace ring's label table.
     #[cfg(test)]
     pub(crate) fn trace_label_entries(&self) -> usize {
-        self.state.lock().trace.label_entries()
+        self.state.lock().trace_label_entries()
     }
 
     /// Makes every free merge at once (the tests' reference for deferred merges).
     #[cfg(test)]
     pub(crate) fn merge_eagerly(&self) {
-        self.state.lock().defer_merges = false;
+        self.state.lock().merge_eagerly();
     }
 
     /// Large-pool requests of batch-scope iterations placed by a plan, and those of planned
     /// iterations that left it and were served by best fit.
     pub fn planning_counts(&self) -> (u64, u64) {
-        let st = self.state.lock();
-        (st.planner.planned, st.planner.unplanned)
+        let mut st = self.state.lock();
+        let planner = st.planner();
+        (planner.planned, planner.unplanned)
     }
 
     /// The request's block size and pool, on stream index `stream` (`None` when the size
@@ -483,34 +464,35 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         })
     }
 
-    /// The slot of a cached free block, else of one carved from a new segment, else of one from
-    /// a new segment after the cache was released, else (when the expandable segment could not
-    /// grow) of one from a fixed segment.
-    #[inline]
-    fn serve(&self, st: &mut State, req: &Request) -> Option<u32> {
+    /// Step 1 of [`Self::malloc`]: a free block of the request's pool — the merged block whose
+    /// merge the cached pair deferred (taken in place: the `deferred` module), else, once that
+    /// merge is performed and the blocks other streams finished with are back in the pool, the
+    /// best fit.
+    #[inline(always)]
+    fn take_free_block(&self, st: &mut State, req: &Request) -> Option<u32> {
+        let max_split = self.config.max_split_size;
+        if let Some(slot) = st.take_deferred(req.pool, req.stream, req.size, max_split) {
+            return Some(slot);
+        }
+        st.settle_pool(req.pool);
         st.process_pending(&self.backend, &self.name);
         self.take_cached(st, req)
-            .or_else(|| self.serve_uncached(st, req))
     }
 
-    /// [`Self::serve`] once no cached block fits: kept out of line, so that the cached path
-    /// carries none of its code.
-    #[cold]
-    #[inline(never)]
-    fn serve_uncached(&self, st: &mut State, req: &Request) -> Option<u32> {
-        st.settle_deferred();
-        self.take_from_new_segment(st, req)
-            .or_else(|| self.take_after_release(st, req))
-            .or_else(|| self.take_from_fixed_segment(st, req))
-    }
-
+    /// The best fit among the cached free blocks of the request's pool.
+    #[inline]
     fn take_cached(&self, st: &mut State, req: &Request) -> Option<u32> {
         st.take_free(req.pool, req.stream, req.size, self.config.max_split_size)
     }
 
-    /// Garbage collection, then room for the request at the end of the expandable segment
-    /// (large pool) or in a new fixed segment.
+    /// Step 2 of [`Self::malloc`]: garbage collection, then room for the request at the end of
+    /// the expandable segment (large pool) or in a new fixed segment. The first step past the
+    /// cache: out of line (the cached path carries none of it), and the merges the cached pair
+    /// deferred are performed first.
+    #[cold]
+    #[inline(never)]
     fn take_from_new_segment(&self, st: &mut State, req: &Request) -> Option<u32> {
+        st.settle_deferred();
         self.collect_garbage(st);
         let grown = if self.grows_expandable(st, req) {
             st.expand(&self.backend, self.limit, &self.name, req.size)
@@ -520,13 +502,16 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         grown.then(|| self.take_cached(st, req)).flatten()
     }
 
-    /// Releases the cache (nothing to do when it held nothing) and asks for room again.
+    /// Step 3 of [`Self::malloc`]: releases the cache (nothing to do when it held nothing) and
+    /// asks for room again.
+    #[cold]
+    #[inline(never)]
     fn take_after_release(&self, st: &mut State, req: &Request) -> Option<u32> {
-        let pending = st.pending.len();
+        let pending = st.pending_frees();
         let released = st.release_cached(&self.backend, &self.name);
         // The release waited for the blocks other streams used: those are back in the pool,
         // and one may hold the request without any new segment.
-        let returned = st.pending.len() < pending;
+        let returned = st.pending_frees() < pending;
         if returned {
             if let Some(slot) = self.take_cached(st, req) {
                 return Some(slot);
@@ -538,15 +523,17 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         if released == 0 && !returned {
             return None;
         }
-        st.stats.num_alloc_retries += 1;
+        st.count_alloc_retry();
         let grown = (self.grows_expandable(st, req)
             && st.expand(&self.backend, self.limit, &self.name, req.size))
             || self.fixed_segments(st, req);
         grown.then(|| self.take_cached(st, req)).flatten()
     }
 
-    /// When the expandable segment cannot grow (its range is used up, or the device refuses
-    /// pages), plain segments serve the large pool.
+    /// Step 4 of [`Self::malloc`]: when the expandable segment cannot grow (its range is used
+    /// up, or the device refuses pages), plain segments serve the large pool.
+    #[cold]
+    #[inline(never)]
     fn take_from_fixed_segment(&self, st: &mut State, req: &Request) -> Option<u32> {
         (self.grows_expandable(st, req) && self.fixed_segments(st, req))
             .then(|| self.take_cached(st, req))
@@ -556,7 +543,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     /// Whether the request's pool grows by mapping pages into the expandable segment (the
     /// large pool of the default stream).
     fn grows_expandable(&self, st: &State, req: &Request) -> bool {
-        req.pool == PoolKind::Large && req.stream == 0 && st.expandable.is_some()
+        req.pool == PoolKind::Large && req.stream == 0 && st.has_expandable()
     }
 
     /// A fixed segment of the preferred size for the request, else one of exactly its size.
@@ -571,11 +558,9 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     }
 
     /// Garbage collection as PyTorch's `garbage_collect_cached_blocks`: once reserved memory
-    /// exceeds `garbage_collection_threshold × limit` (the capacity when no limit is set), the
-    /// large pool's fully free fixed segments whose age (free-block lookups in the pool since
-    /// they became free) is at least the average age are released, pass after pass, until the
-    /// excess is reclaimed or nothing more can go. A pass does not stop at the target, so the
-    /// collection is not triggered again at once.
+    /// exceeds `garbage_collection_threshold × limit` (the capacity when no limit is set),
+    /// the oldest fully free fixed segments of the large pool are released
+    /// ([`State::collect_garbage`] says which).
     fn collect_garbage(&self, st: &mut State) {
         let bound = self
             .limit
@@ -584,35 +569,10 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             return;
         };
         let threshold = (bound as f64 * t) as u64;
-        if st.reserved() <= threshold {
-            return;
-        }
-        let target = st.reserved() - threshold;
-        let now = st.lookups[PoolKind::Large as usize];
-        let mut freeable: Vec<(u64, u32)> = (0..st.segs.len())
-            .filter(|&i| st.is_idle_segment(i) && st.segs[i].pool == PoolKind::Large)
-            .map(|i| (now - st.nodes[st.segs[i].head as usize].freed_at, i as u32))
-            .collect();
-        let mut total_age: u64 = freeable.iter().map(|&(age, _)| age).sum();
-        let mut reclaimed = 0;
-        while reclaimed < target && !freeable.is_empty() {
-            let average = total_age as f64 / freeable.len() as f64;
-            let before = freeable.len();
-            freeable.retain(|&(age, i)| {
-                if age as f64 >= average {
-                    reclaimed += st.release_segment(&self.backend, &self.name, i);
-                    total_age -= age;
-                    false
-                } else {
-                    true
-                }
-            });
-            if freeable.len() == before {
-                break;
-            }
-        }
+        st.collect_garbage(&self.backend, &self.name, threshold);
     }
 
+    /// The block `slot` serves `req` with, handed out ([`State::hand_out`]).
     #[inline(always)]
     fn hand_out(
         &self,
@@ -623,37 +583,21 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         holder: Option<&dyn KeepAlive>,
         read: Option<u64>,
     ) -> Block {
-        if let Some(holder) = holder {
-            st.hold(holder);
-        }
-        let id = st.next_id;
-        st.next_id += 1;
-        let n = &mut st.nodes[slot as usize];
-        n.allocated = true;
-        n.rounded = req.size;
-        n.requested = req.requested;
-        n.id = id;
-        // The request's pool, which served the block: known before the node is loaded.
-        debug_assert_eq!(n.pool, req.pool, "block {slot} served from another pool");
-        let (addr, block_size, pool) = (n.addr, n.size, req.pool);
-        st.stats.on_alloc(pool, block_size, req.requested);
-        if self
-            .config
-            .max_split_size
-            .is_some_and(|ms| block_size >= ms)
-        {
-            st.stats.on_oversize_allocation(true);
-        }
-        st.origins[slot as usize].set(&mut st.sites, origin);
-        if st.trace.enabled() {
-            st.record_block_event(TraceEventKind::Alloc, addr, req.size as u64, slot, read);
-        }
+        let (addr, id, stream) = st.hand_out(
+            slot,
+            req.pool,
+            req.size,
+            req.requested,
+            origin,
+            holder,
+            read,
+        );
         Block {
             addr,
             size: req.size,
             requested: req.requested,
             id,
-            stream: st.streams[req.stream as usize],
+            stream,
             slot,
             held: holder.is_some(),
             owner: self.id,
@@ -663,10 +607,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     /// Counts the failure and describes it: a backend failure met while serving the request
     /// (not a shortage) is the cause when there was one.
     fn fail(&self, st: &mut State, requested: usize, rounded: usize) -> OutOfMemory {
-        st.settle_deferred();
-        let backend_error = st.request_failure.take();
-        st.stats.num_ooms += 1;
-        st.record(TraceEventKind::Oom, 0, rounded as u64);
+        let backend_error = st.count_oom(rounded);
         let s = st.snapshot_stats();
         // What could still be reserved: the device's free memory, capped by the limit.
         let under_limit = self.limit.map(|l| l.saturating_sub(s.reserved_bytes));
@@ -677,7 +618,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         // Judged from the request's own pool: free slivers of small-pool segments cannot hold
         // a large request (nor the other way round), so they do not make a full device read
         // as fragmentation.
-        let pool = st.stats.pool(policy::pool_for(rounded));
+        let pool = st.counters().pool(policy::pool_for(rounded));
         let pool_cached_free = pool.reserved_bytes.current - pool.active_bytes.current;
         let cause = if backend_error.is_some() {
             OomCause::BackendFailed
@@ -688,7 +629,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
                 device_free,
                 reserved: s.reserved_bytes,
                 limit: self.limit,
-                range_used_up: st.range_used_up,
+                range_used_up: st.range_used_up(),
             })
         };
         OutOfMemory {
@@ -700,7 +641,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             allocated: s.allocated_bytes,
             reserved: s.reserved_bytes,
             cached_free: pool_cached_free,
-            largest_free_block: self.largest_usable(st, rounded),
+            largest_free_block: st.largest_usable(rounded, self.config.max_split_size),
             device_free,
             cause,
             segments: self.segment_mode,
@@ -710,17 +651,6 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
                 backend_error,
             }),
         }
-    }
-
-    /// The largest free block a request of `size` bytes may use: same pool, allowed by the
-    /// max-split rules.
-    fn largest_usable(&self, st: &State, size: usize) -> u64 {
-        st.pool_free(policy::pool_for(size), 0)
-            .descending()
-            .find(|&(b, _, slot)| {
-                policy::may_take(self.config.max_split_size, size, b, st.in_expandable(slot))
-            })
-            .map_or(0, |(b, _, _)| b as u64)
     }
 
     /// Returns a block to the cache, merging it with free neighbours.
@@ -736,8 +666,8 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     pub fn free(&self, block: Block) {
         // A block handed out here holds nothing (only a device's allocations do), so nothing
         // comes back to be dropped.
-        let released = self.release(&block);
-        debug_assert!(released.is_none());
+        let kept_alive = self.free_by_ref(&block);
+        debug_assert!(kept_alive.is_none());
     }
 
     /// [`Self::free`] of a block its caller keeps no use for afterwards (an `Allocation`
@@ -747,80 +677,23 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     /// be the allocator's last reference).
     #[inline]
     #[must_use = "the returned reference may be the allocator's last: drop it after the call"]
-    pub(crate) fn release(&self, block: &Block) -> Option<KeptAlive> {
+    pub(crate) fn free_by_ref(&self, block: &Block) -> Option<KeptAlive> {
         let read = self.early_read();
         let mut st = self.state.lock();
-        let slot = block.slot;
         if !self.owns(&st, block) {
             self.refuse_free(block);
             return None;
         }
-        let released = if block.held { st.unhold() } else { None };
-        let (node_size, pool) = (st.nodes[slot as usize].size, st.nodes[slot as usize].pool);
-        st.stats
-            .on_release_allocation(pool, node_size, block.requested);
-        if self.config.max_split_size.is_some_and(|ms| node_size >= ms) {
-            st.stats.on_oversize_allocation(false);
-        }
-        // The free's event takes the block's origin; untraced, it is dropped here.
-        if st.trace.enabled() {
-            let size = block.size as u64;
-            st.record_block_event(TraceEventKind::Free, block.addr, size, slot, read);
-        } else {
-            drop(std::mem::take(&mut st.origins[slot as usize]));
-        }
-        st.planner.on_free(block.id);
-        // The common case: no other stream used the block, it goes back to its pool now (its
-        // merge with the free block after it deferred when it may be: the `deferred` module).
-        if st.may_defer(slot) && !st.nodes[slot as usize].has_uses {
-            st.free_deferred(slot);
-        } else {
-            st.settle_pool(pool);
-            if !st.nodes[slot as usize].has_uses {
-                st.finish_free(slot);
-            } else {
-                self.free_after_uses(&mut st, slot);
-            }
-        }
-        released
-    }
-
-    /// The rest of [`Self::free`] for a block other streams were recorded as using: it waits
-    /// for events recorded on them now (out of line: the common free carries none of it).
-    #[cold]
-    #[inline(never)]
-    fn free_after_uses(&self, st: &mut State, slot: u32) {
-        let uses = st.stream_uses.remove(&slot).unwrap_or_default();
-        let mut pending = PendingFree {
-            slot,
-            events: Vec::new(),
-            poisoned: false,
-            unrecorded: Vec::new(),
-        };
-        for stream in uses {
-            match self.backend.record_event(stream) {
-                Ok(Some(event)) => pending.events.push(event),
-                Ok(None) => {}
-                Err(e) => {
-                    pending.poisoned = true;
-                    pending.unrecorded.push(stream);
-                    let failure = match e {
-                        super::BackendError::Driver(f) => f,
-                        e => BackendFailure {
-                            op: format!("recording an event on stream {:#x}", stream.0),
-                            error: e.to_string(),
-                        },
-                    };
-                    st.note_failure(&self.name, failure);
-                }
-            }
-        }
-        if pending.events.is_empty() && !pending.poisoned {
-            st.finish_free(slot);
-        } else {
-            st.nodes[slot as usize].pending = true;
-            st.pending.push(pending);
-        }
+        st.free(
+            block.slot,
+            block.size,
+            block.requested,
+            block.id,
+            block.held,
+            read,
+            &self.backend,
+            &self.name,
+        )
     }
 
     /// Logs the refusal of a block another allocator handed out (out of line, as it is rare).
@@ -834,15 +707,9 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     }
 
     /// Whether `block` is a live block this allocator handed out.
+    #[inline]
     fn owns(&self, st: &State, block: &Block) -> bool {
-        block.owner == self.id
-            && st.nodes.get(block.slot as usize).is_some_and(|n| {
-                n.allocated
-                    && !n.pending
-                    && n.addr == block.addr
-                    && n.id == block.id
-                    && n.rounded == block.size
-            })
+        block.owner == self.id && st.owns(block.slot, block.addr, block.id, block.size)
     }
 
     /// Records that work queued on `stream` uses `block` (PyTorch's `record_stream`): when
@@ -862,11 +729,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             ));
             return;
         }
-        st.nodes[block.slot as usize].has_uses = true;
-        let uses = st.stream_uses.entry(block.slot).or_default();
-        if !uses.contains(&stream) {
-            uses.push(stream);
-        }
+        st.record_stream(block.slot, stream);
     }
 
     /// The most recent failure of a backend call that was not a shortage of memory (a failed
@@ -874,12 +737,12 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     /// [`OutOfMemory`] of its request), if any. The books stay as they were when a call fails:
     /// memory the backend could not take back is still counted as reserved.
     pub fn last_backend_error(&self) -> Option<BackendFailure> {
-        self.state.lock().last_failure.clone()
+        self.state.lock().last_failure()
     }
 
     /// Blocks freed while other streams may still use them, not yet back in the pool.
     pub fn pending_frees(&self) -> usize {
-        self.state.lock().pending.len()
+        self.state.lock().pending_frees()
     }
 
     /// Current statistics.
@@ -889,13 +752,13 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
 
     /// Resets peaks to the current values.
     pub fn reset_peak_stats(&self) {
-        self.state.lock().stats.reset_peaks();
+        self.state.lock().reset_peaks();
     }
 
     /// PyTorch's statistics (`torch.cuda.memory_stats()`): per pool and in total, current,
     /// peak, allocated and freed; [`DetailedStats::to_map`] gives them under PyTorch's keys.
     pub fn detailed_stats(&self) -> DetailedStats {
-        self.state.lock().stats.detailed()
+        self.state.lock().detailed_stats()
     }
 
     /// The statistics as the text table PyTorch users know from `torch.cuda.memory_summary()`.
@@ -906,7 +769,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     /// Resets the accumulated counts (`allocated`/`freed` of every statistic, retries, OOMs,
     /// backend calls) to 0, as PyTorch's `reset_accumulated_memory_stats`.
     pub fn reset_accumulated_stats(&self) {
-        self.state.lock().stats.reset_accumulated();
+        self.state.lock().reset_accumulated();
     }
 
     /// Returns every cached, fully free segment to the backend; returns the bytes released.
@@ -932,7 +795,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         }
         let reserved = self.fixed_segment(&mut st, PoolKind::Large, 0, size)
             || (st.release_cached(&self.backend, &self.name) > 0 && {
-                st.stats.num_alloc_retries += 1;
+                st.count_alloc_retry();
                 self.fixed_segment(&mut st, PoolKind::Large, 0, size)
             });
         if reserved {
@@ -982,29 +845,28 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             stats: st.snapshot_stats(),
             segments: st.segment_snapshots(),
         };
-        let trace = st.trace.to_trace(Some(&st.sites));
-        let range = st.expandable.map(|e| (e.addr, e.addr + e.virt as u64));
+        let trace = st.trace();
+        let range = st.expandable_range().map(|r| (r.start, r.end));
         drop(st);
-        super::memory_viz::snapshot_pickle(&snapshot, &trace, device, range, &self.config)
+        super::trace::snapshot_pickle(&snapshot, &trace, device, range, &self.config)
     }
 
     /// A copy of the event trace ring.
     pub fn trace(&self) -> Trace {
-        let st = self.state.lock();
-        st.trace.to_trace(Some(&st.sites))
+        self.state.lock().trace()
     }
 
     /// Starts recording the last `events` allocator events (0 stops recording); replaces the
     /// ring, so earlier events are dropped.
     pub fn set_trace_capacity(&self, events: usize) {
         let mut st = self.state.lock();
-        st.trace = TraceRing::stamped(events, st.start_ns);
+        st.set_trace_capacity(events);
         self.recording.store(events > 0, Ordering::Relaxed);
     }
 
     /// Empties the event trace ring.
     pub fn clear_trace(&self) {
-        self.state.lock().trace.clear();
+        self.state.lock().clear_trace();
     }
 
     /// Verifies the allocator's internal consistency: blocks tile their segments exactly, no
@@ -1019,67 +881,9 @@ impl<B: Backend + ?Sized> Drop for CachingAllocator<B> {
     fn drop(&mut self) {
         // While any block handed out through a device lives, this allocator holds a reference
         // to itself (`State::hold`), so none can be live here; raw `Block`s are plain data, and
-        // dereferencing their addresses was the caller's unsafe business.
-        // Freed blocks other streams may still use: wait for that work first.
-        let st = self.state.get_mut();
-        st.settle_deferred();
-        st.synchronize_pending(&self.backend, &self.name);
-        let warn = |what: &str, e: super::BackendError| {
-            crate::diagnostics::warn(
-                crate::diagnostics::WarningOutput::Auto,
-                &format!("{}: dropping the allocator: {what}: {e}", self.name),
-            );
-        };
-        if let (Some(e), Some(vm)) = (st.expandable, self.backend.virtual_memory()) {
-            let mut all_unmapped = true;
-            // Unmapped by runs of adjacent mapped blocks, not block by block: blocks start and
-            // end anywhere inside a granule, runs on granule boundaries (holes are whole
-            // granules, and so is the mapped end of the segment).
-            let mut runs: Vec<(u64, usize)> = Vec::new();
-            if let Some(si) = e.seg {
-                let mut at = st.segs[si as usize].head;
-                while at != super::blocks::NIL {
-                    let n = &st.nodes[at as usize];
-                    if n.mapped {
-                        match runs.last_mut() {
-                            Some((start, len)) if *start + *len as u64 == n.addr => *len += n.size,
-                            _ => runs.push((n.addr, n.size)),
-                        }
-                    }
-                    at = n.next;
-                }
-            }
-            for (addr, bytes) in runs {
-                // SAFETY: mapped pages of the range, whole granules, unused from now on (see
-                // above).
-                if let Err(err) = unsafe { vm.unmap(addr, bytes) } {
-                    warn(&format!("unmapping {bytes} bytes at {addr:#x}"), err);
-                    all_unmapped = false;
-                }
-            }
-            if all_unmapped {
-                // SAFETY: reserved by this allocator, nothing mapped anymore.
-                if let Err(err) = unsafe { vm.release_range(e.addr, e.virt) } {
-                    warn("releasing the address range", err);
-                }
-            } else {
-                crate::diagnostics::warn(
-                    crate::diagnostics::WarningOutput::Auto,
-                    &format!(
-                        "{}: dropping the allocator: {} bytes of address space at {:#x} stay \
-                         reserved because pages in it could not be unmapped",
-                        self.name, e.virt, e.addr
-                    ),
-                );
-            }
-        }
-        for seg in st.segs.iter().filter(|s| s.live && !s.expandable) {
-            // SAFETY: the segment came from this backend with this size and the allocator is
-            // going away, so it will never hand out a block of it again (see above).
-            if let Err(err) = unsafe { self.backend.free_segment(seg.addr, seg.size) } {
-                warn("freeing a segment", err);
-            }
-        }
+        // dereferencing their addresses was the caller's unsafe business. Everything reserved
+        // goes back to the backend, after the work of other streams on freed blocks is done.
+        self.state.get_mut().release_all(&self.backend, &self.name);
     }
 }
 

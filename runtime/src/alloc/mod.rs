@@ -19,7 +19,7 @@
 //!   `requested_bytes` holds the requests.
 //! - **Coalescing**: a freed block merges with free neighbours of the same segment. A freed
 //!   block whose only free neighbour follows it has the merge deferred until the pool's next
-//!   request, which takes the merged block in place when best fit would (`deferred.rs`): the
+//!   request, which takes the merged block in place when best fit would (`state/deferred.rs`): the
 //!   state every path sees is the eager merge's, without the node churn of a merge and a split
 //!   per alloc+free pair.
 //! - **Max split size** (`max_split_size_mb`, more than 20 MiB as PyTorch requires): blocks of
@@ -71,89 +71,65 @@
 //!
 //! | file | owns |
 //! | --- | --- |
-//! | `backend.rs` | the [`Backend`] and [`VirtualMemory`] contracts |
+//! | `allocator.rs` | [`CachingAllocator`]: its API, and `malloc`, the one chain of fallbacks every request goes through |
 //! | `policy.rs` | the rules above as pure functions over sizes |
-//! | `allocator.rs` | [`CachingAllocator`]: its API and the order of fallbacks in `allocate` |
-//! | `blocks.rs` | blocks and segments: best fit, split, coalesce, add and release segments |
-//! | `expandable.rs` | the expandable segment: setup, growing, shrinking |
-//! | `oom.rs` | [`OutOfMemory`] and its text |
-//! | `pressure.rs` | pressure handlers |
+//! | `state/` | [`CachingAllocator`]'s state under its lock, the only code that touches it: blocks and segments (best fit, split, coalesce), the free sets (`free_set.rs`), deferred merges (`deferred.rs`), the expandable segment (`expandable.rs`), fixed segments and garbage collection (`segments.rs`), frees pending on other streams (`pending.rs`), planned placement (`planned.rs`), trace events (`events.rs`), statistics, snapshots and the invariant check (`readers.rs`) |
 //! | `state_lock.rs` | the lock around the state |
 //! | `plan.rs` | iteration planning: batch-scope iterations laid out from the previous one |
-//! | `stats.rs` | [`MemoryStats`] |
+//! | `pressure.rs` | pressure handlers |
+//! | `oom.rs` | [`OutOfMemory`] and its text |
+//! | `stats.rs` | [`MemoryStats`], PyTorch's per-pool statistics, and the counters behind them |
 //! | `config.rs` | [`AllocatorConfig`] and `VRAMGUARD_ALLOC_CONF` |
-//! | `host.rs`, `cuda_backend.rs` | the backends (the CUDA context itself is `crate::driver`'s) |
-//! | `granules.rs` | page mapping with one physical allocation per granule (CUDA's VMM), driver-neutral |
-//! | `origin.rs` | where each allocation was made: [`AllocOrigin`], the tensor ops' frames, and the call sites blocks keep interned |
-//! | `trace.rs` | the event trace, its labels and snapshots |
-//! | `event_clock.rs` | the trace events' timestamps: the CPU's time-stamp counter where the kernel keeps time with it, converted when the trace is read |
-//! | `timeline.rs`, `html.rs` (`timeline.js`, `timeline.css`) | lifetimes rebuilt from the trace, and the HTML page that draws them |
-//! | `memory_viz.rs`, `pickle.rs` | the snapshot and trace as PyTorch's snapshot pickle |
-//! | `bucket.rs` | [`SequenceBuckets`] |
-//! | `stream_order.rs` | which streams wait for which before a buffer is used (`CudaBuffer`'s rule) |
+//! | `backend/` | the [`Backend`] and [`VirtualMemory`] contracts (`mod.rs`); the host backend (`host.rs`) and the CUDA one (`cuda.rs`; the context itself is `crate::driver`'s); page mapping with one physical allocation per granule, driver-neutral (`granules.rs`); which streams wait for which before a buffer is used, `CudaBuffer`'s rule (`stream_order.rs`) |
+//! | `trace/` | the event trace, its labels and snapshots (`mod.rs`); where each allocation was made: [`AllocOrigin`], the tensor ops' frames, interned call sites (`origin.rs`); the events' timestamps, the CPU's time-stamp counter where the kernel keeps time with it (`event_clock.rs`); lifetimes rebuilt from the trace and the HTML page that draws them (`timeline.rs`, `html.rs`, `timeline.js`, `timeline.css`); the snapshot and trace as PyTorch's snapshot pickle (`memory_viz.rs`, `pickle.rs`) |
+//! | `tests/` | the unit tests, one file per rule |
 
 mod allocator;
 mod backend;
-mod blocks;
-mod bucket;
 mod config;
-#[cfg(feature = "cuda")]
-pub mod cuda_backend;
-mod deferred;
-mod event_clock;
-mod expandable;
-// GPU-neutral page bookkeeping and stream ordering, used only by the CUDA backend (tested on the
-// host either way).
-#[cfg(any(test, feature = "cuda"))]
-mod granules;
-mod host;
-mod html;
-mod memory_viz;
 mod oom;
-mod origin;
-mod pickle;
 mod plan;
 mod policy;
 mod pressure;
+mod state;
 mod state_lock;
 mod stats;
-#[cfg(any(test, feature = "cuda"))]
-pub(crate) mod stream_order;
-mod timeline;
 pub(crate) mod trace;
 
 pub use allocator::{Block, CachingAllocator, DeviceAllocator};
-pub use backend::{Backend, BackendError, BackendFailure, EventId, StreamId, VirtualMemory};
-pub(crate) use blocks::KeepAlive;
-pub use bucket::{BucketError, SequenceBuckets};
+#[cfg(feature = "cuda")]
+pub use backend::cuda as cuda_backend;
+#[cfg(feature = "cuda")]
+pub(crate) use backend::stream_order;
+pub use backend::{
+    Backend, BackendError, BackendFailure, EventId, HostBackend, StreamId, VirtualMemory,
+    HOST_ALIGN, HOST_MAP_GRANULARITY,
+};
 pub(crate) use config::{check_env_once, env_config, report_env_error_once};
 pub use config::{
     parse_bytes, AllocatorConfig, ConfigError, ExpandableSegments, MemoryLimit, RoundupInterval,
     SetupError, DEFAULT_TRACE_CAPACITY, ENV_VAR, KNOWN_KEYS,
 };
-pub use expandable::DEFAULT_EXPANDABLE_RANGE;
-pub use host::{HostBackend, HOST_ALIGN, HOST_MAP_GRANULARITY};
-pub use html::html_report;
 pub use oom::{
     human_bytes, ConfigSource, LiveAllocation, OomCause, OomContext, OutOfMemory, SegmentMode,
     OOM_LARGEST_LIVE,
 };
-pub(crate) use origin::enter_op;
-pub use origin::AllocOrigin;
-pub(crate) use origin::RequestOrigin;
 pub use plan::IterationId;
 pub use policy::{
     round_size, LARGE_SEGMENT, MIN_LARGE_ALLOC, ROUND, ROUND_LARGE, SMALL_SEGMENT, SMALL_SIZE,
 };
 pub use pressure::PressureHandlerId;
+pub use state::expandable::DEFAULT_EXPANDABLE_RANGE;
+pub(crate) use state::KeepAlive;
 pub use stats::{DetailedStats, MemoryStats, PoolStats, Stat};
+pub(crate) use trace::{enter_op, RequestOrigin, RingEvent, TraceRing};
+// The observer's snapshot, in memory_viz's format.
+#[cfg(feature = "cupti")]
+pub(crate) use trace::snapshot_pickle;
 pub use trace::{
-    BlockSnapshot, LabelFrame, MemorySnapshot, PoolKind, SegmentSnapshot, Trace, TraceEvent,
-    TraceEventKind, TraceLabel,
+    html_report, AllocOrigin, BlockSnapshot, LabelFrame, MemorySnapshot, PoolKind, SegmentSnapshot,
+    Trace, TraceEvent, TraceEventKind, TraceLabel,
 };
-pub(crate) use trace::{RingEvent, TraceRing};
 
-#[cfg(test)]
-mod fake_tests;
 #[cfg(test)]
 mod tests;

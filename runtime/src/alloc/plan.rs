@@ -2,9 +2,9 @@
 //! `#[batch_scope]`.
 //!
 //! A batch scope tells the allocator where an iteration starts and ends. The allocator records
-//! the large-pool requests of an iteration (sizes, and when each block was freed, in events) as a
-//! [`Recording`]. A later iteration of the same scope whose events follow the recording (its
-//! shape signature: the same sequence of requests and frees, sizes aside) is served from a plan:
+//! the large-pool requests of an iteration (sizes, and when each block was freed, in events) as
+//! an [`IterationRecording`]. A later iteration of the same scope whose events follow the
+//! recording (its shape signature: the same sequence of requests and frees, sizes aside) is served from a plan:
 //! at each request the rest of the iteration is laid out as an offline planner would (greedy by
 //! size, each block at the lowest address where it overlaps no block alive at the same time),
 //! with the live blocks as obstacles, the lifetimes of the recording, and sizes predicted from
@@ -19,7 +19,7 @@
 //! to best fit; nothing is ever placed on memory that is not free.
 //!
 //! This module owns the recordings, the current run and the layout computation; where a block
-//! lands is carved by `blocks.rs`, in the expandable segment only.
+//! lands is carved by the state (`state/planned.rs`), in the expandable segment only.
 
 use std::collections::HashMap;
 
@@ -45,7 +45,7 @@ const NEVER: u32 = u32::MAX;
 
 /// What one iteration did, as the plan of the next one needs it.
 #[derive(Debug, Clone)]
-pub(crate) struct Recording {
+pub(crate) struct IterationRecording {
     events: Vec<Event>,
     /// Block size of each request.
     sizes: Vec<usize>,
@@ -65,7 +65,7 @@ struct Run {
     ordinal_of: HashMap<u64, u32>,
     /// The recordings of the scope this run still follows (the same events so far), the most
     /// recent first; the plan follows the first.
-    follows: Vec<Recording>,
+    follows: Vec<IterationRecording>,
     /// The events of the recording the last layout followed.
     planned_for: usize,
     /// Predicted size per recorded size, learned from this run's requests.
@@ -100,7 +100,7 @@ const MAX_RECORDED_REQUESTS: usize = 4096;
 #[derive(Debug, Default)]
 pub(crate) struct Planner {
     /// Per scope, the most recent first.
-    recordings: HashMap<u64, Vec<Recording>>,
+    recordings: HashMap<u64, Vec<IterationRecording>>,
     run: Option<Run>,
     /// Requests served from a plan, and requests of planned iterations served by best fit.
     pub planned: u64,
@@ -270,7 +270,7 @@ impl Planner {
                 Event::Free(k) => free_at[k as usize] = at as u32,
             }
         }
-        let recording = Recording {
+        let recording = IterationRecording {
             events: run.events,
             sizes: run.sizes,
             alloc_at,
@@ -294,7 +294,7 @@ impl Planner {
 /// `holes`, and the requests placed before it). Returns the address per ordinal (0 for the
 /// ordinals before `from`, which are placed already).
 fn layout(
-    rec: &Recording,
+    rec: &IterationRecording,
     sizes: &[usize],
     from: usize,
     now: u32,
@@ -349,7 +349,7 @@ mod tests {
     use super::*;
 
     /// A(4) B(2) free A, C(4) free B free C: A and C never live together, B overlaps both.
-    fn recording() -> Recording {
+    fn recording() -> IterationRecording {
         let mut planner = Planner::default();
         let id = IterationId {
             scope: 1,

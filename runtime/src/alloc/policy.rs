@@ -3,7 +3,7 @@
 //! and the out-of-memory cause. They follow PyTorch's `round_size`, `get_allocation_size`,
 //! `should_split` and `get_free_block` rules (`CUDACachingAllocator.cpp`).
 //!
-//! This module owns no state: the block bookkeeping (`blocks.rs`) and the allocator
+//! This module owns no state: the block bookkeeping (`state/`) and the allocator
 //! (`allocator.rs`) call these functions and act on the answers.
 
 use super::{OomCause, PoolKind};

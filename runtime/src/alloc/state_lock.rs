@@ -3,13 +3,13 @@
 //!
 //! `std::sync::Mutex` releases with an atomic swap, to learn whether a thread sleeps on the
 //! lock and must be woken. Here the release is a plain store (on x86, an ordinary `mov`), which
-//! saves one atomic read-modify-write per lock: two per cached pair, which made the pair about
-//! 7 % faster in alternating runs of `alloc_bench` (#24, BENCHMARKS.md). The price is that a waiting thread is never woken: it
-//! spins, then yields, then sleeps in steps that grow to [`LONGEST_SLEEP`], checking the lock
-//! between steps. The allocator holds the lock for more than a few microseconds only on its slow
-//! paths (a new segment from the driver, waiting for another stream's work, an out-of-memory
-//! report), where a waiter's extra delay of at most one sleep step is small beside the driver
-//! call it waited for.
+//! saves one atomic read-modify-write per lock, two per cached pair (measured in
+//! `docs/perf-notes.md`, "The lock and the trace's stamps"). The price is that a waiting thread
+//! is never woken: it spins, then yields, then sleeps in steps that grow to [`LONGEST_SLEEP`],
+//! checking the lock between steps. The allocator holds the lock for more than a few
+//! microseconds only on its slow paths (a new segment from the driver, waiting for another
+//! stream's work, an out-of-memory report), where a waiter's extra delay of at most one sleep
+//! step is small beside the driver call it waited for.
 
 use std::cell::UnsafeCell;
 use std::marker::PhantomData;

@@ -224,8 +224,9 @@ impl Counter {
 /// stored but added up when read, except its peak, raised by every increase that takes the
 /// sum above it. An increase writes the pool's current value and accumulated count (and a
 /// peak only when it rises), a decrease the current value alone: the cached alloc+free pair
-/// changes about 18 statistics, and this is a third of the stores keeping both pools and the
-/// total in [`Stat`]s took. The values read are the same.
+/// changes every statistic of its pool, and its time follows its stores (`docs/perf-notes.md`,
+/// "Stores, atomics and the cached pair"), far fewer than keeping both pools and the total in
+/// [`Stat`]s took. The values read are the same.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Counters {
     /// By [`PoolKind`] (small, large), then by [`Key`].
@@ -322,7 +323,7 @@ impl Counters {
     /// The owner of a block of [`Counters::on_alloc`] freed it: it is no longer allocated,
     /// though it stays active while other streams' events are pending.
     #[inline(always)]
-    pub(crate) fn on_release_allocation(&mut self, pool: PoolKind, block: usize, requested: usize) {
+    pub(crate) fn on_free(&mut self, pool: PoolKind, block: usize, requested: usize) {
         self.decrease(pool, Key::AllocatedBytes, block as u64);
         self.decrease(pool, Key::RequestedBytes, requested as u64);
         self.decrease(pool, Key::Allocation, 1);
@@ -353,7 +354,8 @@ impl Counters {
         }
     }
 
-    /// `bytes` fewer reserved in `pool` (`segment_gone`: a whole segment released).
+    /// `bytes` fewer reserved in `pool`, given back to the backend (`segment_gone`: a whole
+    /// segment released, not pages of one).
     pub(crate) fn on_release(&mut self, pool: PoolKind, bytes: usize, segment_gone: bool) {
         self.num_device_free += 1;
         self.decrease(pool, Key::ReservedBytes, bytes as u64);

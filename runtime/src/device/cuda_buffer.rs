@@ -8,7 +8,7 @@
 //! Launches on several streams are ordered both ways, as cudarc's `CudaSlice` orders them: a
 //! launch that reads waits for the last write, on whichever stream it was queued (the buffer's
 //! own stream waits for another stream's write just as another stream waits for the own
-//! stream's), and one that writes waits for the reads since (`alloc/stream_order.rs` holds the
+//! stream's), and one that writes waits for the reads since (`alloc/backend/stream_order.rs` holds the
 //! rule). A wait is an event recorded on the earlier stream and waited for by the later one. A
 //! stream other than the buffer's own is recorded ([`CudaBuffer::record_stream`]): a block freed
 //! while that stream may still use it stays out of the pool until an event on that stream

@@ -2,7 +2,7 @@
 //! allocation) and the report printed when the soft memory limit refuses an allocation.
 
 use super::records;
-use super::tracking::{Mode, ModeGuard};
+use super::tracking::{CallMode, ModeGuard};
 use crate::alloc::{human_bytes, AllocatorConfig, MemoryLimit, TraceEventKind, TraceLabel};
 use crate::alloc::{ENV_VAR, OOM_LARGEST_LIVE};
 use std::fmt;
@@ -110,10 +110,10 @@ impl fmt::Display for LimitExceeded {
 
 /// Prints the report for a refused allocation of `requested` bytes with `live` bytes live (and
 /// adds an out-of-memory event to the trace). Runs inside the allocator: in
-/// [`Mode::Internal`], so what it allocates passes through.
+/// [`CallMode::Internal`], so what it allocates passes through.
 #[cold]
 pub(super) fn report_limit(requested: u64, live: u64) {
-    let _internal = ModeGuard::enter(Mode::Internal);
+    let _internal = ModeGuard::enter(CallMode::Internal);
     let report = LimitExceeded {
         requested,
         live,

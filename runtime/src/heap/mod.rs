@@ -23,16 +23,21 @@
 //! | file | owns |
 //! | --- | --- |
 //! | `tracking.rs` | [`TrackingAllocator`], the counters, the thread's mode |
-//! | `records.rs` | records of single allocations: batch-scope books, the trace, the limit's list |
+//! | `records.rs` | records of single allocations: the heap as a source of batch-scope accounting (`HeapAccounting`), the trace, the limit's list |
 //! | `limit.rs` | the settings from `VRAMGUARD_ALLOC_CONF`, the report of a refused allocation |
+//! | `exit_report.rs` | the report written at exit (`VRAMGUARD_HEAP_REPORT`), for tools such as `cargo vramguard measure` |
+//! | `census.rs` | what was live at the peak, by label (`VRAMGUARD_HEAP_CENSUS`), for that report |
 
+mod census;
+mod exit_report;
 mod limit;
 mod records;
 mod tracking;
 
-pub(crate) use records::{begin_iteration, end_iteration, IterationFigures, IterationStart};
+pub use exit_report::{CENSUS_ENV, REPORT_ENV};
+pub(crate) use records::HeapAccounting;
 pub use tracking::TrackingAllocator;
-use tracking::{Mode, ModeGuard};
+use tracking::{CallMode, ModeGuard};
 
 use crate::alloc::{MemorySnapshot, MemoryStats, Trace};
 use std::sync::atomic::Ordering::Relaxed;
@@ -105,7 +110,7 @@ pub fn trace() -> Trace {
 /// The heap's statistics in the snapshot form the timeline takes (`device` is `"heap"`; the
 /// heap has no segments).
 pub fn snapshot() -> MemorySnapshot {
-    let _internal = ModeGuard::enter(Mode::Internal);
+    let _internal = ModeGuard::enter(CallMode::Internal);
     MemorySnapshot {
         device: "heap".to_string(),
         expandable_segments: false,
@@ -129,8 +134,8 @@ impl Bookkeeping {
     /// Enters bookkeeping (no effect inside the tracking allocator's own sections).
     pub(crate) fn enter() -> Self {
         let mode = match tracking::mode() {
-            Mode::Internal => Mode::Internal,
-            _ => Mode::Bookkeeping,
+            CallMode::Internal => CallMode::Internal,
+            _ => CallMode::Bookkeeping,
         };
         Self(ModeGuard::enter(mode))
     }

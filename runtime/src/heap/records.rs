@@ -3,10 +3,13 @@
 //! escaped it), the trace ring, and — for allocations of [`LARGE`] bytes or more — a soft
 //! memory limit (its report lists the largest live ones).
 //!
-//! Every lock here is taken in [`Mode::Internal`], so allocations made while one is held pass
+//! Every lock here is taken in [`CallMode::Internal`], so allocations made while one is held pass
 //! straight through, and locks are never nested.
 
-use super::tracking::{current, mode, Mode, ModeGuard, LIMIT};
+use super::tracking::{current, mode, CallMode, ModeGuard, LIMIT};
+use crate::accounting::{
+    IterationFigures, IterationStart, ScopeAccounting, ScopeBook, ScopeIteration, TagFigures,
+};
 use crate::alloc::{RingEvent, Trace, TraceEventKind, TraceLabel, TraceRing};
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
@@ -17,13 +20,6 @@ use std::time::Instant;
 /// Allocations this large are recorded while a memory limit is set, so that its report can
 /// say what holds the memory.
 pub(super) const LARGE: usize = 64 << 10;
-
-/// One iteration of one batch scope (its tracker's id and the iteration number).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ScopeIteration {
-    scope: u64,
-    iteration: u64,
-}
 
 /// What is known of one live allocation.
 #[derive(Debug)]
@@ -48,19 +44,6 @@ thread_local! {
     static ATTRIBUTION: Cell<Option<ScopeIteration>> = const { Cell::new(None) };
 }
 
-/// The heap side of one batch scope (one tracker), over all its iterations.
-#[derive(Debug, Default)]
-struct ScopeBook {
-    live_bytes: u64,
-    live_count: u64,
-    /// Highest `live_bytes` since the current iteration began.
-    peak_live_bytes: u64,
-    allocated_bytes: u64,
-    allocated_count: u64,
-    /// (count, bytes) alive per iteration.
-    alive_by_iteration: BTreeMap<u64, (u64, u64)>,
-}
-
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // The sections below finish their updates without panicking: a poisoned lock still holds
     // consistent books.
@@ -78,7 +61,7 @@ fn attribution() -> Option<ScopeIteration> {
 /// Records a new allocation when something asks for it (called after `inner` returned it).
 #[inline]
 pub(super) fn after_alloc(addr: usize, size: usize) {
-    if mode() != Mode::User {
+    if mode() != CallMode::User {
         return;
     }
     let scope = attribution();
@@ -98,7 +81,7 @@ fn record_alloc(
     tracing: bool,
     keep: bool,
 ) {
-    let _internal = ModeGuard::enter(Mode::Internal);
+    let _internal = ModeGuard::enter(CallMode::Internal);
     let label = crate::alloc::trace::thread_label();
     if tracing {
         push_event(TraceEventKind::Alloc, addr, size, label.clone());
@@ -128,7 +111,7 @@ pub(super) fn before_free(addr: usize, size: usize) {
     if !tracing && RECORDED.load(Relaxed) == 0 {
         return;
     }
-    if mode() == Mode::Internal {
+    if mode() == CallMode::Internal {
         return;
     }
     record_free(addr, size, tracing);
@@ -136,7 +119,7 @@ pub(super) fn before_free(addr: usize, size: usize) {
 
 #[cold]
 fn record_free(addr: usize, size: usize, tracing: bool) {
-    let _internal = ModeGuard::enter(Mode::Internal);
+    let _internal = ModeGuard::enter(CallMode::Internal);
     account_free(addr, size, remove(addr), tracing);
 }
 
@@ -168,17 +151,17 @@ fn remove(addr: usize) -> Option<Record> {
 
 /// Takes a block's record out before a `realloc` (put back by [`restore`] if it fails).
 pub(super) fn take(addr: usize) -> Option<Record> {
-    if mode() == Mode::Internal {
+    if mode() == CallMode::Internal {
         return None;
     }
-    let _internal = ModeGuard::enter(Mode::Internal);
+    let _internal = ModeGuard::enter(CallMode::Internal);
     remove(addr)
 }
 
 /// Puts back a record that [`take`] removed, when the `realloc` failed.
 pub(super) fn restore(addr: usize, record: Option<Record>) {
     if let Some(record) = record {
-        let _internal = ModeGuard::enter(Mode::Internal);
+        let _internal = ModeGuard::enter(CallMode::Internal);
         lock(shard_of(addr)).insert(addr, record);
         RECORDED.fetch_add(1, Relaxed);
     }
@@ -186,140 +169,72 @@ pub(super) fn restore(addr: usize, record: Option<Record>) {
 
 /// Accounts the free of a block whose record [`take`] removed, after a `realloc` moved it.
 pub(super) fn finish_take(addr: usize, size: usize, record: Option<Record>) {
-    if mode() == Mode::Internal {
+    if mode() == CallMode::Internal {
         return;
     }
     let tracing = TRACING.load(Relaxed);
     if record.is_none() && !tracing {
         return;
     }
-    let _internal = ModeGuard::enter(Mode::Internal);
+    let _internal = ModeGuard::enter(CallMode::Internal);
     account_free(addr, size, record, tracing);
 }
 
 fn book_alloc(scope: ScopeIteration, size: usize) {
-    let size = size as u64;
-    let mut books = lock(&BOOKS);
-    let book = books.entry(scope.scope).or_default();
-    book.live_bytes += size;
-    book.live_count += 1;
-    book.peak_live_bytes = book.peak_live_bytes.max(book.live_bytes);
-    book.allocated_bytes += size;
-    book.allocated_count += 1;
-    let alive = book.alive_by_iteration.entry(scope.iteration).or_default();
-    alive.0 += 1;
-    alive.1 += size;
+    lock(&BOOKS)
+        .entry(scope.scope)
+        .or_default()
+        .on_alloc(scope.iteration, size as u64);
 }
 
 fn book_free_of(record: &Record) {
     let Some(scope) = record.scope else {
         return;
     };
-    let size = record.size as u64;
-    let mut books = lock(&BOOKS);
-    let Some(book) = books.get_mut(&scope.scope) else {
-        return;
-    };
-    book.live_bytes -= size;
-    book.live_count -= 1;
-    if let Some(alive) = book.alive_by_iteration.get_mut(&scope.iteration) {
-        alive.0 -= 1;
-        alive.1 -= size;
-        if alive.0 == 0 {
-            book.alive_by_iteration.remove(&scope.iteration);
+    if let Some(book) = lock(&BOOKS).get_mut(&scope.scope) {
+        book.on_free(scope.iteration, record.size as u64);
+    }
+}
+
+/// The heap as a source of batch-scope accounting: the allocations made on the scope's thread
+/// while an iteration is its innermost scope, each recorded with its iteration (and its tag)
+/// until it is freed, on any thread. Sees nothing while the tracking allocator does not track.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct HeapAccounting;
+
+impl ScopeAccounting for HeapAccounting {
+    /// Starts attributing this thread's heap allocations to `iteration` (`None` when the
+    /// tracking allocator is not tracking).
+    fn begin_iteration(&self, iteration: ScopeIteration) -> Option<IterationStart> {
+        if !super::tracking::is_on() {
+            return None;
         }
+        let _internal = ModeGuard::enter(CallMode::Internal);
+        let start = lock(&BOOKS)
+            .entry(iteration.scope)
+            .or_default()
+            .begin(iteration, attribution());
+        let _ = ATTRIBUTION.try_with(|a| a.set(Some(iteration)));
+        Some(start)
+    }
+
+    /// Ends the iteration `start` began: the thread's allocations belong to the one before
+    /// again.
+    fn end_iteration(&self, start: &IterationStart) -> Option<IterationFigures> {
+        let _ = ATTRIBUTION.try_with(|a| a.set(start.previous));
+        let _internal = ModeGuard::enter(CallMode::Internal);
+        let mut figures = lock(&BOOKS)
+            .entry(start.iteration.scope)
+            .or_default()
+            .end(start);
+        if figures.escaped_count > 0 {
+            figures.escaped_by_tag = escapes_by_tag(start.iteration);
+        }
+        Some(figures)
     }
 }
 
-/// Where a scope iteration's heap figures start (see [`begin_iteration`]).
-#[derive(Debug)]
-pub(crate) struct IterationStart {
-    scope: ScopeIteration,
-    /// The thread's attribution before the iteration (an enclosing scope's), restored at its end.
-    previous: Option<ScopeIteration>,
-    allocated_bytes: u64,
-    allocated_count: u64,
-    previous_peak: u64,
-}
-
-/// What one scope iteration did on the heap; byte counts are the layouts' sizes.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub(crate) struct IterationFigures {
-    pub(crate) allocated_bytes: u64,
-    pub(crate) allocated_count: u64,
-    pub(crate) peak_live_bytes: u64,
-    pub(crate) escaped_bytes: u64,
-    pub(crate) escaped_count: u64,
-    /// Escapes by their innermost tag (`None`: no tag inside the scope), unordered.
-    pub(crate) escaped_by_tag: Vec<(Option<Arc<str>>, u64, u64)>,
-    pub(crate) live_bytes: u64,
-    pub(crate) live_count: u64,
-    /// Earlier iterations that still have heap allocations alive.
-    pub(crate) older_iterations_alive: Vec<u64>,
-}
-
-/// Starts attributing this thread's heap allocations to iteration `iteration` of scope `scope`
-/// (`None` when the tracking allocator is not tracking).
-pub(crate) fn begin_iteration(scope: u64, iteration: u64) -> Option<IterationStart> {
-    if !super::tracking::is_on() {
-        return None;
-    }
-    let _internal = ModeGuard::enter(Mode::Internal);
-    let mut books = lock(&BOOKS);
-    let book = books.entry(scope).or_default();
-    let scope = ScopeIteration { scope, iteration };
-    let start = IterationStart {
-        scope,
-        previous: attribution(),
-        allocated_bytes: book.allocated_bytes,
-        allocated_count: book.allocated_count,
-        previous_peak: book.peak_live_bytes,
-    };
-    book.peak_live_bytes = book.live_bytes;
-    drop(books);
-    let _ = ATTRIBUTION.try_with(|a| a.set(Some(scope)));
-    Some(start)
-}
-
-/// Ends the iteration [`begin_iteration`] started and returns its figures.
-pub(crate) fn end_iteration(start: IterationStart) -> IterationFigures {
-    let _ = ATTRIBUTION.try_with(|a| a.set(start.previous));
-    let _internal = ModeGuard::enter(Mode::Internal);
-    let ScopeIteration { scope, iteration } = start.scope;
-    let mut figures = {
-        let mut books = lock(&BOOKS);
-        let book = books.entry(scope).or_default();
-        let (escaped_count, escaped_bytes) = book
-            .alive_by_iteration
-            .get(&iteration)
-            .copied()
-            .unwrap_or((0, 0));
-        let figures = IterationFigures {
-            allocated_bytes: book.allocated_bytes - start.allocated_bytes,
-            allocated_count: book.allocated_count - start.allocated_count,
-            peak_live_bytes: book.peak_live_bytes,
-            escaped_bytes,
-            escaped_count,
-            escaped_by_tag: Vec::new(),
-            live_bytes: book.live_bytes,
-            live_count: book.live_count,
-            older_iterations_alive: book
-                .alive_by_iteration
-                .range(..iteration)
-                .map(|(older, _)| *older)
-                .collect(),
-        };
-        // A nested iteration of the same scope hands the peak back to the outer one.
-        book.peak_live_bytes = start.previous_peak.max(book.peak_live_bytes);
-        figures
-    };
-    if figures.escaped_count > 0 {
-        figures.escaped_by_tag = escapes_by_tag(start.scope);
-    }
-    figures
-}
-
-fn escapes_by_tag(scope: ScopeIteration) -> Vec<(Option<Arc<str>>, u64, u64)> {
+fn escapes_by_tag(scope: ScopeIteration) -> Vec<TagFigures> {
     let mut groups: HashMap<Option<Arc<str>>, (u64, u64)> = HashMap::new();
     for shard in &RECORDS {
         for record in lock(shard).values() {
@@ -333,13 +248,13 @@ fn escapes_by_tag(scope: ScopeIteration) -> Vec<(Option<Arc<str>>, u64, u64)> {
     }
     groups
         .into_iter()
-        .map(|(tag, (count, bytes))| (tag, count, bytes))
+        .map(|(tag, (count, bytes))| TagFigures { tag, count, bytes })
         .collect()
 }
 
 /// The `count` largest recorded live allocations, largest first: (bytes, label).
 pub(super) fn largest_live(count: usize) -> Vec<(u64, Option<TraceLabel>)> {
-    let _internal = ModeGuard::enter(Mode::Internal);
+    let _internal = ModeGuard::enter(CallMode::Internal);
     let mut largest: Vec<(u64, Option<TraceLabel>)> = Vec::new();
     for shard in &RECORDS {
         for record in lock(shard).values() {
@@ -353,7 +268,7 @@ pub(super) fn largest_live(count: usize) -> Vec<(u64, Option<TraceLabel>)> {
 
 /// Keeps the last `capacity` heap events from now on (0 stops and forgets them).
 pub(super) fn start_trace(capacity: usize) {
-    let _internal = ModeGuard::enter(Mode::Internal);
+    let _internal = ModeGuard::enter(CallMode::Internal);
     EPOCH.get_or_init(Instant::now);
     *lock(&TRACE) = (capacity > 0).then(|| TraceRing::new(capacity));
     TRACING.store(capacity > 0, Relaxed);
@@ -361,7 +276,7 @@ pub(super) fn start_trace(capacity: usize) {
 
 /// A copy of the heap trace, oldest event first.
 pub(super) fn trace() -> Trace {
-    let _internal = ModeGuard::enter(Mode::Internal);
+    let _internal = ModeGuard::enter(CallMode::Internal);
     match lock(&TRACE).as_ref() {
         Some(ring) => ring.to_trace(None),
         None => TraceRing::new(0).to_trace(None),

@@ -5,7 +5,7 @@
 //! of single allocations (for batch scopes, the trace and the limit's report) are `records.rs`'s
 //! and are made only while something asks for them.
 
-use super::records;
+use super::{census, records};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
@@ -103,33 +103,39 @@ static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
 
 /// What the current thread's heap calls are, for the records (counting is the same for all).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Mode {
+pub(super) enum CallMode {
     /// The user's code: recorded when something asks for records.
     User,
     /// vramguard's own scope bookkeeping: counted, never recorded (frees are still looked up).
     Bookkeeping,
     /// Inside the tracking allocator's own locked sections: counted, nothing else.
     Internal,
+    /// The peak census's own tables (`census.rs`): while a census exists, passed straight
+    /// through, neither counted nor recorded.
+    Uncounted,
 }
 
 thread_local! {
-    static MODE: Cell<Mode> = const { Cell::new(Mode::User) };
+    static MODE: Cell<CallMode> = const { Cell::new(CallMode::User) };
     static SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
 }
 
 /// This thread's mode (`Internal` while its thread-locals are gone: pass through).
 #[inline]
-pub(super) fn mode() -> Mode {
-    MODE.try_with(Cell::get).unwrap_or(Mode::Internal)
+pub(super) fn mode() -> CallMode {
+    MODE.try_with(Cell::get).unwrap_or(CallMode::Internal)
 }
 
 /// Sets this thread's mode until dropped (restores the previous one).
-pub(super) struct ModeGuard(Mode);
+pub(super) struct ModeGuard(CallMode);
 
 impl ModeGuard {
     #[inline]
-    pub(super) fn enter(mode: Mode) -> Self {
-        Self(MODE.try_with(|m| m.replace(mode)).unwrap_or(Mode::Internal))
+    pub(super) fn enter(mode: CallMode) -> Self {
+        Self(
+            MODE.try_with(|m| m.replace(mode))
+                .unwrap_or(CallMode::Internal),
+        )
     }
 }
 
@@ -193,9 +199,10 @@ fn start() -> u8 {
         return STATE.load(Relaxed);
     }
     // Reading the environment allocates: those calls are counted and nothing else.
-    let _internal = ModeGuard::enter(Mode::Internal);
+    let _internal = ModeGuard::enter(CallMode::Internal);
     let settings = super::limit::read_settings();
     STATE.store(if settings.tracking { ON } else { OFF }, Relaxed);
+    super::exit_report::install(settings.tracking);
     if settings.tracking {
         if let Some(limit) = settings.limit {
             LIMIT.store(limit, Relaxed);
@@ -212,7 +219,7 @@ fn start() -> u8 {
 fn add_bytes(size: usize) -> bool {
     let size = size as u64;
     let now = CURRENT.fetch_add(size, Relaxed) + size;
-    if now > LIMIT.load(Relaxed) && mode() == Mode::User {
+    if now > LIMIT.load(Relaxed) && mode() == CallMode::User {
         CURRENT.fetch_sub(size, Relaxed);
         OOMS.fetch_add(1, Relaxed);
         super::limit::report_limit(size, now - size);
@@ -256,12 +263,12 @@ pub(super) fn reset_peak() {
 // SAFETY: every call is forwarded to `inner` with the caller's arguments unchanged, and every
 // pointer returned is `inner`'s (or null, which `GlobalAlloc` allows: the soft limit refuses an
 // allocation by returning null before asking `inner`). The bookkeeping around the calls never
-// touches the memory itself; it runs in `Mode::Internal` wherever it holds a lock, so its own
+// touches the memory itself; it runs in `CallMode::Internal` wherever it holds a lock, so its own
 // allocations pass straight through and cannot re-enter a held lock.
 unsafe impl<A: GlobalAlloc> GlobalAlloc for TrackingAllocator<A> {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if state() == OFF {
+        if state() == OFF || census::passes_through() {
             // SAFETY: the caller's contract for `alloc`, passed on.
             return unsafe { self.inner.alloc(layout) };
         }
@@ -276,7 +283,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TrackingAllocator<A> {
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if state() == OFF {
+        if state() == OFF || census::passes_through() {
             // SAFETY: the caller's contract for `alloc_zeroed`, passed on.
             return unsafe { self.inner.alloc_zeroed(layout) };
         }
@@ -291,9 +298,12 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TrackingAllocator<A> {
 
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        if STATE.load(Relaxed) != OFF {
+        if STATE.load(Relaxed) != OFF && !census::passes_through() {
             // Before the memory is returned: once it is, another thread may be handed the same
             // address, and its record must not be the one removed here.
+            if census::recording() {
+                census::record_free(ptr as usize);
+            }
             records::before_free(ptr as usize, layout.size());
             remove_bytes(layout.size());
             count_free();
@@ -304,7 +314,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TrackingAllocator<A> {
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if state() == OFF {
+        if state() == OFF || census::passes_through() {
             // SAFETY: the caller's contract for `realloc`, passed on.
             return unsafe { self.inner.realloc(ptr, layout, new_size) };
         }
@@ -327,6 +337,10 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for TrackingAllocator<A> {
         remove_bytes(old_size.saturating_sub(new_size));
         count_alloc();
         count_free();
+        if census::recording() {
+            census::record_free(ptr as usize);
+            census::record_alloc(new as usize, new_size);
+        }
         records::finish_take(ptr as usize, old_size, old_record);
         records::after_alloc(new as usize, new_size);
         new
@@ -340,5 +354,8 @@ fn after_alloc(ptr: *mut u8, size: usize) {
         return;
     }
     count_alloc();
+    if census::recording() {
+        census::record_alloc(ptr as usize, size);
+    }
     records::after_alloc(ptr as usize, size);
 }

@@ -1,5 +1,6 @@
 //! `Workspace`: one buffer preallocated at the largest size a loop needs, handed out as views
-//! of any size up to it (the article's `cache[:b, :t, :]`), so variable shapes never fragment
+//! of any size up to it (preallocate and slice, as `cache[:b, :t, :]` of one buffer does in
+//! PyTorch), so variable shapes never fragment
 //! the pool.
 
 use crate::alloc::OutOfMemory;

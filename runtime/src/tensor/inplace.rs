@@ -17,7 +17,7 @@ use super::ops::elementwise::{binary_record, scalar_record, unary_record};
 use super::ops::record::{attach, edges, should_record, OpRecord, Saved};
 use super::ops::{check_dim, same_device, Rhs};
 use super::storage::Storage;
-use super::{Inner, Tensor};
+use super::{Tensor, TensorInner};
 use std::ops::{Add, Div, Mul, Neg, Sub};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -52,7 +52,7 @@ impl Tensor {
     /// Takes the buffer of an exclusively owned tensor (see [`Tensor::is_exclusively_owned`]).
     fn into_buffer(self) -> std::result::Result<(Arc<Storage>, Layout), Tensor> {
         match Arc::try_unwrap(self.0) {
-            Ok(Inner {
+            Ok(TensorInner {
                 storage, layout, ..
             }) => Ok((storage, layout)),
             Err(inner) => Err(Tensor(inner)),
@@ -190,7 +190,7 @@ impl Tensor {
     }
 
     /// Consuming [`Tensor::softmax`]. In place only along the last dimension, where the device
-    /// has the row kernel (host devices); otherwise out of place.
+    /// has the row kernel (host and CUDA devices); otherwise out of place.
     #[track_caller]
     pub fn into_softmax(mut self, dim: usize) -> Result<Tensor> {
         const OP: &str = "softmax";
@@ -218,8 +218,8 @@ impl Tensor {
     }
 
     /// Consuming [`Tensor::layer_norm`] (over the last dimension). In place where the device
-    /// has the row kernel (host devices) and nothing records a gradient through it (backward
-    /// needs the input); otherwise out of place.
+    /// has the row kernel (host and CUDA devices) and nothing records a gradient through it
+    /// (backward needs the input); otherwise out of place.
     #[track_caller]
     pub fn into_layer_norm(
         mut self,

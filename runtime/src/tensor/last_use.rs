@@ -2,7 +2,7 @@
 //! `#[inference]` and `#[batch_scope]` call on a vramguard `Tensor` that dies in the statement
 //! (the facade's `Dying<Tensor>` hands it out; see the facade's `last_use` module).
 //!
-//! Each op of [`TensorAtLastUse`] is defined by [`with_consuming_form!`] from the same tokens as
+//! Each op of [`TensorAtLastUse`] is defined by `with_consuming_form!` from the same tokens as
 //! `Tensor`'s method of the same name, so the two are the same to the type checker in name,
 //! receiver (`&self`), parameters and the places rustc quotes for them: a mistake in a call
 //! reads the same in both copies of a statement the attribute writes twice, and rustc reports it

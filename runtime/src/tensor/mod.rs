@@ -33,19 +33,19 @@
 //!
 //! # Layers
 //!
-//! Each module imports only the ones listed before it (the workspace test `tests/layers.rs`
-//! checks it):
+//! Each module imports only the ones in the rows above it (the workspace test
+//! `tests/layers.rs` checks it, and that this table is its list):
 //!
-//! - `error`, `kinds`: the error type; op kinds, layouts and the shape rules;
-//! - `peak_bound` (the out-of-place lower bound of a peak, recorded from storage allocations),
-//!   `rng`;
-//! - `storage`: memory under tensors, its locks and version counter;
-//! - `backend`: the primitives, on storage and layout (host loops, CUDA kernels);
-//! - `ops`: shape checks, the backend call and the op's record for autograd; `inspect`;
-//! - `inplace`: everything that writes into existing memory, and the version checks;
-//! - `last_use`: a tensor at its last use as the receiver of an op with a consuming form
-//!   (what `#[inference]` calls), defined from the same tokens as `Tensor`'s op;
-//! - `autograd`: the engine and every gradient formula.
+//! | layer | owns |
+//! | --- | --- |
+//! | `error` | the error type |
+//! | `kinds` | op kinds, layouts and the shape rules |
+//! | `peak_bound`, `rng` | the out-of-place lower bound of a peak, recorded from storage allocations; random tensors |
+//! | `storage` | memory under tensors, its locks and version counter |
+//! | `backend` | the primitives, on storage and layout (host loops, CUDA kernels) |
+//! | `last_use` | a tensor at its last use as the receiver of an op with a consuming form (what `#[inference]` calls), defined from the same tokens as `Tensor`'s op |
+//! | `ops`, `inspect` | shape checks, the backend call and the op's record for autograd; printing |
+//! | `autograd`, `inplace` | the engine and every gradient formula; everything that writes into existing memory, and the version checks |
 
 mod autograd;
 mod backend;
@@ -77,7 +77,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use storage::{Strided, StridedRef};
 
-pub(crate) struct Inner {
+pub(crate) struct TensorInner {
     pub(crate) storage: Arc<Storage>,
     pub(crate) layout: Layout,
     /// Views made from another tensor; in-place ops on them cannot rebase the base's history.
@@ -93,12 +93,12 @@ pub(crate) struct Inner {
 ///
 /// `Clone` is cheap and shares the data and the autograd state (gradient, history).
 #[derive(Clone)]
-pub struct Tensor(pub(crate) Arc<Inner>);
+pub struct Tensor(pub(crate) Arc<TensorInner>);
 
 impl Tensor {
     pub(crate) fn from_parts(storage: Arc<Storage>, layout: Layout, is_view: bool) -> Tensor {
         let history_seen = AtomicU64::new(storage.history_rewrites());
-        Tensor(Arc::new(Inner {
+        Tensor(Arc::new(TensorInner {
             storage,
             layout,
             is_view,

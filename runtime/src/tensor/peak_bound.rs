@@ -53,7 +53,7 @@ struct OlderFreed {
 }
 
 #[derive(Debug, Default)]
-struct Recording {
+struct BufferLog {
     /// Which [`PeakBoundRecorder`] owns it (a later `start` replaces it).
     generation: u64,
     clock: u64,
@@ -64,7 +64,7 @@ struct Recording {
     older_freed: Vec<OlderFreed>,
 }
 
-impl Recording {
+impl BufferLog {
     fn tick(&mut self) -> u64 {
         self.clock += 1;
         self.clock
@@ -72,7 +72,7 @@ impl Recording {
 }
 
 thread_local! {
-    static RECORDING: RefCell<Option<Recording>> = const { RefCell::new(None) };
+    static RECORDING: RefCell<Option<BufferLog>> = const { RefCell::new(None) };
 }
 
 /// Records tensor buffer lifetimes on the current thread until [`PeakBoundRecorder::finish`].
@@ -103,9 +103,9 @@ impl PeakBoundRecorder {
         static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
         let generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed);
         RECORDING.with(|r| {
-            *r.borrow_mut() = Some(Recording {
+            *r.borrow_mut() = Some(BufferLog {
                 generation,
-                ..Recording::default()
+                ..BufferLog::default()
             })
         });
         PeakBoundRecorder {
@@ -121,7 +121,7 @@ impl PeakBoundRecorder {
     }
 
     /// Takes this recorder's recording, leaving one started later in place.
-    fn take(&mut self) -> Option<Recording> {
+    fn take(&mut self) -> Option<BufferLog> {
         RECORDING.with(|r| {
             let mut slot = r.borrow_mut();
             if slot.as_ref().map(|rec| rec.generation) == Some(self.generation) {
@@ -139,7 +139,7 @@ impl Drop for PeakBoundRecorder {
     }
 }
 
-fn bound_of(recording: &Recording) -> PeakBound {
+fn bound_of(recording: &BufferLog) -> PeakBound {
     let total = recording.buffers.values().map(|b| b.bytes).sum();
     PeakBound {
         peak_bytes: peak_of(recording, false),
@@ -150,7 +150,7 @@ fn bound_of(recording: &Recording) -> PeakBound {
 }
 
 /// Peak of the live bytes over time; a buffer is live on `[allocated_at, end]` inclusive.
-fn peak_of(recording: &Recording, grads_held: bool) -> u64 {
+fn peak_of(recording: &BufferLog, grads_held: bool) -> u64 {
     let end = recording.clock + 1;
     let mut events: Vec<(u64, i64)> = Vec::with_capacity(recording.buffers.len() * 2);
     for b in recording.buffers.values() {
@@ -180,7 +180,7 @@ fn peak_of(recording: &Recording, grads_held: bool) -> u64 {
     peak as u64
 }
 
-fn with_recording(f: impl FnOnce(&mut Recording)) {
+fn with_recording(f: impl FnOnce(&mut BufferLog)) {
     // `try_with`: storages may be dropped during thread teardown.
     let _ = RECORDING.try_with(|r| {
         if let Ok(mut slot) = r.try_borrow_mut() {

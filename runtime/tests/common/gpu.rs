@@ -2,7 +2,9 @@
 //! free memory, raw device reads and writes, the tiny PTX kernels, and the figures file.
 //!
 //! Kernels are PTX text loaded with `cuModuleLoadData` (the driver compiles PTX itself), so the
-//! tests need neither NVRTC nor nvcc on the GPU machine.
+//! tests need neither NVRTC nor nvcc on the GPU machine. The fake CUDA driver (`fake-cuda/`,
+//! `scripts/fake-cuda.sh`) runs their host build instead: `test_kernels.cu`, the same kernels as
+//! source, whose names and parameters match the PTX's entries.
 
 #![allow(dead_code)]
 

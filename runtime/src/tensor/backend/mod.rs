@@ -45,13 +45,6 @@ fn dispatch_to<R>(
     host: impl FnOnce() -> Result<R>,
     cuda: impl FnOnce(&dyn cuda::Launcher) -> Result<R>,
 ) -> Result<R> {
-    #[cfg(test)]
-    if device.is_host() {
-        if let Some(launcher) = checks::emulated() {
-            // A check running whole models through the CUDA backend on host memory.
-            return cuda(&*launcher);
-        }
-    }
     match device {
         Device::Cuda(d) => {
             let launcher = cuda::DeviceLauncher::for_device(d, op)?;
@@ -147,9 +140,9 @@ pub(crate) fn softmax(
 }
 
 /// Whether `device` has the row kernels below that write softmax and layer norm into their
-/// input (the host backend; the CUDA backend has none yet: callers compute out of place).
+/// input (the host and CUDA backends).
 pub(crate) fn has_inplace_row_kernels(device: &Device) -> bool {
-    device.is_host()
+    device.is_host() || device.is_cuda()
 }
 
 /// Softmax along the last dimension of `x`, which covers its whole contiguous storage, written
@@ -158,7 +151,12 @@ pub(crate) fn softmax_last_dim_inplace(x: StridedRef<'_>, op: &'static str) -> R
     if !has_inplace_row_kernels(x.device()) {
         return Err(unsupported(x.device(), op));
     }
-    host::softmax_last_dim_inplace(x, op)
+    dispatch!(
+        x.device(),
+        op,
+        || host::softmax_last_dim_inplace(x, op),
+        |l| { cuda::softmax_last_dim_inplace(l, x, op) },
+    )
 }
 
 /// Layer norm of `x` (covering its whole contiguous storage) over its last dimension, written
@@ -173,7 +171,12 @@ pub(crate) fn layer_norm_inplace(
     if !has_inplace_row_kernels(x.device()) {
         return Err(unsupported(x.device(), "layer_norm"));
     }
-    host::layer_norm_inplace(x, weight, bias, eps)
+    dispatch!(
+        x.device(),
+        "layer_norm",
+        || host::layer_norm_inplace(x, weight, bias, eps),
+        |l| cuda::layer_norm_inplace(l, x, weight, bias, eps),
+    )
 }
 
 /// Layer norm of contiguous `x` over its last dimension (`d` values); also the per-row mean and
