@@ -9,8 +9,8 @@
 //!   out as CUPTI's `NAME_params` structs (the parameters in order, `#[repr(C)]`): the seam for
 //!   a fake CUPTI exported from this same library (issue #39).
 //!
-//! [`exports!`] defines each exported function, its parameter struct (in [`params`]) and its
-//! passage through [`call`].
+//! The `exports!` macro defines each exported function, its parameter struct (in the calling
+//! module's `params`) and its passage through [`call`].
 
 use crate::errors::{self, CallResult, CuResult};
 use crate::state::config;

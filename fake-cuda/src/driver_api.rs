@@ -233,7 +233,7 @@ exports! {
         Ok(())
     }
 
-    /// See [`attribute`].
+    /// The attributes the fake knows (its `attribute` function); others are 0.
     fn cuDeviceGetAttribute(value: *mut c_int, attrib: c_int, dev: c_int) {
         let d = driver()?;
         d.initialized()?;

@@ -144,11 +144,19 @@ use proc_macro::TokenStream;
 ///   the borrow);
 /// - a value borrowed by a binding that outlives a redeclaration (shadowing) of its name, a
 ///   value a field of which may have been moved out before its last use, a value passed by
-///   value before a borrower's last use, a value whose address is taken as a raw pointer
+///   value (or as the receiver of a call not followed by `?`, which may take `self` by value,
+///   as burn's ops do) in the statement where a borrower of it is last used (`let shape =
+///   labels.dims();` then `if c { w.expand(shape) } else { labels.flatten(0, 0) }`), a value
+///   whose address is taken as a raw pointer
 ///   (`as *const _`, `&raw`, `addr_of!`, `.as_ptr()`), a value stored into something outside
 ///   the block (`self.f = …`, a static);
 /// - a value whose last use is an unknown statement macro (it might declare bindings) or the
 ///   `else` block of a `let … else`;
+/// - a reference an accessor returns (`let dims = xs.dims();`, `node.kind()`, `t.as_ref()`):
+///   it frees nothing, and releasing it would read the borrow after the statement of its last
+///   use, which may write what it borrows (`xs = xs.reshape((dims[0] * dims[1], dims[2]))?`);
+///   likewise any binding that may borrow a local which the statement of its own last use
+///   moves or writes (`=`, `+=`, `&mut`, `push`, a `*_mut` method);
 /// - anything inside a `const { }` block, and anything in a function that contains `unsafe`
 ///   code (or is an `unsafe fn`): it gets the no-grad guard only, because unsafe code may rely
 ///   on a value living to the end of its scope in ways no syntactic analysis sees. Move the
@@ -159,7 +167,9 @@ use proc_macro::TokenStream;
 /// A binding that may borrow a local keeps it alive until the binding's own last use: `&x`,
 /// `&x[..]`, `x.field` read through such a reference, non-`move` closures capturing `x`,
 /// borrows stored with `v.push(&x)`, `r = &x` or `fill(&mut out, &x)` (a free function may
-/// store through a `&mut` argument), what a local closure returns (`get()` after
+/// store through a `&mut` argument), also through a name an `if let`, `match` arm or closure
+/// binds (`if let Some(g) = groups.last_mut() { g.push(&x) }` stores into `groups`), what a
+/// local closure returns (`get()` after
 /// `let get = || &x;`), `let r = &make(&x);` and `let o = Some(&make(&x));` (temporary lifetime
 /// extension), and the results of calls decided by name:
 /// - **owned results** (borrow nothing): tensor operations of candle, burn, tch, dfdx and
@@ -172,10 +182,10 @@ use proc_macro::TokenStream;
 /// - **borrowing results** (borrow the receiver): `dims`, `shape`, `stride`, `layout`,
 ///   `device`, `storage`, `storage_and_layout`, `as_ref`, `as_slice`, `as_str`, `iter`,
 ///   `iter_mut`, `keys`, `values`, `get`, `first`, `last`, `lines`, `split`, `chunks`,
-///   `windows`, `lock`, `read`, `write`, `borrow`, `deref`, `drain`, `entry`, `peek`, …;
-///   of these, `last`, `lines`, `split` and `bytes` called directly on a local may also consume
-///   it (`Iterator::last`, `BufRead::lines`), so a binding of their result keeps that local to
-///   the end of its scope;
+///   `windows`, `lock`, `read`, `write`, `borrow`, `deref`, `drain`, `entry`, `peek`, `kind`
+///   (an AST node's `&Kind`), …; of these, `last`, `lines`, `split`, `bytes` and `data` called
+///   directly on a local may also consume it (`Iterator::last`, `BufRead::lines`, a builder's
+///   `data(self)`), so a binding of their result keeps that local to the end of its scope;
 /// - **pass-through** (the receiver's value flows on): `unwrap`, `expect`, `ok`, `map_err`,
 ///   `context`, `into`, `into_*`, `map`, `filter`, `zip`, `chain`, `collect`, `cloned`, …,
 ///   `max`, `min` and `flatten` (tensor ops, but also iterator methods yielding references), and
@@ -210,7 +220,9 @@ use proc_macro::TokenStream;
 /// - A fallible method (followed by `?`) with explicit lifetimes tying its result to an `&`
 ///   argument (`fn pick<'a>(&self, x: &'a T) -> Result<&'a U>`): a fallible op's result is
 ///   taken to be owned, as tensor ops' are, so the compile error (`x` is moved while borrowed) is
-///   fixed with `keep(x)`. Without `?`, a method's result is taken to borrow its `&` arguments.
+///   fixed with `keep(x)`. Without `?`, a method's result is taken to borrow its `&` arguments,
+///   and so is it in a function returning `Option`, whose `?` unwraps a lookup
+///   (`re.find(&line)?`), not a tensor op.
 /// - Values whose last use is the function's value (its tail expression) gain nothing. A value
 ///   that a non-`move` closure, a guard method in a `match`/`if let` scrutinee, or the
 ///   statement's own value may borrow is released after the whole `if`/`match`, not inside

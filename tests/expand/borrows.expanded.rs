@@ -27,9 +27,6 @@ fn attention(q: Tensor, k: Tensor, scale: f64) -> Result<Tensor> {
         __vg_value
     };
     let n = dims[0];
-    if (&&&__VgProbe(&dims)).__vg_releasable() {
-        __vg_release(dims);
-    }
     if (&&&__VgProbe(&q)).__vg_releasable() {
         __vg_release(q);
     }

@@ -271,14 +271,15 @@ fn simple(f: &mut Function, rng: &mut Rng, which: usize) {
 }
 
 /// A statement of the extended corpus: a closure that borrows or takes a `Mem`, `?` inside a
-/// closure, an async block polled by `block_on` (suspended once or not), or macros reading a
-/// `Mem`.
+/// closure, an async block polled by `block_on` (suspended once or not), macros reading a
+/// `Mem`, or one of the shapes of issue #43 ([`last_shapes`]).
 fn extended_statement(f: &mut Function, rng: &mut Rng) {
     let Some(v) = f.pick(rng) else {
         return;
     };
     let n = f.fresh("x");
-    match rng.below(6) {
+    match rng.below(10) {
+        6..=9 => last_shapes(f, rng, &v, &n),
         0 => {
             f.line(format!("let {n} = |x: i64| x + {v}.len() as i64;"));
             f.line(format!("acc += {n}({});", rng.below(5)));
@@ -319,6 +320,108 @@ fn extended_statement(f: &mut Function, rng: &mut Rng) {
         _ => {
             f.line(format!("let {n} = matches!({v}.len(), 0..=3);"));
             f.line(format!("ev(format!(\"{n} {{}}\", {n}));"));
+        }
+    }
+}
+
+/// The shapes of issue #43: a `mut` value rewritten while a reference into it (`dims()`) feeds
+/// the condition and the new value; a value borrowed, then moved only in one arm of a branch
+/// nested in an `if let`; a borrow pushed through an `if let` binding (`groups.last_mut()`); a
+/// view constructor borrowing a value. Each with a variation (`if`, `match`, `else if` two and
+/// three deep, a loop around it, a method chain).
+fn last_shapes(f: &mut Function, rng: &mut Rng, v: &str, n: &str) {
+    let variation = rng.below(5);
+    match rng.below(4) {
+        0 => {
+            let d = f.fresh("d");
+            let e = f.size(rng);
+            f.line(format!("let mut {n} = Mem::new(\"{n}\", {e});"));
+            f.counts.releasable += 1;
+            if variation == 3 {
+                // A loop around it: the borrow is taken anew in each iteration.
+                let i = f.fresh("i");
+                f.line(format!("for {i} in 0..2usize {{"));
+                f.line(format!("    let {d} = {n}.dims();"));
+                f.line(format!(
+                    "    if {d}[0] > {i} + 2 {{ {n} = Mem::new(\"{n}r\", {d}[0] - 1); }}"
+                ));
+                f.line("}");
+            } else {
+                f.line(format!("let {d} = {n}.dims();"));
+                f.line(match variation {
+                    0 => format!("if {d}[0] > 2 {{ {n} = Mem::new(\"{n}r\", {d}[0] - 1); }}"),
+                    1 => format!(
+                        "match {d}[0] {{ 0..=2 => ev(\"{n} small\"), k => {n} = Mem::new(\"{n}r\", k + {d}.len()), }}"
+                    ),
+                    2 => format!(
+                        "if {d}[0] > 4 {{ {n} = Mem::new(\"{n}r\", {d}[0] / 2); }} else if {d}[0] > 2 {{ {n} = Mem::new(\"{n}s\", {d}[0] - 1); }}"
+                    ),
+                    _ => format!(
+                        "if {d}[0] > 5 {{ {n} = Mem::new(\"{n}r\", {d}[0] / 2); }} else if {d}[0] > 3 {{ {n} = {n}.gelu().softmax({d}[0]); }} else if flag {{ {n} = Mem::new(\"{n}t\", {d}[0] + 1); }}"
+                    ),
+                });
+            }
+            f.line(format!("acc += {n}.len() as i64;"));
+            f.live.push(n.to_string());
+        }
+        1 => {
+            // The by-value parameter when it is still live.
+            let v = if f.live.iter().any(|l| l == "p") {
+                "p"
+            } else {
+                v
+            };
+            let (y, s, w) = (f.fresh("y"), f.fresh("s"), f.fresh("w"));
+            let m = f.fresh("m");
+            let k = 1 + rng.below(4);
+            f.line(format!("let {y} = {v}.len();"));
+            f.line(format!("let {s} = {v}.dims();"));
+            let moved = format!("eat({v}, \"{m}\")");
+            let body = match variation {
+                0 => format!(
+                    "let {w} = if flag {{ {w} + {s}[0] }} else {{ {moved}.len() + {w} }};"
+                ),
+                1 => format!(
+                    "let {w} = match acc % 3 {{ 0 => {w} + {s}[0], 1 => {w}, _ => {moved}.len() + {w} }};"
+                ),
+                2 => format!(
+                    "let {w} = if flag {{ {w} + {s}[0] }} else if acc % 2 == 0 {{ {moved}.gelu().len() + {w} }} else {{ {w} }};"
+                ),
+                3 => format!(
+                    "let {w} = if flag {{ {w} + {s}[0] }} else if acc % 3 == 0 {{ {w} * 2 }} else if acc % 3 == 1 {{ {moved}.len() + {w} }} else {{ {w} + {s}.len() }};"
+                ),
+                _ => format!(
+                    "let {w} = if acc % 2 == 0 {{ {w} + {s}[0] }} else {{ {moved}.softmax({s_len}).gelu().len() + {w} }};",
+                    s_len = k
+                ),
+            };
+            f.line(format!(
+                "if let Some({w}) = (acc % 5 != 0).then_some({k}usize) {{"
+            ));
+            f.line(format!("    {body}"));
+            f.line(format!("    acc += {w} as i64;"));
+            f.line("}");
+            f.line(format!("acc += {y} as i64;"));
+            // Moved on some paths: not used again.
+            f.live.retain(|l| l != v);
+        }
+        2 => {
+            let (g, h) = (f.fresh("g"), f.fresh("h"));
+            f.line(format!("let mut {g}: Vec<Vec<&Mem>> = vec![Vec::new()];"));
+            f.line(format!(
+                "if let Some({h}) = {g}.last_mut() {{ {h}.push(&{v}) }}"
+            ));
+            f.line(format!("ev(format!(\"{g} {{}}\", {g}[0].len()));"));
+            f.line(format!("acc += {g}[0][0].len() as i64;"));
+        }
+        _ => {
+            let r = f.fresh("r");
+            f.line(format!(
+                "let {r} = View::from_slice(&{v}, {});",
+                1 + rng.below(3)
+            ));
+            f.line(format!("ev(format!(\"{r} {{}}\", {r}.len()));"));
+            f.line(format!("acc += {r}.len() as i64;"));
         }
     }
 }
@@ -412,7 +515,7 @@ pub fn generate_with(
             ("scoped", "#[vramguard::batch_scope]\n"),
         ] {
             let more = if extended {
-                "block_on, pending_once, "
+                "block_on, pending_once, View, "
             } else {
                 ""
             };

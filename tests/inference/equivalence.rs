@@ -81,3 +81,11 @@ mod branches;
 fn branches() {
     branches::main();
 }
+
+#[path = "ui/inference/pass/last_shapes.rs"]
+mod last_shapes;
+
+#[test]
+fn last_shapes() {
+    last_shapes::main();
+}

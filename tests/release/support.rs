@@ -44,6 +44,8 @@ pub fn take_log() -> Vec<String> {
 pub struct Mem {
     name: String,
     data: Vec<u8>,
+    /// Its size as a one-dimensional shape (for `dims`).
+    shape: [usize; 1],
 }
 
 impl vramguard::Release for Mem {}
@@ -53,6 +55,7 @@ impl Mem {
         Mem {
             name: name.into(),
             data: vec![1; bytes],
+            shape: [bytes],
         }
     }
     /// An owned `usize` (`len` is known not to borrow).
@@ -61,6 +64,10 @@ impl Mem {
     }
     pub fn is_empty(&self) -> bool {
         self.data.is_empty()
+    }
+    /// A reference into the value, as a tensor's `dims()` (issue #43's shapes).
+    pub fn dims(&self) -> &[usize] {
+        &self.shape
     }
     /// Named like a consuming form of vramguard's tensor (issue #21): at its last use the
     /// attributes route the call through `Dying`'s fallback, which must call this, unchanged.
@@ -80,6 +87,26 @@ impl Mem {
     pub fn softmax(&self, dim: usize) -> Mem {
         ev(format!("softmax {} {dim}", self.name));
         Mem::new(format!("softmax({})", self.name), self.len())
+    }
+}
+
+/// A view borrowing a `Mem` (ndarray's `ArrayView::from_shape`, issue #43).
+pub struct View<'a> {
+    data: &'a [u8],
+}
+
+impl<'a> View<'a> {
+    /// The first `rows` bytes of `m` (all of them if it has fewer).
+    pub fn from_slice(m: &'a Mem, rows: usize) -> View<'a> {
+        View {
+            data: &m.data[..rows.min(m.data.len())],
+        }
+    }
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
     }
 }
 

@@ -24,8 +24,8 @@ struct Ctx {
 }
 
 fn serial() -> Ctx {
-    static SERIAL: Mutex<()> = Mutex::new(());
-    let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    crate::set_up_process();
+    let guard = crate::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY (all calls in this file): the exported functions with valid out-pointers and the
     // handles they returned.
     unsafe {

@@ -11,7 +11,7 @@
 use std::ffi::{c_void, CString};
 use std::process::Command;
 use std::ptr::null_mut;
-use std::sync::{Mutex, MutexGuard, Once};
+use std::sync::MutexGuard;
 use vramguard_fake_cuda::blas::*;
 use vramguard_fake_cuda::driver_api::*;
 use vramguard_fake_cuda::errors::{self, name_or_number, CuResult};
@@ -40,14 +40,8 @@ struct Ctx {
 }
 
 fn serial() -> Ctx {
-    static SERIAL: Mutex<()> = Mutex::new(());
-    static ENV: Once = Once::new();
-    ENV.call_once(|| {
-        // Read once, at the first call of the process, which comes after this.
-        std::env::set_var("FAKE_CUDA_HOST_KERNELS", env!("FAKE_CUDA_TEST_KERNELS"));
-        std::env::set_var("FAKE_CUDA_MEMORY", "1GiB");
-    });
-    let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    crate::set_up_process();
+    let guard = crate::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY (all calls in this file): the driver functions with valid out-pointers and the
     // handles they returned.
     unsafe {
@@ -698,10 +692,11 @@ fn cublas_gemm_queues_on_its_stream_and_checks_its_operands() {
 /// Runs the ignored test `name` of this binary in a child process with `env`; its stderr and
 /// exit status.
 fn child(name: &str, env: &[(&str, &str)]) -> (String, Option<i32>) {
+    let name = format!("rules::{name}");
     let out = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            name,
+            &name,
             "--ignored",
             "--nocapture",
             "--test-threads=1",

@@ -32,6 +32,7 @@ pub(crate) fn expand(function: Function, options: &FnOptions) -> TokenStream {
         settings: &options.settings,
         krate: &krate,
         fn_name: fn_name.to_string(),
+        try_owns: !liveness::returns_option(&func.sig),
         only_marked,
         loops: function.loops.into_iter(),
     };
@@ -48,6 +49,8 @@ struct Scoper<'a> {
     settings: &'a ScopeSettings,
     krate: &'a syn::Path,
     fn_name: String,
+    /// The function does not return `Option` (see `ReleaseOptions::try_owns`).
+    try_owns: bool,
     only_marked: bool,
     loops: std::vec::IntoIter<Loop>,
 }
@@ -75,11 +78,18 @@ impl Scoper<'_> {
         if self.only_marked && facts.marker.is_none() {
             return;
         }
-        liveness::insert_releases(body, &params, &ReleaseOptions::new(self.krate.clone()));
+        let release_options = ReleaseOptions {
+            try_owns: self.try_owns,
+            ..ReleaseOptions::new(self.krate.clone())
+        };
+        liveness::insert_releases(body, &params, &release_options);
         let marker = facts.marker.unwrap_or_default();
         let guard = self.guard_statement(&marker.settings, keyword_span);
+        // The user's braces, not the macro's: edition 2024 decides a block's tail-temporary
+        // scope from its span's edition (a macro's own span has the macro crate's edition, 2021,
+        // under which a tail `m.lock().unwrap().push(i)` would outlive a body-local `m`).
         let user_body = Block {
-            brace_token: Default::default(),
+            brace_token: body.brace_token,
             stmts: std::mem::take(&mut body.stmts),
         };
         body.stmts = vec![

@@ -115,6 +115,7 @@ fn body(
     if options.drops && !unsafe_fn {
         let release_options = ReleaseOptions {
             scalars: liveness::scalar_params(sig),
+            try_owns: !liveness::returns_option(sig),
             ..release_options.clone()
         };
         let report =

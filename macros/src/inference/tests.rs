@@ -102,3 +102,13 @@ fn one_diagnostic_cases_are_rewritten() {
     }
     assert_eq!(checked, 19, "the cases of both files");
 }
+
+/// `VG_DEBUG_EXPAND=FILE`: prints FILE with every `#[inference]` item expanded (for working on
+/// the rewrite; prints nothing otherwise).
+#[test]
+fn debug_expand() {
+    if let Ok(path) = std::env::var("VG_DEBUG_EXPAND") {
+        let source = std::fs::read_to_string(path).expect("VG_DEBUG_EXPAND names a readable file");
+        println!("{}", expand_file(&source));
+    }
+}

@@ -88,8 +88,11 @@
 //!   block: `plan::graph` (the binding is *kept*);
 //! - borrowers pushing a release point back, shadowing, partial moves, unknown statement
 //!   macros, `let … else`, nothing to gain at the block's end: `plan::release_points`;
-//! - moved in (written twice) or released after, closures, deferred types, the fallback copy:
-//!   `plan::schedule`;
+//! - a reference an accessor returns (`x.dims()`: never released, it frees nothing):
+//!   `plan::graph`;
+//! - moved in (written twice) or released after, closures, deferred types, the fallback copy,
+//!   a borrower whose last statement moves or writes what it borrows, a borrowed value that
+//!   its statement may move as a receiver: `plan::schedule`;
 //! - released inside the branches of an `if`/`match` (conditions, scrutinees, guards, patterns,
 //!   each branch's own last use): `plan::branches`, with the branch shapes of
 //!   `analysis::branches`; written by `rewrite` (a missing `else` becomes one);
@@ -138,6 +141,9 @@ pub(crate) struct ReleaseOptions {
     /// Names the function's signature declares as primitive numbers (`eps: f64`): what is
     /// computed from them is a number too (see `analysis::shapes::scalar`).
     pub scalars: BTreeSet<String>,
+    /// `?` marks a fallible tensor op (see `analysis::Env::try_owns`): not in a function
+    /// returning `Option` ([`returns_option`]).
+    pub try_owns: bool,
 }
 
 impl ReleaseOptions {
@@ -151,7 +157,24 @@ impl ReleaseOptions {
             optimistic: false,
             inplace: true,
             scalars: BTreeSet::new(),
+            try_owns: true,
         }
+    }
+}
+
+/// Whether a signature returns `Option<..>`: its `?`s unwrap lookups (`re.find(&line)?`), whose
+/// results borrow their arguments, not fallible tensor ops.
+pub(crate) fn returns_option(sig: &syn::Signature) -> bool {
+    match &sig.output {
+        syn::ReturnType::Type(_, ty) => match &**ty {
+            syn::Type::Path(path) => path
+                .path
+                .segments
+                .last()
+                .is_some_and(|segment| segment.ident == "Option"),
+            _ => false,
+        },
+        syn::ReturnType::Default => false,
     }
 }
 

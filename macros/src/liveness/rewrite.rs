@@ -57,6 +57,7 @@ impl Rewriter<'_> {
                 borrows: &self.opts.borrows,
                 local_macros: &self.local_macros,
                 optimistic: self.opts.optimistic,
+                try_owns: self.opts.try_owns,
             },
             kept_names,
             no_dup: self.no_dup,
@@ -183,6 +184,7 @@ impl Rewriter<'_> {
             borrows: &self.opts.borrows,
             local_macros: &self.local_macros,
             optimistic: self.opts.optimistic,
+            try_owns: self.opts.try_owns,
         }
         .scan_block(block)
         .mentions;

@@ -230,7 +230,6 @@ pub(crate) static OWNED_METHODS: NameList = NameList::new(&[
     "numel",
     "size",
     "dtype",
-    "kind",
     "is_contiguous",
     "count",
     "contains",
@@ -335,6 +334,9 @@ pub(crate) static BORROW_METHODS: NameList = NameList::new(&[
     "parameters",
     "weight",
     "bias",
+    // An AST node's `kind()` is `&Kind` (tch's is an owned `Kind`, which borrowing costs
+    // nothing: it is no memory).
+    "kind",
 ]);
 
 /// Tensor operations (owned results) that are also `Iterator` methods yielding the iterator's
@@ -345,8 +347,9 @@ pub(crate) static ITEM_METHODS: NameList = NameList::new(&["max", "min", "flatte
 /// Of the borrowing methods, those std also defines on a by-value `self` (`Iterator::last`,
 /// `BufRead::lines`, `BufRead::split`, `Read::bytes`): called directly on a local they may move
 /// it, so a binding of their result keeps the local to the end of its scope.
+/// Also `data`: candle-nn's `VarMap::data` borrows, a builder's `data(self)` consumes.
 pub(crate) static MAYBE_CONSUMING_METHODS: NameList =
-    NameList::new(&["last", "lines", "split", "bytes"]);
+    NameList::new(&["last", "lines", "split", "bytes", "data"]);
 
 /// Of the borrowing methods, those returning a guard or another value whose drop still uses
 /// the borrow (`Ref`, `MutexGuard`, `Drain`): the receiver must outlive the guard's drop.
@@ -397,6 +400,7 @@ pub(crate) static REFERENCE_METHODS: NameList = NameList::new(&[
     "bias",
     "get_unchecked",
     "get_unchecked_mut",
+    "kind",
 ]);
 
 /// Methods whose result carries the receiver's *value* (and the values of their arguments):
@@ -604,6 +608,35 @@ pub(crate) static STORING_METHODS: NameList = NameList::new(&[
     "store",
 ]);
 
+/// Methods that write through their receiver (besides [`STORING_METHODS`] and any `*_mut`
+/// method): a borrow of the receiver taken before the call cannot be used after it.
+pub(crate) static MUTATING_METHODS: NameList = NameList::new(&[
+    "pop",
+    "pop_back",
+    "pop_front",
+    "remove",
+    "swap_remove",
+    "clear",
+    "truncate",
+    "retain",
+    "sort",
+    "sort_by",
+    "sort_by_key",
+    "sort_unstable",
+    "sort_unstable_by",
+    "sort_unstable_by_key",
+    "dedup",
+    "reverse",
+    "resize",
+    "fill",
+    "swap",
+]);
+
+/// Whether a method named `name` writes through its receiver (see [`MUTATING_METHODS`]).
+pub(crate) fn is_mutating_method(name: &str) -> bool {
+    STORING_METHODS.contains(name) || MUTATING_METHODS.contains(name) || name.ends_with("_mut")
+}
+
 /// Free functions (last path segment) whose result owns its data.
 pub(crate) static OWNED_FUNCTIONS: NameList = NameList::new(&[
     "softmax",
@@ -632,7 +665,6 @@ pub(crate) static OWNED_FUNCTIONS: NameList = NameList::new(&[
     "rand",
     "randn",
     "from_vec",
-    "from_slice",
     "from_iter",
     "cross_entropy",
     "mse",

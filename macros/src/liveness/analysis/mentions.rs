@@ -24,6 +24,9 @@ enum Ctx {
     Borrow,
     /// Receiver of a method that may take `self` by value or by reference.
     Receiver,
+    /// Receiver of a method call followed by `?`: a fallible tensor op, taken to borrow its
+    /// receiver (see [`Env::try_owns`]).
+    FallibleReceiver,
     /// Assigned to (`x = …`).
     Assign,
 }
@@ -182,11 +185,28 @@ impl<'e, 'a> Scanner<'e, 'a> {
             Ctx::Value => {
                 mention.moved = true;
                 mention.consumed |= !projected;
+                mention.consumable |= !projected;
                 mention.consumed_always |= !projected && self.conditional == 0;
                 mention.partial |= projected;
             }
-            Ctx::Receiver => mention.moved = true,
+            Ctx::Receiver => {
+                mention.moved = true;
+                mention.consumable |= !projected;
+            }
+            Ctx::FallibleReceiver => mention.moved = true,
             Ctx::Borrow | Ctx::Assign => {}
+        }
+    }
+
+    /// The place `target` is rooted in is written through (see [`super::Mention::mutated`]).
+    /// Recorded also inside a loop no `break` leaves: a borrow must not outlive the write.
+    fn mutated(&mut self, target: &Expr) {
+        let Some(root) = place_root(target) else {
+            return;
+        };
+        let name = root.strip_prefix("r#").unwrap_or(&root).to_string();
+        if !self.bound.contains(&name) {
+            self.facts.mentions.entry(name).or_default().mutated = true;
         }
     }
 
@@ -251,7 +271,22 @@ impl<'e, 'a> Scanner<'e, 'a> {
             return;
         }
         match place_root(target) {
-            Some(root) if self.bound.contains(&root) => {}
+            // Through a name the statement binds (`if let Some(g) = groups.last_mut() {
+            // g.push(&word) }`): into what that name points into or holds.
+            Some(root) if self.bound.contains(&root) => {
+                let index = self.bound.iter().rposition(|b| *b == root);
+                let held = index.and_then(|i| self.bound_sources.get(&i)).cloned();
+                for source in held.unwrap_or_default() {
+                    let holder = match source {
+                        Source::Storage(name, ..)
+                        | Source::ValueOf(name)
+                        | Source::Contents(name) => name,
+                    };
+                    if !self.bound.contains(&holder) {
+                        self.facts.stores.push((holder, sources.clone()));
+                    }
+                }
+            }
             Some(root) => self.facts.stores.push((root, sources)),
             // `self.f = …`, `*p = …`, a static: stored beyond this block's locals.
             None => self.facts.stores.push((OUTSIDE.to_string(), sources)),
@@ -359,7 +394,12 @@ impl<'e, 'a> Scanner<'e, 'a> {
                     self.mention(&name, ctx, false);
                 }
             }
-            Expr::Reference(r) => self.expr(&r.expr, Ctx::Borrow),
+            Expr::Reference(r) => {
+                self.expr(&r.expr, Ctx::Borrow);
+                if r.mutability.is_some() {
+                    self.mutated(&r.expr);
+                }
+            }
             Expr::RawAddr(r) => {
                 self.expr(&r.expr, Ctx::Borrow);
                 self.raw_address_of(r.expr.to_token_stream());
@@ -375,11 +415,12 @@ impl<'e, 'a> Scanner<'e, 'a> {
             },
             Expr::Paren(paren) => self.expr(&paren.expr, ctx),
             Expr::Group(group) => self.expr(&group.expr, ctx),
-            Expr::MethodCall(call) => self.method_call(call),
+            Expr::MethodCall(call) => self.method_call(call, false),
             Expr::Call(call) => self.call(call),
             Expr::Binary(binary) => self.binary(binary),
             Expr::Assign(assign) => {
                 self.projection_or_assign(&assign.left);
+                self.mutated(&assign.left);
                 self.expr(&assign.right, Ctx::Value);
                 let sources = self.env.value_sources(&assign.right);
                 self.store(&assign.left, sources);
@@ -429,7 +470,10 @@ impl<'e, 'a> Scanner<'e, 'a> {
             Expr::Return(r) => r.expr.iter().for_each(|e| self.expr(e, Ctx::Value)),
             Expr::Break(b) => b.expr.iter().for_each(|e| self.expr(e, Ctx::Value)),
             Expr::Yield(y) => y.expr.iter().for_each(|e| self.expr(e, Ctx::Value)),
-            Expr::Try(t) => self.expr(&t.expr, Ctx::Value),
+            Expr::Try(t) => match &*t.expr {
+                Expr::MethodCall(call) => self.method_call(call, true),
+                other => self.expr(other, Ctx::Value),
+            },
             Expr::Await(a) => self.expr(&a.base, Ctx::Value),
             Expr::Cast(c) => {
                 self.expr(&c.expr, Ctx::Value);
@@ -461,9 +505,10 @@ impl<'e, 'a> Scanner<'e, 'a> {
         }
     }
 
-    /// `x.m(args)`: the receiver's use depends on the method's name; closure arguments may
-    /// borrow from the receiver and the other arguments; storing methods store their arguments.
-    fn method_call(&mut self, call: &syn::ExprMethodCall) {
+    /// `x.m(args)`: the receiver's use depends on the method's name (and on a `?` after the
+    /// call, `fallible`); closure arguments may borrow from the receiver and the other
+    /// arguments; storing methods store their arguments.
+    fn method_call(&mut self, call: &syn::ExprMethodCall, fallible: bool) {
         let name = call.method.to_string();
         let receiver_ctx = if self.env.maybe_consumes(&name) {
             Ctx::Receiver
@@ -473,10 +518,15 @@ impl<'e, 'a> Scanner<'e, 'a> {
             Ctx::Borrow
         } else if name.starts_with("into_") || lists::PASSTHROUGH_METHODS.contains(name.as_str()) {
             Ctx::Value
+        } else if fallible && self.env.try_owns {
+            Ctx::FallibleReceiver
         } else {
             Ctx::Receiver
         };
         self.expr(&call.receiver, receiver_ctx);
+        if lists::is_mutating_method(&name) {
+            self.mutated(&call.receiver);
+        }
         // A closure argument's parameters may borrow from the receiver and the other
         // arguments (`names.iter().for_each(|n| refs.push(n))`). Only worked out when there is
         // one: the receiver's sources walk the whole call chain below it, so computing them at
@@ -531,6 +581,19 @@ impl<'e, 'a> Scanner<'e, 'a> {
 
     /// `a op b`: comparisons borrow both sides, compound assignments borrow the left one.
     fn binary(&mut self, binary: &syn::ExprBinary) {
+        let compound = matches!(
+            binary.op,
+            BinOp::AddAssign(_)
+                | BinOp::SubAssign(_)
+                | BinOp::MulAssign(_)
+                | BinOp::DivAssign(_)
+                | BinOp::RemAssign(_)
+                | BinOp::BitXorAssign(_)
+                | BinOp::BitAndAssign(_)
+                | BinOp::BitOrAssign(_)
+                | BinOp::ShlAssign(_)
+                | BinOp::ShrAssign(_)
+        );
         let (left, right) = match binary.op {
             BinOp::Eq(_)
             | BinOp::Ne(_)
@@ -538,19 +601,13 @@ impl<'e, 'a> Scanner<'e, 'a> {
             | BinOp::Le(_)
             | BinOp::Gt(_)
             | BinOp::Ge(_) => (Ctx::Borrow, Ctx::Borrow),
-            BinOp::AddAssign(_)
-            | BinOp::SubAssign(_)
-            | BinOp::MulAssign(_)
-            | BinOp::DivAssign(_)
-            | BinOp::RemAssign(_)
-            | BinOp::BitXorAssign(_)
-            | BinOp::BitAndAssign(_)
-            | BinOp::BitOrAssign(_)
-            | BinOp::ShlAssign(_)
-            | BinOp::ShrAssign(_) => (Ctx::Borrow, Ctx::Value),
+            _ if compound => (Ctx::Borrow, Ctx::Value),
             _ => (Ctx::Value, Ctx::Value),
         };
         self.expr(&binary.left, left);
+        if compound {
+            self.mutated(&binary.left);
+        }
         // `a && f(x)`: the right side may not run.
         if matches!(binary.op, BinOp::And(_) | BinOp::Or(_)) {
             self.maybe(|s| s.expr(&binary.right, right));

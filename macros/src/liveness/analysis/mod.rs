@@ -56,6 +56,13 @@ pub(crate) struct Mention {
     pub consumed_always: bool,
     /// A field (or the pointee) may be moved out: the local is partially moved afterwards.
     pub partial: bool,
+    /// Passed by value, or the receiver of a method call that is not followed by `?` (whose
+    /// method may take `self` by value, as burn's tensor ops do; a fallible op followed by `?`
+    /// is taken to borrow its receiver, as candle's do): the statement may move it somewhere.
+    pub consumable: bool,
+    /// Written through (`x = …`, `x.f = …`, `x += …`, `&mut x`, `x.push(..)`): a borrow of it
+    /// taken before the statement cannot be used after it.
+    pub mutated: bool,
     /// Its address is taken as a raw pointer (`&raw`, `as *const _`, `addr_of!`, `as_ptr()`):
     /// the pointer may escape where the borrow checker cannot see it, so the local is never
     /// released early.
@@ -75,6 +82,10 @@ pub(crate) struct Facts {
 
 /// What the analysis knows besides the statement: the name lists and the local macros.
 pub(crate) struct Env<'a> {
+    /// `?` marks a fallible tensor op, whose result owns its data and whose receiver is only
+    /// borrowed (`x.matmul(&w)?`). Not in a function returning `Option`, where `?` unwraps a
+    /// lookup whose result borrows its arguments (`re.find(&line)?`).
+    pub try_owns: bool,
     /// Extra methods/functions whose result owns its data (`owned(..)` option).
     pub owned: &'a [String],
     /// Extra methods whose result borrows the receiver (`borrows(..)` option).

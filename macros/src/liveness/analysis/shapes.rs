@@ -145,6 +145,22 @@ pub(crate) fn never_release(expr: &Expr, scalar_local: &dyn Fn(&str) -> bool) ->
     }
 }
 
+/// The method whose call `expr` is, when it returns a plain reference into its receiver by
+/// the lists (`x.dims()`, `node.kind()`, `t.as_ref()`): a reference, never `Release`.
+pub(crate) fn reference_accessor(expr: &Expr) -> Option<String> {
+    match expr {
+        Expr::Paren(paren) => reference_accessor(&paren.expr),
+        Expr::Group(group) => reference_accessor(&group.expr),
+        Expr::MethodCall(call) => {
+            let name = call.method.to_string();
+            lists::REFERENCE_METHODS
+                .contains(name.as_str())
+                .then_some(name)
+        }
+        _ => None,
+    }
+}
+
 /// The value of a block: its tail expression.
 fn block_value(block: &syn::Block) -> Option<&Expr> {
     match block.stmts.last() {

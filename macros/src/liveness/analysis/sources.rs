@@ -73,6 +73,8 @@ impl Env<'_> {
                     .chain(&range.end)
                     .for_each(|e| self.value(e, out));
             }
+            // `?` on an `Option` (a lookup, `re.find(&line)?`): what the lookup returned.
+            Expr::Try(try_) if !self.try_owns => self.value(&try_.expr, out),
             // `x.t()?`: only a fallible tensor op is followed by `?`, so the result is owned.
             Expr::Try(try_) => match &*try_.expr {
                 Expr::MethodCall(call) if self.is_ambiguous(&call.method.to_string()) => {}

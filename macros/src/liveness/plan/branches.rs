@@ -137,6 +137,7 @@ pub(super) fn pushable(
                 borrows: env.borrows,
                 local_macros: env.local_macros,
                 optimistic: env.optimistic,
+                try_owns: env.try_owns,
             },
             kept_names: ctx.kept_names.clone(),
             no_dup: false,

@@ -20,6 +20,8 @@ pub(super) struct Graph {
     pub bindings: Vec<Binding>,
     /// Which binding may hold references into which, since which statement.
     pub edges: Vec<Edge>,
+    /// The earliest statement of each edge's `(from, to, kind, into)` (see `add_edge`).
+    edge_index: BTreeMap<(usize, usize, BorrowKind, bool), usize>,
     /// Per statement: whether a binding may be moved into it (not an unknown statement
     /// macro, which might declare bindings).
     pub wrappable: Vec<bool>,
@@ -29,6 +31,9 @@ pub(super) struct Graph {
     pub borrowed_by_value: Vec<Vec<(usize, BorrowKind)>>,
     /// Per statement, the names known to be numbers there.
     pub scalars_at: Vec<BTreeSet<String>>,
+    /// Per statement, the names it may move or writes through (see `Mention::consumable` and
+    /// `Mention::mutated`): a borrow of one of them cannot be used after the statement.
+    pub invalidated: Vec<BTreeSet<String>>,
     /// The binding each name refers to at the current statement.
     current: BTreeMap<String, usize>,
 }
@@ -39,9 +44,11 @@ pub(super) fn build(block: &Block, params: &[ParamBinding], ctx: &PlanContext<'_
     let mut graph = Graph {
         bindings: Vec::new(),
         edges: Vec::new(),
+        edge_index: BTreeMap::new(),
         wrappable: vec![true; count],
         borrowed_by_value: vec![Vec::new(); count],
         scalars_at: Vec::with_capacity(count),
+        invalidated: Vec::with_capacity(count),
         current: BTreeMap::new(),
     };
     for param in params {
@@ -51,6 +58,14 @@ pub(super) fn build(block: &Block, params: &[ParamBinding], ctx: &PlanContext<'_
     for (index, stmt) in block.stmts.iter().enumerate() {
         graph.scalars_at.push(graph.scalars_here(ctx));
         let facts = ctx.env.scan_stmt(stmt);
+        graph.invalidated.push(
+            facts
+                .mentions
+                .iter()
+                .filter(|(_, m)| m.consumable || m.mutated)
+                .map(|(name, _)| name.clone())
+                .collect(),
+        );
         graph.record_mentions(index, &facts);
         graph.record_stores(index, &facts);
         match stmt {
@@ -112,6 +127,8 @@ impl Graph {
             partial_moves: Vec::new(),
             consumed_at: Vec::new(),
             consumed_always_at: Vec::new(),
+            consumable_at: Vec::new(),
+            borrows_outer: BTreeSet::new(),
             used_in_place: Vec::new(),
             type_deferred: false,
             never_released: false,
@@ -123,7 +140,23 @@ impl Graph {
         self.bindings.len() - 1
     }
 
-    /// The bindings a value from `sources` may borrow: `(binding, kind, into)`.
+    /// Adds an edge unless one from and to the same bindings, of the same kind, exists since
+    /// no later statement (it says all the new one would): a loop body that stores into a
+    /// local at many statements (`U.set(..)` over an SVD's 300 lines, each store copying
+    /// what the target holds) would otherwise copy the duplicates of the duplicates, and the
+    /// list would double at each store.
+    fn add_edge(&mut self, edge: Edge) {
+        let key = (edge.from, edge.to, edge.kind, edge.into);
+        match self.edge_index.get(&key) {
+            Some(&at) if at <= edge.at => {}
+            _ => {
+                self.edge_index.insert(key, edge.at);
+                self.edges.push(edge);
+            }
+        }
+    }
+
+    /// The bindings a value from `sources` may borrow: `(binding, kind, into)`, each once.
     fn resolve(&self, sources: &[Source]) -> Vec<(usize, BorrowKind, bool)> {
         let mut out = Vec::new();
         for source in sources {
@@ -163,7 +196,21 @@ impl Graph {
                 }
             }
         }
+        out.sort_unstable();
+        out.dedup();
         out
+    }
+
+    /// The locals of enclosing blocks (no binding of this block) whose storage a value from
+    /// `sources` may borrow.
+    fn outer_storage(&self, sources: &[Source]) -> BTreeSet<String> {
+        sources
+            .iter()
+            .filter_map(|source| match source {
+                Source::Storage(name, ..) if !self.current.contains_key(name) => Some(name.clone()),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Records how statement `index` uses the bindings it mentions.
@@ -181,6 +228,9 @@ impl Graph {
                 if mention.consumed_always {
                     binding.consumed_always_at.push(index);
                 }
+                if mention.consumable {
+                    binding.consumable_at.push(index);
+                }
                 // Not after a statement that may move it (`loop { let n = f(cur);
                 // if .. { break } cur = n; }` can exit with `cur` moved).
                 if !mention.moved {
@@ -197,8 +247,10 @@ impl Graph {
     fn record_stores(&mut self, index: usize, facts: &Facts) {
         for (target, sources) in &facts.stores {
             let resolved = self.resolve(sources);
+            let outer = self.outer_storage(sources);
             match self.current.get(target) {
                 Some(&t) => {
+                    self.bindings[t].borrows_outer.extend(outer);
                     // Stored through a reference (`let sink = &mut names; sink.push(&s)`):
                     // what the reference points into holds the borrow too.
                     let mut holders = vec![t];
@@ -211,16 +263,15 @@ impl Graph {
                     for holder in holders {
                         // A value cannot borrow itself (`f(&mut a, &mut b)` stores each
                         // into the other, and so back into itself).
-                        self.edges
-                            .extend(resolved.iter().filter(|r| r.0 != holder).map(
-                                |&(to, kind, into)| Edge {
-                                    from: holder,
-                                    to,
-                                    kind,
-                                    into,
-                                    at: index,
-                                },
-                            ));
+                        for &(to, kind, into) in resolved.iter().filter(|r| r.0 != holder) {
+                            self.add_edge(Edge {
+                                from: holder,
+                                to,
+                                kind,
+                                into,
+                                at: index,
+                            });
+                        }
                     }
                 }
                 // Stored into something declared outside this block: keep it whole.
@@ -242,6 +293,7 @@ impl Graph {
         };
         let marked_keep = local.attrs.iter().any(is_keep_attr);
         let mut resolved = Vec::new();
+        let mut outer = BTreeSet::new();
         if let Some(init) = &local.init {
             // `let r = &make(&x);` and `ref` bindings: everything mentioned.
             let sources = if has_ref || Env::has_extended_temporary(&init.expr) {
@@ -250,6 +302,7 @@ impl Graph {
                 env.value_sources(&init.expr)
             };
             resolved = self.resolve(&sources);
+            outer = self.outer_storage(&sources);
             self.borrowed_by_value[index] = resolved.iter().map(|&(b, k, _)| (b, k)).collect();
             if let Some((_, otherwise)) = &init.diverge {
                 for name in env.scan_expr(otherwise).mentions.keys() {
@@ -299,10 +352,16 @@ impl Graph {
             (_, Some(init)) => shapes::scalar(&init.expr, &scalar_local),
             (_, None) => false,
         };
-        // Not `Release` by its syntax: a probe would only ever answer "keep".
+        // Not `Release` by its syntax: a probe would only ever answer "keep". A reference
+        // an accessor returns (`let dims = xs.dims();`) is none either, and its release would
+        // be a use of the borrow after a statement that writes `xs` (`xs = xs.reshape(..)?`).
         let plain = match (&local.pat, &local.init) {
             (syn::Pat::Type(typed), _) if shapes::plain_type(&typed.ty) => true,
-            (_, Some(init)) => dims || shapes::never_release(&init.expr, &scalar_local),
+            (_, Some(init)) => {
+                dims || shapes::never_release(&init.expr, &scalar_local)
+                    || shapes::reference_accessor(&init.expr)
+                        .is_some_and(|name| !env.owned.contains(&name))
+            }
             (_, None) => false,
         };
         // `#[cfg(..)] let x = …;` may be compiled out: whether it shadows `x` is unknown, so
@@ -324,14 +383,16 @@ impl Graph {
             self.bindings[new].never_released = closure_typed || plain;
             self.bindings[new].scalar = scalar;
             self.bindings[new].type_deferred = type_deferred;
-            self.edges
-                .extend(resolved.iter().map(|&(to, kind, into)| Edge {
+            self.bindings[new].borrows_outer = outer.clone();
+            for &(to, kind, into) in &resolved {
+                self.add_edge(Edge {
                     from: new,
                     to,
                     kind,
                     into,
                     at: index,
-                }));
+                });
+            }
         }
     }
 }

@@ -102,6 +102,12 @@ struct Binding {
     /// Statements that move it on every path on which they complete (see
     /// [`super::analysis::Mention::consumed_always`]).
     consumed_always_at: Vec<usize>,
+    /// Statements that may move it by value or as a receiver (see
+    /// [`super::analysis::Mention::consumable`]).
+    consumable_at: Vec<usize>,
+    /// Locals of enclosing blocks whose storage it may borrow (the graph's edges cover this
+    /// block's own bindings).
+    borrows_outer: BTreeSet<String>,
     /// Statements that use this binding without moving it (`x += 1`, `f(&mut x)`, `x = …`):
     /// such a statement only borrows it (see [`schedule`] on `mut` bindings).
     used_in_place: Vec<usize>,

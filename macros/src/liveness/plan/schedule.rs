@@ -84,7 +84,11 @@ pub(super) fn schedule(
         // rows.iter()…; for row in rows { use(widths) }`): the plain code compiled, so the borrow
         // had ended, but a release after the statement would name a moved value. The statement
         // moves it: it keeps its scope end.
-        if borrowed_here && binding.consumed_at.contains(&at) {
+        // So too where it is a receiver of a call that may take `self` by value, anywhere in
+        // the statement (`let shape = labels.dims(); … if c { f(shape) } else {
+        // labels.flatten(0, 0) }`): a release after the statement would follow a move on one
+        // path, and moving it in would move it while borrowed on the other.
+        if borrowed_here && binding.consumable_at.contains(&at) {
             continue;
         }
         // Passed by value on every path on which the statement completes (`f(x)`, `a + x`,
@@ -98,6 +102,13 @@ pub(super) fn schedule(
                 plan.handed_placed
                     .insert(binding.ident.unraw().to_string(), false);
             }
+            continue;
+        }
+        // A release after the statement (or inside its branches, after the part that uses it)
+        // reads the binding, and so the borrows it holds, after the statement: not where the
+        // statement moves or writes what it may borrow (`let d = xs.view(); if d.len() > 1 {
+        // xs = xs.reshape(&d)?; }`), where the plain code's borrow ended before the write.
+        if !may_move_here && invalidates_a_borrowed(graph, b, at) {
             continue;
         }
         // The block's value (only a binding handed in to a branch is released there): it is
@@ -200,6 +211,24 @@ pub(super) fn schedule(
         }
     }
     plan
+}
+
+/// Whether statement `at` may move or writes through a local that binding `b` may borrow (see
+/// `Graph::invalidated`).
+fn invalidates_a_borrowed(graph: &Graph, b: usize, at: usize) -> bool {
+    let invalidated = &graph.invalidated[at];
+    if invalidated.is_empty() {
+        return false;
+    }
+    graph.bindings[b]
+        .borrows_outer
+        .iter()
+        .any(|name| invalidated.contains(name))
+        || graph.edges.iter().any(|e| {
+            e.from == b
+                && e.at <= at
+                && invalidated.contains(&graph.bindings[e.to].ident.unraw().to_string())
+        })
 }
 
 /// A binding released at a statement, and how the statement uses it.

@@ -6,8 +6,8 @@
 //!
 //! # How it searches
 //!
-//! Every run starts from the same pool: [`empty_cache`](super::empty_cache), then
-//! [`reset_peak_stats`](super::reset_peak_stats), then the closure, then the allocator's peak.
+//! Every run starts from the same pool: [`empty_cache`], then
+//! [`reset_peak_stats`], then the closure, then the allocator's peak.
 //! A run *fits* when the closure returns `Ok` and the device's peak reserved bytes (everything
 //! the device holds, weights included) stay within the budget; an out-of-memory error from the
 //! closure means "does not fit", any other error ends the search.
@@ -16,9 +16,14 @@
 //!    is `a + s·batch` up to the allocator's 512-byte rounding of each block.
 //! 2. **Predict** the largest batch whose allocated peak, plus the pool's overhead (the
 //!    smallest peak-reserved-minus-peak-allocated figure of the runs that fitted: partly used
-//!    pages, the small pool's segments), is within the budget.
-//! 3. **Confirm**: the predicted batch must fit and the next one must not. When the
-//!    prediction is exact or one too high, that is 4 runs in all.
+//!    pages, the small pool's segments), is within the budget. The overhead at the answer may
+//!    be smaller than at small batches (a page partly used there is a smaller share of a large
+//!    peak), and never below none: when the largest batch whose allocated peak alone is within
+//!    the budget is the next one, the search runs that one — the answer is one of the two, and
+//!    one run decides which.
+//! 3. **Confirm**: the predicted batch must fit and the next one must not (or, when it does
+//!    not fit, the one below must). When the prediction is exact or one too high, that is 4
+//!    runs in all.
 //!
 //! A run that completes over the budget (a budget below what the device can hold, or the
 //! heap, which never refuses) has a whole peak, unlike a run that ran out of memory: the model
@@ -173,8 +178,9 @@ impl fmt::Display for BatchRun {
 pub struct MaxBatch {
     /// The largest batch that fits (0 when batch 1 does not).
     pub batch: usize,
-    /// The largest batch predicted from the two measurements (`None` when the search ended
-    /// before predicting, or when the peak did not grow from batch 1 to 2).
+    /// The batch predicted from the two measurements, the first the search ran after them
+    /// (see the module's step 2; `None` when the search ended before predicting, or when the
+    /// peak did not grow from batch 1 to 2).
     pub first_prediction: Option<usize>,
     /// Whether `batch` is the search's limit, which fits: larger batches were not tried.
     pub reached_limit: bool,
@@ -407,7 +413,7 @@ impl<'a> MaxBatchSearch<'a> {
         if self.limit >= 2 {
             self.probe(meter, run, 2, RunReason::Measure, state)?;
         }
-        let first = state.predict(self.budget_bytes);
+        let first = state.guess(self.budget_bytes);
         if first.is_none() && state.hi.is_none() && self.limit == usize::MAX {
             let allocated_bytes = state.fitted[0].peak_allocated_bytes;
             return Err(MaxBatchError::PeakDoesNotGrow { allocated_bytes });
@@ -575,18 +581,38 @@ impl Search {
         }
     }
 
+    /// The batch the model says to run next: its prediction ([`Self::predict`]), or the batch
+    /// above it when that one's allocated peak alone is within the budget (the pool's overhead
+    /// there may be less than the smallest seen: whether it fits is then one run away, and if
+    /// it does not, the prediction is the answer).
+    fn guess(&self, budget: u64) -> Option<usize> {
+        let predicted = self.predict(budget, self.overhead())?;
+        let next = predicted.checked_add(1);
+        Some(match next {
+            Some(next) if self.predict(budget, 0) == Some(next) => next,
+            _ => predicted,
+        })
+    }
+
+    /// The pool's overhead: the smallest reserved-minus-allocated figure of the runs that
+    /// fitted. A run's figure mixes slack that memory pressure would reclaim (cached free
+    /// blocks, which a run far below the budget keeps) with slack it cannot (partly used pages,
+    /// the small pool's segments); the smallest is the closest to the second.
+    fn overhead(&self) -> u64 {
+        self.fitted
+            .iter()
+            .map(|r| r.peak_reserved_bytes.saturating_sub(r.peak_allocated_bytes))
+            .min()
+            .unwrap_or(0)
+    }
+
     /// The largest batch the affine model says fits: the allocated peak through the smallest
     /// and the largest batch that fitted — or, once a run completed over the budget, through
     /// the largest that fitted and that one (a secant across the answer, where a peak that is
     /// not affine at small batches, such as one led by a fixed scratch buffer, is affine
-    /// again) — plus the pool's overhead. `None` with fewer than two measured batches or a peak
-    /// that does not grow.
-    ///
-    /// The overhead is the smallest reserved-minus-allocated figure of the runs that fitted: a
-    /// run's figure mixes slack that memory pressure would reclaim (cached free blocks, which a
-    /// run far below the budget keeps) with slack it cannot (partly used pages, the small
-    /// pool's segments); the smallest is the closest to the second.
-    fn predict(&self, budget: u64) -> Option<usize> {
+    /// again) — plus `overhead`. `None` with fewer than two measured batches or a peak that
+    /// does not grow.
+    fn predict(&self, budget: u64, overhead: u64) -> Option<usize> {
         let (first, last) = match (self.fitted.last(), self.over) {
             (Some(fitted), Some(over)) if self.hi == Some(over.batch) => (fitted, over),
             _ => (self.fitted.first()?, *self.fitted.last()?),
@@ -596,12 +622,6 @@ impl Search {
         if span <= 0 || growth <= 0 {
             return None;
         }
-        let overhead = self
-            .fitted
-            .iter()
-            .map(|r| r.peak_reserved_bytes.saturating_sub(r.peak_allocated_bytes))
-            .min()
-            .unwrap_or(0);
         let headroom =
             i128::from(budget) - i128::from(overhead) - i128::from(first.peak_allocated_bytes);
         // Exact rational arithmetic, rounded down (also when the headroom is negative).
@@ -626,7 +646,7 @@ impl Search {
             ),
             Mode::Gallop { up: true, step } => (above(step), RunReason::Step, false),
             Mode::Gallop { up: false, step } => (below(step), RunReason::Step, true),
-            Mode::Guided => match self.predict(budget) {
+            Mode::Guided => match self.guess(budget) {
                 // The model says nothing fits above `lo`: confirm that `lo + 1` does not.
                 Some(p) if p <= self.lo => (above(1), RunReason::Confirm, false),
                 // The model says more fits than the bracket allows: confirm its top.

@@ -31,6 +31,35 @@ fn tail_temporary_in_loop() -> usize {
     *last.borrow()
 }
 
+/// A scoped loop body whose tail locks a body-local `Mutex`: the body keeps its own braces, so
+/// edition 2024 drops the guard before the `Mutex` (issue #43; the macro's braces were edition
+/// 2021's, which keep a tail temporary past the block's locals).
+#[vramguard::batch_scope]
+fn tail_lock_in_scoped_loop(n: usize) -> usize {
+    let mut total = 0;
+    for i in 0..n {
+        let m = std::sync::Mutex::new(vec![i]);
+        let a = vec![1.0f32; 4];
+        total += a.len();
+        m.lock().unwrap().push(i)
+    }
+    total
+}
+
+/// The same under `#[inference]`, in the loop body and the function's tail.
+#[vramguard::inference]
+fn tail_lock_in_loop(n: usize) -> usize {
+    let mut total = 0;
+    for i in 0..n {
+        let m = std::sync::Mutex::new(vec![i]);
+        let a = vec![1.0f32; 4];
+        total += a.len();
+        m.lock().unwrap().push(i)
+    }
+    let last = std::sync::Mutex::new(vec![total]);
+    last.lock().unwrap().len() + total
+}
+
 /// A loop inside an inline `const` block.
 #[vramguard::inference]
 fn loop_in_const_block() -> usize {
@@ -73,6 +102,8 @@ fn edition_2024_rules_hold_under_the_attribute() {
     assert_eq!(tail_temporary(), 3);
     assert_eq!(block_on(tail_temporary_async()), 2);
     assert_eq!(tail_temporary_in_loop(), 9);
+    assert_eq!(tail_lock_in_scoped_loop(3), 12);
+    assert_eq!(tail_lock_in_loop(3), 13);
     assert_eq!(loop_in_const_block(), 8);
     // Only that it compiles: polling it would spin forever.
     let _never = never_returns();

@@ -12,6 +12,8 @@ mod borrows;
 mod branches;
 #[path = "../../../ui/inference/pass/control.rs"]
 mod control;
+#[path = "../../../ui/inference/pass/last_shapes.rs"]
+mod last_shapes;
 #[path = "../../../ui/inference/pass/macros.rs"]
 mod macros;
 #[path = "../../../ui/inference/pass/model.rs"]
@@ -45,6 +47,7 @@ fn pass_cases_edition_2024() {
     borrows::main();
     branches::main();
     control::main();
+    last_shapes::main();
     macros::main();
     model::main();
     placement::main();
