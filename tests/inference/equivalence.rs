@@ -82,7 +82,7 @@ fn branches() {
     branches::main();
 }
 
-#[path = "ui/inference/pass/last_shapes.rs"]
+#[path = "../ui/inference/pass/last_shapes.rs"]
 mod last_shapes;
 
 #[test]
