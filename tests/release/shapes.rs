@@ -31,6 +31,7 @@ pub mod tensors {
     /// candle-style: `&self` ops returning `Result<Tensor>`, `dims()` a reference.
     #[derive(Debug)]
     pub struct CTensor {
+        #[allow(dead_code)] // held for its drop: the `free` event the comparison reads
         pub mem: Mem,
         pub dims: Vec<usize>,
         pub tag: String,
@@ -88,6 +89,7 @@ pub mod tensors {
     /// burn-style: ops take `self` by value, `dims()` an owned array.
     #[derive(Debug)]
     pub struct BTensor {
+        #[allow(dead_code)] // held for its drop: the `free` event the comparison reads
         pub mem: Mem,
         pub values: Vec<i64>,
         pub tag: String,

@@ -10,6 +10,7 @@ use std::sync::{Mutex, MutexGuard};
 use vramguard_fake_cuda::cupti::*;
 use vramguard_fake_cuda::driver_api::*;
 use vramguard_fake_cuda::errors::{self, name_or_number, CuResult};
+use vramguard_fake_cuda::execution_api::*;
 use vramguard_fake_cuda::pool_api::cuMemAllocFromPoolAsync;
 
 #[track_caller]

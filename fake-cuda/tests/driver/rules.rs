@@ -15,6 +15,7 @@ use std::sync::MutexGuard;
 use vramguard_fake_cuda::blas::*;
 use vramguard_fake_cuda::driver_api::*;
 use vramguard_fake_cuda::errors::{self, name_or_number, CuResult};
+use vramguard_fake_cuda::execution_api::*;
 
 const G: usize = 2 << 20;
 
