@@ -3,7 +3,7 @@
 #
 # 1. builds the fake (linked as libcuda.so and libcublas.so in target/fake-cuda/lib, the only
 #    way it becomes the driver), the kernels' host builds (runtime/kernels/*.cu and the tests'
-#    own kernels, runtime/tests/common/test_kernels.cu, with host_shim.h), NVRTC from PyPI
+#    own kernels, runtime/tests/cuda/test_kernels.cu, with host_shim.h), NVRTC from PyPI
 #    when missing (as kernels-check.sh), and the test binaries and examples in debug mode (what
 #    `cargo test --workspace` built already);
 # 2. runs every CUDA test binary (those `scripts/gpu-check.sh` carries to a GPU: every test
@@ -75,7 +75,7 @@ mkdir -p "$LIB"
 ln -sf "$fake_library" "$LIB/libcuda.so"
 ln -sf "$fake_library" "$LIB/libcublas.so"
 cat runtime/kernels/common.cuh runtime/kernels/*.cu > "$OUT/kernels.cpp"
-for source in "$OUT/kernels.cpp" runtime/tests/common/test_kernels.cu; do
+for source in "$OUT/kernels.cpp" runtime/tests/cuda/test_kernels.cu; do
     name=$(basename "$source" | sed 's/\..*//')
     g++ -std=c++17 -O2 -fPIC -shared -ffp-contract=off -Wall -Werror \
         -include runtime/kernels/host_shim.h -x c++ "$source" -o "$OUT/lib${name}_host.so" \

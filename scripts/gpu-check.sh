@@ -41,8 +41,8 @@
 #   bench.jsonl      the programs' --json figures
 #   torch-compare.txt  PyTorch beside vramguard (scripts/torch-compare.py)
 #
-# `run` runs every CUDA test binary (each integration test whose name contains "cuda": cuda_alloc,
-# cuda_fault, alloc_cuda, cuda_ops, ...), then the programs with `--device cuda` (and `--quick
+# `run` runs every CUDA test binary (each integration test whose name contains "cuda": cuda,
+# cuda_fault), then the programs with `--device cuda` (and `--quick
 # --json` for the *_bench ones), then scripts/torch-compare.py. On the GPU machine cuBLAS is
 # PyTorch's wheel's copy (site-packages/nvidia/*/lib), linked under the name cudarc loads
 # (libcublas.so) in a temporary folder put on LD_LIBRARY_PATH; NVRTC is not needed (the PTX is
@@ -85,7 +85,7 @@ plan() {
 # carried and run like the others; scripts/observer-check.sh runs them on the fake.
 suite() {
     cargo metadata --no-deps --format-version 1 | python3 -c '
-import json, re, sys
+import json, os, re, sys
 meta = json.load(sys.stdin)
 default = {"cuda"}
 observer = {"cuda", "cupti"}
@@ -98,9 +98,16 @@ for package in meta["packages"]:
         if not required <= observer:
             continue
         kind = "" if required <= default else "cupti-"
-        source = open(target["src_path"]).read()
+        main = open(target["src_path"]).read()
+        source = main
+        # A test binary of several files (tests/NAME/main.rs): its modules are sources too.
+        if os.path.basename(target["src_path"]) == "main.rs" and "test" in target["kind"]:
+            folder = os.path.dirname(target["src_path"])
+            source = "\n".join(
+                open(os.path.join(d, f)).read()
+                for d, _, files in os.walk(folder) for f in sorted(files) if f.endswith(".rs"))
         if "test" in target["kind"]:
-            if "#![cfg(not(feature = \"cuda\"))]" in source:
+            if "#![cfg(not(feature = \"cuda\"))]" in main:
                 continue
             if "cuda" in target["name"]:
                 print(kind + "test", target["name"])

@@ -84,7 +84,7 @@ say "== the observer's tests on the fake"
 started=$SECONDS
 run "observer unit tests" cargo test -q -p vramguard-runtime --features cupti --lib observer
 run "fake CUPTI" cargo test -q -p vramguard-fake-cuda --lib cupti
-run "fake CUPTI calls" cargo test -q -p vramguard-fake-cuda --test observer_support
+run "fake CUPTI calls" cargo test -q -p vramguard-fake-cuda --test driver -- observer_support::
 run "cuda_observer" cargo test -q -p vramguard-runtime --features cupti --test cuda_observer \
     -- --test-threads=1 --nocapture
 run "cuda_observer_scope" cargo test -q -p vramguard --features cupti --test cuda_observer_scope \

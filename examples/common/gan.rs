@@ -5,7 +5,7 @@
 //! `#[batch_scope]`, each with the update this crate recommends ([`Adam::backward_step`]) and
 //! with PyTorch's classic `zero_grad`/`backward`/`step`; and once more by hand in the naive form that keeps every iteration's
 //! `fake`, `real`, `d_loss` and `g_loss` in a history (the GAN that runs out of memory at epoch
-//! 200). Shared by `examples/gan_bench.rs` and `tests/batch_scope_gan_tensor.rs`.
+//! 200). Shared by `examples/gan_bench.rs` and `tests/batch_scope/gan_tensor.rs`.
 
 #![allow(dead_code)] // Each program uses a different subset.
 

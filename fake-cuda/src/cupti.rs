@@ -882,11 +882,15 @@ mod tests {
         }
     }
 
-    /// Every function the fake's driver and pool modules export has an id (CUPTI sees every
+    /// Every function the fake's driver, execution and pool modules export has an id (CUPTI sees every
     /// driver call), and no name appears twice.
     #[test]
     fn every_exported_driver_function_has_a_callback_id() {
-        let sources = [include_str!("driver_api.rs"), include_str!("pool_api.rs")];
+        let sources = [
+            include_str!("driver_api.rs"),
+            include_str!("execution_api.rs"),
+            include_str!("pool_api.rs"),
+        ];
         let mut exported = Vec::new();
         for source in sources {
             for line in source.lines() {

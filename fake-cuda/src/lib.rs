@@ -4,8 +4,8 @@
 //! of NVIDIA's driver. Every CUDA test and GPU program of vramguard runs on it in CI.
 //!
 //! It owns nothing of vramguard: it implements the part of the driver API that cudarc and
-//! vramguard call (module `driver_api`; cuBLAS in `blas`), on one device (ordinal 0) with one
-//! primary context, device memory the size of `FAKE_CUDA_MEMORY`.
+//! vramguard call (modules `driver_api`, `execution_api` and `pool_api`; cuBLAS in `blas`), on
+//! one device (ordinal 0) with one primary context, device memory the size of `FAKE_CUDA_MEMORY`.
 //!
 //! # The rules it enforces
 //!
@@ -85,6 +85,7 @@ pub mod cupti;
 pub mod device_memory;
 pub mod driver_api;
 pub mod errors;
+pub mod execution_api;
 pub mod kernels;
 pub mod pool;
 pub mod pool_api;

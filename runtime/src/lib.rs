@@ -5,7 +5,7 @@
 //!
 //! # Layers
 //!
-//! Each module imports only from the ones before it (the workspace test `tests/layers.rs` checks
+//! Each module imports only from the ones before it (the workspace test `tests/layout/layers.rs` checks
 //! it, the layers inside `tensor` too, and that this table is its list):
 //!
 //! | layer | owns |

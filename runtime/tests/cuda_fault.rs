@@ -3,7 +3,7 @@
 //! device. A binary of its own: the fault makes the context unusable for the whole process.
 //! Without a GPU the test prints `skipped: <reason>` and passes.
 
-#[path = "common/gpu.rs"]
+#[path = "cuda/gpu.rs"]
 mod gpu;
 
 use gpu::{context, own_device, Kernels};

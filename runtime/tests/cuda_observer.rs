@@ -11,7 +11,7 @@
 //!
 //! Without a driver or without libcupti the tests print `skipped: <reason>`.
 
-#[path = "common/gpu.rs"]
+#[path = "cuda/gpu.rs"]
 mod gpu;
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DriverError};

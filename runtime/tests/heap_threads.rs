@@ -1,4 +1,4 @@
-//! The tracking allocator under the load of `alloc_scale.rs` (issue #22): 8 threads × 100,000
+//! The tracking allocator under the load of `alloc/scale.rs` (issue #22): 8 threads × 100,000
 //! heap calls (alloc, dealloc, realloc of random sizes and alignments), then 64 threads, past
 //! the 63 per-thread counter shards (later threads share one). While every thread is parked at
 //! a barrier, the heap's statistics must equal the sums the threads kept, byte for byte and call
@@ -7,7 +7,7 @@
 //! A binary without the test harness (`harness = false`): the global allocator counts every
 //! thread of the process, and libtest's own threads would allocate while the figures are read.
 
-#[path = "common/faulty.rs"]
+#[path = "alloc/faulty.rs"]
 mod faulty;
 
 use faulty::Rng;

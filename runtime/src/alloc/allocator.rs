@@ -248,10 +248,10 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         .map_err(|oom| *oom)
     }
 
-    /// Serves one request: the chain of fallbacks, in PyTorch's words its `malloc`. For
-    /// `bytes` bytes on `stream` (the block comes from that stream's pool), whose origin the
-    /// caller knows; the block keeps `holder` alive while it lives (a device's allocation: its
-    /// allocator). In order:
+    /// Serves one request: the chain of fallbacks, PyTorch's `malloc`. For `bytes` bytes on
+    /// `stream` (the block comes from that stream's pool), whose origin the caller knows; the
+    /// block keeps `holder` alive while it lives (a device's allocation: its allocator). In
+    /// order:
     ///
     /// 1. a free block of the request's pool: the merged block whose merge the cached pair
     ///    deferred, else the best fit among the cached free blocks
@@ -261,15 +261,18 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     /// 3. the cache released and the segment asked for again ([`Self::take_after_release`]);
     /// 4. a fixed segment when the expandable segment cannot grow
     ///    ([`Self::take_from_fixed_segment`]);
-    /// 5. the pressure handlers run, and when they freed memory, steps 1–4 once more
-    ///    ([`Self::run_pressure_handlers`]);
+    /// 5. the pressure handlers, and when they freed memory, steps 1–4 once more
+    ///    ([`Self::take_after_pressure_handlers`]);
     /// 6. [`OutOfMemory`], which says why.
     ///
-    /// Inlined into its callers, with every step past the first out of line, the error boxed
-    /// and the origin by reference: the block then stays in registers and the origin where its
-    /// caller built it. Moved through memory instead (an argument by value, a result that a
-    /// call also writes), each was stored a word at a time and copied 16 bytes at a time, and a
-    /// load wider than the store it reads waits until that store reaches the cache.
+    /// Step 1 is the cached pair's whole path; every later step is out of line, so the cached
+    /// path carries none of their code (written as one loop over the steps instead, the
+    /// cached path paid for the loop's state: `docs/perf-notes.md`, "The chain of fallbacks in
+    /// one function"). The function is inlined into its callers, with the error
+    /// boxed and the origin by reference: the block then stays in registers and the origin
+    /// where its caller built it. Moved through memory instead (an argument by value, a result
+    /// that a call also writes), each was stored a word at a time and copied 16 bytes at a
+    /// time, and a load wider than the store it reads waits until that store reaches the cache.
     #[inline(always)]
     pub(crate) fn malloc(
         &self,
@@ -284,20 +287,16 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         let Some(req) = self.request(bytes, st.stream_index(stream)) else {
             return Err(self.fail_boxed(&mut st, bytes, usize::MAX));
         };
-        let mut handlers_ran = false;
-        let slot = loop {
-            let found = self
-                .take_free_block(&mut st, &req)
-                .or_else(|| self.take_from_new_segment(&mut st, &req))
+        let found = match self.take_free_block(&mut st, &req) {
+            Some(slot) => Some(slot),
+            None => self
+                .take_from_new_segment(&mut st, &req)
                 .or_else(|| self.take_after_release(&mut st, &req))
-                .or_else(|| self.take_from_fixed_segment(&mut st, &req));
-            match found {
-                Some(slot) => break slot,
-                None if !handlers_ran && self.run_pressure_handlers(&mut st, &req) => {
-                    handlers_ran = true;
-                }
-                None => return Err(self.fail_boxed(&mut st, bytes, req.size)),
-            }
+                .or_else(|| self.take_from_fixed_segment(&mut st, &req))
+                .or_else(|| self.take_after_pressure_handlers(&mut st, &req)),
+        };
+        let Some(slot) = found else {
+            return Err(self.fail_boxed(&mut st, bytes, req.size));
         };
         Ok(self.hand_out(&mut st, slot, &req, origin, holder, read))
     }
@@ -323,9 +322,26 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
             .then(super::trace::read_stamp)
     }
 
-    /// Step 5 of [`Self::malloc`]: the pressure handlers run with the lock released (unless
-    /// this request is one of theirs); whether they freed anything, so that the request is
-    /// tried again.
+    /// Step 5 of [`Self::malloc`]: the pressure handlers run ([`Self::run_pressure_handlers`]);
+    /// when they freed memory, the request goes through steps 1–4 once more.
+    #[cold]
+    #[inline(never)]
+    fn take_after_pressure_handlers(
+        &self,
+        st: &mut StateGuard<'_, State>,
+        req: &Request,
+    ) -> Option<u32> {
+        if !self.run_pressure_handlers(st, req) {
+            return None;
+        }
+        self.take_free_block(st, req)
+            .or_else(|| self.take_from_new_segment(st, req))
+            .or_else(|| self.take_after_release(st, req))
+            .or_else(|| self.take_from_fixed_segment(st, req))
+    }
+
+    /// The pressure handlers run with the lock released (unless this request is one of
+    /// theirs); whether they freed anything, so that the request is tried again.
     #[cold]
     #[inline(never)]
     fn run_pressure_handlers(&self, st: &mut StateGuard<'_, State>, req: &Request) -> bool {
@@ -586,6 +602,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
         let (addr, id, stream) = st.hand_out(
             slot,
             req.pool,
+            req.stream,
             req.size,
             req.requested,
             origin,

@@ -216,7 +216,7 @@ pub struct Warmup<R> {
 /// - With expandable segments (the default where the backend maps pages) the first pass lays
 ///   its tensors out as the mapped range grows, and a later batch of the same shape, placed by
 ///   best fit into the range, may need a granule more: run the shapes twice (see
-///   `runtime/tests/alloc_warmup.rs`). With fixed segments one pass shapes the pool.
+///   `runtime/tests/alloc/warmup.rs`). With fixed segments one pass shapes the pool.
 /// - The closure may do anything the loop does (including its own error handling: its output is
 ///   returned as is).
 ///

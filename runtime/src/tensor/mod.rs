@@ -34,7 +34,7 @@
 //! # Layers
 //!
 //! Each module imports only the ones in the rows above it (the workspace test
-//! `tests/layers.rs` checks it, and that this table is its list):
+//! `tests/layout/layers.rs` checks it, and that this table is its list):
 //!
 //! | layer | owns |
 //! | --- | --- |

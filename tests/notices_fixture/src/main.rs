@@ -1,4 +1,4 @@
-//! Runs one scenario of `tests/debug_notices.rs`, named by its first argument; the test reads
+//! Runs one scenario of `tests/release/notices.rs`, named by its first argument; the test reads
 //! what this prints on stderr.
 
 use candle_core::{DType, Device, Tensor, Var};

@@ -4,11 +4,11 @@
 //! async blocks and macros, each compiled plain, under `#[inference]` and under
 //! `#[batch_scope]`. Each annotated run must return the same value, log every non-`free` event
 //! identically and in the same order, and free no `Mem` later than the plain run (the rule of
-//! `tests/release_generated.rs`, on its fixed corpus).
+//! `tests/release/generated.rs`, on its fixed corpus).
 
 // The generated modules name it `super::super::release_support`, from inside `at_scale`.
 #[cfg(test)]
-#[path = "../../release_support/mod.rs"]
+#[path = "../../release/support.rs"]
 mod release_support;
 
 #[cfg(test)]

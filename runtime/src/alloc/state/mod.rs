@@ -585,7 +585,7 @@ impl State {
         self.spare_nodes.push(next);
     }
 
-    /// Hands block `slot` (sized for the request, from `pool`) out for a request of
+    /// Hands block `slot` (sized for the request, from `pool` of stream index `stream`) out for a request of
     /// `requested` bytes rounded to `size`: marked allocated, counted, its origin kept and its
     /// event recorded (`read`: the clock as the call read it before it took the lock). Returns
     /// its address, its id and its stream. The block keeps `holder` alive while it lives
@@ -596,6 +596,7 @@ impl State {
         &mut self,
         slot: u32,
         pool: PoolKind,
+        stream: u32,
         size: usize,
         requested: usize,
         origin: &mut RequestOrigin,
@@ -614,7 +615,7 @@ impl State {
         n.id = id;
         // The request's pool, which served the block: known before the node is loaded.
         debug_assert_eq!(n.pool, pool, "block {slot} served from another pool");
-        let (addr, block_size, stream) = (n.addr, n.size, n.stream);
+        let (addr, block_size) = (n.addr, n.size);
         self.stats.on_alloc(pool, block_size, requested);
         if self.max_split.is_some_and(|ms| block_size >= ms) {
             self.stats.on_oversize_allocation(true);
