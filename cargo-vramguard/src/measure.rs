@@ -133,10 +133,12 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Opt
                 "cpu" | "host" => {}
                 "cuda" => {
                     return Err(Error::Usage(
-                        "`--device cuda` is not available yet: measuring GPU bytes needs the \
-                         observer of every driver allocation (CUPTI, issue #39), which is not \
-                         built. Today `measure` reads the heap (`--device cpu`, the default): \
-                         candle, burn and ndarray on the CPU"
+                        "`--device cuda` is not available yet: `measure` cannot yet attach \
+                         vramguard's GPU observer (`vramguard::observer`, feature `cupti`) to \
+                         the two builds it runs. Today it reads the heap (`--device cpu`, the \
+                         default: candle, burn and ndarray on the CPU). For GPU bytes, start \
+                         `vramguard::observer::Observer` in your program and compare \
+                         `stats(0).peak_allocated_bytes` of the two builds"
                             .to_string(),
                     ))
                 }
@@ -948,7 +950,7 @@ mod tests {
         for (args, needle) in [
             (&["--json"][..], "name the program"),
             (&["--bin", "a", "--example", "b"][..], "one target per run"),
-            (&["--bin", "a", "--device", "cuda"][..], "issue #39"),
+            (&["--bin", "a", "--device", "cuda"][..], "cannot yet attach"),
             (&["--bin", "a", "--runs", "0"][..], "--runs 0"),
         ] {
             match parse_strs(args) {
