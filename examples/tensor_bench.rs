@@ -192,12 +192,13 @@ fn encoder_layer(
 fn cuda(args: &Args, device: &Device) -> Result<(), Box<dyn std::error::Error>> {
     use cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N;
     use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
+    use vramguard::alloc::cuda_backend::{library_present, CudaLibrary};
     let mut report = Report::new("tensor_cuda");
     report.cargo_args("--example tensor_bench");
     let context = device.cuda_context().ok_or("not a CUDA device")?;
     let stream = context.default_stream();
-    // SAFETY: only probes whether the library can be loaded (cudarc panics otherwise).
-    if !unsafe { cudarc::cublas::sys::is_culib_present() } {
+    // Probed first: cudarc panics otherwise.
+    if !library_present(CudaLibrary::Cublas) {
         let why = "cuBLAS (libcublas.so or libcublas.so.12) cannot be loaded here";
         // A GPU run that must measure (scripts/gpu-check.sh) fails instead of passing empty.
         if std::env::var("VRAMGUARD_REQUIRE_GPU").is_ok_and(|v| v == "1") {

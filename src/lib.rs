@@ -85,10 +85,14 @@
 //! its figures are pages in use; libtorch's caching allocator allocates **segments**
 //! (`cudaMalloc`, or `cuMemCreate` with expandable segments) and carves its tensors from them,
 //! so its figures are its reserved memory. burn's wgpu backend allocates through wgpu, which
-//! the observer does not see. candle (CUDA) cannot be built with vramguard today: candle 0.11
-//! asks cudarc for `dynamic-linking`, vramguard for `dynamic-loading`, and cudarc's build
-//! script refuses both in one build; the observer's tests make candle's calls through cudarc
-//! instead. arn(missing_docs)]
+//! the observer does not see. candle (CUDA) builds with vramguard: candle 0.11 asks cudarc for
+//! `dynamic-linking`, vramguard for `fallback-dynamic-loading` (the CUDA libraries loaded at run
+//! time unless another crate of the build asks for a linking mode), so cudarc's linking mode is
+//! candle's and the program links the CUDA libraries; `scripts/linking-check.sh` builds a crate
+//! with both and runs it on the fake driver. The observer's tests still make candle's calls
+//! through cudarc: candle-core's `cuda` feature compiles candle-kernels with nvcc, which CI does
+//! not have.
+#![warn(missing_docs)]
 
 mod last_use;
 mod library_grad;
@@ -145,12 +149,15 @@ pub mod alloc {
         VirtualMemory, DEFAULT_EXPANDABLE_RANGE, ENV_VAR,
     };
 
-    /// The allocator's CUDA backend (driver API through cudarc, loaded at run time) and the
-    /// errors of opening a GPU's context. Only with the `cuda` feature (on by default).
+    /// The allocator's CUDA backend (driver API through cudarc: loaded at run time, or linked
+    /// when another crate of the build, such as candle's `cuda` feature, asks cudarc for
+    /// `dynamic-linking`), the errors of opening a GPU's context, and whether a CUDA library is
+    /// there ([`library_present`](cuda_backend::library_present)). Only with the `cuda` feature
+    /// (on by default).
     #[cfg(feature = "cuda")]
     pub mod cuda_backend {
         pub use vramguard_runtime::alloc::cuda_backend::{stream_id, CudaBackend};
-        pub use vramguard_runtime::driver::{driver_present, ContextError};
+        pub use vramguard_runtime::driver::{library_present, ContextError, CudaLibrary};
     }
 }
 

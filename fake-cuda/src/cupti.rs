@@ -164,6 +164,7 @@ pub const DRIVER_CBIDS: &[(&CStr, u32)] = &[
     (c"cuCtxGetCurrent", 304),
     (c"cuLaunchKernel", 307),
     (c"cuMemcpyPeerAsync", 319),
+    (c"cuCtxDestroy_v2", 322),
     (c"cuCtxPushCurrent_v2", 323),
     (c"cuCtxPopCurrent_v2", 324),
     (c"cuEventDestroy_v2", 325),
@@ -775,6 +776,10 @@ mod tests {
             (
                 c"cuMemcpyPeerAsync",
                 C::CUPTI_DRIVER_TRACE_CBID_cuMemcpyPeerAsync,
+            ),
+            (
+                c"cuCtxDestroy_v2",
+                C::CUPTI_DRIVER_TRACE_CBID_cuCtxDestroy_v2,
             ),
             (
                 c"cuCtxPushCurrent_v2",

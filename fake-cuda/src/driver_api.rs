@@ -336,6 +336,19 @@ exports! {
         Ok(())
     }
 
+    /// Refused: the fake has only the primary context, which `cuDevicePrimaryCtxRelease`
+    /// releases (as the driver, which destroys no primary context here). Exported because a
+    /// program that links the driver (cudarc's `dynamic-linking`, scripts/linking-check.sh)
+    /// references it: cudarc destroys the contexts it created itself with it.
+    fn cuCtxDestroy_v2(ctx: Handle) {
+        driver()?.initialized()?;
+        let ctx = ctx as u64;
+        Err(Fail::loud(
+            errors::INVALID_CONTEXT,
+            format!("{ctx:#x} is not a context the fake created (it has only the primary context)"),
+        ))
+    }
+
     /// Pushes a context on this thread's stack.
     fn cuCtxPushCurrent_v2(ctx: Handle) {
         let d = driver()?;

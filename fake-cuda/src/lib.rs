@@ -1,7 +1,8 @@
 //! A fake CUDA driver, and a fake cuBLAS, on host memory, that keeps the driver's rules: the
 //! library that `scripts/fake-cuda.sh` links as `libcuda.so` (and `libcublas.so`) in a folder
 //! of its own and puts on `LD_LIBRARY_PATH`, where cudarc (`dynamic-loading`) opens it instead
-//! of NVIDIA's driver. Every CUDA test and GPU program of vramguard runs on it in CI.
+//! of NVIDIA's driver (`scripts/linking-check.sh` also links a program against it, as cudarc's
+//! `dynamic-linking` does). Every CUDA test and GPU program of vramguard runs on it in CI.
 //!
 //! It owns nothing of vramguard: it implements the part of the driver API that cudarc and
 //! vramguard call (modules `driver_api`, `execution_api` and `pool_api`; cuBLAS in `blas`), on

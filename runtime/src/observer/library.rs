@@ -3,12 +3,13 @@
 //!
 //! cudarc opens `libcupti.so` by its usual names (the dynamic loader's paths:
 //! `LD_LIBRARY_PATH`, the system's library folders) and panics without it, so its presence is
-//! probed first. The CUDA toolkit keeps CUPTI apart, in `extras/CUPTI/lib64`, which is rarely
+//! probed first (`crate::driver::library_present`). The CUDA toolkit keeps CUPTI apart, in `extras/CUPTI/lib64`, which is rarely
 //! on those paths: that folder under `CUDA_HOME` (or `CUDA_PATH`) is tried too, by loading the
 //! library from it before cudarc asks for it by name.
 
 use super::calls::SUBSCRIBED;
 use super::ObserverError;
+use crate::driver::{library_present, CudaLibrary};
 use cudarc::cupti::{result, sys};
 use std::path::PathBuf;
 
@@ -50,14 +51,13 @@ fn toolkit_dirs() -> Vec<PathBuf> {
 /// Whether cudarc can open `libcupti`, after loading it from the toolkit's folder if the
 /// loader's paths do not have it.
 pub(crate) fn cupti_present() -> Result<(), ObserverError> {
-    // SAFETY: only tries to `dlopen` the library by its usual names.
-    if unsafe { sys::is_culib_present() } {
+    if library_present(CudaLibrary::Cupti) {
         return Ok(());
     }
     for dir in toolkit_dirs() {
         if preload_from(&dir) {
-            // SAFETY: as above; the library loaded from the folder answers to its soname.
-            if unsafe { sys::is_culib_present() } {
+            // The library loaded from the folder answers to its soname.
+            if library_present(CudaLibrary::Cupti) {
                 return Ok(());
             }
         }

@@ -234,7 +234,7 @@ impl Observer {
             observer.account_scopes_on_this_thread();
             return Ok(observer);
         }
-        if !crate::driver::driver_present() {
+        if !crate::driver::library_present(crate::driver::CudaLibrary::Driver) {
             return Err(ObserverError::NoDriver);
         }
         library::cupti_present()?;

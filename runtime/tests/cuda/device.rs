@@ -1,5 +1,5 @@
 //! CUDA backend. Without a driver `Device::cuda(0)` must return the typed error (cudarc alone
-//! would panic); with a GPU, an alloc/free/stats round trip and a `CudaBuffer` copy through
+//! would panic) and `library_present(CudaLibrary::Driver)` be false (true on the fake); with a GPU, an alloc/free/stats round trip and a `CudaBuffer` copy through
 //! cudarc. Set `VRAMGUARD_REQUIRE_GPU=1` (scripts/gpu-check.sh does) to fail instead of skip.
 //! With a GPU, the default `expandable_segments:auto` must pick expandable segments (virtual
 //! memory management plus a passing self-test) and the pages it maps must hold what is written.
@@ -7,7 +7,7 @@
 use vramguard_runtime::alloc::{AllocatorConfig, ExpandableSegments};
 use vramguard_runtime::device::CudaBuffer;
 use vramguard_runtime::device::DeviceError;
-use vramguard_runtime::driver::driver_present;
+use vramguard_runtime::driver::{library_present, CudaLibrary};
 use vramguard_runtime::{memory, Device};
 
 fn require_gpu() -> bool {
@@ -23,7 +23,7 @@ fn skip(why: &str) {
 fn cuda_device_is_a_typed_error_without_a_driver_and_round_trips_with_one() {
     let device = match Device::cuda(0) {
         Err(DeviceError::NoDriver) => {
-            assert!(!driver_present());
+            assert!(!library_present(CudaLibrary::Driver));
             let msg = DeviceError::NoDriver.to_string();
             assert!(
                 msg.contains("libcuda") && msg.contains("Device::Host"),
@@ -84,6 +84,29 @@ fn cuda_device_is_a_typed_error_without_a_driver_and_round_trips_with_one() {
         // One free per fixed segment (an expandable segment maps in many steps and unmaps
         // whole free tails, so its counts need not pair up).
         assert_eq!(s.backend_allocs - s.backend_frees, s.segments);
+    }
+}
+
+#[test]
+fn library_present_says_whether_the_driver_can_be_called() {
+    let driver = library_present(CudaLibrary::Driver);
+    // The probe unloads what it loaded: asking again gives the same answer.
+    assert_eq!(library_present(CudaLibrary::Driver), driver);
+    if !driver {
+        // What `Device::cuda` answers without a driver (cudarc alone would panic).
+        assert!(matches!(Device::cuda(0), Err(DeviceError::NoDriver)));
+        return skip(
+            "no CUDA driver (libcuda.so) on this machine: library_present(Driver) is false",
+        );
+    }
+    assert!(
+        !matches!(Device::cuda(0), Err(DeviceError::NoDriver)),
+        "library_present(Driver) is true, so Device::cuda must find the driver"
+    );
+    if require_gpu() {
+        // On a GPU (scripts/gpu-check.sh links PyTorch's cuBLAS) and on the fake (linked as
+        // libcublas.so by scripts/fake-cuda.sh), cuBLAS is there too: the matmul tests use it.
+        assert!(library_present(CudaLibrary::Cublas));
     }
 }
 

@@ -14,8 +14,9 @@
 //! them; under `auto` any failure (or a GPU without the attribute) means fixed segments
 //! (`cuMemAlloc`), with a warning naming the failed step.
 //!
-//! The driver library is probed with `is_culib_present()` before any driver call: cudarc panics
-//! when it is missing, [`CudaBackend::new`] returns [`ContextError::NoDriver`] instead.
+//! The driver library is probed with `crate::driver::library_present` before any driver call:
+//! cudarc panics when it is missing, [`CudaBackend::new`] returns [`ContextError::NoDriver`]
+//! instead.
 //!
 //! Segment calls are synchronous (`cuMemAlloc`/`cuMemFree` are not stream-ordered). Every call
 //! makes the device's context current with `cuCtxPushCurrent` and restores the caller's with

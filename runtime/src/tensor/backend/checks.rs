@@ -23,8 +23,7 @@ use std::collections::{BTreeSet, HashMap};
 
 #[test]
 fn kernels_compile_to_ptx() {
-    // SAFETY: only probes whether the library can be loaded.
-    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+    if !crate::driver::library_present(crate::driver::CudaLibrary::Nvrtc) {
         println!(
             "skipped: NVRTC (libnvrtc.so.12) not found; scripts/kernels-check.sh installs it from \
              PyPI and puts it on LD_LIBRARY_PATH"

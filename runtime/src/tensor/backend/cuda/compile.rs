@@ -47,8 +47,8 @@ pub(crate) fn compile_all() -> Result<cudarc::nvrtc::Ptx, String> {
 
 /// Compiles one source with NVRTC (loaded at run time, like the driver).
 pub(crate) fn compile(source: &str, name: &str) -> Result<cudarc::nvrtc::Ptx, String> {
-    // SAFETY: only probes whether the library can be loaded (cudarc would panic otherwise).
-    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+    // Probed first: cudarc would panic otherwise.
+    if !crate::driver::library_present(crate::driver::CudaLibrary::Nvrtc) {
         return Err(format!(
             "NVRTC (libnvrtc.so.12) cannot be loaded, so the kernels cannot be compiled; \
                  install the CUDA 12 runtime compiler (e.g. the PyPI wheel \

@@ -104,8 +104,7 @@ impl DeviceLauncher {
     fn blas(&self) -> Result<&Blas, String> {
         self.blas
             .get_or_init(|| {
-                // SAFETY: only probes whether the library can be loaded.
-                if !unsafe { cudarc::cublas::sys::is_culib_present() } {
+                if !crate::driver::library_present(crate::driver::CudaLibrary::Cublas) {
                     return Err(
                         "cuBLAS (libcublas.so or libcublas.so.12) cannot be loaded; install \
                          the CUDA toolkit's cuBLAS or put its directory on LD_LIBRARY_PATH \
