@@ -11,8 +11,8 @@
 //!
 //! `compile_time_ratio_no_drops` times a third crate with `#[vramguard::inference(drops =
 //! false)]`: the attribute parses each function, lints it and writes it back with only the
-//! no-grad guard; the rest of `compile_time_ratio` is the release code and the analysis behind
-//! it. (`macros/src/liveness/tests.rs` prints the size of the generated code.)
+//! no-grad guard; the rest of `compile_time_ratio` is the drop-at-last-use code and the analysis
+//! behind it. (`macros/src/liveness/tests.rs` prints the size of the generated code.)
 //!
 //! `compile_time_ratio_syn_roundtrip` times a fourth crate whose attribute (a throwaway
 //! proc-macro crate the bench writes beside the others, on the same syn, quote and proc-macro2)
@@ -119,7 +119,7 @@ fn run(args: &Args) -> Result<(), Error> {
          the logging type `T`), compiled as a crate of its own with no attribute and with \
          `#[vramguard::inference]` on every function (and, for `_no_drops`, with \
          `#[vramguard::inference(drops = false)]`: parsed, linted and written back with the \
-         no-grad guard, nothing released; for `_syn_roundtrip`, with an attribute that only \
+         no-grad guard, nothing dropped early; for `_syn_roundtrip`, with an attribute that only \
          parses each function with syn and prints it back, the floor of any syn-based \
          attribute); \
          `cargo build`, dev profile, \

@@ -3,7 +3,7 @@
 # PyPI but not PyTorch's own download site).
 #
 #   eval "$(scripts/libtorch-from-pypi.sh [DIR])"    # DIR defaults to target/libtorch-cpu
-#   cargo test --features tch --test release -- table::
+#   cargo test --features tch --test drop_at_last_use -- table::
 #
 # tch 0.26 wants libtorch 2.13.0. PyPI's torch wheel for Linux is the CUDA build; its CPU half
 # (libtorch_cpu.so, libc10.so, libgomp) needs only two small CUDA libraries to load

@@ -2,8 +2,8 @@
 //! receiver of an op that has a consuming form.
 //!
 //! Where the transform has already moved a binding `x` into the statement of its last use (only
-//! values whose type is `Release` or `Copy` are: see [`crate::Release`]), and `x` is the
-//! receiver of a listed method and mentioned nowhere else in that statement, the call
+//! values whose type is `DropAtLastUse` or `Copy` are: see [`crate::DropAtLastUse`]), and `x` is
+//! the receiver of a listed method and mentioned nowhere else in that statement, the call
 //!
 //! ```text
 //! x.gelu()             becomes   Dying(x).gelu_receiver().gelu()
@@ -45,7 +45,7 @@
 //!   another handle, or a gradient, reads.
 //! - **burn**: already does it by itself. Its ops take tensors by value and its backends write
 //!   into an input's buffer when the handle is the only one (`can_mut`), so moving the value
-//!   into its last use, which the attribute does for every `Release` type, is all it needs.
+//!   into its last use, which the attribute does for every `DropAtLastUse` type, is all it needs.
 
 use vramguard_runtime::tensor::{Tensor, TensorAtLastUse};
 

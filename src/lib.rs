@@ -60,16 +60,16 @@
 //! # Other libraries' tensors
 //!
 //! `#[inference]` and `#[batch_scope]` free a local at its last use when its type is
-//! [`Release`]: vramguard's [`Tensor`], and with the features `candle`, `burn`, `burn-021`,
+//! [`DropAtLastUse`]: vramguard's [`Tensor`], and with the features `candle`, `burn`, `burn-021`,
 //! `ndarray` and `tch` those libraries' tensors. With [`TrackingAllocator`] as the global
 //! allocator, the rest of the toolkit sees every tensor that lives on Rust's heap ([`heap`]).
 //! What applies to which library (each "yes" names the test or example that shows it):
 //!
 //! | | vramguard `Tensor` | candle (CPU) | candle (CUDA) | burn (`burn-ndarray`) | burn (CUDA) | ndarray | tch (CPU) | tch (CUDA) |
 //! | --- | --- | --- | --- | --- | --- | --- | --- | --- |
-//! | frees at last use | yes: `tests/inference/memory.rs` | yes: `tests/release/table.rs`, `candle_inference` | yes: the same tensor type | yes: `tests/release/table.rs`, `burn_inference` | yes: the same tensor type | yes: `tests/release/table.rs` | yes: `tests/release/table.rs` | yes: the same tensor type |
+//! | frees at last use | yes: `tests/inference/memory.rs` | yes: `tests/drop_at_last_use/table.rs`, `candle_inference` | yes: the same tensor type | yes: `tests/drop_at_last_use/table.rs`, `burn_inference` | yes: the same tensor type | yes: `tests/drop_at_last_use/table.rs` | yes: `tests/drop_at_last_use/table.rs` | yes: the same tensor type |
 //! | in place at last use | yes: `tests/inference/inplace.rs` | no: a tensor shares its storage with views and clones, and candle does not say whether a handle is the only one | as CPU | burn does it by itself (an op on a tensor whose handle is the only one reuses its buffer) | as CPU | `mapv` of an owned array: `tests/inference/inplace.rs` (feature `ndarray`) | no: libtorch's storage is shared with views and autograd, not visible from Rust | as CPU |
-//! | no-grad | yes: `runtime/tests/tensor/grad.rs` | no switch in candle: plain weights (notice: `tests/release/notices.rs`) | as CPU | no switch in burn: `model.valid()` | as CPU | nothing to record | yes: tch's guard, `tests/release/table.rs` | as CPU |
+//! | no-grad | yes: `runtime/tests/tensor/grad.rs` | no switch in candle: plain weights (notice: `tests/drop_at_last_use/notices.rs`) | as CPU | no switch in burn: `model.valid()` | as CPU | nothing to record | yes: tch's guard, `tests/drop_at_last_use/table.rs` | as CPU |
 //! | `#[batch_scope]` accounting | yes: `runtime/tests/scope/accounting.rs` | yes: `tests/heap/scopes.rs` | yes, per allocation through the observer: `tests/cuda_observer_scope.rs` (escapes exact to the byte, by tag); through the driver's pool (totals): `runtime/tests/cuda/pool.rs` | yes: `burn_inference` | as statistics | yes: `tests/heap/scopes.rs` | no: libtorch's memory is C++'s | as statistics |
 //! | statistics | yes: `memory::stats` | yes: `heap::stats`, `tests/heap/stats.rs` | yes, per tensor: `observer::Observer::stats` (feature `cupti`), `runtime/tests/cuda_observer.rs` on the fake driver | yes: `heap::stats` | yes, per page, through the observer: untested, burn-cuda 0.22 does not build here (cubecl-cuda links LLVM 23 through llvm-sys 231, which neither Debian nor crates.io provides) | yes: `heap::stats` | no (as above) | yes, per segment, through the observer: untested end to end, the parameters of `cudaMalloc`/`cudaFree` read in `observer::calls`'s unit tests; no CUDA libtorch here, and the fake has no CUDA runtime |
 //! | timeline | yes: `memory::html_report` | yes: `heap::html_report`, `tests/heap/stats.rs` | yes: `Observer::html_report`, `Observer::dump_snapshot` (memory_viz), `runtime/tests/cuda_observer.rs` | yes: `heap::html_report` | as statistics | yes: `heap::html_report` | no | as statistics |
@@ -94,13 +94,13 @@
 //! not have.
 #![warn(missing_docs)]
 
+mod drop_at_last_use;
 mod last_use;
 mod library_grad;
 mod notices;
-mod release;
 
-pub use release::Release;
-pub use vramguard_macros::{allow, batch_scope, inference, Release};
+pub use drop_at_last_use::DropAtLastUse;
+pub use vramguard_macros::{allow, batch_scope, inference, DropAtLastUse};
 pub use vramguard_runtime::device::{Device, DeviceError};
 pub use vramguard_runtime::grad::{
     enable_grad, is_grad_enabled, no_grad, no_grad_future, EnableGradGuard, NoGradGuard,
@@ -206,24 +206,24 @@ pub mod __private {
     pub use vramguard_runtime::grad::no_grad_future;
     pub use vramguard_runtime::scope::{BatchScope, BatchScopeGuard, ScopeOptions, WarningOutput};
 
+    pub use crate::drop_at_last_use::{CopyAtLastUse, DroppableAtLastUse, KeepToScopeEnd, Probe};
     #[cfg(feature = "ndarray")]
     pub use crate::last_use::MapvAtLastUse;
     pub use crate::last_use::{Dying, PlainAtLastUse};
     pub use crate::library_grad::{
         inference_guard, library_no_grad, with_library_no_grad, InferenceGuard, LibraryNoGrad,
     };
-    pub use crate::release::{CopyAtLastUse, KeepToScopeEnd, Probe, ReleaseAtLastUse};
     pub use vramguard_runtime::tensor::TensorAtLastUse;
 
     // The two functions below are what a compile error caused by the rewrite points into:
     // rustc quotes their signature line ("consider changing this parameter type in function
     // …"), so that line says which escape hatch keeps the value alive. Keep each on one line.
 
-    /// Ends the life of a value. Generic so that releasing a reference or a `Copy` value does
+    /// Ends the life of a value. Generic so that dropping a reference or a `Copy` value does
     /// not trip rustc's `dropping_references` / `dropping_copy_types` lints in user code.
     #[inline]
     #[rustfmt::skip]
-    pub fn release<T>(value: T) { // #[vramguard::inference]/#[batch_scope] freed this value after its last use; to keep it alive: `#[inference(keep(name))]`, or `#[keep]` on its `let`
+    pub fn drop_at_last_use<T>(value: T) { // #[vramguard::inference]/#[batch_scope] dropped this value after its last use; to keep it alive: `#[inference(keep(name))]`, or `#[keep]` on its `let`
         drop(value);
     }
 

@@ -1,6 +1,6 @@
 //! Other tensor libraries' no-grad modes, entered together for the code `#[inference]`
 //! generates. Only libraries with a thread-wide switch appear here (tch); candle and burn have
-//! none (see the docs of [`Release`](crate::Release) for what to do instead).
+//! none (see the docs of [`DropAtLastUse`](crate::DropAtLastUse) for what to do instead).
 
 /// The no-grad guards of the other libraries this build of vramguard supports, entered together
 /// (today tch's, with the `tch` feature; nothing without it). Restores each library's previous

@@ -1,7 +1,7 @@
-//! Debug-build notices at release points, for the two ways `#[inference]` and `#[batch_scope]`
+//! Debug-build notices at drop points, for the two ways `#[inference]` and `#[batch_scope]`
 //! can free nothing without any other sign: a tensor of a supported library that is kept because
 //! the facade's feature for that library is off (or it is another version of the library), and a
-//! candle tensor that still records candle's graph, released with grad mode off.
+//! candle tensor that still records candle's graph, dropped with grad mode off.
 //!
 //! Each is one line on stderr, in the format of the runtime's other stderr warnings
 //! (`warning: vramguard: …`), printed once (per type, for the first; once per process, for the
@@ -11,9 +11,9 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 
-use crate::release::Release;
+use crate::drop_at_last_use::DropAtLastUse;
 
-/// A library whose tensors are `Release` behind a feature of this crate.
+/// A library whose tensors are `DropAtLastUse` behind a feature of this crate.
 struct Library {
     /// The feature's name, as written in `Cargo.toml`.
     feature: &'static str,
@@ -49,7 +49,7 @@ const TCH: Library = Library {
     enabled: cfg!(feature = "tch"),
 };
 
-/// The std containers that are `Release` when their element is, as `type_name` spells them
+/// The std containers that are `DropAtLastUse` when their element is, as `type_name` spells them
 /// (prefix, suffix). `Result`, tuples, `Rc`/`Arc` and references are not here: a `Result` with
 /// a library's error and a tuple with a number are kept with the feature on too, and a shared or
 /// borrowed tensor is always kept.
@@ -60,15 +60,15 @@ const CONTAINERS: [&str; 4] = [
     "alloc::collections::vec_deque::VecDeque<",
 ];
 
-/// The element types of an owned ndarray array that make it `Release` with the feature on.
+/// The element types of an owned ndarray array that make it `DropAtLastUse` with the feature on.
 const NUMBERS: [&str; 14] = [
     "f32", "f64", "i8", "i16", "i32", "i64", "i128", "isize", "u8", "u16", "u32", "u64", "u128",
     "usize",
 ];
 
 /// The library whose tensor `type_name` is (or holds in `Vec`, `Box`, `Option`, `VecDeque`,
-/// arrays and slices), if it is one that a feature of this crate makes `Release`. Only string
-/// prefix and suffix tests: this runs at every release point of a kept value in debug builds.
+/// arrays and slices), if it is one that a feature of this crate makes `DropAtLastUse`. Only string
+/// prefix and suffix tests: this runs at every drop point of a kept value in debug builds.
 fn library_tensor(type_name: &str) -> Option<&'static Library> {
     let mut name = type_name;
     loop {
@@ -110,7 +110,7 @@ fn library_tensor(type_name: &str) -> Option<&'static Library> {
 }
 
 /// The notice for a kept value of type `type_name`, if it is a supported library's tensor (or
-/// a container of them) that the library's feature would release.
+/// a container of them) that the library's feature would drop.
 fn kept_tensor_message(type_name: &str) -> Option<String> {
     let library = library_tensor(type_name)?;
     let feature = library.feature;
@@ -121,7 +121,7 @@ fn kept_tensor_message(type_name: &str) -> Option<String> {
              vramguard's `{feature}` feature is on: that feature supports {supported} only, and \
              this tensor comes from another version (`cargo tree --duplicates` shows both); \
              depend on {supported}, or, if the value reached #[inference]/#[batch_scope] as a \
-             generic parameter `T`, bound it by `T: vramguard::Release`"
+             generic parameter `T`, bound it by `T: vramguard::DropAtLastUse`"
         )
     } else {
         format!(
@@ -136,7 +136,7 @@ fn kept_tensor_message(type_name: &str) -> Option<String> {
 /// The types already noticed by [`kept_tensor`] (a handful at most).
 static KEPT_NOTICED: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
 
-/// At a release point of a value of type `type_name` that is kept: one line on stderr the first
+/// At a drop point of a value of type `type_name` that is kept: one line on stderr the first
 /// time a supported library's tensor type is kept only for want of the feature (or because it
 /// is another version of the library). The lock is taken only for those types.
 pub(crate) fn kept_tensor(type_name: &'static str) {
@@ -153,22 +153,22 @@ pub(crate) fn kept_tensor(type_name: &'static str) {
     eprintln!("warning: vramguard: {message}");
 }
 
-/// Whether [`released_with_graph`] has printed its notice.
+/// Whether [`dropped_with_graph`] has printed its notice.
 static GRAPH_NOTICED: AtomicBool = AtomicBool::new(false);
 
 /// What the graph notice says.
 const GRAPH_MESSAGE: &str = "a candle tensor that records candle's graph \
-    (`Tensor::track_op()`: a `Var`, or computed from one) was released at its last use with grad \
+    (`Tensor::track_op()`: a `Var`, or computed from one) was dropped at its last use with grad \
     mode off (#[inference]), which frees nothing: every tensor computed from it holds it in its \
     graph. For inference, load the weights as plain tensors \
     (`VarBuilder::from_mmaped_safetensors`, not a `VarMap`) or use `var.as_tensor().detach()`; \
-    see the docs of `vramguard::Release`";
+    see the docs of `vramguard::DropAtLastUse`";
 
-/// At a release point of a `Release` value: one line on stderr, once per process, the first
-/// time a value holding a candle tensor that records candle's graph is released with grad mode
+/// At a drop point of a `DropAtLastUse` value: one line on stderr, once per process, the first
+/// time a value holding a candle tensor that records candle's graph is dropped with grad mode
 /// off (under `#[inference]`; a training loop under `#[batch_scope]` has grad mode on and
 /// records on purpose).
-pub(crate) fn released_with_graph<T: Release + ?Sized>(value: &T) {
+pub(crate) fn dropped_with_graph<T: DropAtLastUse + ?Sized>(value: &T) {
     if GRAPH_NOTICED.load(Ordering::Relaxed)
         || vramguard_runtime::grad::is_grad_enabled()
         || !value.__vg_records_graph()

@@ -1,37 +1,37 @@
 //! Attribute macros of [vramguard](https://docs.rs/vramguard). Use them through the facade:
 //! `#[vramguard::inference]`, `#[vramguard::batch_scope]`, `#[vramguard::allow(lint)]` and
-//! `#[derive(vramguard::Release)]`; each one's documentation below is the user's reference.
+//! `#[derive(vramguard::DropAtLastUse)]`; each one's documentation below is the user's reference.
 //!
 //! What each does:
-//! - `#[inference]`: runs a function under no-grad and releases each local of a `Release` type
+//! - `#[inference]`: runs a function under no-grad and drops each local of a `DropAtLastUse` type
 //!   right after its last use;
 //! - `#[batch_scope]`: makes each iteration of a function's loops a runtime batch scope, with
-//!   the same releases inside the loop body;
+//!   the same drops inside the loop body;
 //! - `#[allow(lint)]`: silences one of the memory lints that both attributes run;
-//! - `#[derive(Release)]`: declares a type whose values those attributes may release.
+//! - `#[derive(DropAtLastUse)]`: declares a type whose values those attributes may drop.
 //!
 //! Where each part lives (each attribute is parse → validate → expand):
 //! - `inference/` and `batch_scope/`: the two attributes; `options.rs`: the option parsing
 //!   they share;
-//! - `liveness/`: release at last use, shared by both; its module doc explains the technique
+//! - `liveness/`: drop at last use, shared by both; its module doc explains the technique
 //!   and names the phases (`analysis/`, `plan/`, `rewrite.rs`, `emit.rs`);
 //! - `lints/`: runs the memory lints (their rules are the `vramguard-lints` crate's, shared
 //!   with `cargo vramguard lint`) and turns findings into warnings; `#[allow]`;
-//! - `release.rs`: `#[derive(Release)]`;
+//! - `drop_at_last_use.rs`: `#[derive(DropAtLastUse)]`;
 //! - `common.rs`: helpers the others share (the facade's path, errors next to the item,
 //!   identifier and attribute walks).
 
 mod batch_scope;
 mod common;
+mod drop_at_last_use;
 mod inference;
 mod lints;
 mod liveness;
 mod options;
-mod release;
 
 use proc_macro::TokenStream;
 
-/// Runs a function with grad recording disabled and releases each local right after its last
+/// Runs a function with grad recording disabled and drops each local right after its last
 /// use.
 ///
 /// In Rust a value lives until the end of its scope, and shadowing frees nothing: a forward pass
@@ -42,7 +42,7 @@ use proc_macro::TokenStream;
 /// ```ignore
 /// #[vramguard::inference]
 /// fn forward(&self, xs: &Tensor) -> Result<Tensor> {
-///     let _enter = self.span.enter();      // a guard: never released early
+///     let _enter = self.span.enter();      // a guard: never dropped early
 ///     let xs = self.fc1.forward(xs)?;
 ///     let xs = xs.gelu()?;                 // the previous `xs` is freed here
 ///     let xs = self.fc2.forward(&xs)?;     // and here
@@ -62,16 +62,16 @@ use proc_macro::TokenStream;
 ///
 /// 1. **No grad**: the whole body runs under a no-grad guard (`NoGradGuard`), and under the
 ///    no-grad modes of the other libraries that have one (tch's, with the facade's `tch`
-///    feature; candle and burn have none: see `vramguard::Release`). In an `async fn`
+///    feature; candle and burn have none: see `vramguard::DropAtLastUse`). In an `async fn`
 ///    grad mode is set around each poll of the body instead (a guard must not live across
 ///    `.await`: the task may resume on another thread). For an `impl Trait` return, grad mode
 ///    covers the call, not the later use of the returned value.
-/// 2. **Releases at last use, for memory only**: a local (or by-value parameter) whose *type* is
-///    [`Release`](https://docs.rs/vramguard/latest/vramguard/trait.Release.html) — a tensor, a
-///    container of tensors, a numeric buffer, a type deriving `Release` — is freed right after
-///    the statement of its last use. Every other value keeps exactly the drop point and the drop
-///    order it has without the attribute. The macro finds last uses from the syntax; the
-///    compiler decides, from each value's type, whether it is released there (see below).
+/// 2. **Drops at last use, for memory only**: a local (or by-value parameter) whose *type* is
+///    [`DropAtLastUse`](https://docs.rs/vramguard/latest/vramguard/trait.DropAtLastUse.html) — a
+///    tensor, a container of tensors, a numeric buffer, a type deriving `DropAtLastUse` — is freed
+///    right after the statement of its last use. Every other value keeps exactly the drop point and
+///    the drop order it has without the attribute. The macro finds last uses from the syntax; the
+///    compiler decides, from each value's type, whether it is dropped there (see below).
 ///    Nested blocks (branches, loop bodies, closures, async blocks) get the same treatment for
 ///    the locals they declare. A local declared outside a loop and used inside is freed after
 ///    the loop. A value whose last use is inside an `if`/`match` (an `else if` chain, a
@@ -95,38 +95,38 @@ use proc_macro::TokenStream;
 ///    with handles the macro cannot see) and what burn does by itself.
 /// 4. **Lints** the body (`.backward()` here is a warning: there is no graph to differentiate).
 /// 5. **Notices in debug builds** (never in release builds), one `warning: vramguard:` line on
-///    stderr each, for the two cases where the releases would free nothing without another sign:
-///    a tensor of a supported library (or a `Vec`, `Box`, `Option`… of them) reaches a release
+///    stderr each, for the two cases where the drops would free nothing without another sign:
+///    a tensor of a supported library (or a `Vec`, `Box`, `Option`… of them) reaches a drop
 ///    point while the facade's feature for that library is off, or is another version of the
 ///    library (once per type; the line names the type and the `Cargo.toml` change); and a
-///    released candle tensor still records candle's graph (`Tensor::track_op()`: a `Var`, or
+///    dropped candle tensor still records candle's graph (`Tensor::track_op()`: a `Var`, or
 ///    computed from one), so nothing it holds is freed (once; the line says to load the
-///    weights as plain tensors or `detach()` them). See `vramguard::Release`.
+///    weights as plain tensors or `detach()` them). See `vramguard::DropAtLastUse`.
 ///
 /// # The contract
 ///
 /// Code that compiles without the attribute compiles with it and computes the same; the only
-/// difference is that values of `Release` types are freed earlier. A guard (named or
+/// difference is that values of `DropAtLastUse` types are freed earlier. A guard (named or
 /// `_`-prefixed), an `Rc`/`Arc`/`Weak`, a file, a temporary directory, a channel end, a handle,
-/// a closure and every `Copy` value are not `Release`: their drops happen where they always
+/// a closure and every `Copy` value are not `DropAtLastUse`: their drops happen where they always
 /// did, in the same order, so a lock is held, a count reads, a directory exists and a channel
 /// stays open exactly as long as without the attribute.
 ///
-/// How the type decides: at each release point the generated code asks a probe that method
-/// resolution answers from the value's type (`T: Release`, else keep), so a value of any other
-/// type keeps its scope end and drop order. A statement that may move the value is written
+/// How the type decides: at each drop point the generated code asks a probe that method
+/// resolution answers from the value's type (`T: DropAtLastUse`, else keep), so a value of any
+/// other type keeps its scope end and drop order. A statement that may move the value is written
 /// twice, with and without the value moved in, and the type chooses; this happens at most once
 /// per nesting level, so the output stays within (depth + 1) × the input.
 ///
-/// The macro sees no types, so when it cannot show an early release is possible it keeps the
+/// The macro sees no types, so when it cannot show an early drop is possible it keeps the
 /// value alive; every mistake it could still make is a borrow-check or move error at compile time,
 /// never a dangling reference or a changed result: the rewrite only moves values and never
 /// adds `unsafe` code. Such an error points at your statement; when it is a use after the
-/// move, rustc quotes the signature of `__private::last_use` or `release`, which names the
+/// move, rustc quotes the signature of `__private::last_use` or `drop_at_last_use`, which names the
 /// escape hatch (`keep(name)`, `#[keep]`). `cargo vramguard check` finds them all at once.
 ///
-/// Never released early (they live to the end of their scope, as without the attribute):
-/// - values whose type is not `Release` (above);
+/// Never dropped early (they live to the end of their scope, as without the attribute):
+/// - values whose type is not `DropAtLastUse` (above);
 /// - guards: `_`-prefixed bindings, and bindings never used after their declaration;
 /// - names in `keep(..)`, `let`s marked with the inert `#[keep]`, `let x;` declared without
 ///   a value;
@@ -153,14 +153,14 @@ use proc_macro::TokenStream;
 /// - a value whose last use is an unknown statement macro (it might declare bindings) or the
 ///   `else` block of a `let … else`;
 /// - a reference an accessor returns (`let dims = xs.dims();`, `node.kind()`, `t.as_ref()`):
-///   it frees nothing, and releasing it would read the borrow after the statement of its last
+///   it frees nothing, and dropping it would read the borrow after the statement of its last
 ///   use, which may write what it borrows (`xs = xs.reshape((dims[0] * dims[1], dims[2]))?`);
 ///   likewise any binding that may borrow a local which the statement of its own last use
 ///   moves or writes (`=`, `+=`, `&mut`, `push`, a `*_mut` method);
 /// - anything inside a `const { }` block, and anything in a function that contains `unsafe`
 ///   code (or is an `unsafe fn`): it gets the no-grad guard only, because unsafe code may rely
 ///   on a value living to the end of its scope in ways no syntactic analysis sees. Move the
-///   unsafe part (a kernel launch, say) into a helper function to get the releases back.
+///   unsafe part (a kernel launch, say) into a helper function to get the drops back.
 ///
 /// # Borrows: what keeps a value alive
 ///
@@ -199,7 +199,7 @@ use proc_macro::TokenStream;
 /// results own their data; `#[inference(borrows(view_of))]` declares methods whose result
 /// borrows the receiver.
 ///
-/// The conservative default gives up a few releases on code that calls unknown
+/// The conservative default gives up a few drops on code that calls unknown
 /// borrowing-looking methods (the test `conservative_default_cost` measures how many on the
 /// generated corpus). On model code that calls its own helpers
 /// (`fn block(x: &Tensor) -> Result<Tensor>`), each unlisted helper keeps its input alive while
@@ -207,9 +207,9 @@ use proc_macro::TokenStream;
 ///
 /// # Options
 ///
-/// - `keep(a, b)`: never release these locals early (a name that matches no local is an error);
-/// - `drops = false`: only the no-grad guard (and the lints), no early releases;
-/// - `inplace = false`: releases at last use, but every op computed out of place, as written;
+/// - `keep(a, b)`: never drop these locals early (a name that matches no local is an error);
+/// - `drops = false`: only the no-grad guard (and the lints), no early drops;
+/// - `inplace = false`: drops at last use, but every op computed out of place, as written;
 /// - `crate = path` (or `crate = "path"`): the facade under another name, for generated paths;
 /// - `owned(name, ..)`, `borrows(name, ..)`: extend the name lists (above).
 ///
@@ -225,10 +225,10 @@ use proc_macro::TokenStream;
 ///   (`re.find(&line)?`), not a tensor op.
 /// - Values whose last use is the function's value (its tail expression) gain nothing. A value
 ///   that a non-`move` closure, a guard method in a `match`/`if let` scrutinee, or the
-///   statement's own value may borrow is released after the whole `if`/`match`, not inside
+///   statement's own value may borrow is dropped after the whole `if`/`match`, not inside
 ///   its branches.
-/// - Only `Release` types are freed early: your own tensor-holding structs need
-///   `#[derive(vramguard::Release)]` (or a manual impl) to benefit.
+/// - Only `DropAtLastUse` types are freed early: your own tensor-holding structs need
+///   `#[derive(vramguard::DropAtLastUse)]` (or a manual impl) to benefit.
 /// - With `#[async_trait]` on the enclosing `impl`, that macro runs first and turns the method
 ///   into one returning a boxed future: grad mode then covers creating it, not polling it.
 ///
@@ -246,7 +246,7 @@ pub fn inference(args: TokenStream, item: TokenStream) -> TokenStream {
 /// Makes every loop of a function (or only the loops marked `#[batch_scope]`) a per-iteration
 /// batch scope: each iteration enters a runtime `BatchScope` that accounts what it allocates,
 /// reports what escapes it and warns when live memory grows iteration after iteration; the
-/// iteration's locals are released at their last use, and a listed op on one of them there
+/// iteration's locals are dropped at their last use, and a listed op on one of them there
 /// runs in place as under [`inference`] (never on a tensor autograd saved: with grad mode on,
 /// the runtime computes out of place whenever a backward could read the buffer); and the body
 /// is linted.
@@ -294,22 +294,22 @@ pub fn allow(args: TokenStream, item: TokenStream) -> TokenStream {
     lints::expand_allow(args.into(), item.into()).into()
 }
 
-/// Declares a struct or enum `vramguard::Release` when every field is: `#[inference]` and
+/// Declares a struct or enum `vramguard::DropAtLastUse` when every field is: `#[inference]` and
 /// `#[batch_scope]` may then free its values at their last use.
 ///
 /// ```ignore
-/// #[derive(vramguard::Release)]
+/// #[derive(vramguard::DropAtLastUse)]
 /// struct Activations {
 ///     hidden: Tensor,
 ///     attention: Vec<Tensor>,
 /// }
 /// ```
 ///
-/// A field whose type is not `Release` (a guard, an `Rc`, a file…) is a compile error at that
+/// A field whose type is not `DropAtLastUse` (a guard, an `Rc`, a file…) is a compile error at that
 /// field; a field of a generic type makes the implementation conditional on it. Only derive it
 /// for a type whose drop frees memory and does nothing anyone can observe (see
-/// `vramguard::Release`). `#[vramguard(crate = path)]` names the facade when it is renamed.
-#[proc_macro_derive(Release, attributes(vramguard))]
-pub fn derive_release(item: TokenStream) -> TokenStream {
-    release::expand(item.into()).into()
+/// `vramguard::DropAtLastUse`). `#[vramguard(crate = path)]` names the facade when it is renamed.
+#[proc_macro_derive(DropAtLastUse, attributes(vramguard))]
+pub fn derive_drop_at_last_use(item: TokenStream) -> TokenStream {
+    drop_at_last_use::expand(item.into()).into()
 }

@@ -16,7 +16,7 @@ pub struct T {
 }
 
 // Its drop returns its bytes and nothing else: the attributes may free it at its last use.
-impl vramguard::Release for T {}
+impl vramguard::DropAtLastUse for T {}
 
 impl T {
     pub fn from_vec(device: &Device, rows: usize, cols: usize, data: Vec<f32>) -> T {

@@ -6,17 +6,18 @@ async fn generate(model: &Model, prompt: Tensor) -> Result<Tensor> {
                 let __vg_return: Result<Tensor> = {
                     #[allow(unused_imports)]
                     use ::vramguard::__private::{
-                        CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
-                        PlainAtLastUse as _, Probe as __VgProbe, release as __vg_release,
-                        last_use as __vg_last_use, Dying as __VgDying,
+                        CopyAtLastUse as _, KeepToScopeEnd as _, DroppableAtLastUse as _,
+                        PlainAtLastUse as _, Probe as __VgProbe,
+                        drop_at_last_use as __vg_drop, last_use as __vg_last_use,
+                        Dying as __VgDying,
                     };
                     let hidden = model.encode(&prompt).await?;
-                    if (&&&__VgProbe(&prompt)).__vg_releasable() {
-                        __vg_release(prompt);
+                    if (&&&__VgProbe(&prompt)).__vg_droppable() {
+                        __vg_drop(prompt);
                     }
                     let logits = model.head.forward(&hidden)?;
-                    if (&&&__VgProbe(&hidden)).__vg_releasable() {
-                        __vg_release(hidden);
+                    if (&&&__VgProbe(&hidden)).__vg_droppable() {
+                        __vg_drop(hidden);
                     }
                     let next = if !(&&&__VgProbe(&logits)).__vg_movable() {
                         logits.argmax(1)?

@@ -2,16 +2,16 @@ fn route(x: Tensor, mode: Mode, mask: Option<Tensor>) -> Result<Tensor> {
     let __vg_no_grad = ::vramguard::__private::inference_guard();
     #[allow(unused_imports)]
     use ::vramguard::__private::{
-        CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
-        PlainAtLastUse as _, Probe as __VgProbe, release as __vg_release,
+        CopyAtLastUse as _, KeepToScopeEnd as _, DroppableAtLastUse as _,
+        PlainAtLastUse as _, Probe as __VgProbe, drop_at_last_use as __vg_drop,
         last_use as __vg_last_use, Dying as __VgDying,
     };
     let h = x.relu()?;
     let Some(mask) = mask else {
         return Err(Error::msg(format!("no mask for {:?}", x.dims())));
     };
-    if (&&&__VgProbe(&x)).__vg_releasable() {
-        __vg_release(x);
+    if (&&&__VgProbe(&x)).__vg_droppable() {
+        __vg_drop(x);
     }
     let g = if !(&&&__VgProbe(&h)).__vg_movable() {
         h.gelu()?
@@ -33,14 +33,14 @@ fn route(x: Tensor, mode: Mode, mask: Option<Tensor>) -> Result<Tensor> {
                     .broadcast_mul(&mask)?;
                 __vg_value
             };
-            if (&&&__VgProbe(&mask)).__vg_releasable() {
-                __vg_release(mask);
+            if (&&&__VgProbe(&mask)).__vg_droppable() {
+                __vg_drop(mask);
             }
             m.sum_keepdim(1)?
         }
         Mode::Plain => {
-            if (&&&__VgProbe(&mask)).__vg_releasable() {
-                __vg_release(mask);
+            if (&&&__VgProbe(&mask)).__vg_droppable() {
+                __vg_drop(mask);
             }
             if !(&&&__VgProbe(&g)).__vg_movable() {
                 g.exp()?
@@ -52,11 +52,11 @@ fn route(x: Tensor, mode: Mode, mask: Option<Tensor>) -> Result<Tensor> {
             }
         }
         Mode::Masked => {
-            if (&&&__VgProbe(&g)).__vg_releasable() {
-                __vg_release(g);
+            if (&&&__VgProbe(&g)).__vg_droppable() {
+                __vg_drop(g);
             }
-            if (&&&__VgProbe(&mask)).__vg_releasable() {
-                __vg_release(mask);
+            if (&&&__VgProbe(&mask)).__vg_droppable() {
+                __vg_drop(mask);
             }
             Tensor::zeros(8)?
         }

@@ -1,4 +1,4 @@
-// A value dying inside an `if`/`match` is released in the branch that uses it, at its last use
+// A value dying inside an `if`/`match` is dropped in the branch that uses it, at its last use
 // there, and at the start of every other branch (never in a guard); after a `let … else`.
 #[vramguard::inference]
 fn route(x: Tensor, mode: Mode, mask: Option<Tensor>) -> Result<Tensor> {

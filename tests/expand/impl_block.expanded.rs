@@ -3,8 +3,8 @@ impl Module for Mlp {
         let __vg_no_grad = vg::__private::inference_guard();
         #[allow(unused_imports)]
         use vg::__private::{
-            CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
-            PlainAtLastUse as _, Probe as __VgProbe, release as __vg_release,
+            CopyAtLastUse as _, KeepToScopeEnd as _, DroppableAtLastUse as _,
+            PlainAtLastUse as _, Probe as __VgProbe, drop_at_last_use as __vg_drop,
             last_use as __vg_last_use, Dying as __VgDying,
         };
         let h = self.up.forward(xs)?;
@@ -27,8 +27,8 @@ impl Module for Mlp {
         let __vg_no_grad = vg::__private::inference_guard();
         #[allow(unused_imports)]
         use vg::__private::{
-            CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
-            PlainAtLastUse as _, Probe as __VgProbe, release as __vg_release,
+            CopyAtLastUse as _, KeepToScopeEnd as _, DroppableAtLastUse as _,
+            PlainAtLastUse as _, Probe as __VgProbe, drop_at_last_use as __vg_drop,
             last_use as __vg_last_use, Dying as __VgDying,
         };
         let h = (xs + &extra)?;
@@ -40,8 +40,8 @@ impl Module for Mlp {
             extra = h.sqr()?;
         }
         let out = self.down.forward(&extra)?;
-        if (&&&__VgProbe(&extra)).__vg_releasable() {
-            __vg_release(extra);
+        if (&&&__VgProbe(&extra)).__vg_droppable() {
+            __vg_drop(extra);
         }
         Ok(out)
     }

@@ -2,8 +2,8 @@ fn scaled(a: Array2<f32>, row: &Tensor) -> (Array2<f32>, usize) {
     let __vg_no_grad = ::vramguard::__private::inference_guard();
     #[allow(unused_imports)]
     use ::vramguard::__private::{
-        CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
-        PlainAtLastUse as _, Probe as __VgProbe, release as __vg_release,
+        CopyAtLastUse as _, KeepToScopeEnd as _, DroppableAtLastUse as _,
+        PlainAtLastUse as _, Probe as __VgProbe, drop_at_last_use as __vg_drop,
         last_use as __vg_last_use, Dying as __VgDying,
     };
     let b = if !(&&&__VgProbe(&a)).__vg_movable() {
@@ -45,8 +45,8 @@ fn scaled(a: Array2<f32>, row: &Tensor) -> (Array2<f32>, usize) {
         __vg_value
     };
     let n = c.len() + h.elem_count();
-    if (&&&__VgProbe(&h)).__vg_releasable() {
-        __vg_release(h);
+    if (&&&__VgProbe(&h)).__vg_droppable() {
+        __vg_drop(h);
     }
     (c, n)
 }

@@ -2,8 +2,8 @@ fn forward(&self, xs: &Tensor) -> Result<Tensor> {
     let __vg_no_grad = ::vramguard::__private::inference_guard();
     #[allow(unused_imports)]
     use ::vramguard::__private::{
-        CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
-        PlainAtLastUse as _, Probe as __VgProbe, release as __vg_release,
+        CopyAtLastUse as _, KeepToScopeEnd as _, DroppableAtLastUse as _,
+        PlainAtLastUse as _, Probe as __VgProbe, drop_at_last_use as __vg_drop,
         last_use as __vg_last_use, Dying as __VgDying,
     };
     let _enter = self.span.enter();
@@ -18,15 +18,15 @@ fn forward(&self, xs: &Tensor) -> Result<Tensor> {
     };
     let xs = {
         let __vg_value = self.fc2.forward(&xs)?;
-        if (&&&__VgProbe(&xs)).__vg_releasable() {
-            __vg_release(xs);
+        if (&&&__VgProbe(&xs)).__vg_droppable() {
+            __vg_drop(xs);
         }
         __vg_value
     };
     let xs = {
         let __vg_value = (&xs + &self.residual)?;
-        if (&&&__VgProbe(&xs)).__vg_releasable() {
-            __vg_release(xs);
+        if (&&&__VgProbe(&xs)).__vg_droppable() {
+            __vg_drop(xs);
         }
         __vg_value
     };

@@ -1,7 +1,7 @@
-//! Exact bytes of a release inside a branch (issue #19, point 2): under a memory limit, a branch
+//! Exact bytes of a drop inside a branch (issue #19, point 2): under a memory limit, a branch
 //! whose own allocation fits only once the value dead in that branch is freed. `#[inference]`
 //! frees `h` at the start of the branch that does not use it, so that branch's activation takes
-//! `h`'s cached block; released after the whole `if` (as before, and as the plain code does at
+//! `h`'s cached block; dropped after the whole `if` (as before, and as the plain code does at
 //! the end of the function), `h` is still alive there and the allocation fails.
 
 use vramguard::alloc::{AllocatorConfig, HostBackend};

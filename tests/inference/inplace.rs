@@ -332,7 +332,7 @@ mod every_listed_method_on_another_type {
         static LOG: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
     }
 
-    /// Not `Release`, not a tensor: methods named like the consuming forms.
+    /// Not `DropAtLastUse`, not a tensor: methods named like the consuming forms.
     pub struct Plain(pub i64);
 
     macro_rules! methods {

@@ -78,7 +78,7 @@ const MACROS: Layers = Layers {
         &["common"],
         &["options"],
         &["liveness"],
-        &["lints", "release"],
+        &["lints", "drop_at_last_use"],
         &["inference", "batch_scope"],
     ],
     docs: &[("docs/layout.md", "### `macros/src/`")],

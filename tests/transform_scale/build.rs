@@ -39,13 +39,13 @@ fn main() {
     corpus.push_str(&format!(
         "/// Every generated function.\nfn all_cases() -> Vec<Case> {{\n    [{}].concat()\n}}\n\
          /// The seed the corpus was generated from.\nconst SEED: u64 = {seed};\n\
-         /// Kept values, observations and releasable locals in the corpus.\n\
+         /// Kept values, observations and droppable locals in the corpus.\n\
          const COUNTS: (usize, usize, usize, usize) = ({}, {}, {}, {});\n",
         cases.join(", "),
         counts.functions,
         counts.kept,
         counts.observations,
-        counts.releasable
+        counts.droppable
     ));
     std::fs::write(out.join("corpus.rs"), corpus).expect("writing corpus.rs into OUT_DIR");
     println!("cargo:rerun-if-env-changed=VRAMGUARD_GEN_SEED");

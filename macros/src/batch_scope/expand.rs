@@ -1,4 +1,4 @@
-//! Code generation of `#[batch_scope]`: the lints, then a scope guard and releases at last use in
+//! Code generation of `#[batch_scope]`: the lints, then a scope guard and drops at last use in
 //! every scoped loop of a validated function.
 
 use proc_macro2::{Span, TokenStream};
@@ -8,7 +8,7 @@ use syn::{Block, Expr, Ident, Stmt};
 
 use super::parse::{is_marker, FnOptions, Function, Loop, ScopeSettings};
 use crate::lints::{self, LintContext};
-use crate::liveness::{self, ReleaseOptions};
+use crate::liveness::{self, DropOptions};
 
 /// Expands a validated function: the function, then the lints' errors.
 pub(crate) fn expand(function: Function, options: &FnOptions) -> TokenStream {
@@ -49,7 +49,7 @@ struct Scoper<'a> {
     settings: &'a ScopeSettings,
     krate: &'a syn::Path,
     fn_name: String,
-    /// The function does not return `Option` (see `ReleaseOptions::try_owns`).
+    /// The function does not return `Option` (see `DropOptions::try_owns`).
     try_owns: bool,
     only_marked: bool,
     loops: std::vec::IntoIter<Loop>,
@@ -78,11 +78,11 @@ impl Scoper<'_> {
         if self.only_marked && facts.marker.is_none() {
             return;
         }
-        let release_options = ReleaseOptions {
+        let drop_options = DropOptions {
             try_owns: self.try_owns,
-            ..ReleaseOptions::new(self.krate.clone())
+            ..DropOptions::new(self.krate.clone())
         };
-        liveness::insert_releases(body, &params, &release_options);
+        liveness::insert_drops(body, &params, &drop_options);
         let marker = facts.marker.unwrap_or_default();
         let guard = self.guard_statement(&marker.settings, keyword_span);
         // The user's braces, not the macro's: edition 2024 decides a block's tail-temporary
@@ -143,7 +143,7 @@ impl VisitMut for Scoper<'_> {
     fn visit_expr_const_mut(&mut self, _: &mut syn::ExprConst) {}
 
     fn visit_expr_mut(&mut self, expr: &mut Expr) {
-        // Inner loops first: the outer body's release insertion then sees their final form.
+        // Inner loops first: the outer body's drop insertion then sees their final form.
         visit_mut::visit_expr_mut(self, expr);
         if matches!(expr, Expr::ForLoop(_) | Expr::While(_) | Expr::Loop(_)) {
             if let Some(facts) = self.loops.next() {

@@ -9,7 +9,7 @@
 //!         concat!(module_path!(), "::", "train", ":", line!()),
 //!         ::vramguard::__private::ScopeOptions::new(),
 //!     );
-//!     { /* the body, with releases at last use inserted */ };
+//!     { /* the body, with drops at last use inserted */ };
 //! }
 //! ```
 //!

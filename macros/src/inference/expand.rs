@@ -1,11 +1,11 @@
-//! Code generation of `#[inference]`: the no-grad guard, the lints and the releases at last use.
+//! Code generation of `#[inference]`: the no-grad guard, the lints and the drops at last use.
 
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, ToTokens};
 
 use super::parse::{Options, Target};
 use crate::lints::{self, LintContext};
-use crate::liveness::{self, ReleaseOptions};
+use crate::liveness::{self, DropOptions};
 
 /// Expands a validated target.
 pub(crate) fn expand(target: Target, options: &Options) -> TokenStream {
@@ -13,11 +13,11 @@ pub(crate) fn expand(target: Target, options: &Options) -> TokenStream {
         .krate
         .clone()
         .unwrap_or_else(crate::common::default_crate_path);
-    let mut release_options = ReleaseOptions::new(krate.clone());
-    release_options.keep = options.keep.clone();
-    release_options.inplace = options.inplace;
-    release_options.owned = options.owned.iter().map(|i| i.to_string()).collect();
-    release_options.borrows = options.borrows.iter().map(|i| i.to_string()).collect();
+    let mut drop_options = DropOptions::new(krate.clone());
+    drop_options.keep = options.keep.clone();
+    drop_options.inplace = options.inplace;
+    drop_options.owned = options.owned.iter().map(|i| i.to_string()).collect();
+    drop_options.borrows = options.borrows.iter().map(|i| i.to_string()).collect();
     let mut errors: Vec<syn::Error> = Vec::new();
     let tokens = match target {
         Target::Fn(mut function) => {
@@ -27,7 +27,7 @@ pub(crate) fn expand(target: Target, options: &Options) -> TokenStream {
                 &mut function.sig,
                 block,
                 options,
-                &release_options,
+                &drop_options,
                 &mut errors,
             );
             function.into_token_stream()
@@ -39,7 +39,7 @@ pub(crate) fn expand(target: Target, options: &Options) -> TokenStream {
                     &mut method.sig,
                     block,
                     options,
-                    &release_options,
+                    &drop_options,
                     &mut errors,
                 ));
             }
@@ -67,7 +67,7 @@ pub(crate) fn expand(target: Target, options: &Options) -> TokenStream {
                             &mut method.sig,
                             old,
                             options,
-                            &release_options,
+                            &drop_options,
                             &mut errors,
                         );
                     }
@@ -95,10 +95,10 @@ fn body(
     sig: &mut syn::Signature,
     mut block: syn::Block,
     options: &Options,
-    release_options: &ReleaseOptions,
+    drop_options: &DropOptions,
     errors: &mut Vec<syn::Error>,
 ) -> syn::Block {
-    let krate = &release_options.krate;
+    let krate = &drop_options.krate;
     let lint = lints::check_fn(
         fn_attrs,
         &mut block,
@@ -110,16 +110,15 @@ fn body(
     );
     errors.extend(lint.errors);
     let warnings = lint.warnings;
-    // The body of an `unsafe fn` is unsafe code throughout (see `liveness::insert_releases`).
+    // The body of an `unsafe fn` is unsafe code throughout (see `liveness::insert_drops`).
     let unsafe_fn = matches!(sig.safety, syn::Safety::Unsafe(_));
     if options.drops && !unsafe_fn {
-        let release_options = ReleaseOptions {
+        let drop_options = DropOptions {
             scalars: liveness::scalar_params(sig),
             try_owns: !liveness::returns_option(sig),
-            ..release_options.clone()
+            ..drop_options.clone()
         };
-        let report =
-            liveness::insert_releases(&mut block, &liveness::params_of(sig), &release_options);
+        let report = liveness::insert_drops(&mut block, &liveness::params_of(sig), &drop_options);
         allow_unused_mut(sig, &report.moved_mut_params);
     } else {
         liveness::strip_keep_markers(&mut block);

@@ -17,9 +17,9 @@ const OPTIONS: OptionList = OptionList {
 
 /// The options of one `#[inference(...)]`.
 pub(crate) struct Options {
-    /// Locals never released early.
+    /// Locals never dropped early.
     pub keep: Vec<syn::Ident>,
-    /// Whether to insert releases at last use (`drops = false` keeps only the no-grad guard).
+    /// Whether to insert drops at last use (`drops = false` keeps only the no-grad guard).
     pub drops: bool,
     /// Whether a listed op on a local at its last use may run in place (`inplace = false`
     /// calls every op as written).

@@ -72,7 +72,7 @@ fn golden_expansions() {
 /// The compile-fail cases of "one diagnostic per mistake" (`tests/ui/inference/fail/
 /// one_diagnostic_*.rs`) prove something only if the statement holding each mistake is
 /// rewritten: each function there follows a `// rewritten: MARKER` line, and its expansion
-/// must contain MARKER (`__vg_last_use`: written twice; `__vg_release`: released after or in a
+/// must contain MARKER (`__vg_last_use`: written twice; `__vg_drop`: dropped after or in a
 /// branch; `NAME_receiver`: in place).
 #[test]
 fn one_diagnostic_cases_are_rewritten() {

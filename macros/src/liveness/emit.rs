@@ -12,7 +12,7 @@ use syn::{Expr, Stmt};
 /// one identifier per use instead of a four-segment path keeps the generated code small, and
 /// the macro's output crosses the compiler's proc-macro bridge token by token.
 const PROBE: &str = "__VgProbe";
-const RELEASE: &str = "__vg_release";
+const DROP: &str = "__vg_drop";
 const LAST_USE: &str = "__vg_last_use";
 /// `__private::Dying`, the receiver of a consuming call (see `inplace`).
 pub(super) const DYING: &str = "__VgDying";
@@ -21,14 +21,14 @@ pub(super) const DYING: &str = "__VgDying";
 /// (method resolution needs them in scope) and the helpers under their short names. Items of a
 /// block are visible in all of it, nested blocks and closures included.
 pub(super) fn imports(krate: &syn::Path) -> Stmt {
-    let [probe, release, last_use, dying] = [PROBE, RELEASE, LAST_USE, DYING].map(short_name);
+    let [probe, drop, last_use, dying] = [PROBE, DROP, LAST_USE, DYING].map(short_name);
     // Emitted as written: a `use` item needs no analysis after this point, and parsing it
     // back into a tree once per function was measurable in an unoptimized macro.
     Stmt::Item(syn::Item::Verbatim(quote::quote! {
         #[allow(unused_imports)]
         use #krate::__private::{
-            CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _, PlainAtLastUse as _,
-            Probe as #probe, release as #release, last_use as #last_use, Dying as #dying,
+            CopyAtLastUse as _, KeepToScopeEnd as _, DroppableAtLastUse as _, PlainAtLastUse as _,
+            Probe as #probe, drop_at_last_use as #drop, last_use as #last_use, Dying as #dying,
         };
     }))
 }
@@ -67,10 +67,10 @@ fn helper(name: &str, span: Span) -> Expr {
     ident(Ident::new(name, Span::call_site().located_at(span)))
 }
 
-/// `if (&&&__VgProbe(&x)).__vg_releasable() { __vg_release(x); }`
-pub(super) fn release(target: Ident, span: Span) -> Stmt {
-    let condition = probe(target.clone(), "__vg_releasable", span);
-    let call = call(helper(RELEASE, span), vec![ident(target)], span);
+/// `if (&&&__VgProbe(&x)).__vg_droppable() { __vg_drop(x); }`
+pub(super) fn drop_at_last_use(target: Ident, span: Span) -> Stmt {
+    let condition = probe(target.clone(), "__vg_droppable", span);
+    let call = call(helper(DROP, span), vec![ident(target)], span);
     let body = syn::Block {
         brace_token: syn::token::Brace(span),
         stmts: vec![Stmt::Expr(call, Some(syn::Token![;](span)))],

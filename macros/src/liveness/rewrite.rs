@@ -15,26 +15,26 @@ use super::analysis::patterns::let_bindings;
 use super::analysis::Env;
 use super::emit::{self, first_span, first_span_of_stmt};
 use super::plan::{self, Plan, PlanContext};
-use super::{ReleaseOptions, ReleaseReport};
+use super::{DropOptions, DropReport};
 
 /// Rewrites a block and, through [`VisitMut`], every block nested in it.
 pub(super) struct Rewriter<'o> {
     /// The attribute's options.
-    pub opts: &'o ReleaseOptions,
+    pub opts: &'o DropOptions,
     /// Local `macro_rules!` names → the identifiers of their bodies.
     pub local_macros: BTreeMap<String, BTreeSet<String>>,
     /// Names written in more than one hygiene context (`$m` and a `macro_rules!` body's own
     /// `m`): the analysis compares names as text, so it cannot tell their uses apart, and
     /// locals of these names keep their scope end.
     pub mixed_hygiene: BTreeSet<String>,
-    /// What was released, over all blocks.
-    pub report: ReleaseReport,
+    /// What was dropped, over all blocks.
+    pub report: DropReport,
     /// Nesting depth of the block being rewritten.
     pub depth: usize,
     /// Rewriting the fallback copy of a statement that is written twice: no statement inside
     /// it is written twice again, so the output stays within (nesting depth + 1) × the input.
     pub no_dup: bool,
-    /// A release probe was emitted: the block needs the probe traits in scope.
+    /// A drop probe was emitted: the block needs the probe traits in scope.
     pub probes: bool,
     /// Names known to be numbers where the block being rewritten starts (see
     /// `analysis::shapes::scalar`).
@@ -66,13 +66,13 @@ impl Rewriter<'_> {
             outer_scalars: &self.outer_scalars,
         };
         let plan = plan::plan(block, params, &ctx, &mut self.report);
-        // A statement that may move a binding it releases is written twice (see `apply`);
-        // its fallback copy, used when the binding's type is not `Release`, starts from the
+        // A statement that may move a binding it drops is written twice (see `apply`);
+        // its fallback copy, used when the binding's type is not `DropAtLastUse`, starts from the
         // statement as written.
         let mut fallback: BTreeMap<usize, Stmt> = plan
             .stmts
             .iter()
-            .filter(|(_, releases)| !releases.move_in.is_empty())
+            .filter(|(_, drops)| !drops.move_in.is_empty())
             .map(|(&index, _)| (index, block.stmts[index].clone()))
             .collect();
         self.depth += 1;
@@ -81,8 +81,8 @@ impl Rewriter<'_> {
         for (index, stmt) in block.stmts.iter_mut().enumerate() {
             self.outer_scalars = plan.scalars_at[index].clone();
             match plan.stmts.get(&index) {
-                Some(releases) if !releases.pushed.is_empty() => {
-                    self.push_into_stmt(stmt, &releases.pushed);
+                Some(drops) if !drops.pushed.is_empty() => {
+                    self.push_into_stmt(stmt, &drops.pushed);
                 }
                 _ => self.visit_stmt_mut(stmt),
             }
@@ -103,11 +103,11 @@ impl Rewriter<'_> {
         self.apply(block, plan, fallback);
     }
 
-    /// Rewrites a statement whose `if`/`match` releases `pushed` inside its branches (see
+    /// Rewrites a statement whose `if`/`match` drops `pushed` inside its branches (see
     /// `plan::branches`): a branch that uses a binding is rewritten with the binding handed in
-    /// (released at its last use there), every other branch releases it at its start (a
+    /// (dropped at its last use there), every other branch drops it at its start (a
     /// missing `else` becomes one). Conditions, scrutinees and guards are rewritten as usual
-    /// and release nothing.
+    /// and drop nothing.
     fn push_into_stmt(&mut self, stmt: &mut Stmt, pushed: &[(Ident, bool)]) {
         match branching_expr_mut(stmt) {
             Some(expr) => self.push_into_expr(expr, pushed),
@@ -147,7 +147,7 @@ impl Rewriter<'_> {
             Expr::Match(match_) => {
                 self.visit_expr_mut(&mut match_.expr);
                 for arm in &mut match_.arms {
-                    // A guard (inside the pattern) is a condition: rewritten, never a release.
+                    // A guard (inside the pattern) is a condition: rewritten, never a drop.
                     self.visit_pat_mut(&mut arm.pat);
                     self.push_into_arm(&mut arm.body, pushed);
                 }
@@ -177,7 +177,7 @@ impl Rewriter<'_> {
         }
     }
 
-    /// One branch: the bindings it uses are handed in to it, the others released at its start.
+    /// One branch: the bindings it uses are handed in to it, the others dropped at its start.
     fn push_into_block(&mut self, block: &mut Block, pushed: &[(Ident, bool)]) {
         let mentions = Env {
             owned: &self.opts.owned,
@@ -204,16 +204,16 @@ impl Rewriter<'_> {
             self.probes = true;
             let span = block.brace_token.span.open();
             // Latest declaration first, like a scope end.
-            let releases: Vec<Stmt> = dead
+            let drops: Vec<Stmt> = dead
                 .iter()
                 .rev()
                 .map(|(ident, _)| {
                     let mut ident = ident.clone();
                     ident.set_span(ident.span().located_at(span));
-                    emit::release(ident, span)
+                    emit::drop_at_last_use(ident, span)
                 })
                 .collect();
-            block.stmts.splice(0..0, releases);
+            block.stmts.splice(0..0, drops);
         }
     }
 
@@ -225,7 +225,7 @@ impl Rewriter<'_> {
                     .push(emit::allow(&["unused_mut"], Span::call_site()));
             }
         }
-        // The block's value: only a binding handed in to a branch is released there.
+        // The block's value: only a binding handed in to a branch is dropped there.
         let tail = match block.stmts.last() {
             Some(Stmt::Expr(_, None)) => Some(block.stmts.len() - 1),
             _ => None,
@@ -247,7 +247,7 @@ impl Rewriter<'_> {
                 .iter()
                 .map(|(ident, mutable)| {
                     let question = if *mutable {
-                        "__vg_releasable"
+                        "__vg_droppable"
                     } else {
                         "__vg_movable"
                     };
@@ -269,50 +269,50 @@ impl Rewriter<'_> {
                 self.report.in_place_calls +=
                     wrap(stmt, rebinds, condition, fallback, moved, is_tail);
             }
-            // Released after the statement, latest declaration first (like a scope end);
-            // only if the type is `Release`, otherwise the value stays to its scope's end
+            // Dropped after the statement, latest declaration first (like a scope end);
+            // only if the type is `DropAtLastUse`, otherwise the value stays to its scope's end
             // (a conditional move: the compiler's drop flag keeps its scope end and drop order).
-            let releases: Vec<Stmt> = scheduled
-                .release_after
+            let drops: Vec<Stmt> = scheduled
+                .drop_after
                 .iter()
                 .rev()
                 .map(|ident| {
                     self.probes = true;
-                    emit::release(located(ident), span)
+                    emit::drop_at_last_use(located(ident), span)
                 })
                 .collect();
-            if releases.is_empty() {
+            if drops.is_empty() {
                 continue;
             }
             match stmt {
-                // `{ …; let v = TAIL; RELEASES v }`: the value keeps its place, the tail's
-                // temporaries are gone before the releases.
+                // `{ …; let v = TAIL; DROPS v }`: the value keeps its place, the tail's
+                // temporaries are gone before the drops.
                 Stmt::Expr(expr, None) if is_tail => {
                     let span = first_span(expr);
                     let placeholder = Expr::Verbatim(TokenStream::new());
                     let value = std::mem::replace(expr, placeholder);
                     let mut stmts = vec![emit::local(value_ident(), None, value, span)];
-                    stmts.extend(releases);
+                    stmts.extend(drops);
                     stmts.push(Stmt::Expr(value_ident_expr(), None));
                     block.stmts.splice(index..=index, stmts);
                 }
                 Stmt::Local(local)
                     if local.init.is_some()
                         && !scheduled.after_value_borrows
-                        && shadows_any(&local.pat, &scheduled.release_after) =>
+                        && shadows_any(&local.pat, &scheduled.drop_after) =>
                 {
-                    release_in_initializer(local, releases);
+                    drop_in_initializer(local, drops);
                 }
                 _ => {
-                    block.stmts.splice(index + 1..index + 1, releases);
+                    block.stmts.splice(index + 1..index + 1, drops);
                 }
             }
         }
     }
 }
 
-/// Writes a statement that may move the bindings it releases twice, and lets their types
-/// choose: `if !<all Release> { STMT } else { let x = x; STMT }`. The first copy, `fallback`,
+/// Writes a statement that may move the bindings it drops twice, and lets their types
+/// choose: `if !<all DropAtLastUse> { STMT } else { let x = x; STMT }`. The first copy, `fallback`,
 /// is the statement with nothing moved, so values of other types keep their scope end and drop
 /// order; in the second the bindings are moved in, so they die at the statement's end whether
 /// it borrows or moves them. For a `let`, only the initializer is written twice. In the moved
@@ -466,7 +466,7 @@ fn as_statement(stmt: Stmt) -> Stmt {
     }
 }
 
-/// Whether a `let` pattern binds one of `names` (which the statement's releases must still
+/// Whether a `let` pattern binds one of `names` (which the statement's drops must still
 /// name as they were before it).
 fn shadows_any(pat: &syn::Pat, names: &[Ident]) -> bool {
     let mut bound = Vec::new();
@@ -476,16 +476,16 @@ fn shadows_any(pat: &syn::Pat, names: &[Ident]) -> bool {
         .any(|(ident, _)| names.iter().any(|n| n.unraw() == ident.unraw()))
 }
 
-/// `let p = { let v = INIT; RELEASES v };`: the releases name the bindings as they were before
+/// `let p = { let v = INIT; DROPS v };`: the drops name the bindings as they were before
 /// this `let`, which may shadow them. `INIT`'s temporaries are gone by then (a temporary
-/// borrowing a released binding, `x.lock().unwrap().len()`, must die first).
-fn release_in_initializer(local: &mut syn::Local, releases: Vec<Stmt>) {
+/// borrowing a dropped binding, `x.lock().unwrap().len()`, must die first).
+fn drop_in_initializer(local: &mut syn::Local, drops: Vec<Stmt>) {
     let Some(init) = &mut local.init else { return };
     let span = first_span(&init.expr);
     let placeholder = Expr::Verbatim(TokenStream::new());
     let expr = std::mem::replace(&mut *init.expr, placeholder);
     let mut stmts = vec![value_local(&local.pat, expr, span)];
-    stmts.extend(releases);
+    stmts.extend(drops);
     stmts.push(Stmt::Expr(value_ident_expr(), None));
     let block = Expr::Block(syn::ExprBlock {
         attrs: Vec::new(),
@@ -554,7 +554,7 @@ impl VisitMut for Rewriter<'_> {
         self.outer_scalars = outer_scalars;
     }
 
-    // A `const { }` block runs at compile time: nothing there to free, and a release probe
+    // A `const { }` block runs at compile time: nothing there to free, and a drop probe
     // is not a `const` call.
     fn visit_expr_const_mut(&mut self, konst: &mut syn::ExprConst) {
         strip_keep_markers(&mut konst.block);

@@ -7,14 +7,14 @@ use quote::quote;
 use syn::Stmt;
 
 /// Rewrites the body of `fn` source and returns it pretty-printed, with the report.
-pub(crate) fn rewrite(source: &str, optimistic: bool) -> (String, ReleaseReport) {
+pub(crate) fn rewrite(source: &str, optimistic: bool) -> (String, DropReport) {
     let mut function: syn::ItemFn = syn::parse_str(source).expect("test source parses");
-    let mut options = ReleaseOptions::new(syn::parse_quote!(::vramguard));
+    let mut options = DropOptions::new(syn::parse_quote!(::vramguard));
     options.optimistic = optimistic;
     options.scalars = scalar_params(&function.sig);
     options.try_owns = !returns_option(&function.sig);
     let params = params_of(&function.sig);
-    let report = insert_releases(&mut function.block, &params, &options);
+    let report = insert_drops(&mut function.block, &params, &options);
     let file: syn::File = syn::parse_quote!(#function);
     (prettyplease::unparse(&file), report)
 }
@@ -51,15 +51,15 @@ fn functions_of(source: &str) -> Vec<syn::ItemFn> {
     collect.0
 }
 
-fn totals(functions: &[syn::ItemFn], optimistic: bool) -> ReleaseReport {
-    let mut total = ReleaseReport::default();
+fn totals(functions: &[syn::ItemFn], optimistic: bool) -> DropReport {
+    let mut total = DropReport::default();
     for function in functions {
         let mut block = (*function.block).clone();
-        let mut options = ReleaseOptions::new(syn::parse_quote!(::vramguard));
+        let mut options = DropOptions::new(syn::parse_quote!(::vramguard));
         options.optimistic = optimistic;
-        let report = insert_releases(&mut block, &params_of(&function.sig), &options);
+        let report = insert_drops(&mut block, &params_of(&function.sig), &options);
         total.candidates += report.candidates;
-        total.released_early += report.released_early;
+        total.dropped_early += report.dropped_early;
         total.moved_at_last_use += report.moved_at_last_use;
     }
     total
@@ -101,16 +101,16 @@ fn conservative_default_cost() {
         let default = totals(functions, false);
         let optimistic = totals(functions, true);
         println!(
-            "{label}: {} functions, {} non-guard bindings used after declaration; released \
+            "{label}: {} functions, {} non-guard bindings used after declaration; dropped \
              early: {} with the conservative default, {} if every unknown call returned an owned \
-             value; moved by their last use (nothing to release): {}",
+             value; moved by their last use (nothing to drop): {}",
             functions.len(),
             default.candidates,
-            default.released_early,
-            optimistic.released_early,
+            default.dropped_early,
+            optimistic.dropped_early,
             default.moved_at_last_use
         );
-        assert!(optimistic.released_early >= default.released_early);
+        assert!(optimistic.dropped_early >= default.dropped_early);
     }
     assert!(corpus.len() >= 500 || corpus.is_empty());
 }
@@ -133,23 +133,23 @@ fn drops_follow_the_rules() {
         }",
         false,
     );
-    // `a` moves into its last statement; `b` is released after `d`'s last use; guards,
+    // `a` moves into its last statement; `b` is dropped after `d`'s last use; guards,
     // the primitive parameter, `d` (a reference, by the accessor that returns it), and `x`
     // (an unknown method on it may have borrowed it while `y` lives) are left alone; `out`
     // is the tail.
     assert!(text.contains("let a = __vg_last_use(a);"), "{text}");
-    assert!(text.contains("__vg_release(b);"), "{text}");
+    assert!(text.contains("__vg_drop(b);"), "{text}");
     for kept in ["_guard", "unused_guard", "x", "n", "d"] {
         for form in [
             format!("last_use({kept})"),
-            format!("release({kept})"),
+            format!("__vg_drop({kept})"),
             format!("__VgProbe(&{kept})"),
         ] {
             assert!(!text.contains(&form), "{form} in {text}");
         }
     }
     assert_eq!(
-        report.released,
+        report.dropped,
         ["a@0", "b@0", "c@0", "y@0", "z@0"].map(String::from)
     );
 }
@@ -182,10 +182,10 @@ fn generated_size_stays_linear() {
     for function in &corpus {
         let mut block = (*function.block).clone();
         input += tokens(quote!(#block));
-        insert_releases(
+        insert_drops(
             &mut block,
             &params_of(&function.sig),
-            &ReleaseOptions::new(syn::parse_quote!(::vramguard)),
+            &DropOptions::new(syn::parse_quote!(::vramguard)),
         );
         let text = quote!(#block).to_string();
         probes += text.matches("__VgProbe :: of").count();
@@ -203,7 +203,7 @@ fn generated_size_stays_linear() {
 }
 
 #[test]
-fn locals_whose_syntax_is_not_release_get_no_probe() {
+fn locals_not_droppable_by_their_syntax_get_no_probe() {
     let (text, _) = rewrite(
         "fn f(a: T, n: usize) -> usize {
             let count = 3;
@@ -225,7 +225,7 @@ fn locals_whose_syntax_is_not_release_get_no_probe() {
             "{plain} probed: {text}"
         );
     }
-    // A parenthesised call is not plain: its value may be `Release`.
+    // A parenthesised call is not plain: its value may be `DropAtLastUse`.
     assert!(text.contains("__VgProbe(&held)"), "{text}");
 }
 
@@ -364,7 +364,7 @@ fn a_store_through_a_shadowed_inner_binding_keeps_its_origin() {
     );
 }
 
-/// Where the first release probe of `name` is, and where `marker` is, in `text`.
+/// Where the first drop probe of `name` is, and where `marker` is, in `text`.
 fn first_probe_and(text: &str, name: &str, marker: &str) -> (usize, usize) {
     let probe = text
         .find(&format!("__VgProbe(&{name})"))
@@ -376,7 +376,7 @@ fn first_probe_and(text: &str, name: &str, marker: &str) -> (usize, usize) {
 }
 
 #[test]
-fn a_value_dying_in_one_branch_is_released_at_the_other_branch_s_start() {
+fn a_value_dying_in_one_branch_is_dropped_at_the_other_branch_s_start() {
     let (text, report) = rewrite(
         "fn f(c: bool) -> usize {
             let x = mk();
@@ -385,17 +385,17 @@ fn a_value_dying_in_one_branch_is_released_at_the_other_branch_s_start() {
         }",
         false,
     );
-    assert_eq!(report.released, ["x@0"]);
-    let (release, second) = first_probe_and(&text, "x", "second()");
+    assert_eq!(report.dropped, ["x@0"]);
+    let (probe_at, second) = first_probe_and(&text, "x", "second()");
     let (_, first) = first_probe_and(&text, "x", "first(k)");
     // Once in each branch: after `let k` in the first, before `second()` in the other.
-    assert_eq!(text.matches("__vg_release(x)").count(), 2, "{text}");
-    assert!(release < first && text[first..].contains("__VgProbe(&x)"));
-    assert!(text[first..second].contains("__vg_release(x)"), "{text}");
+    assert_eq!(text.matches("__vg_drop(x)").count(), 2, "{text}");
+    assert!(probe_at < first && text[first..].contains("__VgProbe(&x)"));
+    assert!(text[first..second].contains("__vg_drop(x)"), "{text}");
 }
 
 #[test]
-fn a_guard_is_never_a_release_point() {
+fn a_guard_is_never_a_drop_point() {
     let (text, _) = rewrite(
         "fn f(k: u32) -> usize {
             let x = mk();
@@ -404,22 +404,22 @@ fn a_guard_is_never_a_release_point() {
         }",
         false,
     );
-    // The guard reads `x` unchanged; each arm's body starts with the release.
+    // The guard reads `x` unchanged; each arm's body starts with the drop.
     assert!(text.contains("0 if x.len() > 3 => {"), "{text}");
-    assert_eq!(text.matches("__vg_release(x)").count(), 3, "{text}");
+    assert_eq!(text.matches("__vg_drop(x)").count(), 3, "{text}");
     for body in ["zero()", "one()", "other()"] {
         let at = text.find(body).unwrap_or_else(|| panic!("{body}: {text}"));
         let arm = text[..at]
             .rfind("=> {")
             .unwrap_or_else(|| panic!("{body}: {text}"));
-        assert!(text[arm..at].contains("__vg_release(x)"), "{body}: {text}");
+        assert!(text[arm..at].contains("__vg_drop(x)"), "{body}: {text}");
     }
 }
 
-/// Shapes whose branches cannot release `x`: it is released at the whole statement (one probe,
+/// Shapes whose branches cannot drop `x`: it is dropped at the whole statement (one probe,
 /// after it or moving `x` into it), as before.
 #[test]
-fn branches_that_cannot_release_a_value_leave_it_after_the_statement() {
+fn branches_that_cannot_drop_a_value_leave_it_after_the_statement() {
     let shapes = [
         // A pattern binds the name: the arm's `x` is another value.
         "let n = match k { Some(x) => x.len(), None => { let m = x.len(); done(); m } };",
@@ -444,19 +444,19 @@ fn branches_that_cannot_release_a_value_leave_it_after_the_statement() {
             ),
             false,
         );
-        // Released inside the branches, it would be probed in each of them.
+        // Dropped inside the branches, it would be probed in each of them.
         assert!(
             text.matches("__VgProbe(&x)").count() <= 1,
-            "released inside a branch of `{shape}`:\n{text}"
+            "dropped inside a branch of `{shape}`:\n{text}"
         );
     }
 }
 
-/// `n` values declared before `n` nested `if`s, value `i` used at depth `i`: released at the
-/// start of every `else` it is dead in, that would be `n²/2` releases. Each branch pays for its
-/// start releases with its own statements (`plan::branches`), so the output stays linear.
+/// `n` values declared before `n` nested `if`s, value `i` used at depth `i`: dropped at the
+/// start of every `else` it is dead in, that would be `n²/2` drops. Each branch pays for its
+/// start drops with its own statements (`plan::branches`), so the output stays linear.
 #[test]
-fn releases_inside_nested_branches_stay_linear() {
+fn drops_inside_nested_branches_stay_linear() {
     const DEPTH: usize = 40;
     let mut source = String::from("fn deep(c: &[bool]) -> usize {\n");
     for i in 0..DEPTH {
@@ -472,18 +472,18 @@ fn releases_inside_nested_branches_stay_linear() {
     source += "}\n";
     let input = token_count(source.parse().expect("the input is tokens"));
     let (text, report) = rewrite(&source, false);
-    let releases = text.matches("__vg_release(").count();
-    // The first levels still release inside their branches.
+    let drops = text.matches("__vg_drop(").count();
+    // The first levels still drop inside their branches.
     assert!(text.contains("other(0);"), "{text}");
     let first_else = text.find("other(0);").unwrap_or(0);
     assert!(
-        text[..first_else].rfind("__vg_release(a1)").is_some(),
-        "`a1` is not released in the first `else`"
+        text[..first_else].rfind("__vg_drop(a1)").is_some(),
+        "`a1` is not dropped in the first `else`"
     );
-    assert!(report.released_early >= 6, "{report:?}");
-    // Each of the 40 `else`s (2 statements) pays for at most 6 releases; each value is released
+    assert!(report.dropped_early >= 6, "{report:?}");
+    // Each of the 40 `else`s (2 statements) pays for at most 6 drops; each value is dropped
     // at most once more where it is used.
-    assert!(releases <= DEPTH * 6 + DEPTH, "{releases} releases");
+    assert!(drops <= DEPTH * 6 + DEPTH, "{drops} drops");
     let output = token_count(text.parse().expect("the output is tokens"));
     assert!(
         output < 3 * input,
@@ -522,14 +522,19 @@ fn stores_back_and_forth_in_a_loop_do_not_multiply_borrows() {
         "    }\n    let c = a.len() + b.len();\n    let z = make();\n    c + z.len()\n}\n",
     );
     let (text, report) = rewrite(&source, false);
-    // `x` and `y` live while the vectors that borrow them do, and are released after them.
-    let order: Vec<usize> = ["release(b)", "release(a)", "release(y)", "release(x)"]
-        .iter()
-        .map(|r| text.find(r).unwrap_or_else(|| panic!("{r} in {text}")))
-        .collect();
+    // `x` and `y` live while the vectors that borrow them do, and are dropped after them.
+    let order: Vec<usize> = [
+        "__vg_drop(b)",
+        "__vg_drop(a)",
+        "__vg_drop(y)",
+        "__vg_drop(x)",
+    ]
+    .iter()
+    .map(|r| text.find(r).unwrap_or_else(|| panic!("{r} in {text}")))
+    .collect();
     assert!(order.windows(2).all(|w| w[0] < w[1]), "{text}");
     assert_eq!(
-        report.released,
+        report.dropped,
         ["x@0", "y@0", "a@0", "b@0"].map(String::from)
     );
 }

@@ -1,5 +1,5 @@
-//! Runs one scenario of `tests/release/notices.rs`, named by its first argument; the test reads
-//! what this prints on stderr.
+//! Runs one scenario of `tests/drop_at_last_use/notices.rs`, named by its first argument; the test
+//! reads what this prints on stderr.
 
 use candle_core::{DType, Device, Tensor, Var};
 use std::rc::Rc;
@@ -8,7 +8,7 @@ type Result<T> = candle_core::Result<T>;
 
 /// Kept with vramguard's `candle` feature off: a candle tensor and a `Vec` of them (noticed);
 /// a borrowed and a shared tensor (kept with the feature on too: not noticed); a vramguard
-/// tensor (released: not noticed).
+/// tensor (dropped: not noticed).
 #[vramguard::inference]
 fn layers(input: &Tensor, weights: &[Tensor]) -> Result<Tensor> {
     let shared = Rc::new(input.clone());
@@ -47,7 +47,7 @@ fn weights(kind: &str) -> Result<Vec<Tensor>> {
         .collect()
 }
 
-/// A training loop: grad mode on, as `#[batch_scope]` leaves it; its locals are released at
+/// A training loop: grad mode on, as `#[batch_scope]` leaves it; its locals are dropped at
 /// their last use too.
 #[vramguard::batch_scope]
 fn train(input: &Tensor, weights: &[Tensor], steps: usize) -> Result<f32> {

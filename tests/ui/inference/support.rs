@@ -22,7 +22,7 @@ pub struct T {
 // Stands for a tensor: the attributes may free it at its last use. Its drop logs, which is
 // how the tests see where that happens; the guards and kept values among the `T`s are told
 // apart by name (see `is_anchor`), and values of other types by their own logs.
-impl vramguard::Release for T {}
+impl vramguard::DropAtLastUse for T {}
 
 impl Drop for T {
     fn drop(&mut self) {

@@ -10,8 +10,8 @@ fn train(model: &mut Model, data: &[Batch]) -> Result<f32, Error> {
         {
             #[allow(unused_imports)]
             use ::vramguard::__private::{
-                CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
-                PlainAtLastUse as _, Probe as __VgProbe, release as __vg_release,
+                CopyAtLastUse as _, KeepToScopeEnd as _, DroppableAtLastUse as _,
+                PlainAtLastUse as _, Probe as __VgProbe, drop_at_last_use as __vg_drop,
                 last_use as __vg_last_use, Dying as __VgDying,
             };
             let loss = model.step(batch)?;

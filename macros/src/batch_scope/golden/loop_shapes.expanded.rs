@@ -8,13 +8,13 @@ fn drain(model: &mut Model, mut queue: Queue) -> usize {
         {
             #[allow(unused_imports)]
             use ::vramguard::__private::{
-                CopyAtLastUse as _, KeepToScopeEnd as _, ReleaseAtLastUse as _,
-                PlainAtLastUse as _, Probe as __VgProbe, release as __vg_release,
+                CopyAtLastUse as _, KeepToScopeEnd as _, DroppableAtLastUse as _,
+                PlainAtLastUse as _, Probe as __VgProbe, drop_at_last_use as __vg_drop,
                 last_use as __vg_last_use, Dying as __VgDying,
             };
             let out = model.forward(&batch);
-            if (&&&__VgProbe(&batch)).__vg_releasable() {
-                __vg_release(batch);
+            if (&&&__VgProbe(&batch)).__vg_droppable() {
+                __vg_drop(batch);
             }
             model.record(out);
         };

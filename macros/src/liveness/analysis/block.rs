@@ -22,7 +22,7 @@ pub(crate) struct ParamBinding {
     /// Declared `mut`: the rebinding must be `let mut` too.
     pub mutable: bool,
     /// Handed in by the enclosing block to a branch of the `if`/`match` where it dies (see
-    /// `plan::branches`): owned by the enclosing block, so it must be released in this branch
+    /// `plan::branches`): owned by the enclosing block, so it must be dropped in this branch
     /// (at the latest at its end) or not at all, and the enclosing block counts it.
     pub handed_in: bool,
 }

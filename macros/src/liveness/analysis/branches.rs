@@ -1,4 +1,4 @@
-//! Branches: the facts the plan needs to release a binding inside the branches of an `if` or
+//! Branches: the facts the plan needs to drop a binding inside the branches of an `if` or
 //! `match` statement (see `plan::branches` for the decision): which expression of a statement
 //! branches, each branch's body as a block, the conditions evaluated before a body runs, and
 //! whether a statement leaves the block.
@@ -9,7 +9,7 @@ use syn::{Block, Expr, Pat, Stmt};
 
 use super::known_names::{self as lists, macro_name};
 
-/// The `if`/`match` of a statement whose branches a release may go into: the statement itself
+/// The `if`/`match` of a statement whose branches a drop may go into: the statement itself
 /// (with or without `;`, or as a block's tail), or the initializer of a `let` without `else`.
 /// A plain block (`let x = { …; tail };`) counts as an `if` of one branch: a value dying in it
 /// dies at its last use inside, and only the statement of that last use is written twice, not
@@ -217,7 +217,7 @@ pub(crate) fn calls_guard_method(expr: &Expr) -> bool {
 }
 
 /// Whether a statement always leaves the block (`return`, `break`, `continue`, a panic): the
-/// block's bindings die there, so nothing needs releasing before it.
+/// block's bindings die there, so nothing needs dropping before it.
 pub(crate) fn diverges(stmt: &Stmt) -> bool {
     let expr = match stmt {
         Stmt::Expr(expr, _) => expr,

@@ -573,7 +573,7 @@ pub(crate) static CONVERSION_TRAITS: NameList = NameList::new(&[
     "FromStr",
 ]);
 
-/// Methods returning a raw pointer into the receiver: the local is then never released early.
+/// Methods returning a raw pointer into the receiver: the local is then never dropped early.
 pub(crate) static RAW_POINTER_METHODS: NameList = NameList::new(&[
     "as_ptr",
     "as_mut_ptr",

@@ -116,7 +116,7 @@ struct Scanner<'e, 'a> {
     /// Inside a loop that no `break` can leave (see [`can_break`]): a local declared outside
     /// it is never moved here, since moving it would be a "value moved in a previous iteration"
     /// error unless the path diverges (`return`, `?`, a panic) and so never reaches the code
-    /// after the loop. Such a use is released after the statement, never written twice.
+    /// after the loop. Such a use is dropped after the statement, never written twice.
     breakless_loops: usize,
     /// Inside a part of the statement that may not run when it completes: a branch, a loop
     /// body, the right side of `&&`/`||`, a macro's tokens, a matched place (which only a

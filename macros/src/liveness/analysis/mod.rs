@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum BorrowKind {
     /// Borrows the local's storage without moving it (`&x`, `x.iter()`): the local can be
-    /// released after the borrower's last use.
+    /// dropped after the borrower's last use.
     Borrow,
     /// Unknown: the expression may move the local or borrow it (an unknown method on `x`, an
     /// unknown macro, a non-`move` closure). The local must then live to the end of its scope.
@@ -65,7 +65,7 @@ pub(crate) struct Mention {
     pub mutated: bool,
     /// Its address is taken as a raw pointer (`&raw`, `as *const _`, `addr_of!`, `as_ptr()`):
     /// the pointer may escape where the borrow checker cannot see it, so the local is never
-    /// released early.
+    /// dropped early.
     pub raw_address: bool,
 }
 

@@ -1,4 +1,4 @@
-//! Shapes: what the syntax alone says about a value's type (never `Release`, decided by a
+//! Shapes: what the syntax alone says about a value's type (never `DropAtLastUse`, decided by a
 //! later use, may hold a closure) and about a statement (may it be written twice, does it
 //! branch).
 
@@ -11,7 +11,7 @@ use super::known_names::{self as lists, macro_name};
 use super::patterns::local_name;
 use crate::common::NameList;
 
-/// Whether a statement may be written twice (`if <Release> { let x = x; S } else { S }`).
+/// Whether a statement may be written twice (`if <DropAtLastUse> { let x = x; S } else { S }`).
 ///
 /// Not when the copies could differ in type or meaning: every closure and async block has a
 /// type of its own, so a `let` whose value may hold one (`let f = move || x.v;`, an unfinished
@@ -113,40 +113,42 @@ fn closure_tokens(tokens: TokenStream) -> bool {
     })
 }
 
-/// A value whose type the syntax alone shows is not `Release`: a literal, a reference, a range,
-/// or a number or `bool` (see [`scalar`]), given which locals are known numbers. Such a local
-/// needs no probe, and no statement is written twice for it; it keeps its scope end either way.
-pub(crate) fn never_release(expr: &Expr, scalar_local: &dyn Fn(&str) -> bool) -> bool {
+/// A value whose type the syntax alone shows is not `DropAtLastUse`: a literal, a reference, a
+/// range, or a number or `bool` (see [`scalar`]), given which locals are known numbers. Such a
+/// local needs no probe, and no statement is written twice for it; it keeps its scope end either
+/// way.
+pub(crate) fn never_dropped_early(expr: &Expr, scalar_local: &dyn Fn(&str) -> bool) -> bool {
     match expr {
         Expr::Lit(_) | Expr::Reference(_) | Expr::Range(_) => true,
         // To a number, a reference or a raw pointer.
         Expr::Cast(cast) => plain_type(&cast.ty),
-        Expr::Paren(paren) => never_release(&paren.expr, scalar_local),
-        Expr::Group(group) => never_release(&group.expr, scalar_local),
+        Expr::Paren(paren) => never_dropped_early(&paren.expr, scalar_local),
+        Expr::Group(group) => never_dropped_early(&group.expr, scalar_local),
         // Every arm has the type of the others: one that shows its type decides for all
         // (`match l.offsets() { None => bail!(..), Some((a, b)) => &src[a..b] }`). A coercion
         // to a common type keeps a reference a reference (or a pointer).
         Expr::Match(match_) => match_
             .arms
             .iter()
-            .any(|arm| never_release(&arm.body, scalar_local)),
+            .any(|arm| never_dropped_early(&arm.body, scalar_local)),
         Expr::If(if_) => {
             if_.else_branch.is_some()
-                && (block_value(&if_.then_branch).is_some_and(|v| never_release(v, scalar_local))
+                && (block_value(&if_.then_branch)
+                    .is_some_and(|v| never_dropped_early(v, scalar_local))
                     || if_
                         .else_branch
                         .as_ref()
-                        .is_some_and(|(_, e)| never_release(e, scalar_local)))
+                        .is_some_and(|(_, e)| never_dropped_early(e, scalar_local)))
         }
         Expr::Block(block) if block.label.is_none() => {
-            block_value(&block.block).is_some_and(|v| never_release(v, scalar_local))
+            block_value(&block.block).is_some_and(|v| never_dropped_early(v, scalar_local))
         }
         _ => scalar(expr, scalar_local),
     }
 }
 
 /// The method whose call `expr` is, when it returns a plain reference into its receiver by
-/// the lists (`x.dims()`, `node.kind()`, `t.as_ref()`): a reference, never `Release`.
+/// the lists (`x.dims()`, `node.kind()`, `t.as_ref()`): a reference, never `DropAtLastUse`.
 pub(crate) fn reference_accessor(expr: &Expr) -> Option<String> {
     match expr {
         Expr::Paren(paren) => reference_accessor(&paren.expr),
@@ -220,7 +222,7 @@ static DIMS_METHODS: NameList = NameList::new(&["dims1", "dims2", "dims3", "dims
 /// `char` literal, a cast to a primitive, a comparison or boolean operator, arithmetic and
 /// negation of numbers, a known number local (`scalar_local`), a constant of a primitive type
 /// (`usize::MAX`), a size (`v.len()`, `x.dim(1)?`, `x.dims()[0]`), or a number method on a
-/// number (`(a + 1).min(n)`). A misjudged value only keeps its scope end (no early release), so
+/// number (`(a + 1).min(n)`). A misjudged value only keeps its scope end (no early drop), so
 /// the lists are of what model code writes, not of every possibility.
 pub(crate) fn scalar(expr: &Expr, scalar_local: &dyn Fn(&str) -> bool) -> bool {
     match expr {
@@ -313,7 +315,7 @@ static PRIMITIVES: NameList = NameList::new(&[
     "u64", "u128", "usize",
 ]);
 
-/// A primitive scalar, a reference or a raw pointer: never `Release`.
+/// A primitive scalar, a reference or a raw pointer: never `DropAtLastUse`.
 pub(crate) fn plain_type(ty: &syn::Type) -> bool {
     match ty {
         syn::Type::Reference(_) | syn::Type::Ptr(_) => true,
@@ -325,8 +327,8 @@ pub(crate) fn plain_type(ty: &syn::Type) -> bool {
 /// Whether the type of a `let`'s value may be decided only by a later use of the binding:
 /// `Vec::new()`, `HashMap::new()`, `Default::default()`, `None`, `Ok(..)`, `vec![]`,
 /// `x.parse()`, `x.collect()`, `x.into()`, `x.sum()`, `x as _`, or a turbofish with `_`.
-/// A release probe must not be placed before that use: method resolution would have to
-/// answer for a type not known yet (and would take it for a `Release` one).
+/// A drop probe must not be placed before that use: method resolution would have to
+/// answer for a type not known yet (and would take it for a `DropAtLastUse` one).
 pub(crate) fn type_deferred(expr: &Expr) -> bool {
     match expr {
         Expr::Try(t) => type_deferred(&t.expr),

@@ -288,9 +288,9 @@ impl Env<'_> {
             return;
         }
         if self.is_borrow_method(&name) {
-            // A guard (`RefCell::borrow_mut`, `Mutex::lock`) is never `Release`: it keeps its
+            // A guard (`RefCell::borrow_mut`, `Mutex::lock`) is never `DropAtLastUse`: it keeps its
             // scope end, and its borrow lasts until then, so the local it borrows from must
-            // too (releasing that local earlier would not compile).
+            // too (dropping that local earlier would not compile).
             let kind = if self.maybe_consumes(&name) || lists::GUARD_METHODS.contains(name.as_str())
             {
                 BorrowKind::Maybe

@@ -1,24 +1,24 @@
-//! Releases inside branches: a binding whose release point is an `if` or `match` statement
+//! Drops inside branches: a binding whose drop point is an `if` or `match` statement
 //! (also a `let` of one, an `else if` chain, a block's tail) dies inside it — in each branch
 //! that uses it, at its last use there; in each other branch, at the branch's start — instead
 //! of after the whole statement, so that a branch's own work never runs beside a dead value.
 //!
 //! Whether a binding may go into the branches is decided here, for all of a statement's
-//! branches at once (otherwise it is released after the statement, as without this rule):
+//! branches at once (otherwise it is dropped after the statement, as without this rule):
 //! - the statement's value does not borrow it (it would have to outlive the branch);
 //! - a condition that runs before a body (an `if`'s, a `match` guard, which may run and fail
 //!   before the next arm) only borrows it: a condition's temporaries are gone before any
-//!   body runs, and nothing is ever released inside a condition;
+//!   body runs, and nothing is ever dropped inside a condition;
 //! - a scrutinee (a `match`'s, an `if let`'s) that uses it is not the binding itself (a place
 //!   the arms bind into), does not borrow it and calls no guard method: a scrutinee's
 //!   temporaries and its patterns' bindings live through the bodies;
 //! - no pattern binds its name (the body's name would be the pattern's binding);
-//! - each body that uses it releases it there, by its own last use, a move, or leaving the
+//! - each body that uses it drops it there, by its own last use, a move, or leaving the
 //!   block: the body is planned as a block to which the binding is *handed in* (see
-//!   `ParamBinding::handed_in`), where a value that dies in the body's tail is released there
-//!   too. A loop inside a body is one statement of it: a binding is never released inside a
+//!   `ParamBinding::handed_in`), where a value that dies in the body's tail is dropped there
+//!   too. A loop inside a body is one statement of it: a binding is never dropped inside a
 //!   loop that is not its own;
-//! - the releases at a branch's start fit its budget ([`budget`]), which keeps the generated
+//! - the drops at a branch's start fit its budget ([`budget`]), which keeps the generated
 //!   code linear in the input.
 
 use std::borrow::Cow;
@@ -32,9 +32,9 @@ use crate::liveness::analysis::block::ParamBinding;
 use crate::liveness::analysis::branches::{self as facts, BranchBody};
 use crate::liveness::analysis::patterns::{pattern_bindings, place_root};
 use crate::liveness::analysis::{Env, Source};
-use crate::liveness::ReleaseReport;
+use crate::liveness::DropReport;
 
-/// Of `bindings` (released at `stmt`, with whether each is `mut`), which may be released
+/// Of `bindings` (dropped at `stmt`, with whether each is `mut`), which may be dropped
 /// inside its branches instead of after it.
 pub(super) fn pushable(
     stmt: &Stmt,
@@ -90,14 +90,14 @@ pub(super) fn pushable(
             }
         }
     }
-    // Each body that uses a binding must release it (planned once per body, for all), and
+    // Each body that uses a binding must drop it (planned once per body, for all), and
     // some branch must free it earlier than after the whole statement: one that does not use
     // it, or one that uses it before its last statement.
     // A plain block (one branch) always gains: where the binding would be moved into the
     // statement, only the block's statement of its last use is written twice, not the block.
     let mut gains = vec![matches!(expr, syn::Expr::Block(_)); bindings.len()];
-    // Per branch: which bindings it does not use (released at its start), and how many
-    // such releases its own statements pay for.
+    // Per branch: which bindings it does not use (dropped at its start), and how many
+    // such drops its own statements pay for.
     let mut dead_in: Vec<(Vec<bool>, usize)> = Vec::new();
     for branch in &branches {
         let block = match branch.body {
@@ -145,7 +145,7 @@ pub(super) fn pushable(
             probe_only: true,
             outer_scalars: ctx.outer_scalars,
         };
-        let placed = plan(&block, &handed, &probe, &mut ReleaseReport::default()).handed_placed;
+        let placed = plan(&block, &handed, &probe, &mut DropReport::default()).handed_placed;
         for param in &handed {
             let name = param.ident.unraw().to_string();
             match placed.get(&name) {
@@ -159,8 +159,8 @@ pub(super) fn pushable(
         }
     }
     let mut ok: Vec<bool> = ok.iter().zip(gains).map(|(&ok, gain)| ok && gain).collect();
-    // Within each branch's budget of start releases, first declared first: the others are
-    // released after the statement, as before.
+    // Within each branch's budget of start drops, first declared first: the others are
+    // dropped after the statement, as before.
     for (i, ok) in ok.iter_mut().enumerate() {
         if !*ok {
             continue;
@@ -178,10 +178,10 @@ pub(super) fn pushable(
     ok
 }
 
-/// How many bindings a branch of `stmts` statements may release at its start. Each release is
+/// How many bindings a branch of `stmts` statements may drop at its start. Each drop is
 /// paid for by the branch's own statements, so that the output stays linear in the input: a
 /// value declared before `n` nested `if`s and used in the innermost would otherwise be
-/// released at the start of all `n` `else`s, and `n` such values `n²` times.
+/// dropped at the start of all `n` `else`s, and `n` such values `n²` times.
 fn budget(stmts: usize) -> usize {
     2 * stmts + 2
 }

@@ -131,7 +131,7 @@ impl Graph {
             borrows_outer: BTreeSet::new(),
             used_in_place: Vec::new(),
             type_deferred: false,
-            never_released: false,
+            never_dropped_early: false,
             scalar: false,
             shadowed_at: None,
             no_move_in: Vec::new(),
@@ -330,7 +330,7 @@ impl Graph {
             (_, Some(init)) => shapes::type_deferred(&init.expr) || copied_deferred.is_some(),
             (_, None) => true,
         };
-        // A closure, an async block, or what a local closure returns: never `Release`, and
+        // A closure, an async block, or what a local closure returns: never `DropAtLastUse`, and
         // whether it is `Copy` is known only once its captures are, too late for a probe. It
         // keeps its scope end.
         let closure_typed = local.init.as_ref().is_some_and(|init| {
@@ -352,20 +352,20 @@ impl Graph {
             (_, Some(init)) => shapes::scalar(&init.expr, &scalar_local),
             (_, None) => false,
         };
-        // Not `Release` by its syntax: a probe would only ever answer "keep". A reference
-        // an accessor returns (`let dims = xs.dims();`) is none either, and its release would
+        // Not `DropAtLastUse` by its syntax: a probe would only ever answer "keep". A reference
+        // an accessor returns (`let dims = xs.dims();`) is none either, and its drop would
         // be a use of the borrow after a statement that writes `xs` (`xs = xs.reshape(..)?`).
         let plain = match (&local.pat, &local.init) {
             (syn::Pat::Type(typed), _) if shapes::plain_type(&typed.ty) => true,
             (_, Some(init)) => {
-                dims || shapes::never_release(&init.expr, &scalar_local)
+                dims || shapes::never_dropped_early(&init.expr, &scalar_local)
                     || shapes::reference_accessor(&init.expr)
                         .is_some_and(|name| !env.owned.contains(&name))
             }
             (_, None) => false,
         };
         // `#[cfg(..)] let x = …;` may be compiled out: whether it shadows `x` is unknown, so
-        // neither the old nor the new `x` is released early.
+        // neither the old nor the new `x` is dropped early.
         let conditional = local.attrs.iter().any(is_cfg_attr);
         for (ident, mutable) in &names {
             if conditional {
@@ -380,7 +380,7 @@ impl Graph {
                 Some(index),
                 marked_keep || uninit || conditional,
             );
-            self.bindings[new].never_released = closure_typed || plain;
+            self.bindings[new].never_dropped_early = closure_typed || plain;
             self.bindings[new].scalar = scalar;
             self.bindings[new].type_deferred = type_deferred;
             self.bindings[new].borrows_outer = outer.clone();

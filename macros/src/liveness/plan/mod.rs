@@ -1,17 +1,17 @@
-//! Plan: for one block, which bindings are released after which statement, and how.
+//! Plan: for one block, which bindings are dropped after which statement, and how.
 //!
 //! Three steps, one file each:
 //! 1. [`graph`]: the block's bindings (parameters and `let`s, with shadowing) and the borrow
 //!    edges between them, from the analysis' facts of each statement;
-//! 2. [`release_points`]: each binding's release point, its last use pushed back by the
+//! 2. [`drop_points`]: each binding's drop point, its last use pushed back by the
 //!    bindings that may borrow it, or "never" ([`END`]), computed to a fixpoint;
-//! 3. [`schedule`]: for each statement, the bindings moved into it, those released after it
-//!    and those released inside its branches ([`branches`]), and the counts of the
-//!    [`ReleaseReport`].
+//! 3. [`schedule`]: for each statement, the bindings moved into it, those dropped after it
+//!    and those dropped inside its branches ([`branches`]), and the counts of the
+//!    [`DropReport`].
 
 mod branches;
+mod drop_points;
 mod graph;
-mod release_points;
 mod schedule;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -21,7 +21,7 @@ use syn::Block;
 
 use super::analysis::block::ParamBinding;
 use super::analysis::{BorrowKind, Env};
-use super::ReleaseReport;
+use super::DropReport;
 
 /// Past any statement index: "lives to the end of its scope".
 pub(super) const END: usize = usize::MAX;
@@ -30,7 +30,7 @@ pub(super) const END: usize = usize::MAX;
 pub(super) struct PlanContext<'a> {
     /// The analysis' name lists and local macros.
     pub env: Env<'a>,
-    /// Names never released early: `keep(..)`, and names written in more than one hygiene
+    /// Names never dropped early: `keep(..)`, and names written in more than one hygiene
     /// context (the analysis compares names as text, so it cannot tell their uses apart).
     pub kept_names: BTreeSet<String>,
     /// Planning inside the fallback copy of a statement written twice: no statement is
@@ -38,9 +38,9 @@ pub(super) struct PlanContext<'a> {
     pub no_dup: bool,
     /// Nesting depth of the block, for the report's `name@depth` entries.
     pub depth: usize,
-    /// Planning a branch only to learn whether the bindings handed in to it are released there
+    /// Planning a branch only to learn whether the bindings handed in to it are dropped there
     /// (see [`branches`]): nothing is pushed into nested branches (whether a binding is
-    /// released in a branch does not depend on it, and the planning stays one level deep).
+    /// dropped in a branch does not depend on it, and the planning stays one level deep).
     pub probe_only: bool,
     /// Names of enclosing blocks (and primitive parameters) known to be numbers where this
     /// block starts (see `analysis::shapes::scalar`).
@@ -51,33 +51,33 @@ pub(super) struct PlanContext<'a> {
 pub(super) struct Plan {
     /// Per statement index, what happens there (statements absent from the map are left as
     /// written).
-    pub stmts: BTreeMap<usize, StmtReleases>,
+    pub stmts: BTreeMap<usize, StmtDrops>,
     /// Statement indices of the block's `let mut` declarations moved into a later statement:
     /// the declaration gets `#[allow(unused_mut)]`.
     pub mut_decls: BTreeSet<usize>,
-    /// The bindings handed in to this block (a branch) that it releases, moves or leaves
+    /// The bindings handed in to this block (a branch) that it drops, moves or leaves
     /// with (`return`) — the others would outlive the branch —, each with whether that frees
     /// it before the block's last statement, or may do so in a nested branch (a gain over a
-    /// release after the whole `if`/`match`).
+    /// drop after the whole `if`/`match`).
     pub handed_placed: BTreeMap<String, bool>,
     /// Per statement, the names known to be numbers there (for the blocks nested in it).
     pub scalars_at: Vec<BTreeSet<String>>,
 }
 
-/// For one statement: the bindings to move into it, and those to release after it.
+/// For one statement: the bindings to move into it, and those to drop after it.
 #[derive(Default)]
-pub(super) struct StmtReleases {
+pub(super) struct StmtDrops {
     /// Bindings the statement may move, with whether each is `mut`: the statement is written
     /// twice (see [`super::rewrite`]).
     pub move_in: Vec<(Ident, bool)>,
-    /// Bindings released once the statement is done with them: right after it, or, for a
+    /// Bindings dropped once the statement is done with them: right after it, or, for a
     /// `let` that shadows one of them (and whose value does not borrow them), inside its
     /// initializer, before the new binding takes the name.
-    pub release_after: Vec<Ident>,
-    /// The `let`'s value may borrow a released binding: release after the whole statement.
+    pub drop_after: Vec<Ident>,
+    /// The `let`'s value may borrow a dropped binding: drop after the whole statement.
     pub after_value_borrows: bool,
-    /// Bindings released inside the statement's branches (an `if`/`match` whose branches
-    /// each release them at their own last use, or at their start where they are dead), with
+    /// Bindings dropped inside the statement's branches (an `if`/`match` whose branches
+    /// each drop them at their own last use, or at their start where they are dead), with
     /// whether each is `mut`; see [`branches`].
     pub pushed: Vec<(Ident, bool)>,
 }
@@ -91,7 +91,7 @@ struct Binding {
     handed_in: bool,
     /// Statement index of the declaration; `None` for parameters.
     decl: Option<usize>,
-    /// Never released early whatever its uses (guard, `keep`, no initializer…).
+    /// Never dropped early whatever its uses (guard, `keep`, no initializer…).
     kept: bool,
     /// Statements that mention it after its declaration.
     mentions: Vec<usize>,
@@ -111,10 +111,10 @@ struct Binding {
     /// Statements that use this binding without moving it (`x += 1`, `f(&mut x)`, `x = …`):
     /// such a statement only borrows it (see [`schedule`] on `mut` bindings).
     used_in_place: Vec<usize>,
-    /// A closure, an async block, or a value that is not `Release` by its syntax (a literal, a
-    /// reference, a number): never released; its last use still ends the borrows it holds.
-    never_released: bool,
-    /// A primitive number or `bool` by its syntax (`let n = x.len() + 1`): never released, and
+    /// A closure, an async block, or a value that is not `DropAtLastUse` by its syntax (a literal,
+    /// a reference, a number): never dropped; its last use still ends the borrows it holds.
+    never_dropped_early: bool,
+    /// A primitive number or `bool` by its syntax (`let n = x.len() + 1`): never dropped, and
     /// arithmetic on it gives another (see `analysis::shapes::scalar`).
     scalar: bool,
     /// Its type may be decided by a later use (`Vec::new()`, `parse()`, `collect()`,
@@ -136,14 +136,14 @@ struct Edge {
     at: usize,
 }
 
-/// Plans the releases of `block`, whose entry bindings are `params`; counts them in `report`.
+/// Plans the drops of `block`, whose entry bindings are `params`; counts them in `report`.
 pub(super) fn plan(
     block: &Block,
     params: &[ParamBinding],
     ctx: &PlanContext<'_>,
-    report: &mut ReleaseReport,
+    report: &mut DropReport,
 ) -> Plan {
-    // A block that declares nothing (no binding handed in, no `let`) has nothing to release:
+    // A block that declares nothing (no binding handed in, no `let`) has nothing to drop:
     // its statements need no analysis (the blocks nested in them are planned on their own).
     // Half of candle-nn's planned blocks (531 of 988) are such branches and closure bodies.
     if params.is_empty() && !block.stmts.iter().any(|s| matches!(s, syn::Stmt::Local(_))) {
@@ -161,6 +161,6 @@ pub(super) fn plan(
             .stmts
             .last()
             .is_some_and(|s| super::analysis::branches::branching_expr(s).is_some());
-    let points = release_points::compute(&graph, block.stmts.len(), last_branches);
+    let points = drop_points::compute(&graph, block.stmts.len(), last_branches);
     schedule::schedule(block, &graph, &points, ctx, report)
 }

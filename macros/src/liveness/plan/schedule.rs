@@ -1,5 +1,5 @@
-//! The schedule: at each binding's release point, whether the statement there moves it in (the
-//! statement is written twice) or is followed by its release, or whether it keeps its scope end
+//! The schedule: at each binding's drop point, whether the statement there moves it in (the
+//! statement is written twice) or is followed by its drop, or whether it keeps its scope end
 //! after all; and the counts of the report.
 
 use std::collections::BTreeMap;
@@ -12,15 +12,15 @@ use super::graph::Graph;
 use super::{Plan, PlanContext, END};
 use crate::liveness::analysis::branches as branches_facts;
 use crate::liveness::analysis::{known_names, shapes};
-use crate::liveness::ReleaseReport;
+use crate::liveness::DropReport;
 
-/// Turns release points into the per-statement plan of `block`, counting in `report`.
+/// Turns drop points into the per-statement plan of `block`, counting in `report`.
 pub(super) fn schedule(
     block: &Block,
     graph: &Graph,
     end: &[usize],
     ctx: &PlanContext<'_>,
-    report: &mut ReleaseReport,
+    report: &mut DropReport,
 ) -> Plan {
     let duplicable: Vec<bool> = block.stmts.iter().map(shapes::duplicable).collect();
     // The block's value, where a binding handed in to a branch may die last (`{ …; f(&x) }`).
@@ -34,7 +34,7 @@ pub(super) fn schedule(
         handed_placed: BTreeMap::new(),
         scalars_at: graph.scalars_at.clone(),
     };
-    // Per statement that branches, the bindings that may be released inside its branches.
+    // Per statement that branches, the bindings that may be dropped inside its branches.
     let mut in_branches: BTreeMap<usize, Vec<Candidate>> = BTreeMap::new();
     for (b, binding) in graph.bindings.iter().enumerate() {
         // The enclosing block counts a binding handed in to a branch.
@@ -45,7 +45,7 @@ pub(super) fn schedule(
             report.candidates += 1;
         }
         let at = end[b];
-        if at == END || binding.never_released {
+        if at == END || binding.never_dropped_early {
             continue;
         }
         // A statement that leaves the block (`return f(&x);`) drops the binding itself.
@@ -65,16 +65,16 @@ pub(super) fn schedule(
                 .any(|e| e.to == b && e.at < at && graph.bindings[e.from].mentions.contains(&at));
         // Used in the `else` of a `let … else`: not movable into the initializer, but the
         // `else` diverges, so after the statement the binding is dead on the one path that
-        // goes on; released there unless the `let` takes its name.
+        // goes on; dropped there unless the `let` takes its name.
         let in_let_else = binding.no_move_in.contains(&at);
         if in_let_else && binding.shadowed_at == Some(at) {
             continue;
         }
         // Whether the statement may move the binding decides the form: a statement that
-        // only borrows it is followed by a release; one that may move it is written twice,
+        // only borrows it is followed by a drop; one that may move it is written twice,
         // with and without the binding moved in (see `rewrite`). A statement that mutates a
         // `mut` binding without moving it is one that only borrows it: moved in, a value
-        // would be mutated as a copy (the probe keeps `Copy` values, but a `Release` type
+        // would be mutated as a copy (the probe keeps `Copy` values, but a `DropAtLastUse` type
         // may be mutated too).
         let may_move_here = binding.mentions.contains(&at)
             && !borrowed_here
@@ -82,11 +82,11 @@ pub(super) fn schedule(
             && !binding.used_in_place.contains(&at);
         // Passed by value here while a borrower of it is still used (`let widths =
         // rows.iter()…; for row in rows { use(widths) }`): the plain code compiled, so the borrow
-        // had ended, but a release after the statement would name a moved value. The statement
+        // had ended, but a drop after the statement would name a moved value. The statement
         // moves it: it keeps its scope end.
         // So too where it is a receiver of a call that may take `self` by value, anywhere in
         // the statement (`let shape = labels.dims(); … if c { f(shape) } else {
-        // labels.flatten(0, 0) }`): a release after the statement would follow a move on one
+        // labels.flatten(0, 0) }`): a drop after the statement would follow a move on one
         // path, and moving it in would move it while borrowed on the other.
         if borrowed_here && binding.consumable_at.contains(&at) {
             continue;
@@ -104,19 +104,19 @@ pub(super) fn schedule(
             }
             continue;
         }
-        // A release after the statement (or inside its branches, after the part that uses it)
+        // A drop after the statement (or inside its branches, after the part that uses it)
         // reads the binding, and so the borrows it holds, after the statement: not where the
         // statement moves or writes what it may borrow (`let d = xs.view(); if d.len() > 1 {
         // xs = xs.reshape(&d)?; }`), where the plain code's borrow ended before the write.
         if !may_move_here && invalidates_a_borrowed(graph, b, at) {
             continue;
         }
-        // The block's value (only a binding handed in to a branch is released there): it is
+        // The block's value (only a binding handed in to a branch is dropped there): it is
         // bound to a local first, which a closure's type (one per copy) or a statement macro
         // does not allow.
         let tail_closure =
             tail.is_some_and(|(index, expr)| index == at && shapes::may_hold_closure(expr));
-        // A macro the lists do not know may leave the block (a release after it would be
+        // A macro the lists do not know may leave the block (a drop after it would be
         // unreachable code, which rustc warns about).
         let tail_macro = at + 1 == block.stmts.len()
             && match &block.stmts[at] {
@@ -135,7 +135,7 @@ pub(super) fn schedule(
         // copies would have different types (a closure in a `let`'s value), or where the
         // probe, placed before the statement, could not know the binding's type yet.
         let cannot_move_in = ctx.no_dup || !duplicable[at] || binding.type_deferred;
-        // Released inside the branches of an `if`/`match` (decided below, per statement):
+        // Dropped inside the branches of an `if`/`match` (decided below, per statement):
         // not where another binding's borrow or the probe's need of a known type ties it to
         // the statement as a whole. The statement itself is not written twice for it.
         let may_go_into_branches = !ctx.no_dup
@@ -143,8 +143,8 @@ pub(super) fn schedule(
             && !borrowed_here
             && !binding.type_deferred
             && branches_facts::branching_expr(&block.stmts[at]).is_some();
-        // Released at the statement only inside its branches: at the block's last statement
-        // a release after it gains nothing (see `release_points`), and where it may move the
+        // Dropped at the statement only inside its branches: at the block's last statement
+        // a drop after it gains nothing (see `drop_points`), and where it may move the
         // binding but cannot be written twice, it keeps the binding otherwise.
         let only_in_branches =
             !binding.handed_in && at + 1 >= block.stmts.len() || may_move_here && cannot_move_in;
@@ -172,7 +172,7 @@ pub(super) fn schedule(
     }
     for (at, candidates) in in_branches {
         // A statement written twice for another binding keeps its forms for all: its
-        // fallback copy would release nothing inside its branches.
+        // fallback copy would drop nothing inside its branches.
         let written_twice = plan.stmts.get(&at).is_some_and(|r| !r.move_in.is_empty());
         let bindings: Vec<(proc_macro2::Ident, bool)> = candidates
             .iter()
@@ -231,56 +231,49 @@ fn invalidates_a_borrowed(graph: &Graph, b: usize, at: usize) -> bool {
         })
 }
 
-/// A binding released at a statement, and how the statement uses it.
+/// A binding dropped at a statement, and how the statement uses it.
 struct Candidate {
     binding: usize,
     may_move_here: bool,
     borrowed_by_value_here: bool,
     /// Counted in the report (not in a fallback copy, not handed in).
     counted: bool,
-    /// Released inside the statement's branches or not early at all (see `schedule`).
+    /// Dropped inside the statement's branches or not early at all (see `schedule`).
     only_in_branches: bool,
 }
 
-fn count(
-    report: &mut ReleaseReport,
-    ctx: &PlanContext<'_>,
-    binding: &super::Binding,
-    counted: bool,
-) {
+fn count(report: &mut DropReport, ctx: &PlanContext<'_>, binding: &super::Binding, counted: bool) {
     if counted {
-        report.released_early += 1;
+        report.dropped_early += 1;
         report
-            .released
+            .dropped
             .push(format!("{}@{}", binding.ident, ctx.depth));
     }
 }
 
-/// Moves the binding into the statement at `at` (written twice) or releases it after.
+/// Moves the binding into the statement at `at` (written twice) or drops it after.
 fn place(
     plan: &mut Plan,
     graph: &Graph,
-    report: &mut ReleaseReport,
+    report: &mut DropReport,
     ctx: &PlanContext<'_>,
     at: usize,
     candidate: &Candidate,
 ) {
     let binding = &graph.bindings[candidate.binding];
     count(report, ctx, binding, candidate.counted);
-    let releases = plan.stmts.entry(at).or_default();
+    let drops = plan.stmts.entry(at).or_default();
     if candidate.may_move_here {
-        releases
-            .move_in
-            .push((binding.ident.clone(), binding.mutable));
+        drops.move_in.push((binding.ident.clone(), binding.mutable));
         // The last mutation may now happen on the rebinding: the declaration's `mut`
         // can become unneeded, which rustc would report on the user's line.
         if binding.mutable {
             note_mut(plan, report, binding);
         }
     } else {
-        releases.release_after.push(binding.ident.clone());
+        drops.drop_after.push(binding.ident.clone());
         if candidate.borrowed_by_value_here {
-            releases.after_value_borrows = true;
+            drops.after_value_borrows = true;
         }
     }
 }
@@ -288,7 +281,7 @@ fn place(
 /// A `mut` binding may now be mutated only on a rebinding: its declaration gets
 /// `#[allow(unused_mut)]` (a parameter's, through the report; a binding handed in to a branch
 /// is noted where it is declared).
-fn note_mut(plan: &mut Plan, report: &mut ReleaseReport, binding: &super::Binding) {
+fn note_mut(plan: &mut Plan, report: &mut DropReport, binding: &super::Binding) {
     match binding.decl {
         Some(decl) => {
             plan.mut_decls.insert(decl);

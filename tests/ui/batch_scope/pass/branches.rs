@@ -1,11 +1,11 @@
-//! `#[batch_scope]` releases an iteration's values inside the branches of its body (`if`,
+//! `#[batch_scope]` drops an iteration's values inside the branches of its body (`if`,
 //! `else if`, `match` with guards, `if let`, `let … else`, `?`, a nested loop), with no warning.
 #![deny(warnings)]
 
 #[derive(Debug)]
 struct Buf(Vec<u8>);
 
-impl vramguard::Release for Buf {}
+impl vramguard::DropAtLastUse for Buf {}
 
 impl Buf {
     fn new(n: usize) -> Buf {

@@ -8,7 +8,7 @@
 #[derive(Debug, Clone)]
 struct Buf(Vec<i64>);
 
-impl vramguard::Release for Buf {}
+impl vramguard::DropAtLastUse for Buf {}
 
 impl Buf {
     fn dims(&self) -> &[i64] {

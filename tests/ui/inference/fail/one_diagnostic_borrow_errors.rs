@@ -39,7 +39,7 @@ async fn in_an_async_fn(a: Act, x: Vec<f32>) -> usize {
     k + n
 }
 
-// rewritten: __vg_release
+// rewritten: __vg_drop
 #[vramguard::inference]
 fn a_borrow_outliving_a_move(x: Vec<f32>, w: Vec<f32>) -> usize {
     let first = &w[0];

@@ -16,7 +16,7 @@ impl Act {
     }
 }
 
-/// A type with a `mapv` and a `gelu` of its own (by value), not `Release`.
+/// A type with a `mapv` and a `gelu` of its own (by value), not `DropAtLastUse`.
 struct Lookalike;
 
 impl Lookalike {
@@ -28,9 +28,9 @@ impl Lookalike {
     }
 }
 
-// rewritten: __vg_release
+// rewritten: __vg_drop
 #[vramguard::inference]
-fn borrowed_then_released(x: Vec<f32>) -> usize {
+fn borrowed_then_dropped(x: Vec<f32>) -> usize {
     let n: u32 = x.len();
     let k = 1;
     k + n as usize
@@ -44,7 +44,7 @@ fn written_twice(x: Act) -> usize {
     k + n as usize
 }
 
-// rewritten: __vg_release
+// rewritten: __vg_drop
 #[vramguard::inference]
 fn shadowed(x: Vec<f32>) -> usize {
     let x: u8 = x.len();
@@ -92,7 +92,7 @@ fn mapv_closure(x: Lookalike) -> f32 {
     k + y
 }
 
-// rewritten: __vg_release
+// rewritten: __vg_drop
 #[vramguard::inference]
 fn in_a_branch(x: Act, pick: u8) -> usize {
     let y = if pick == 0 {
@@ -107,7 +107,7 @@ fn in_a_branch(x: Act, pick: u8) -> usize {
     k + y
 }
 
-// rewritten: __vg_release
+// rewritten: __vg_drop
 #[vramguard::inference]
 fn in_a_guarded_match_arm(x: Vec<f32>, pick: Option<u8>) -> usize {
     let y = match pick {
@@ -151,7 +151,7 @@ fn loop_in_a_branch(x: Act, c: bool) -> usize {
     k + y
 }
 
-// rewritten: __vg_release
+// rewritten: __vg_drop
 #[vramguard::inference]
 fn let_else(x: Act, c: Option<u8>) -> usize {
     let Some(v) = c else {

@@ -193,7 +193,7 @@ mod with {
         z.v
     }
 
-    /// `borrows(peek_name)`: declared borrowing: `x` is released after `name`'s last use.
+    /// `borrows(peek_name)`: declared borrowing: `x` is dropped after `name`'s last use.
     #[vramguard::inference(borrows(peek_name))]
     pub fn borrows_option() -> i64 {
         let x = mk("x", 2);
@@ -285,7 +285,7 @@ pub fn main() {
     check!(closure_capture());
     check!(stored_borrows() => earlier);
     check!(temporary_lifetime_extension());
-    // A `Mutex` is not `Release`: the rewrite compiles, and nothing moves.
+    // A `Mutex` is not `DropAtLastUse`: the rewrite compiles, and nothing moves.
     check!(tail_temporaries());
     check!(borrow_across_shadowing() => earlier);
     check!(conservative_default());

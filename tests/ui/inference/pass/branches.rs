@@ -1,5 +1,5 @@
-//! Releases inside branches: every shape of `if`/`match`/`else if`/`if let`/`let … else` whose
-//! branches release a value at their own last use or at their start, compiled with
+//! Drops inside branches: every shape of `if`/`match`/`else if`/`if let`/`let … else` whose
+//! branches drop a value at their own last use or at their start, compiled with
 //! `#![deny(warnings)]` (no unused `mut`, no unreachable code) and run against the plain code.
 #![deny(warnings)]
 
@@ -99,7 +99,7 @@ macro_rules! cases {
         }
 
         /// Loops inside a branch (the value outlives the loop), and a loop's own value
-        /// released inside a branch of its body; `break` and `continue` in branches.
+        /// dropped inside a branch of its body; `break` and `continue` in branches.
         $(#[$attr])?
         pub fn loops(take: bool) -> i64 {
             let a = mk("a", 2);
@@ -182,7 +182,7 @@ macro_rules! cases {
             x + y + z
         }
 
-        /// The branch's value is the value's last use: moved in, or bound and released.
+        /// The branch's value is the value's last use: moved in, or bound and dropped.
         $(#[$attr])?
         pub fn tails(take: bool) -> i64 {
             let a = mk("a", 3);
@@ -243,7 +243,7 @@ macro_rules! cases {
         }
 
         /// A branch that ends in a macro that returns (`bail!`, as candle's and anyhow's):
-        /// nothing is released after it (that would be unreachable code, a warning here).
+        /// nothing is dropped after it (that would be unreachable code, a warning here).
         $(#[$attr])?
         pub fn bail_in_branch(fail: bool, early: bool) -> Result<i64, String> {
             let a = mk("a", 3);
@@ -259,7 +259,7 @@ macro_rules! cases {
         }
 
         /// Branches that end in a `for` or `while` loop: a loop's value is `()`, so it holds
-        /// nothing of `a`, and `a` is released at the start of the arm that does not use it.
+        /// nothing of `a`, and `a` is dropped at the start of the arm that does not use it.
         $(#[$attr])?
         pub fn loop_tails(mode: u8) -> i64 {
             let a = mk("a", 3);

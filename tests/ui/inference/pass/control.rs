@@ -145,7 +145,7 @@ macro_rules! cases {
         }
 
         /// A local used inside a loop that no `break` leaves is never moved there unless the
-        /// path diverges (`return`, a `-> !` call): it is released after the loop.
+        /// path diverges (`return`, a `-> !` call): it is dropped after the loop.
         $(#[$attr])?
         pub fn used_in_breakless_loop(stop_at: i64) -> i64 {
             fn never_returns() -> ! {
@@ -219,7 +219,7 @@ pub fn main() {
     check!(branches(2) => earlier);
     check!(pattern_control(vec![1, 2, 3]) => earlier);
     check!(pattern_control(vec![]));
-    // Closures are never `Release`: `owned`, moved into one, lives as long as it does.
+    // Closures are never `DropAtLastUse`: `owned`, moved into one, lives as long as it does.
     check!(closures());
     check!(let_else_mentions(Some(2)));
     check!(let_else_mentions(None));

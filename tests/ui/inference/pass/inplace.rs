@@ -1,7 +1,7 @@
 //! In place at last use (issue #21), one function per op shape: a listed op on a local at its
 //! last use calls `Dying`'s consuming form for vramguard's `Tensor` (same bits, fewer bytes),
 //! and the original call, unchanged, for every other type with methods of those names: a
-//! `Release` type with `&self`, `&mut self` and by-value methods, a `Copy` type, a generic
+//! `DropAtLastUse` type with `&self`, `&mut self` and by-value methods, a `Copy` type, a generic
 //! parameter, a method taking a closure, and `inplace = false`.
 #![deny(warnings)]
 

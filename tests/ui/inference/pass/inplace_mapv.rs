@@ -1,8 +1,8 @@
 //! `mapv` at a local's last use (issue #21) in the shapes that must compile and compute as
-//! written: a `Release` type whose own `mapv` takes `self` by value or `&mut self`, a `Release`
-//! wrapper that reaches an array's `mapv` through its own `Deref`, and (feature `ndarray`) an
-//! owned array whose closure returns a borrow, another element type, or a float literal whose
-//! type only the fallback to `f64` decides.
+//! written: a `DropAtLastUse` type whose own `mapv` takes `self` by value or `&mut self`, a
+//! `DropAtLastUse` wrapper that reaches an array's `mapv` through its own `Deref`, and (feature
+//! `ndarray`) an owned array whose closure returns a borrow, another element type, or a float
+//! literal whose type only the fallback to `f64` decides.
 #![deny(warnings)]
 
 #[macro_use]
@@ -21,10 +21,10 @@ pub mod lookalike {
         }
     }
 
-    /// A `Release` type whose `mapv` takes `&mut self`.
+    /// A `DropAtLastUse` type whose `mapv` takes `&mut self`.
     pub struct Counter(pub i64);
 
-    impl vramguard::Release for Counter {}
+    impl vramguard::DropAtLastUse for Counter {}
 
     impl Counter {
         pub fn mapv(&mut self, mut f: impl FnMut(i64) -> i64) -> i64 {
@@ -65,10 +65,10 @@ macro_rules! array_cases {
     ($($attr:meta)?) => {
         use ndarray::{Array1, Array2};
 
-        /// A `Release` wrapper whose `mapv` is its array's, through `Deref`.
+        /// A `DropAtLastUse` wrapper whose `mapv` is its array's, through `Deref`.
         pub struct Wrapped(pub Array1<f32>);
 
-        impl vramguard::Release for Wrapped {}
+        impl vramguard::DropAtLastUse for Wrapped {}
 
         impl std::ops::Deref for Wrapped {
             type Target = Array1<f32>;

@@ -1,5 +1,5 @@
 //! The rules of issue #43, one function each, compiled with `#![deny(warnings)]` and run against
-//! the plain code: a reference an accessor returns is never released (its release would read
+//! the plain code: a reference an accessor returns is never dropped (its drop would read
 //! the borrow after a write of what it borrows); a borrower keeps its scope end where the
 //! statement of its last use moves or writes what it borrows; a borrowed value that its
 //! statement may move as a receiver keeps its scope end; a borrow stored through a name the
@@ -28,7 +28,7 @@ pub mod styles {
         pub dims: Vec<usize>,
     }
 
-    impl vramguard::Release for Candle {}
+    impl vramguard::DropAtLastUse for Candle {}
 
     impl Candle {
         pub fn new(name: &'static str, dims: &[usize]) -> Candle {
@@ -47,7 +47,7 @@ pub mod styles {
 
     pub struct Burn(pub Logged);
 
-    impl vramguard::Release for Burn {}
+    impl vramguard::DropAtLastUse for Burn {}
 
     impl Burn {
         pub fn dims(&self) -> [usize; 1] {

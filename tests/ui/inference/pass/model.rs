@@ -27,7 +27,7 @@ pub mod tensorlib {
     }
 
     // Memory and nothing else (its drop log is the test's instrument).
-    impl vramguard::Release for Tensor {}
+    impl vramguard::DropAtLastUse for Tensor {}
 
     impl Tensor {
         pub fn new(data: Vec<f32>, shape: Vec<usize>) -> Tensor {

@@ -27,7 +27,7 @@ pub mod candle_like {
         pub dims: Vec<usize>,
     }
 
-    impl vramguard::Release for Tensor {}
+    impl vramguard::DropAtLastUse for Tensor {}
 
     impl Drop for Tensor {
         fn drop(&mut self) {
@@ -96,7 +96,7 @@ pub mod burn_like {
         pub data: Vec<f32>,
     }
 
-    impl vramguard::Release for Tensor {}
+    impl vramguard::DropAtLastUse for Tensor {}
 
     impl Drop for Tensor {
         fn drop(&mut self) {
@@ -460,7 +460,7 @@ macro_rules! cases {
 
         /// A value moved by a `for` loop while a value computed from a borrow of it is used in
         /// the loop (rten's timing table: `col_widths` from `rows.iter()`, then
-        /// `for row in rows`): the loop moves it; nothing is released after the loop.
+        /// `for row in rows`): the loop moves it; nothing is dropped after the loop.
         $(#[$attr])?
         pub fn moved_by_a_loop_while_a_borrower_lives() -> usize {
             let rows: Vec<[String; 2]> = vec![

@@ -1,9 +1,9 @@
-//! `#[derive(Release)]`: declares a user's type releasable when every field is.
+//! `#[derive(DropAtLastUse)]`: declares a user's type droppable when every field is.
 //!
-//! Expansion: `impl<G> ::vramguard::Release for S<G> where F: Release, … {}` with a bound for
-//! each field whose type names a type parameter (the impl is conditional on it, as
+//! Expansion: `impl<G> ::vramguard::DropAtLastUse for S<G> where F: DropAtLastUse, … {}` with a
+//! bound for each field whose type names a type parameter (the impl is conditional on it, as
 //! `derive(Clone)` is), and, for every other field, an assertion spanned at the field's type,
-//! so that a field that is not `Release` is an error at that field (the trait's
+//! so that a field that is not `DropAtLastUse` is an error at that field (the trait's
 //! `on_unimplemented` text says why).
 
 use proc_macro2::TokenStream;
@@ -13,7 +13,7 @@ use syn::{Data, DeriveInput, Fields};
 
 use crate::common::default_crate_path;
 
-/// Expands `#[derive(Release)]` on `input`.
+/// Expands `#[derive(DropAtLastUse)]` on `input`.
 pub(crate) fn expand(input: TokenStream) -> TokenStream {
     match syn::parse2::<DeriveInput>(input).and_then(|input| derive(&input)) {
         Ok(tokens) => tokens,
@@ -30,14 +30,12 @@ fn derive(input: &DeriveInput) -> syn::Result<TokenStream> {
             .iter()
             .flat_map(|v| fields_of(&v.fields))
             .collect(),
-        Data::Union(data) => {
-            return Err(syn::Error::new(
-                data.union_token.span,
-                "`Release` cannot be derived for a union: which field is alive is not known, \
-                 so dropping it may not free anything; implement `vramguard::Release` by hand \
-                 if dropping it frees memory and nothing else",
-            ))
-        }
+        Data::Union(data) => return Err(syn::Error::new(
+            data.union_token.span,
+            "`DropAtLastUse` cannot be derived for a union: which field is alive is not known, \
+                 so dropping it may not free anything; implement `vramguard::DropAtLastUse` \
+                 by hand if dropping it frees memory and nothing else",
+        )),
     };
     let name = &input.ident;
     let (impl_generics, type_generics, where_clause) = input.generics.split_for_impl();
@@ -53,25 +51,25 @@ fn derive(input: &DeriveInput) -> syn::Result<TokenStream> {
     // A field of a generic type makes the impl conditional, as `derive(Clone)` does.
     let bounds = generic.iter().map(|field| {
         let ty = &field.ty;
-        quote_spanned!(field.ty.span()=> #ty: #krate::Release)
+        quote_spanned!(field.ty.span()=> #ty: #krate::DropAtLastUse)
     });
-    // A field of a concrete type must be `Release`: asserted at the field's type, so that the
+    // A field of a concrete type must be `DropAtLastUse`: asserted at the field's type, so that the
     // error points at the field that is not.
     let assertions = concrete.iter().map(|field| {
         let ty = &field.ty;
-        quote_spanned!(field.ty.span()=> __vg_assert_release::<#ty>();)
+        quote_spanned!(field.ty.span()=> __vg_assert_droppable::<#ty>();)
     });
     Ok(quote! {
-        impl #impl_generics #krate::Release for #name #type_generics
+        impl #impl_generics #krate::DropAtLastUse for #name #type_generics
         where
             #(#bounds,)*
             #existing
         {}
 
         const _: () = {
-            fn __vg_assert_release<T: #krate::Release + ?Sized>() {}
+            fn __vg_assert_droppable<T: #krate::DropAtLastUse + ?Sized>() {}
             #[allow(dead_code)]
-            fn __vg_every_field_is_release #impl_generics () #where_clause {
+            fn __vg_every_field_is_droppable #impl_generics () #where_clause {
                 #(#assertions)*
             }
         };
@@ -105,7 +103,7 @@ fn crate_path(input: &DeriveInput) -> syn::Result<syn::Path> {
                 Ok(())
             } else {
                 Err(meta.error(
-                    "unknown `vramguard` option for `derive(Release)`: the only option is \
+                    "unknown `vramguard` option for `derive(DropAtLastUse)`: the only option is \
                      `crate = path`",
                 ))
             }

@@ -1,4 +1,4 @@
-//! The debug-build notices at release points (see the docs of `vramguard::Release`), read from
+//! The debug-build notices at drop points (see the docs of `vramguard::DropAtLastUse`), read from
 //! the stderr of a real program: `tests/notices_fixture`, which uses candle-core 0.11 under
 //! `#[inference]` and `#[batch_scope]`. It is built three ways, in this workspace's target
 //! directory (candle-core builds once): vramguard's `candle` feature off, on, and off with
@@ -118,7 +118,7 @@ fn feature_off_kept_candle_tensors_are_noticed_once_per_type_with_the_cargo_toml
         "`candle_core::tensor::Tensor` is kept",
         "`alloc::vec::Vec<candle_core::tensor::Tensor>` is kept",
     ] {
-        // Reached at several release points, in two calls: one line.
+        // Reached at several drop points, in two calls: one line.
         assert_eq!(run.count(type_name), 1, "{type_name}: {:#?}", run.notices);
     }
     assert!(
@@ -126,12 +126,12 @@ fn feature_off_kept_candle_tensors_are_noticed_once_per_type_with_the_cargo_toml
         "{:#?}",
         run.notices
     );
-    // Nothing for the kept `Rc`, the reference, or vramguard's own (released) tensor.
+    // Nothing for the kept `Rc`, the reference, or vramguard's own (dropped) tensor.
     assert_eq!(run.notices.len(), 2, "{:#?}", run.notices);
 }
 
 #[test]
-fn feature_on_candle_tensors_are_released_without_a_notice_and_compute_the_same() {
+fn feature_on_candle_tensors_are_dropped_at_last_use_without_a_notice_and_compute_the_same() {
     let on = run(&builds().candle_on, "inference-plain");
     assert_eq!(on.notices, Vec::<String>::new());
     let off = run(&builds().candle_off, "inference-plain");
@@ -145,7 +145,7 @@ fn vramguard_without_debug_assertions_prints_no_notice() {
 }
 
 #[test]
-fn a_released_var_tensor_under_inference_is_noticed_once_with_what_to_do() {
+fn a_var_tensor_dropped_at_last_use_under_inference_is_noticed_once_with_what_to_do() {
     let run = run(&builds().candle_on, "inference-var");
     assert_eq!(run.count(GRAPH_NOTICE), 1, "{:#?}", run.notices);
     assert_eq!(run.count("detach()"), 1, "{:#?}", run.notices);

@@ -3,9 +3,9 @@
 //! A local whose type is inferred only at (or after) its last use, from an initializer that
 //! the macro's syntactic `type_deferred` list does not recognise. The probe placed before the
 //! statement sees `Option<Vec<?T>>` / `Box<Vec<?T>>` / `?T` / `Vec<?T>`; method resolution
-//! picks `ReleaseAtLastUse` while `?T: Release` is still ambiguous, and once `?T = String` the
-//! obligation fails: error[E0277]: `String` is not `vramguard::Release`. Without the attribute
-//! every function compiles.
+//! picks `DroppableAtLastUse` while `?T: DropAtLastUse` is still ambiguous, and once `?T = String`
+//! the obligation fails: error[E0277]: `String` is not `vramguard::DropAtLastUse`. Without the
+//! attribute every function compiles.
 #![deny(warnings)]
 
 fn count(o: Option<Vec<String>>) -> usize {

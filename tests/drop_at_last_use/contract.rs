@@ -1,14 +1,14 @@
 //! The contract of issue #9: `#[vramguard::inference]` and `#[vramguard::batch_scope]` free a
-//! local at its last use only if its type is `vramguard::Release`; every other value (guards,
+//! local at its last use only if its type is `vramguard::DropAtLastUse`; every other value (guards,
 //! `Rc`/`Arc`, files, directories, channels, handles, observers, writers, `Copy` values) keeps
-//! its drop point and order, so the program computes the same.
+//! the drop point and order it has without the attribute, so the program computes the same.
 //!
 //! Each kind of kept value is one program in three forms — an `#[inference]` fn, the same work
 //! in the body of a loop under `#[batch_scope]`, and an `async fn` under `#[inference]` that
 //! holds the kept value across an `.await` that is pending once — stamped `with` and `without`
 //! the attributes by `cases!` (`consuming_forms` calls methods named like the consuming forms
 //! of issue #21, which the attributes route through `Dying`'s fallback: the calls and their
-//! order must not change). Every program also allocates `Mem` buffers (`Release`) around the
+//! order must not change). Every program also allocates `Mem` buffers (`DropAtLastUse`) around the
 //! kept values, so early frees do happen: the check (see `crate::support::compare`) allows a
 //! `free` to move earlier and nothing else to move, and each form must show early frees.
 // The `async fn`s hold guards across an `.await` on purpose: the guard must keep its place.
@@ -232,7 +232,7 @@ macro_rules! cases {
 
         // ---- a span-like guard, with work logged after its last use -------------------------
 
-        // ---- ops named like consuming forms, on `Release` values and on a kept `Rc` -------
+        // ---- ops named like consuming forms, on `DropAtLastUse` values and on a kept `Rc` ---
 
         $(#[$inference])?
         pub fn consuming_forms() -> usize {
@@ -1224,10 +1224,10 @@ fn async_functions() {
     summarize("#[inference] async fn", &table);
 }
 
-// ---- KNOWN FAILURE: a `Copy` type that is also `Release`, under mixed hygiene ---------------
+// ---- KNOWN FAILURE: a `Copy` type that is also `DropAtLastUse`, under mixed hygiene ---------
 //
-// A user may declare a `Copy` type `Release` (its drop frees nothing and does nothing). For a
-// `mut` local the attribute asks `__vg_releasable` and, if true, moves the local into the
+// A user may declare a `Copy` type `DropAtLastUse` (its drop frees nothing and does nothing). For a
+// `mut` local the attribute asks `__vg_droppable` and, if true, moves the local into the
 // statement of its (scanned) last use: for a `Copy` type that copies it, and the statement
 // mutates the copy. When the scan missed a later use — here the caller's `$acc` in the tail,
 // which it takes for the macro's own `acc` — the later use reads the stale original.
@@ -1235,7 +1235,7 @@ fn async_functions() {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Acc(pub i64);
 
-impl vramguard::Release for Acc {}
+impl vramguard::DropAtLastUse for Acc {}
 
 impl Acc {
     pub fn bump(&mut self, x: i64) {
@@ -1243,7 +1243,7 @@ impl Acc {
     }
 }
 
-macro_rules! copy_release_hygiene {
+macro_rules! copy_drop_hygiene {
     ($module:ident, $acc:ident, $($inference:meta)?) => {
         #[allow(unused_assignments)]
         pub mod $module {
@@ -1271,20 +1271,20 @@ macro_rules! copy_release_hygiene {
     };
 }
 
-copy_release_hygiene!(copy_release_with, acc, vramguard::inference);
-copy_release_hygiene!(copy_release_without, acc,);
+copy_drop_hygiene!(copy_drop_with, acc, vramguard::inference);
+copy_drop_hygiene!(copy_drop_without, acc,);
 
 #[test]
-fn copy_release_mixed_hygiene() {
+fn copy_drop_mixed_hygiene() {
     crate::support::compare(
         "by_method",
-        copy_release_without::by_method,
-        copy_release_with::by_method,
+        copy_drop_without::by_method,
+        copy_drop_with::by_method,
     );
     crate::support::compare(
         "by_assignment",
-        copy_release_without::by_assignment,
-        copy_release_with::by_assignment,
+        copy_drop_without::by_assignment,
+        copy_drop_with::by_assignment,
     );
 }
 
@@ -1294,7 +1294,7 @@ fn copy_release_mixed_hygiene() {
 mod async_parameters {
     use crate::support::{ev, pending_once, Mem};
 
-    /// Not `Release`: it keeps its drop point, which the log shows.
+    /// Not `DropAtLastUse`: it is dropped at its scope end, which the log shows.
     pub struct Noisy(pub &'static str);
 
     impl Drop for Noisy {

@@ -1,5 +1,5 @@
-//! The generated-program test of the release contract (issue #9): random functions (fixed
-//! seed, see `tests/gen/kept_generator.rs`) that mix releasable `Mem` values with kept values —
+//! The generated-program test of the drop contract (issue #9): random functions (fixed
+//! seed, see `tests/gen/kept_generator.rs`) that mix droppable `Mem` values with kept values —
 //! `Rc` clones, `RefCell` borrows, span guards (named and `_`), pooled connections, handles
 //! with `Copy` ids — and log observations of the kept values. Each function is compiled plain,
 //! under `#[inference]` and under `#[batch_scope]`; each annotated run must return the same
@@ -13,8 +13,8 @@ mod kept_generator;
 mod golden;
 
 use crate::support::Mem;
-// The generated modules name the support module `super::super::release_support`.
-use crate::support as release_support;
+// The generated modules name the support module `super::super::drop_support`.
+use crate::support as drop_support;
 
 /// `(name, plain, #[inference], #[batch_scope])`.
 pub type Case = (

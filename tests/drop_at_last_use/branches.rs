@@ -1,13 +1,13 @@
-//! Releases inside branches (issue #19, point 2): a value whose last use is inside one branch of
+//! Drops inside branches (issue #19, point 2): a value whose last use is inside one branch of
 //! an `if`, `match`, `else if` chain or `let … else` is freed inside that branch at its last
 //! use, and in the other branches at their start, under `#[inference]` (also on an `async fn`)
 //! and `#[batch_scope]`.
 //!
 //! Each shape is one program stamped `with` and `without` the attributes (as in
-//! `release_contract.rs`); the run with the attribute passes the contract's comparison (same
+//! `contract.rs`); the run with the attribute passes the contract's comparison (same
 //! results, every other event in place, `free`s only earlier), and its whole event log is
 //! asserted: each `free` sits where the branch that ran last used the value, or at the start of a
-//! branch that does not use it, never later (a release after the whole `if`/`match` would put it
+//! branch that does not use it, never later (a drop after the whole `if`/`match` would put it
 //! after the branch's own events).
 
 use crate::support::{block_on, compare};
@@ -69,7 +69,7 @@ macro_rules! cases {
             n
         }
 
-        // ---- a guard that uses the value: never released inside a guard -------------------
+        // ---- a guard that uses the value: never dropped inside a guard --------------------
 
         $(#[$inference])?
         pub fn guards(k: usize) -> usize {
@@ -110,7 +110,7 @@ macro_rules! cases {
             Ok(r)
         }
 
-        // ---- a loop inside a branch: released after the loop, never inside it -------------
+        // ---- a loop inside a branch: dropped after the loop, never inside it --------------
 
         $(#[$inference])?
         pub fn loop_in_branch(take: bool) -> usize {
@@ -129,7 +129,7 @@ macro_rules! cases {
             total
         }
 
-        // ---- a loop's own value, released inside a branch of its body ---------------------
+        // ---- a loop's own value, dropped inside a branch of its body ----------------------
 
         $(#[$inference])?
         pub fn branch_in_loop() -> usize {
@@ -148,7 +148,7 @@ macro_rules! cases {
             total
         }
 
-        // ---- moved in one branch, released at the start of the other ----------------------
+        // ---- moved in one branch, dropped at the start of the other -----------------------
 
         $(#[$inference])?
         pub fn moved_in_one(take: bool) -> usize {
@@ -165,7 +165,7 @@ macro_rules! cases {
             n
         }
 
-        // ---- last used in the condition: released at the start of every branch ------------
+        // ---- last used in the condition: dropped at the start of every branch -------------
 
         $(#[$inference])?
         pub fn condition_last(limit: usize) -> usize {
@@ -195,7 +195,7 @@ macro_rules! cases {
             m.len()
         }
 
-        // ---- no `else`: one is added to release there --------------------------------------
+        // ---- no `else`: one is added to drop there -----------------------------------------
 
         $(#[$inference])?
         pub fn no_else(take: bool) -> usize {
@@ -221,7 +221,7 @@ macro_rules! cases {
             v
         }
 
-        // ---- `#[batch_scope]`: the iteration's value, released inside a branch -------------
+        // ---- `#[batch_scope]`: the iteration's value, dropped inside a branch --------------
 
         $(#[$batch])?
         pub fn scope_branches(n: usize) -> usize {
@@ -299,14 +299,14 @@ macro_rules! check {
 }
 
 #[test]
-fn nested_branches_release_in_the_branch_that_ran() {
+fn nested_branches_drop_in_the_branch_that_ran() {
     check!(nested(true, true) => ["free a", "inner then", "after"]);
     check!(nested(true, false) => ["free a", "inner else", "after"]);
     check!(nested(false, true) => ["free a", "outer else", "after"]);
 }
 
 #[test]
-fn an_else_if_chain_releases_in_each_link() {
+fn an_else_if_chain_drops_in_each_link() {
     // Both dead in the first branch: latest declaration first, as at a scope end.
     check!(else_if(0) => ["free b", "free a", "first", "after"]);
     check!(else_if(1) => ["free b", "free a", "second", "after"]);
@@ -315,7 +315,7 @@ fn an_else_if_chain_releases_in_each_link() {
 
 #[test]
 fn a_guard_is_never_where_a_value_dies() {
-    // `k == 0`: the guard runs, fails, and the next arm's body releases `a`.
+    // `k == 0`: the guard runs, fails, and the next arm's body drops `a`.
     check!(guards(0) => ["free a", "second arm", "after"]);
     check!(guards(1) => ["free a", "second arm", "after"]);
     check!(guards(2) => ["free a", "last arm", "after"]);
@@ -342,8 +342,8 @@ fn a_loop_inside_a_branch_keeps_the_value_to_its_end() {
 }
 
 #[test]
-fn a_value_moved_in_one_branch_is_released_in_the_other() {
-    // `eat` frees `a` inside the call: the move is the release.
+fn a_value_moved_in_one_branch_is_dropped_in_the_other() {
+    // `eat` frees `a` inside the call: the move is the drop.
     check!(moved_in_one(true) => ["free a", "then", "free m", "after"]);
     check!(moved_in_one(false) => ["free a", "else", "after"]);
 }
@@ -355,7 +355,7 @@ fn a_value_last_used_in_the_condition_dies_at_every_branch_start() {
 }
 
 #[test]
-fn a_branch_value_is_unchanged_by_the_release() {
+fn a_branch_value_is_unchanged_by_the_drop() {
     check!(tail_value(true) => ["then", "gelu a", "free a", "after", "free gelu(a)"]);
     check!(tail_value(false) => ["free a", "else", "after", "free e"]);
     assert_eq!(with::tail_value(true), 4);
@@ -369,13 +369,13 @@ fn an_if_without_else_gets_one() {
 }
 
 #[test]
-fn let_else_releases_after_the_statement() {
+fn let_else_drops_after_the_statement() {
     check!(let_else(Some(3)) => ["free a", "after let"]);
     check!(let_else(None::<usize>) => ["free a"]);
 }
 
 #[test]
-fn batch_scope_releases_inside_an_iteration_s_branches() {
+fn batch_scope_drops_inside_an_iteration_s_branches() {
     check!(scope_branches(3) => [
         "free b0", "zero 0",
         "free b1", "one 1",
@@ -384,7 +384,7 @@ fn batch_scope_releases_inside_an_iteration_s_branches() {
 }
 
 #[test]
-fn async_fn_releases_inside_a_branch_across_an_await() {
+fn async_fn_drops_inside_a_branch_across_an_await() {
     check!(async branches_async(true) => ["free a", "pending", "poll 1", "then", "after"]);
     check!(async branches_async(false) => ["free a", "else", "pending", "poll 1", "after"]);
 }

@@ -1,6 +1,6 @@
 //! The last shapes of third-party code that broke under the attributes (issue #43), each run
 //! plain, under `#[inference]` and in a `#[batch_scope]` loop, and compared (the rule of
-//! `release_support::compare`: same results, every other event in place, `free`s only earlier):
+//! `drop_support::compare`: same results, every other event in place, `free`s only earlier):
 //!
 //! 1. a `mut` local reassigned inside an `if` while a borrow taken from it earlier feeds the
 //!    condition and the new value (`let dims = xs.dims(); if dims.len() == 3 { xs =
@@ -18,13 +18,13 @@
 //! Every program also holds a `Mem` that dies early, so each comparison must show an earlier
 //! `free` (a transform that did nothing would fail).
 
-use crate::support as release_support;
+use crate::support as drop_support;
 
-use release_support::{compare, Outcome};
+use drop_support::{compare, Outcome};
 
 /// Tensor-like types over `Mem` (every drop logs `free NAME`).
 pub mod tensors {
-    use super::release_support::{ev, Mem};
+    use super::drop_support::{ev, Mem};
 
     pub type Result<T> = std::result::Result<T, String>;
 
@@ -37,7 +37,7 @@ pub mod tensors {
         pub tag: String,
     }
 
-    impl vramguard::Release for CTensor {}
+    impl vramguard::DropAtLastUse for CTensor {}
 
     impl CTensor {
         pub fn new(tag: &str, dims: &[usize]) -> CTensor {
@@ -95,7 +95,7 @@ pub mod tensors {
         pub tag: String,
     }
 
-    impl vramguard::Release for BTensor {}
+    impl vramguard::DropAtLastUse for BTensor {}
 
     impl BTensor {
         pub fn new(tag: &str, values: Vec<i64>) -> BTensor {
@@ -236,7 +236,7 @@ pub mod tensors {
 macro_rules! cases {
     ($($inference:meta, $batch:meta)?) => {
         #[allow(unused_imports)]
-        use super::release_support::{ev, Mem};
+        use super::drop_support::{ev, Mem};
         #[allow(unused_imports)]
         use super::tensors::{
             check, BTensor, Builder, CTensor, Finder, Kind, Mode, Model, Node, Result, View,

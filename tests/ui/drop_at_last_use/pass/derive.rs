@@ -1,5 +1,5 @@
-//! `#[derive(vramguard::Release)]`: a struct of tensors, a tuple struct, an enum, a generic
-//! struct releasable only when its parameter is (shown with the probe the attributes use), an
+//! `#[derive(vramguard::DropAtLastUse)]`: a struct of tensors, a tuple struct, an enum, a generic
+//! struct droppable only when its parameter is (shown with the probe the attributes use), an
 //! existing `where` clause, and `#[vramguard(crate = path)]` with the facade renamed.
 #![deny(warnings)]
 
@@ -7,18 +7,18 @@ extern crate vramguard as vg;
 
 use std::rc::Rc;
 
-use vramguard::{Device, Release, Tensor};
+use vramguard::{Device, DropAtLastUse, Tensor};
 
-/// The question `#[inference]` asks at a release point: is the value's type `Release`?
-macro_rules! releasable {
+/// The question `#[inference]` asks at a drop point: is the value's type `DropAtLastUse`?
+macro_rules! droppable {
     ($value:expr) => {{
         #[allow(unused_imports)]
         use vramguard::__private::*;
-        (&&&Probe(&$value)).__vg_releasable()
+        (&&&Probe(&$value)).__vg_droppable()
     }};
 }
 
-#[derive(Release)]
+#[derive(DropAtLastUse)]
 struct Activations {
     hidden: Tensor,
     cache: Vec<Tensor>,
@@ -27,23 +27,23 @@ struct Activations {
     pair: (Tensor, Box<[f64]>),
 }
 
-#[derive(Release)]
+#[derive(DropAtLastUse)]
 struct Logits(Tensor, Vec<u8>);
 
-#[derive(Release)]
+#[derive(DropAtLastUse)]
 enum Cached {
     Empty,
     One(Tensor),
     Many { items: Vec<Tensor>, scores: Vec<f64> },
 }
 
-#[derive(Release)]
+#[derive(DropAtLastUse)]
 struct Pair<T> {
     first: T,
     second: T,
 }
 
-#[derive(Release)]
+#[derive(DropAtLastUse)]
 struct Bounded<T: Clone>
 where
     T: Default,
@@ -51,29 +51,29 @@ where
     value: Vec<T>,
 }
 
-#[derive(Release)]
+#[derive(DropAtLastUse)]
 struct Nested {
     inner: Pair<Logits>,
     result: Result<Tensor, Vec<f32>>,
 }
 
-#[derive(vg::Release)]
+#[derive(vg::DropAtLastUse)]
 #[vramguard(crate = vg)]
 struct Renamed {
     tensor: vg::Tensor,
     more: Vec<vg::Tensor>,
 }
 
-fn is_release<T: Release + ?Sized>() {}
+fn is_droppable<T: DropAtLastUse + ?Sized>() {}
 
 fn main() {
-    is_release::<Activations>();
-    is_release::<Logits>();
-    is_release::<Cached>();
-    is_release::<Pair<Tensor>>();
-    is_release::<Bounded<f32>>();
-    is_release::<Nested>();
-    is_release::<Renamed>();
+    is_droppable::<Activations>();
+    is_droppable::<Logits>();
+    is_droppable::<Cached>();
+    is_droppable::<Pair<Tensor>>();
+    is_droppable::<Bounded<f32>>();
+    is_droppable::<Nested>();
+    is_droppable::<Renamed>();
 
     let dev = Device::host();
     let t = || Tensor::zeros(&[2], &dev).unwrap();
@@ -84,39 +84,39 @@ fn main() {
         heads: [t(), t()],
         pair: (t(), vec![1.0].into_boxed_slice()),
     };
-    assert!(releasable!(activations));
-    assert!(releasable!(Logits(t(), vec![1])));
-    assert!(releasable!(Cached::Empty));
-    assert!(releasable!(Cached::Many {
+    assert!(droppable!(activations));
+    assert!(droppable!(Logits(t(), vec![1])));
+    assert!(droppable!(Cached::Empty));
+    assert!(droppable!(Cached::Many {
         items: vec![t()],
         scores: vec![0.5],
     }));
-    assert!(releasable!(Renamed {
+    assert!(droppable!(Renamed {
         tensor: t(),
         more: Vec::new(),
     }));
 
-    // Generic: releasable exactly when the parameter is.
+    // Generic: droppable exactly when the parameter is.
     let tensors = Pair {
         first: t(),
         second: t(),
     };
-    assert!(releasable!(tensors));
+    assert!(droppable!(tensors));
     let shared = Pair {
         first: Rc::new(1u8),
         second: Rc::new(2u8),
     };
-    assert!(!releasable!(shared));
-    // `Copy` fields are not `Release` (a released `Copy` value would be a copy).
+    assert!(!droppable!(shared));
+    // `Copy` fields are not `DropAtLastUse` (a dropped `Copy` value would be a copy).
     let numbers = Pair { first: 1u32, second: 2 };
-    assert!(!releasable!(numbers));
+    assert!(!droppable!(numbers));
     let buffers = Pair {
         first: vec![1.0f32],
         second: vec![2.0],
     };
-    assert!(releasable!(buffers));
-    assert!(releasable!(Bounded { value: vec![0u8] }));
-    assert!(!releasable!(Bounded {
+    assert!(droppable!(buffers));
+    assert!(droppable!(Bounded { value: vec![0u8] }));
+    assert!(!droppable!(Bounded {
         value: vec![String::new()]
     }));
     let _ = (

@@ -1,12 +1,12 @@
-//! Release points: after which statement each binding is released, or [`END`] (never early:
+//! Drop points: after which statement each binding is dropped, or [`END`] (never early:
 //! it lives to its scope's end, as without the attribute), computed to a fixpoint.
 
 use super::graph::Graph;
 use super::{Binding, END};
 use crate::liveness::analysis::BorrowKind;
 
-/// Each binding's release point: its own last use, pushed back by the bindings that may
-/// borrow it, or [`END`]. Releasing at the block's last statement or in its tail expression
+/// Each binding's drop point: its own last use, pushed back by the bindings that may
+/// borrow it, or [`END`]. Dropping at the block's last statement or in its tail expression
 /// gains nothing, but for a binding handed in to a branch (it outlives the branch) or inside
 /// the branches of a last `if`/`match`.
 pub(super) fn compute(graph: &Graph, stmt_count: usize, last_branches: bool) -> Vec<usize> {
@@ -28,7 +28,7 @@ fn own_last_use(binding: &Binding) -> usize {
     }
 }
 
-/// Pushes each binding's release point past the last use of every binding that may borrow it
+/// Pushes each binding's drop point past the last use of every binding that may borrow it
 /// (to [`END`] when the borrow's origin may also have moved it). Whether anything changed.
 fn extend_by_borrowers(graph: &Graph, end: &mut [usize]) -> bool {
     let mut changed = false;
@@ -52,7 +52,7 @@ fn extend_by_borrowers(graph: &Graph, end: &mut [usize]) -> bool {
     changed
 }
 
-/// Moves to [`END`] the release points that are no longer safe or useful once borrowers have
+/// Moves to [`END`] the drop points that are no longer safe or useful once borrowers have
 /// pushed them back. Whether anything changed.
 fn give_up_where_unsafe(graph: &Graph, end: &mut [usize], last_stmt: usize) -> bool {
     let mut changed = false;
@@ -62,14 +62,14 @@ fn give_up_where_unsafe(graph: &Graph, end: &mut [usize], last_stmt: usize) -> b
             continue;
         }
         let pushed_past_shadow = binding.shadowed_at.is_some_and(|s| at > s);
-        // A borrower pushed the release point past a statement that passes the value by
-        // value (the borrow was a conservative guess): nothing may be left to release.
+        // A borrower pushed the drop point past a statement that passes the value by
+        // value (the borrow was a conservative guess): nothing may be left to drop.
         let partially_moved_before = binding.partial_moves.iter().any(|&p| p < at)
             || binding.consumed_at.iter().any(|&m| m < at);
         // A binding handed in to a branch gains there too: the branch ends before its scope.
         let nothing_to_gain = at >= last_stmt && !binding.handed_in;
         let mentioned = binding.mentions.contains(&at);
-        // (A `let … else` whose `else` uses the binding releases it after the statement:
+        // (A `let … else` whose `else` uses the binding drops it after the statement:
         // see `schedule`.)
         let cannot_move_in = mentioned && !graph.wrappable[at];
         let maybe_borrowed_by_value = graph.borrowed_by_value[at]

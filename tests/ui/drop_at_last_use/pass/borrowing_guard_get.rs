@@ -4,7 +4,7 @@
 //! borrow (`get`, as in a `bb8`-style pool whose `PooledConnection<'_>` returns itself on
 //! drop, or `dashmap`'s `get` guard): the analysis lets the borrow end at the borrower's last
 //! use, but a kept borrower lives to the end of the scope. At the pool's last use the
-//! attribute writes the statement twice and the dead `Release` branch moves `pool`
+//! attribute writes the statement twice and the dead `DropAtLastUse` branch moves `pool`
 //! (`let pool = pool;`) while `conn` still borrows it: error[E0505]. Without the attribute it
 //! compiles. (`lock`, `borrow_mut`, `enter`, … are in `GUARD_METHODS` and compile; an unknown
 //! name such as `checkout` is conservatively kept and compiles.)

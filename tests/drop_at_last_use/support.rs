@@ -1,10 +1,10 @@
-//! Shared by `tests/release/contract.rs` and `tests/release/generated.rs`: an ordered event log,
-//! a releasable logging buffer (`Mem`), the kept values of the contract (guards, handles,
-//! files, directories, pools, transactions, observers, writers, …) whose drops log too, and the
-//! comparison of a run with the attribute against a run without it.
+//! Shared by `tests/drop_at_last_use/contract.rs` and `tests/drop_at_last_use/generated.rs`: an
+//! ordered event log, a droppable logging buffer (`Mem`), the kept values of the contract (guards,
+//! handles, files, directories, pools, transactions, observers, writers, …) whose drops log too,
+//! and the comparison of a run with the attribute against a run without it.
 //!
 //! The rule (issue #9): the results are equal; every event other than `free …` is the same and
-//! in the same order; `free …` events (drops of `Mem`, a `vramguard::Release` type) are the
+//! in the same order; `free …` events (drops of `Mem`, a `vramguard::DropAtLastUse` type) are the
 //! same set and each happens no later, counted in other events passed, than without the
 //! attribute.
 #![allow(dead_code)]
@@ -38,7 +38,7 @@ pub fn take_log() -> Vec<String> {
     LOG.with(|l| std::mem::take(&mut *l.borrow_mut()))
 }
 
-/// A buffer that stands for a tensor: `vramguard::Release`, so the attributes may free it at
+/// A buffer that stands for a tensor: `vramguard::DropAtLastUse`, so the attributes may free it at
 /// its last use; its drop logs `free <name>`.
 #[derive(Debug)]
 pub struct Mem {
@@ -48,7 +48,7 @@ pub struct Mem {
     shape: [usize; 1],
 }
 
-impl vramguard::Release for Mem {}
+impl vramguard::DropAtLastUse for Mem {}
 
 impl Mem {
     pub fn new(name: impl Into<String>, bytes: usize) -> Mem {
@@ -247,7 +247,7 @@ pub fn temp_path(tag: &str) -> PathBuf {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Kept values: none of these is `Release`; every drop logs.
+// Kept values: none of these is `DropAtLastUse`; every drop logs.
 
 /// A span whose `enter()` returns a guard that logs `exit` when it ends (like `tracing`).
 pub struct Span {
