@@ -6,12 +6,12 @@ use quote::{quote, quote_spanned, ToTokens};
 use syn::visit_mut::{self, VisitMut};
 use syn::{Block, Expr, Ident, Stmt};
 
-use super::parse::{is_marker, FnOptions, Function, Loop, ScopeSettings};
+use super::parse::{is_marker, FnOptions, Loop, ScopeSettings, ScopedFunction};
 use crate::lints::{self, LintContext};
 use crate::liveness::{self, DropOptions};
 
 /// Expands a validated function: the function, then the lints' errors.
-pub(crate) fn expand(function: Function, options: &FnOptions) -> TokenStream {
+pub(crate) fn expand(function: ScopedFunction, options: &FnOptions) -> TokenStream {
     let krate = options
         .krate
         .clone()

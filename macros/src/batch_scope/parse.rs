@@ -229,15 +229,15 @@ impl NamedOption for WarningsOption {
 }
 
 /// The item under the attribute.
-pub(crate) enum Target {
+pub(crate) enum ScopeTarget {
     /// A function (or a method written alone) and its loops.
-    Fn(Box<Function>),
+    Fn(Box<ScopedFunction>),
     /// Anything else, with a description and a span for the error.
     Other(&'static str, Span),
 }
 
 /// A function and what its loops say.
-pub(crate) struct Function {
+pub(crate) struct ScopedFunction {
     /// The function as written.
     pub item: syn::ItemFn,
     /// Every loop the expansion visits, in its order (a loop after the loops inside it).
@@ -246,7 +246,7 @@ pub(crate) struct Function {
     pub stray_markers: Vec<StrayMarker>,
 }
 
-impl Function {
+impl ScopedFunction {
     /// Whether only the marked loops are scoped (some loop has a marker).
     pub(crate) fn only_marked(&self) -> bool {
         self.loops.iter().any(|l| l.marker.is_some())
@@ -278,35 +278,35 @@ pub(crate) enum StrayMarker {
 }
 
 /// Parses the item; errors are the markers' option errors (non-functions become
-/// [`Target::Other`]).
-pub(crate) fn target(item: TokenStream) -> syn::Result<Target> {
+/// [`ScopeTarget::Other`]).
+pub(crate) fn target(item: TokenStream) -> syn::Result<ScopeTarget> {
     let parsed: syn::Item = match syn::parse2(item) {
         Ok(parsed) => parsed,
-        Err(_) => return Ok(Target::Other("this item", Span::call_site())),
+        Err(_) => return Ok(ScopeTarget::Other("this item", Span::call_site())),
     };
     let item = match parsed {
         syn::Item::Fn(item) => item,
-        syn::Item::Struct(s) => return Ok(Target::Other("a struct", s.ident.span())),
-        syn::Item::Enum(e) => return Ok(Target::Other("an enum", e.ident.span())),
+        syn::Item::Struct(s) => return Ok(ScopeTarget::Other("a struct", s.ident.span())),
+        syn::Item::Enum(e) => return Ok(ScopeTarget::Other("an enum", e.ident.span())),
         syn::Item::Impl(i) => {
-            return Ok(Target::Other(
+            return Ok(ScopeTarget::Other(
                 "an impl block (put it on the method)",
                 i.impl_token.span,
             ))
         }
-        syn::Item::Trait(t) => return Ok(Target::Other("a trait", t.ident.span())),
-        syn::Item::Mod(m) => return Ok(Target::Other("a module", m.ident.span())),
-        syn::Item::Static(s) => return Ok(Target::Other("a static", s.ident.span())),
-        syn::Item::Const(c) => return Ok(Target::Other("a const", c.ident.span())),
-        syn::Item::Type(t) => return Ok(Target::Other("a type alias", t.ident.span())),
-        _ => return Ok(Target::Other("this item", Span::call_site())),
+        syn::Item::Trait(t) => return Ok(ScopeTarget::Other("a trait", t.ident.span())),
+        syn::Item::Mod(m) => return Ok(ScopeTarget::Other("a module", m.ident.span())),
+        syn::Item::Static(s) => return Ok(ScopeTarget::Other("a static", s.ident.span())),
+        syn::Item::Const(c) => return Ok(ScopeTarget::Other("a const", c.ident.span())),
+        syn::Item::Type(t) => return Ok(ScopeTarget::Other("a type alias", t.ident.span())),
+        _ => return Ok(ScopeTarget::Other("this item", Span::call_site())),
     };
     let mut scan = LoopScan::default();
     scan.visit_block(&item.block);
     if let Some(errors) = scan.errors {
         return Err(errors);
     }
-    Ok(Target::Fn(Box::new(Function {
+    Ok(ScopeTarget::Fn(Box::new(ScopedFunction {
         item,
         loops: scan.loops,
         stray_markers: scan.stray_markers,

@@ -1,13 +1,13 @@
 //! Validation of `#[batch_scope]`: where it may be placed, the markers, and options that do not
 //! fit the function's loops. Every problem is reported, each at its own span.
 
-use super::parse::{FnOptions, Function, StrayMarker, Target};
+use super::parse::{FnOptions, ScopeTarget, ScopedFunction, StrayMarker};
 
 /// Checks the target against the options: the function to expand, or every problem found.
-pub(crate) fn validate(target: Target, options: &FnOptions) -> syn::Result<Function> {
+pub(crate) fn validate(target: ScopeTarget, options: &FnOptions) -> syn::Result<ScopedFunction> {
     let function = match target {
-        Target::Fn(function) => *function,
-        Target::Other(what, span) => {
+        ScopeTarget::Fn(function) => *function,
+        ScopeTarget::Other(what, span) => {
             return Err(syn::Error::new(
                 span,
                 format!(
@@ -48,7 +48,7 @@ pub(crate) fn validate(target: Target, options: &FnOptions) -> syn::Result<Funct
 }
 
 /// The scoped loops: at least one, one only if the function names the label, none awaiting.
-fn check_loops(function: &Function, options: &FnOptions, errors: &mut Vec<syn::Error>) {
+fn check_loops(function: &ScopedFunction, options: &FnOptions, errors: &mut Vec<syn::Error>) {
     let name = &function.item.sig.ident;
     let scoped = function.scoped_loops().count();
     if scoped == 0 {

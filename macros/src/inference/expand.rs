@@ -3,12 +3,12 @@
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, ToTokens};
 
-use super::parse::{Options, Target};
+use super::parse::{InferenceTarget, Options};
 use crate::lints::{self, LintContext};
 use crate::liveness::{self, DropOptions};
 
 /// Expands a validated target.
-pub(crate) fn expand(target: Target, options: &Options) -> TokenStream {
+pub(crate) fn expand(target: InferenceTarget, options: &Options) -> TokenStream {
     let krate = options
         .krate
         .clone()
@@ -20,7 +20,7 @@ pub(crate) fn expand(target: Target, options: &Options) -> TokenStream {
     drop_options.borrows = options.borrows.iter().map(|i| i.to_string()).collect();
     let mut errors: Vec<syn::Error> = Vec::new();
     let tokens = match target {
-        Target::Fn(mut function) => {
+        InferenceTarget::Fn(mut function) => {
             let block = std::mem::replace(&mut *function.block, empty_block());
             *function.block = body(
                 &function.attrs,
@@ -32,7 +32,7 @@ pub(crate) fn expand(target: Target, options: &Options) -> TokenStream {
             );
             function.into_token_stream()
         }
-        Target::TraitFn(mut method) => {
+        InferenceTarget::TraitFn(mut method) => {
             if let Some(block) = method.default.take() {
                 method.default = Some(body(
                     &method.attrs,
@@ -45,7 +45,7 @@ pub(crate) fn expand(target: Target, options: &Options) -> TokenStream {
             }
             method.into_token_stream()
         }
-        Target::Impl(mut block) => {
+        InferenceTarget::Impl(mut block) => {
             let impl_attrs = block.attrs.clone();
             for item in &mut block.items {
                 if let syn::ImplItem::Fn(method) = item {
@@ -75,7 +75,7 @@ pub(crate) fn expand(target: Target, options: &Options) -> TokenStream {
             }
             block.into_token_stream()
         }
-        Target::Other(..) => TokenStream::new(),
+        InferenceTarget::Other(..) => TokenStream::new(),
     };
     let errors = errors.into_iter().map(|e| e.to_compile_error());
     quote! { #tokens #(#errors)* }

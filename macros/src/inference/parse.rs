@@ -33,7 +33,7 @@ pub(crate) struct Options {
 }
 
 /// The item the attribute is placed on, as far as parsing can tell.
-pub(crate) enum Target {
+pub(crate) enum InferenceTarget {
     /// A free function (or a method written alone, e.g. in an `impl` block or a trait).
     Fn(syn::ItemFn),
     /// A trait method with or without a default body.
@@ -46,12 +46,12 @@ pub(crate) enum Target {
 
 impl Parse for Options {
     fn parse(input: ParseStream) -> syn::Result<Self> {
-        let mut keep: Option<NameList<kw::keep>> = None;
+        let mut keep: Option<NamesOption<kw::keep>> = None;
         let mut drops: Option<BoolOption<kw::drops>> = None;
         let mut inplace: Option<BoolOption<kw::inplace>> = None;
         let mut krate: Option<CrateOption> = None;
-        let mut owned: Option<NameList<kw::owned>> = None;
-        let mut borrows: Option<NameList<kw::borrows>> = None;
+        let mut owned: Option<NamesOption<kw::owned>> = None;
+        let mut borrows: Option<NamesOption<kw::borrows>> = None;
         let mut more = !input.is_empty();
         while more {
             if input.peek(kw::keep) {
@@ -118,12 +118,12 @@ impl<K: NamedOption> NamedOption for BoolOption<K> {
 }
 
 /// `keep(a, b)`, `owned(a, ..)`, `borrows(a, ..)`: a keyword and a parenthesized list of names.
-struct NameList<K> {
+struct NamesOption<K> {
     keyword: K,
     names: Vec<syn::Ident>,
 }
 
-impl<K: NamedOption + Parse> Parse for NameList<K> {
+impl<K: NamedOption + Parse> Parse for NamesOption<K> {
     fn parse(input: ParseStream) -> syn::Result<Self> {
         let keyword: K = input.parse()?;
         let value = format!(
@@ -149,11 +149,11 @@ impl<K: NamedOption + Parse> Parse for NameList<K> {
                 content.parse::<Token![,]>()?;
             }
         }
-        Ok(NameList { keyword, names })
+        Ok(NamesOption { keyword, names })
     }
 }
 
-impl<K: NamedOption> NamedOption for NameList<K> {
+impl<K: NamedOption> NamedOption for NamesOption<K> {
     const NAME: &'static str = K::NAME;
     fn span(&self) -> Span {
         self.keyword.span()
@@ -161,41 +161,43 @@ impl<K: NamedOption> NamedOption for NameList<K> {
 }
 
 /// The item under the attribute.
-pub(crate) fn target(item: TokenStream) -> syn::Result<Target> {
+pub(crate) fn target(item: TokenStream) -> syn::Result<InferenceTarget> {
     let parsed: syn::Item = match syn::parse2(item.clone()) {
         Ok(item) => item,
         Err(error) => {
             // A trait method without a body does not parse as an item.
             return match syn::parse2::<syn::TraitItemFn>(item) {
-                Ok(method) => Ok(Target::TraitFn(method)),
+                Ok(method) => Ok(InferenceTarget::TraitFn(method)),
                 Err(_) => Err(error),
             };
         }
     };
     // (Only an item that is refused needs its span: `Spanned::span` prints the whole item.)
     Ok(match parsed {
-        syn::Item::Fn(function) => Target::Fn(function),
-        syn::Item::Impl(block) => Target::Impl(block),
+        syn::Item::Fn(function) => InferenceTarget::Fn(function),
+        syn::Item::Impl(block) => InferenceTarget::Impl(block),
         syn::Item::Verbatim(tokens) => {
             let span = tokens.span();
             match syn::parse2::<syn::TraitItemFn>(tokens) {
-                Ok(method) => Target::TraitFn(method),
-                Err(_) => Target::Other("this item", span),
+                Ok(method) => InferenceTarget::TraitFn(method),
+                Err(_) => InferenceTarget::Other("this item", span),
             }
         }
-        syn::Item::Struct(s) => Target::Other("a struct", s.ident.span()),
-        syn::Item::Enum(e) => Target::Other("an enum", e.ident.span()),
-        syn::Item::Union(u) => Target::Other("a union", u.ident.span()),
-        syn::Item::Trait(t) => Target::Other("a trait declaration", t.ident.span()),
-        syn::Item::TraitAlias(t) => Target::Other("a trait alias", t.ident.span()),
-        syn::Item::Const(c) => Target::Other("a const item", c.ident.span()),
-        syn::Item::Static(s) => Target::Other("a static item", s.ident.span()),
-        syn::Item::ForeignMod(f) => Target::Other("an extern block", f.abi.span()),
-        syn::Item::Mod(m) => Target::Other("a module", m.ident.span()),
-        syn::Item::Type(t) => Target::Other("a type alias", t.ident.span()),
-        syn::Item::Use(u) => Target::Other("a use declaration", u.span()),
-        syn::Item::ExternCrate(e) => Target::Other("an extern crate declaration", e.ident.span()),
-        syn::Item::Macro(m) => Target::Other("a macro item", m.mac.path.span()),
-        other => Target::Other("this item", other.span()),
+        syn::Item::Struct(s) => InferenceTarget::Other("a struct", s.ident.span()),
+        syn::Item::Enum(e) => InferenceTarget::Other("an enum", e.ident.span()),
+        syn::Item::Union(u) => InferenceTarget::Other("a union", u.ident.span()),
+        syn::Item::Trait(t) => InferenceTarget::Other("a trait declaration", t.ident.span()),
+        syn::Item::TraitAlias(t) => InferenceTarget::Other("a trait alias", t.ident.span()),
+        syn::Item::Const(c) => InferenceTarget::Other("a const item", c.ident.span()),
+        syn::Item::Static(s) => InferenceTarget::Other("a static item", s.ident.span()),
+        syn::Item::ForeignMod(f) => InferenceTarget::Other("an extern block", f.abi.span()),
+        syn::Item::Mod(m) => InferenceTarget::Other("a module", m.ident.span()),
+        syn::Item::Type(t) => InferenceTarget::Other("a type alias", t.ident.span()),
+        syn::Item::Use(u) => InferenceTarget::Other("a use declaration", u.span()),
+        syn::Item::ExternCrate(e) => {
+            InferenceTarget::Other("an extern crate declaration", e.ident.span())
+        }
+        syn::Item::Macro(m) => InferenceTarget::Other("a macro item", m.mac.path.span()),
+        other => InferenceTarget::Other("this item", other.span()),
     })
 }

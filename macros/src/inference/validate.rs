@@ -5,11 +5,11 @@ use std::collections::BTreeSet;
 use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 
-use super::parse::{Options, Target};
+use super::parse::{InferenceTarget, Options};
 use crate::liveness;
 
 /// One function the attribute applies to (borrowed from the target).
-pub(crate) struct Function<'a> {
+pub(crate) struct AnnotatedFn<'a> {
     pub sig: &'a syn::Signature,
     pub block: &'a syn::Block,
 }
@@ -17,20 +17,20 @@ pub(crate) struct Function<'a> {
 const PLACEMENT: &str = "#[inference] applies to functions, methods, `impl` blocks and `async fn`";
 
 /// Checks the target and the options; returns every problem found.
-pub(crate) fn validate(target: &Target, options: &Options) -> Result<(), syn::Error> {
+pub(crate) fn validate(target: &InferenceTarget, options: &Options) -> Result<(), syn::Error> {
     let mut errors: Vec<syn::Error> = Vec::new();
-    let functions: Vec<Function<'_>> = match target {
-        Target::Fn(function) => {
+    let functions: Vec<AnnotatedFn<'_>> = match target {
+        InferenceTarget::Fn(function) => {
             check_signature(&function.sig, &mut errors);
-            vec![Function {
+            vec![AnnotatedFn {
                 sig: &function.sig,
                 block: &function.block,
             }]
         }
-        Target::TraitFn(method) => match &method.default {
+        InferenceTarget::TraitFn(method) => match &method.default {
             Some(block) => {
                 check_signature(&method.sig, &mut errors);
-                vec![Function {
+                vec![AnnotatedFn {
                     sig: &method.sig,
                     block,
                 }]
@@ -47,15 +47,17 @@ pub(crate) fn validate(target: &Target, options: &Options) -> Result<(), syn::Er
                 Vec::new()
             }
         },
-        Target::Impl(block) => {
-            let methods: Vec<Function<'_>> = block
+        InferenceTarget::Impl(block) => {
+            let methods: Vec<AnnotatedFn<'_>> = block
                 .items
                 .iter()
                 .filter_map(|item| match item {
-                    syn::ImplItem::Fn(method) if method.sig.constness.is_none() => Some(Function {
-                        sig: &method.sig,
-                        block: &method.block,
-                    }),
+                    syn::ImplItem::Fn(method) if method.sig.constness.is_none() => {
+                        Some(AnnotatedFn {
+                            sig: &method.sig,
+                            block: &method.block,
+                        })
+                    }
                     _ => None,
                 })
                 .collect();
@@ -68,7 +70,7 @@ pub(crate) fn validate(target: &Target, options: &Options) -> Result<(), syn::Er
             }
             methods
         }
-        Target::Other(what, span) => {
+        InferenceTarget::Other(what, span) => {
             errors.push(syn::Error::new(
                 *span,
                 format!("{PLACEMENT}, not to {what}"),
