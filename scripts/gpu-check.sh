@@ -27,10 +27,10 @@
 # whose name contains "cuda", every example whose source mentions `--device cuda`, read from
 # `cargo metadata`): CI fails when a new test binary or program would push `run` over its
 # deadline. Worst case with the defaults: setup 2 × (5 + 3) s (nvidia-smi, finding cuBLAS),
-# T test binaries × (30 + 3) s, P programs × (25 + 3) s, torch-compare (45 + 3) s: with the
-# 5 test binaries and 7 programs of this tree, 425 s (06b803a carried a sixth binary, compiled
-# out by the `cuda` feature, and its limits, 40/28/5 s, made 571 s: over the deadline, and
-# `run` refused to start; `scripts/gpu-check.sh plan` prints the sum for the tree).
+# T test binaries × (30 + 3) s, P programs × (25 + 3) s, torch-compare (45 + 3) s;
+# `scripts/gpu-check.sh plan` prints the sum for the tree (06b803a carried six binaries, one
+# compiled out by the `cuda` feature, and its limits, 40/28/5 s, made 571 s: over the deadline,
+# and `run` refused to start).
 #
 # Output, written as it goes (a run cut short still returns what it did), 6 files:
 #   summary.txt      one line per step (ok / FAIL / timeout / not run), the GPU, the GEMM path
