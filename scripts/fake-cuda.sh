@@ -44,16 +44,7 @@ declare -A PROGRAM_ARGS=(
 )
 
 # ----- build -----
-NVRTC_VERSION="12.8.93"
-NVRTC_DIR="target/nvrtc/pkg"
-NVRTC_LIB="$PWD/$NVRTC_DIR/nvidia/cuda_nvrtc/lib"
-if [[ ! -e "$NVRTC_LIB/libnvrtc.so.12" ]]; then
-    say "== installing NVRTC $NVRTC_VERSION (PyPI wheel nvidia-cuda-nvrtc-cu12) into $NVRTC_DIR"
-    rm -rf "$NVRTC_DIR"
-    python3 -m pip install --quiet --disable-pip-version-check --no-deps \
-        --target "$NVRTC_DIR" "nvidia-cuda-nvrtc-cu12==$NVRTC_VERSION" >> "$LOG" 2>&1 \
-        || die "installing NVRTC failed (see $LOG)"
-fi
+NVRTC_LIB=$(scripts/nvrtc-from-pypi.sh 2>> "$LOG") || die "installing NVRTC failed (see $LOG)"
 
 say "== building the fake driver, the host kernels, the test binaries and the examples"
 # The whole workspace, as `cargo test --workspace` builds it (in CI: already built, nothing to

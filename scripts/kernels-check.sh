@@ -2,8 +2,8 @@
 # Checks the CUDA kernel sources (runtime/kernels/*.cu) without a GPU:
 #
 # 1. NVRTC compiles every source to PTX. NVRTC comes from NVIDIA's PyPI wheel matching the
-#    pinned CUDA 12.8 (nvidia-cuda-nvrtc-cu12), installed into target/nvrtc when missing; no
-#    GPU and no CUDA toolkit are needed. Ends with `kernels compiled to PTX: K/N`.
+#    pinned CUDA 12.8 (scripts/nvrtc-from-pypi.sh installs it into target/nvrtc when missing);
+#    no GPU and no CUDA toolkit are needed. Ends with `kernels compiled to PTX: K/N`.
 # 2. The same sources, compiled for the host by g++ with runtime/kernels/host_shim.h, run under
 #    the CUDA backend's own launch code on small host tensors and are compared with the host
 #    backend (`kernels checked on the host: K/N`), and a small transformer is trained through
@@ -16,19 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-NVRTC_VERSION="12.8.93"
-NVRTC_DIR="target/nvrtc/pkg"
-NVRTC_LIB="$PWD/$NVRTC_DIR/nvidia/cuda_nvrtc/lib"
-if [[ ! -e "$NVRTC_LIB/libnvrtc.so.12" ]]; then
-    echo "== installing NVRTC $NVRTC_VERSION (PyPI wheel nvidia-cuda-nvrtc-cu12) into $NVRTC_DIR"
-    rm -rf "$NVRTC_DIR"
-    python3 -m pip install --quiet --disable-pip-version-check --no-deps \
-        --target "$NVRTC_DIR" "nvidia-cuda-nvrtc-cu12==$NVRTC_VERSION"
-fi
-if [[ ! -e "$NVRTC_LIB/libnvrtc.so.12" ]]; then
-    echo "kernels-check: the wheel did not provide $NVRTC_LIB/libnvrtc.so.12" >&2
-    exit 1
-fi
+NVRTC_LIB=$(scripts/nvrtc-from-pypi.sh)
 
 echo "== compiling the kernel sources for the host (g++ with host_shim.h)"
 HOST_DIR="target/kernels-host"

@@ -15,7 +15,7 @@
 #    (target/linking-check/lib, cudarc searches `$CUDA_HOME/lib64` among others):
 #      libcuda.so     the fake driver (`cargo build -p vramguard-fake-cuda`, as fake-cuda.sh);
 #      libcublas.so   the fake driver too (it implements the cuBLAS calls vramguard makes);
-#      libnvrtc.so    NVIDIA's NVRTC from PyPI (target/nvrtc, as kernels-check.sh installs it;
+#      libnvrtc.so    NVIDIA's NVRTC from PyPI (scripts/nvrtc-from-pypi.sh: target/nvrtc,
 #                     installed here when missing), the unversioned name the linker asks for;
 #      libcublasLt.so an empty stub (gcc -shared): cudarc links cuBLASLt beside cuBLAS, whose
 #                     own dependency it is, but nothing here calls it;
@@ -103,15 +103,7 @@ fn main() {
 RUST
 
 # ----- the libraries the link step demands -----
-NVRTC_VERSION="12.8.93"
-NVRTC_DIR="target/nvrtc/pkg"
-NVRTC_LIB="$root/$NVRTC_DIR/nvidia/cuda_nvrtc/lib"
-if [[ ! -e "$NVRTC_LIB/libnvrtc.so.12" ]]; then
-    echo "== installing NVRTC $NVRTC_VERSION (PyPI wheel nvidia-cuda-nvrtc-cu12) into $NVRTC_DIR"
-    rm -rf "$NVRTC_DIR"
-    python3 -m pip install --quiet --disable-pip-version-check --no-deps \
-        --target "$NVRTC_DIR" "nvidia-cuda-nvrtc-cu12==$NVRTC_VERSION"
-fi
+NVRTC_LIB=$("$root/scripts/nvrtc-from-pypi.sh")
 echo "== the fake driver (cargo build -p vramguard-fake-cuda) and the link folder $LIB"
 # The workspace's own target dir, as fake-cuda.sh and observer-check.sh use it.
 fake=$(env -u CARGO_TARGET_DIR cargo build -q -p vramguard-fake-cuda --message-format=json \
