@@ -21,8 +21,9 @@
 #    #[vramguard::inference]) on the fake, with NVRTC (PyPI wheel, in target/nvrtc as
 #    scripts/fake-cuda.sh installs it) and the kernels' host build: measure attaches the GPU
 #    observer through the driver's CUDA_INJECTION64_PATH hook. Asserts the outputs identical,
-#    the annotated GPU peak below the plain one, and each build's observed peak equal to the
-#    peak_reserved_bytes its vramguard allocator printed (see the section for why exactly);
+#    the annotated GPU peak below the plain one, each build's observed peak equal to the
+#    peak_reserved_bytes its vramguard allocator printed (see the section for why exactly),
+#    and the census at the annotated peak summing to it under the program's own tags;
 #    prints `measure --device cuda: plain P1 B, annotated P2 B, ratio R, stdout identical`
 #    (one test);
 # 5. ends with one line: `observer check: tests T passed, F failed, S skip lines`.
@@ -169,8 +170,11 @@ for key in ("peak_ratio", "time_ratio"):
     assert isinstance(report[key], float), key
 assert report["largest_at_peak"], "no census at the annotated peak"
 assert sum(g["bytes"] for g in report["largest_at_peak"]) == report["census_peak_bytes"] == annotated
+# The program's own tags reach the injected observer (another copy of vramguard).
+labels = {g["label"] for g in report["largest_at_peak"]}
+assert {"weights", "forward"} <= labels, f"the census's labels: {sorted(labels)}"
 print(f"measure --device cuda: plain {plain} B, annotated {annotated} B, ratio {report['peak_ratio']:.3f}, stdout identical")
-print("measure --device cuda: each observed peak = its build's peak_reserved_bytes; the census sums to the annotated peak")
+print("measure --device cuda: each observed peak = its build's peak_reserved_bytes; the census sums to the annotated peak, by the program's tags")
 PY
     then
         measure_ok=1

@@ -178,8 +178,8 @@ pub mod driver_pool {
 #[cfg(feature = "cupti")]
 pub mod observer {
     pub use vramguard_runtime::observer::{
-        report_at_exit, ObservedAllocation, ObservedEvent, Observer, ObserverError,
-        ObserverOptions, GPU_REPORT_ENV, REPORT_LOG_CAPACITY,
+        report_at_exit, set_label_source, ObservedAllocation, ObservedEvent, Observer,
+        ObserverError, ObserverOptions, GPU_REPORT_ENV, REPORT_LOG_CAPACITY,
     };
 }
 

@@ -3,8 +3,11 @@
 //! (`vramguard::observer::report_at_exit`). The CUDA driver loads the library named by
 //! `CUDA_INJECTION64_PATH` at the program's first `cuInit` and calls that function once (the
 //! hook NVIDIA's own tools attach CUPTI with), so the measured program is run unmodified: a
-//! bin, an example or a test, on candle, burn, tch or vramguard alike. Owns the generated crate
-//! and its build; what the report holds is the runtime's, how it is read `measure`'s.
+//! bin, an example or a test, on candle, burn, tch or vramguard alike. The library also takes
+//! the thread labels of the program's own vramguard (`vramguard_gpu_report_label_source`, which
+//! that copy calls once the driver loaded the library): the two copies keep labels apart.
+//! Owns the generated crate and its build; what the report holds is the runtime's, how it is
+//! read `measure`'s.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -38,6 +41,15 @@ pub extern "C" fn InitializeInjection() -> c_int {
         }
         Err(_) => 0,
     }
+}
+
+/// Called by the program's own vramguard (found through `CUDA_INJECTION64_PATH`) with the
+/// function that gives its thread labels: the observer labels allocations with them.
+#[no_mangle]
+pub extern "C" fn vramguard_gpu_report_label_source(
+    source: extern "C" fn(*mut u8, usize) -> usize,
+) {
+    vramguard::observer::set_label_source(source);
 }
 "#;
 

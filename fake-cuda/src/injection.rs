@@ -28,9 +28,13 @@ pub enum Injection {
 }
 
 /// Loads `path` (`RTLD_NOW | RTLD_LOCAL`, never unloaded) and calls its `InitializeInjection`.
-pub fn inject(path: &CStr) -> Injection {
+///
+/// # Safety
+/// Runs the library's initialisers and its entry point: `path` must name a library whose
+/// `InitializeInjection`, if it has one, is `int InitializeInjection(void)` and sound to call.
+pub unsafe fn inject(path: &CStr) -> Injection {
     // SAFETY: `path` is a NUL-terminated string; loading runs the library's initialisers, which
-    // is what naming it in CUDA_INJECTION64_PATH asks for.
+    // the caller vouches for.
     let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
     if handle.is_null() {
         // SAFETY: `dlerror` returns null or a NUL-terminated string valid until the next dl call.
@@ -64,7 +68,9 @@ pub(crate) fn at_first_init() {
     let Ok(path) = CString::new(std::os::unix::ffi::OsStringExt::into_vec(path)) else {
         return;
     };
-    let outcome = inject(&path);
+    // SAFETY: naming the library in CUDA_INJECTION64_PATH asks for exactly this, as it does of
+    // the driver.
+    let outcome = unsafe { inject(&path) };
     if crate::state::config().log {
         eprintln!(
             "fake cuda: cuInit: {INJECTION_ENV}={}: {outcome:?}",

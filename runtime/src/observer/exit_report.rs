@@ -17,11 +17,13 @@
 
 use super::books::{books, device_index, MAX_DEVICES};
 use super::{Observer, ObserverError, ObserverOptions};
-use crate::alloc::TraceEventKind;
+use crate::alloc::{TraceEventKind, TraceLabel};
 use serde::Serialize;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
 use std::sync::OnceLock;
 
 /// The variable naming the file the GPU report is written to at exit.
@@ -80,6 +82,58 @@ pub fn report_at_exit() -> Result<Observer, ObserverError> {
         REGISTERED.store(false, Relaxed);
     }
     started
+}
+
+/// Writes the calling thread's label (UTF-8) into a buffer of the given length, truncated to
+/// fit, and returns its whole length (0: no label).
+type LabelSource = extern "C" fn(*mut u8, usize) -> usize;
+
+/// The program's own labels, when its copy of vramguard handed them over.
+static LABEL_SOURCE: OnceLock<LabelSource> = OnceLock::new();
+
+/// Labels longer than this are cut.
+const LABEL_BYTES: usize = 256;
+
+thread_local! {
+    /// The last label text the source gave on this thread, and the label made of it.
+    static LAST_LABEL: RefCell<Option<(Box<[u8]>, TraceLabel)>> = const { RefCell::new(None) };
+}
+
+/// Labels the observed allocations with the program's own thread labels (`scope::tag`,
+/// `#[batch_scope]` iterations) when this observer is another copy of vramguard than the
+/// program's, as in an injection library: `source` writes the calling thread's label, as
+/// text, into a buffer (at most its length; it returns the label's whole length, 0 for none).
+/// The program's vramguard finds the injection library through `CUDA_INJECTION64_PATH` and
+/// calls its exported `vramguard_gpu_report_label_source`, which the library `cargo vramguard
+/// measure` generates forwards here. The first source set stays.
+pub fn set_label_source(source: extern "C" fn(*mut u8, usize) -> usize) {
+    let _ = LABEL_SOURCE.set(source);
+}
+
+/// The program's label of the calling thread, from the source [`set_label_source`] set.
+pub(super) fn program_label() -> Option<TraceLabel> {
+    let source = LABEL_SOURCE.get()?;
+    let mut buf = [0u8; LABEL_BYTES];
+    let len = source(buf.as_mut_ptr(), buf.len()).min(buf.len());
+    if len == 0 {
+        return None;
+    }
+    let text = &buf[..len];
+    LAST_LABEL
+        .try_with(|last| {
+            let mut last = last.try_borrow_mut().ok()?;
+            if let Some((bytes, label)) = last.as_ref() {
+                if **bytes == *text {
+                    return Some(label.clone());
+                }
+            }
+            let name: Arc<str> = Arc::from(String::from_utf8_lossy(text).as_ref());
+            let label = TraceLabel::nested(None, name, None);
+            *last = Some((text.into(), label.clone()));
+            Some(label)
+        })
+        .ok()
+        .flatten()
 }
 
 extern "C" fn write_at_exit() {

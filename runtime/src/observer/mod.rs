@@ -91,7 +91,7 @@ mod library;
 mod report;
 
 pub use books::ObservedEvent;
-pub use exit_report::{report_at_exit, GPU_REPORT_ENV, REPORT_LOG_CAPACITY};
+pub use exit_report::{report_at_exit, set_label_source, GPU_REPORT_ENV, REPORT_LOG_CAPACITY};
 
 use crate::accounting::{IterationFigures, IterationStart, ScopeIteration};
 use crate::alloc::{
