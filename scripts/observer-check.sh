@@ -16,7 +16,17 @@
 #      scope escape E bytes/iter exact
 #      OOM text printed before the library's error
 #      max_batch exact in R <= 4 runs
-# 4. ends with one line: `observer check: tests T passed, F failed, S skip lines`.
+# 4. runs `cargo vramguard measure --device cuda` (human, then --json) on the fixture
+#    cargo-vramguard/tests/fixtures/cuda_model (an MLP on cuda:0 whose forward carries
+#    #[vramguard::inference]) on the fake, with NVRTC (PyPI wheel, in target/nvrtc as
+#    scripts/fake-cuda.sh installs it) and the kernels' host build: measure attaches the GPU
+#    observer through the driver's CUDA_INJECTION64_PATH hook. Asserts the outputs identical,
+#    the annotated GPU peak below the plain one, each build's observed peak equal to the
+#    peak_reserved_bytes its vramguard allocator printed (see the section for why exactly),
+#    and the census at the annotated peak summing to it under the program's own tags;
+#    prints `measure --device cuda: plain P1 B, annotated P2 B, ratio R, stdout identical`
+#    (one test);
+# 5. ends with one line: `observer check: tests T passed, F failed, S skip lines`.
 #
 # Exit status 0 only when every test passed and none skipped. Output: target/observer-check/.
 #
@@ -91,8 +101,92 @@ run "cuda_observer_scope" cargo test -q -p vramguard --features cupti --test cud
     -- --test-threads=1 --nocapture
 say "   tests took $((SECONDS - started)) s"
 
+say "== cargo vramguard measure --device cuda on cargo-vramguard/tests/fixtures/cuda_model"
+# The observer sees every driver allocation of the program; on the fake these are the
+# vramguard allocator's segments (cuMemAlloc_v2 and cuMemCreate, counted from success to free)
+# and, before the first segment, the two granules of the backend's virtual-memory self-test
+# (created and released in CudaBackend::new, 4 MiB, below any peak here); the fake cuBLAS takes
+# no device memory for its handle. So each observed peak is exactly the allocator's
+# peak_reserved_bytes. (On a GPU, NVIDIA's cuBLAS workspace and the CUDA runtime's allocations
+# come on top.)
+started=$SECONDS
+measure_ok=0
+NVRTC_VERSION="12.8.93"
+NVRTC_DIR="target/nvrtc/pkg"
+NVRTC_LIB="$PWD/$NVRTC_DIR/nvidia/cuda_nvrtc/lib"
+if [[ ! -e "$NVRTC_LIB/libnvrtc.so.12" ]]; then
+    say "   installing NVRTC $NVRTC_VERSION (PyPI wheel nvidia-cuda-nvrtc-cu12) into $NVRTC_DIR"
+    rm -rf "$NVRTC_DIR"
+    python3 -m pip install --quiet --disable-pip-version-check --no-deps \
+        --target "$NVRTC_DIR" "nvidia-cuda-nvrtc-cu12==$NVRTC_VERSION" > "$OUT/nvrtc.txt" 2>&1
+fi
+fixture="cargo-vramguard/tests/fixtures/cuda_model"
+bin="vramguard-fixture-cuda-model"
+work="$PWD/$OUT/measure"
+measure_env=(env -u VRAMGUARD_ALLOC_CONF -u CUDA_INJECTION64_PATH
+    LD_LIBRARY_PATH="$PWD/$LIB:$NVRTC_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    FAKE_CUDA_HOST_KERNELS="$PWD/$OUT/libkernels_host.so" FAKE_CUDA_MEMORY=8GiB)
+if [[ ! -e "$NVRTC_LIB/libnvrtc.so.12" ]]; then
+    say "   FAIL: no NVRTC in $NVRTC_LIB (see $OUT/nvrtc.txt)"
+elif ! cat runtime/kernels/common.cuh runtime/kernels/*.cu > "$OUT/kernels.cpp" \
+    || ! g++ -std=c++17 -O2 -fPIC -shared -ffp-contract=off -Wall -Werror \
+        -include runtime/kernels/host_shim.h -x c++ "$OUT/kernels.cpp" -o "$OUT/libkernels_host.so"; then
+    say "   FAIL: compiling the kernels' host build failed"
+elif ! cargo build -q -p cargo-vramguard; then
+    say "   FAIL: building cargo-vramguard failed"
+elif ! "${measure_env[@]}" target/debug/cargo-vramguard vramguard measure --device cuda \
+        --bin "$bin" --work-dir "$work" "$fixture" > "$OUT/measure.txt" 2> "$OUT/measure.err"; then
+    say "   FAIL: measure --device cuda (human) failed:"
+    tail -n 12 "$OUT/measure.err" | sed 's/^/    /'
+elif ! "${measure_env[@]}" target/debug/cargo-vramguard vramguard measure --device cuda \
+        --bin "$bin" --work-dir "$work" --json "$fixture" > "$OUT/measure.json" 2>> "$OUT/measure.err"; then
+    say "   FAIL: measure --device cuda --json failed:"
+    tail -n 12 "$OUT/measure.err" | sed 's/^/    /'
+else
+    sed 's/^/  /' "$OUT/measure.txt"
+    # Each build's own figure: its allocator's peak_reserved_bytes, on stderr, from the
+    # executables measure left in its work directory (run without the observer).
+    builds=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["work_dir"])' "$OUT/measure.json")
+    for which in plain annotated; do
+        "${measure_env[@]}" "$builds/bin-$bin-$which" > "$OUT/measure-$which.out" 2> "$OUT/measure-$which.err"
+    done
+    if python3 - "$OUT" > "$OUT/measure-asserted.txt" <<'PY'
+import json, re, sys
+out = sys.argv[1]
+report = json.load(open(f"{out}/measure.json"))
+def reserved(which):
+    text = open(f"{out}/measure-{which}.err").read()
+    found = re.findall(r"^peak_reserved_bytes (\d+)$", text, re.M)
+    assert found, f"the {which} build printed no peak_reserved_bytes:\n{text}"
+    return int(found[-1])
+plain, annotated = report["plain_peak_bytes"], report["annotated_peak_bytes"]
+assert report["device"] == "cuda", report["device"]
+assert report["stdout_identical"] is True, "stdout differs between the builds"
+assert 0 < annotated < plain, f"annotated {annotated} B is not below plain {plain} B"
+for which, observed in (("plain", plain), ("annotated", annotated)):
+    own = reserved(which)
+    assert observed == own, f"{which}: observed peak {observed} B != its allocator's peak_reserved_bytes {own} B"
+for key in ("peak_ratio", "time_ratio"):
+    assert isinstance(report[key], float), key
+assert report["largest_at_peak"], "no census at the annotated peak"
+assert sum(g["bytes"] for g in report["largest_at_peak"]) == report["census_peak_bytes"] == annotated
+# The program's own tags reach the injected observer (another copy of vramguard).
+labels = {g["label"] for g in report["largest_at_peak"]}
+assert {"weights", "forward"} <= labels, f"the census's labels: {sorted(labels)}"
+print(f"measure --device cuda: plain {plain} B, annotated {annotated} B, ratio {report['peak_ratio']:.3f}, stdout identical")
+print("measure --device cuda: each observed peak = its build's peak_reserved_bytes; the census sums to the annotated peak, by the program's tags")
+PY
+    then
+        measure_ok=1
+    else
+        say "   FAIL: the measurement is not what the fixture makes (above)"
+    fi
+fi
+if [[ $measure_ok -eq 1 ]]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+say "   measure took $((SECONDS - started)) s"
+
 say "== what the tests asserted"
-grep -h -o -E "observer: allocations [0-9]+ = frees [0-9]+, peak [0-9]+ bytes exact|scope escape [0-9]+ bytes/iter exact|OOM text printed before the library's error|max_batch exact in [0-9]+ <= 4 runs.*" \
+grep -h -o -E "observer: allocations [0-9]+ = frees [0-9]+, peak [0-9]+ bytes exact|scope escape [0-9]+ bytes/iter exact|OOM text printed before the library's error|max_batch exact in [0-9]+ <= 4 runs.*|^measure --device cuda: .*" \
     "$OUT"/*.txt | sed 's/^/  /'
 
 say "observer check: tests $passed passed, $failed failed, $skips skip lines"

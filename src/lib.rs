@@ -172,11 +172,14 @@ pub mod driver_pool {
 /// The observer of every GPU allocation in the process, whichever library makes it (candle per
 /// tensor, burn's cubecl per page, libtorch per segment): statistics, the allocation log, the
 /// timeline and memory_viz snapshot, the out-of-memory report, a soft memory limit, and the
-/// largest batch (`memory::MaxBatchSearch::run_on_observer`). Only with the `cupti` feature.
+/// largest batch (`memory::MaxBatchSearch::run_on_observer`), and the report written at exit
+/// for `cargo vramguard measure --device cuda` ([`observer::report_at_exit`]). Only with the
+/// `cupti` feature.
 #[cfg(feature = "cupti")]
 pub mod observer {
     pub use vramguard_runtime::observer::{
-        ObservedAllocation, ObservedEvent, Observer, ObserverError, ObserverOptions,
+        report_at_exit, set_label_source, ObservedAllocation, ObservedEvent, Observer,
+        ObserverError, ObserverOptions, GPU_REPORT_ENV, REPORT_LOG_CAPACITY,
     };
 }
 

@@ -2,7 +2,8 @@
 //! a crate? The entry point: parses the command line, runs the check, prints the report, and
 //! exits 0 (everything compiles), 1 (some functions do not) or 2 (usage or I/O error).
 //! `cargo vramguard apply` writes the check's result into the crate, `cargo vramguard measure`
-//! compares a program's heap peak with and without the attribute; each has its own module.
+//! compares a program's heap (or GPU) peak with and without the attribute; each has its own
+//! module.
 //!
 //! - `cli`: the command line.
 //! - `source`: where the crate's source comes from (a directory or crates.io).
@@ -13,7 +14,7 @@
 //! - `report`: the human and JSON output.
 //! - `lint`: `cargo vramguard lint`, the memory lints over a crate (its own module doc).
 //! - `apply` (with `adopt_cli`, `dependency`, `track`, `vcs`): `cargo vramguard apply`.
-//! - `measure` (with `strip`, `targets`): `cargo vramguard measure`.
+//! - `measure` (with `measure_text`, `strip`, `targets`, `inject`): `cargo vramguard measure`.
 //!
 //! Decisions, for whoever changes this:
 //! - The attribute goes after a function's existing attributes (so `#[cfg]` is applied before
@@ -42,8 +43,10 @@ mod check;
 mod cli;
 mod dependency;
 mod error;
+mod inject;
 mod lint;
 mod measure;
+mod measure_text;
 mod report;
 mod source;
 mod strip;

@@ -7,12 +7,18 @@
 //! at its peak, by label. Prints both peaks, their ratio, whether standard output is the same,
 //! and the time ratio (medians of alternating runs).
 //!
+//! With `--device cuda` the bytes are the GPU's: each build runs with the CUDA driver's
+//! injection hook (`CUDA_INJECTION64_PATH`) naming a library `inject` builds, which starts
+//! vramguard's GPU observer at the program's first `cuInit` and writes, at exit, the observed
+//! peak of the bytes every library allocated through the driver and what was live at that
+//! peak, by label (`VRAMGUARD_GPU_REPORT`). Nothing of the program changes for it; the heap
+//! report is not asked for.
+//!
 //! What "annotated" means: the crate as it is when it already carries the attribute and no
 //! `--fns` is given (what `apply` left); otherwise the check's result for `--fns` and `--attr`
 //! on top of what it carries. Owns the command, its builds and runs, and its report; which
 //! functions compile is `check`'s, the allocator line `track`'s, the plain text `strip`'s.
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
@@ -25,23 +31,32 @@ use crate::check;
 use crate::error::{Error, Result};
 use crate::targets::{self, Kind, Target};
 use crate::track::{self, Allocator};
-use crate::{dependency, strip, workspace};
+use crate::{dependency, inject, strip, workspace};
 
 /// The variables the tracking allocator reads (`vramguard::heap::REPORT_ENV`, `CENSUS_ENV`;
 /// this tool does not link vramguard, so they are spelled here).
 const REPORT_ENV: &str = "VRAMGUARD_HEAP_REPORT";
 const CENSUS_ENV: &str = "VRAMGUARD_HEAP_CENSUS";
+/// The variable the GPU observer's exit report reads (`vramguard::observer::GPU_REPORT_ENV`).
+const GPU_REPORT_ENV: &str = "VRAMGUARD_GPU_REPORT";
 
 /// The usage text of `cargo vramguard measure --help`.
 pub(crate) const USAGE: &str = "\
-cargo vramguard measure: the heap peak of a program with and without the attribute
+cargo vramguard measure: the heap (or GPU) peak of a program with and without the attribute
 
 Builds the target twice from a copy of the crate: annotated (the crate as it is when it
 already carries #[vramguard::inference] and no --fns is given; otherwise the check's result
 for --fns) and plain (every vramguard attribute removed), both with vramguard's
-TrackingAllocator as the global allocator. Runs each in turn and prints the exact heap peak of
+TrackingAllocator as the global allocator (--device cpu). Runs each in turn and prints the exact heap peak of
 each, their ratio, whether standard output is identical, the time ratio, and the largest live
 allocations at the annotated peak, by label (vramguard::scope::tag, #[batch_scope]).
+
+With --device cuda the peaks are the GPU's: the bytes every library of the program (candle,
+burn, tch, vramguard) allocates through the CUDA driver, seen by vramguard's GPU observer,
+which a library built beside the copy attaches at the program's first cuInit through the
+driver's CUDA_INJECTION64_PATH hook (the program is not changed for it). Needs CUPTI
+(libcupti.so: the CUDA toolkit's extras/CUPTI/lib64, or the nvidia-cuda-cupti-cu12 wheel) on
+LD_LIBRARY_PATH.
 
 USAGE:
     cargo vramguard measure (--bin NAME | --example NAME | --test NAME) [OPTIONS] [CRATE_DIR]
@@ -60,7 +75,8 @@ OPTIONS:
     --runs <N>                      runs of each build, alternating [default: 3]; the time
                                     ratio is that of the median times
     --release                       build with the release profile
-    --device <cpu|cuda>             what to measure [default: cpu, the process's heap]
+    --device <cpu|cuda>             what to measure [default: cpu, the process's heap;
+                                    cuda: the GPU bytes allocated through the driver]
 
 EXIT CODE:
     0 measured, standard output identical
@@ -85,6 +101,26 @@ pub(crate) struct Options {
     pub release: bool,
     /// Arguments for the program.
     pub args: Vec<String>,
+    /// Whose bytes.
+    pub device: Device,
+}
+
+/// What `measure` measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Device {
+    /// The process's heap (the tracking allocator's report).
+    Cpu,
+    /// The GPU bytes allocated through the CUDA driver (the GPU observer's report).
+    Cuda,
+}
+
+impl Device {
+    fn name(self) -> &'static str {
+        match self {
+            Device::Cpu => "cpu",
+            Device::Cuda => "cuda",
+        }
+    }
 }
 
 /// Parses the arguments after `measure` (`None`: `--help`).
@@ -97,6 +133,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Opt
     let mut json = false;
     let mut runs = 3;
     let mut release = false;
+    let mut device = Device::Cpu;
     let (copy, rest) = adopt_cli::parse("measure", args, |name, inline, args| {
         let kind = match name {
             "--bin" => Some(Kind::Bin),
@@ -130,18 +167,8 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Opt
                 };
             }
             "--device" => match args.value(name, inline, "cpu|cuda")?.as_str() {
-                "cpu" | "host" => {}
-                "cuda" => {
-                    return Err(Error::Usage(
-                        "`--device cuda` is not available yet: `measure` cannot yet attach \
-                         vramguard's GPU observer (`vramguard::observer`, feature `cupti`) to \
-                         the two builds it runs. Today it reads the heap (`--device cpu`, the \
-                         default: candle, burn and ndarray on the CPU). For GPU bytes, start \
-                         `vramguard::observer::Observer` in your program and compare \
-                         `stats(0).peak_allocated_bytes` of the two builds"
-                            .to_string(),
-                    ))
-                }
+                "cpu" | "host" => device = Device::Cpu,
+                "cuda" => device = Device::Cuda,
                 other => {
                     return Err(Error::Usage(format!(
                         "`--device {other}`: the device is `cpu` (the heap) or `cuda`"
@@ -166,6 +193,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Opt
         runs,
         release,
         args: rest,
+        device,
     }))
 }
 
@@ -235,6 +263,8 @@ pub(crate) struct Report {
     pub version: String,
     /// The program.
     pub target: MeasuredTarget,
+    /// `cpu` (the heap's bytes) or `cuda` (the GPU's, through the driver).
+    pub device: &'static str,
     /// `dev` or `release`.
     pub profile: &'static str,
     /// Runs of each build.
@@ -243,9 +273,9 @@ pub(crate) struct Report {
     pub annotated_functions: Vec<String>,
     /// Whether those are the crate's own (`as_written`) or added by the check.
     pub annotation_source: &'static str,
-    /// The plain build's heap peak (its first run).
+    /// The plain build's heap (or GPU) peak (its first run).
     pub plain_peak_bytes: u64,
-    /// The annotated build's heap peak (its first run).
+    /// The annotated build's heap (or GPU) peak (its first run).
     pub annotated_peak_bytes: u64,
     /// `annotated_peak_bytes / plain_peak_bytes`.
     pub peak_ratio: f64,
@@ -262,10 +292,14 @@ pub(crate) struct Report {
     pub plain_seconds: f64,
     /// Median wall time of the annotated runs.
     pub annotated_seconds: f64,
-    /// The census run's peak (the annotated build, run once more).
+    /// The census run's peak (the annotated build, run once more; on `cuda`, its first run,
+    /// whose report holds the census).
     pub census_peak_bytes: u64,
     /// What was live at that peak, by label and size, most bytes first.
     pub largest_at_peak: Vec<LiveGroup>,
+    /// Whether the census saw every allocation up to the peak (false: the GPU observer's log
+    /// dropped its oldest events, and older allocations may be missing from it).
+    pub census_complete: bool,
     /// Where the copy and the two executables are.
     pub work_dir: PathBuf,
 }
@@ -333,8 +367,12 @@ pub(crate) fn run(options: &Options) -> Result<Report> {
         .join(format!("{krate}-{version}"));
     std::fs::create_dir_all(&out_dir).map_err(Error::io("create", &out_dir))?;
 
-    // Annotated build.
-    let annotated_texts = with_tracking(&annotated_files, &root_rel, |text| Ok(text.to_string()))?;
+    // Annotated build (the heap is read through the tracking allocator; the GPU through the
+    // injection library, so the source is left as it is).
+    let track = options.device == Device::Cpu;
+    let annotated_texts = with_tracking(&annotated_files, &root_rel, track, |text| {
+        Ok(text.to_string())
+    })?;
     write_texts(&copy_dir, &annotated_texts)?;
     eprintln!(
         "cargo-vramguard: building {} `{}` annotated…",
@@ -343,7 +381,7 @@ pub(crate) fn run(options: &Options) -> Result<Report> {
     );
     let annotated_exe = build(&copy_dir, target, options, &out_dir, "annotated")?;
     // Plain build.
-    let plain_texts = with_tracking(&annotated_files, &root_rel, |text| {
+    let plain_texts = with_tracking(&annotated_files, &root_rel, track, |text| {
         strip::strip(text).map(|(plain, _)| plain)
     })?;
     write_texts(&copy_dir, &plain_texts)?;
@@ -356,6 +394,20 @@ pub(crate) fn run(options: &Options) -> Result<Report> {
     // The copy is left annotated, for inspection, whether the plain build worked or not.
     write_texts(&copy_dir, &annotated_texts)?;
     let plain_exe = plain_exe?;
+    let injection = match options.device {
+        Device::Cpu => None,
+        Device::Cuda => {
+            eprintln!("cargo-vramguard: building the CUDA injection library (the GPU observer)…");
+            Some(inject::build(&inject::BuildSettings {
+                copy_dir: &copy_dir,
+                out_dir: &out_dir,
+                target_dir: &options.copy.target_dir,
+                release: options.release,
+                offline: options.copy.offline,
+            })?)
+        }
+    };
+    let injection = injection.as_deref();
 
     // Alternating runs; the first pair gives the peaks and the outputs compared.
     let mut plain_runs = Vec::new();
@@ -377,11 +429,19 @@ pub(crate) fn run(options: &Options) -> Result<Report> {
             } else {
                 (&plain_exe, &mut plain_runs, "plain")
             };
-            runs.push(run_once(exe, options, &out_dir, which, false)?);
+            runs.push(run_once(exe, options, &out_dir, which, false, injection)?);
         }
     }
-    eprintln!("cargo-vramguard: census run (annotated)…");
-    let census = run_once(&annotated_exe, options, &out_dir, "annotated", true)?;
+    // The GPU report holds its census already; the heap's census costs a run of its own.
+    let census_run;
+    let census = match injection {
+        Some(_) => &annotated_runs[0],
+        None => {
+            eprintln!("cargo-vramguard: census run (annotated)…");
+            census_run = run_once(&annotated_exe, options, &out_dir, "annotated", true, None)?;
+            &census_run
+        }
+    };
 
     let plain = &plain_runs[0];
     let annotated = &annotated_runs[0];
@@ -395,6 +455,7 @@ pub(crate) fn run(options: &Options) -> Result<Report> {
             kind: target.kind,
             name: target.name.clone(),
         },
+        device: options.device.name(),
         profile: if options.release { "release" } else { "dev" },
         runs: options.runs,
         annotated_functions,
@@ -413,7 +474,8 @@ pub(crate) fn run(options: &Options) -> Result<Report> {
         plain_seconds,
         annotated_seconds,
         census_peak_bytes: census.census_peak_bytes.unwrap_or(census.peak_bytes),
-        largest_at_peak: census.groups,
+        largest_at_peak: census.groups.clone(),
+        census_complete: census.census_complete,
         work_dir: out_dir,
     })
 }
@@ -499,10 +561,12 @@ fn find_target<'a>(all: &'a [Target], options: &Options) -> Result<&'a Target> {
         })
 }
 
-/// Every file's text through `form`, with the tracking allocator line in the target's root.
+/// Every file's text through `form`, with the tracking allocator line in the target's root
+/// (when `track`).
 fn with_tracking(
     files: &[annotate::SourceFile],
     root_rel: &str,
+    track: bool,
     form: impl Fn(&str) -> std::result::Result<String, String>,
 ) -> Result<Vec<(String, String)>> {
     let mut texts = Vec::new();
@@ -513,13 +577,17 @@ fn with_tracking(
         })?;
         let text = if file.rel == root_rel {
             root_found = true;
-            tracked(&file.rel, &text)?
+            if track {
+                tracked(&file.rel, &text)?
+            } else {
+                text
+            }
         } else {
             text
         };
         texts.push((file.rel.clone(), text));
     }
-    if !root_found {
+    if track && !root_found {
         return Err(Error::Measure(format!(
             "the target's root file `{root_rel}` is outside src/, tests/ and examples/; \
              measure installs the tracking allocator there and cannot. Move it, or write \
@@ -650,18 +718,22 @@ struct Run {
     peak_bytes: u64,
     census_peak_bytes: Option<u64>,
     groups: Vec<LiveGroup>,
+    census_complete: bool,
 }
 
-/// Runs an executable with the heap report (and with `census`, the peak census) asked for.
+/// Runs an executable with the heap report (and with `census`, the peak census) asked for;
+/// with `injection`, the GPU report instead (the CUDA driver loads that library at `cuInit`).
 fn run_once(
     exe: &Path,
     options: &Options,
     out_dir: &Path,
     which: &str,
     census: bool,
+    injection: Option<&Path>,
 ) -> Result<Run> {
     let report_path = out_dir.join(format!(
-        "heap-{which}{}.json",
+        "{}-{which}{}.json",
+        if injection.is_some() { "gpu" } else { "heap" },
         if census { "-census" } else { "" }
     ));
     let _ = std::fs::remove_file(&report_path);
@@ -675,12 +747,23 @@ fn run_once(
         } else {
             std::env::current_dir().map_err(Error::io("read", "the current directory"))?
         })
-        .env(REPORT_ENV, &report_path)
         .stdin(Stdio::null());
-    if census {
-        command.env(CENSUS_ENV, "1");
-    } else {
-        command.env_remove(CENSUS_ENV);
+    match injection {
+        Some(library) => {
+            command
+                .env(inject::INJECTION_ENV, library)
+                .env(GPU_REPORT_ENV, &report_path)
+                .env_remove(REPORT_ENV)
+                .env_remove(CENSUS_ENV);
+        }
+        None => {
+            command.env(REPORT_ENV, &report_path);
+            if census {
+                command.env(CENSUS_ENV, "1");
+            } else {
+                command.env_remove(CENSUS_ENV);
+            }
+        }
     }
     let shown = format!("{} ({which} build)", exe.display());
     let started = Instant::now();
@@ -698,26 +781,45 @@ fn run_once(
             crate::source::last_lines(&String::from_utf8_lossy(&output.stderr), 12)
         )));
     }
-    let text = std::fs::read_to_string(&report_path).map_err(|_| {
-        Error::Measure(format!(
+    let text = std::fs::read_to_string(&report_path).map_err(|_| match injection {
+        Some(_) => Error::Measure(format!(
+            "the {which} build of {} `{}` wrote no GPU report ({}): the program made no CUDA \
+             driver call, or exited without returning from main: nothing was observed",
+            options.kind.name(),
+            options.name,
+            report_path.display()
+        )),
+        None => Error::Measure(format!(
             "the {which} build of {} `{}` exited without writing its heap report ({}): the \
              tracking allocator writes it at exit on Unix, when the program returns from main \
              or calls std::process::exit",
             options.kind.name(),
             options.name,
             report_path.display()
-        ))
+        )),
     })?;
     let report: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| Error::CargoOutput {
             command: shown.clone(),
-            detail: format!("its heap report is not JSON: {e}"),
+            detail: format!("its report is not JSON: {e}"),
         })?;
-    if report["tracking"] != true {
-        return Err(Error::Measure(format!(
-            "the {which} build did not track its heap: is `heap_tracking:false` in \
-             VRAMGUARD_ALLOC_CONF?"
-        )));
+    match injection {
+        Some(_) if report["observing"] != true => {
+            return Err(Error::Measure(format!(
+                "the GPU observer could not start in the {which} build, so nothing was \
+                 measured: {}",
+                report["error"]
+                    .as_str()
+                    .unwrap_or("(the report gives no reason)")
+            )));
+        }
+        None if report["tracking"] != true => {
+            return Err(Error::Measure(format!(
+                "the {which} build did not track its heap: is `heap_tracking:false` in \
+                 VRAMGUARD_ALLOC_CONF?"
+            )));
+        }
+        _ => {}
     }
     let number = |value: &serde_json::Value| value.as_u64().unwrap_or(0);
     let groups = report["census"]["groups"]
@@ -737,6 +839,7 @@ fn run_once(
         peak_bytes: number(&report["peak_bytes"]),
         census_peak_bytes: report["census"]["peak_bytes"].as_u64(),
         groups,
+        census_complete: report["census"]["complete"].as_bool().unwrap_or(true),
     })
 }
 
@@ -773,170 +876,12 @@ fn first_difference(a: &[u8], b: &[u8]) -> Option<usize> {
     }
 }
 
-/// `1,234,567`.
-fn grouped(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
-/// `1.50 MiB`.
-fn human(bytes: u64) -> String {
-    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit < UNITS.len() - 1 {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{value:.2} {}", UNITS[unit])
-    }
-}
-
-/// At most this many groups in the human report.
-const SHOWN_GROUPS: usize = 8;
-
-impl Report {
-    /// The human report.
-    pub(crate) fn human(&self) -> String {
-        let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "cargo vramguard measure: {} `{}` of {} {} ({} profile, {} run{} of each build)",
-            self.target.kind.name(),
-            self.target.name,
-            self.krate,
-            self.version,
-            self.profile,
-            self.runs,
-            if self.runs == 1 { "" } else { "s" }
-        );
-        let source = if self.annotation_source == "check" {
-            "added where the check found they compile"
-        } else {
-            "as the source has them"
-        };
-        let _ = writeln!(
-            out,
-            "annotated: {} function{} ({source}): {}",
-            self.annotated_functions.len(),
-            if self.annotated_functions.len() == 1 {
-                ""
-            } else {
-                "s"
-            },
-            self.annotated_functions.join(", ")
-        );
-        let _ = writeln!(
-            out,
-            "heap peak, plain:      {:>14} B  ({})",
-            grouped(self.plain_peak_bytes),
-            human(self.plain_peak_bytes)
-        );
-        let _ = writeln!(
-            out,
-            "heap peak, annotated:  {:>14} B  ({})",
-            grouped(self.annotated_peak_bytes),
-            human(self.annotated_peak_bytes)
-        );
-        let _ = writeln!(
-            out,
-            "peak ratio:            {:.3} (annotated / plain){}",
-            self.peak_ratio,
-            if self.peaks_stable {
-                ""
-            } else {
-                "; the peaks varied between runs (threads?): these are the first runs'"
-            }
-        );
-        match self.stdout_first_difference {
-            None => {
-                let _ = writeln!(out, "stdout:                identical");
-            }
-            Some(line) => {
-                let _ = writeln!(
-                    out,
-                    "stdout:                DIFFERS (first at line {line}): the attribute changed \
-                     what the program prints"
-                );
-            }
-        }
-        let _ = writeln!(
-            out,
-            "time ratio:            {:.2} (annotated / plain; median of {} run{}: {:.3} s / \
-             {:.3} s)",
-            self.time_ratio,
-            self.runs,
-            if self.runs == 1 { "" } else { "s" },
-            self.annotated_seconds,
-            self.plain_seconds
-        );
-        let _ = writeln!(
-            out,
-            "largest live allocations at the annotated peak ({} B), by label:",
-            grouped(self.census_peak_bytes)
-        );
-        let _ = writeln!(
-            out,
-            "  {:>14}  {:>7}  {:>14}  label",
-            "bytes", "count", "size each"
-        );
-        for group in self.largest_at_peak.iter().take(SHOWN_GROUPS) {
-            let _ = writeln!(
-                out,
-                "  {:>14}  {:>7}  {:>14}  {}",
-                grouped(group.bytes),
-                grouped(group.count),
-                grouped(group.size),
-                group.label
-            );
-        }
-        if self.largest_at_peak.len() > SHOWN_GROUPS {
-            let rest = &self.largest_at_peak[SHOWN_GROUPS..];
-            let _ = writeln!(
-                out,
-                "  {:>14}  {:>7}  {:>14}  … the rest (--json lists them)",
-                grouped(rest.iter().map(|g| g.bytes).sum()),
-                grouped(rest.iter().map(|g| g.count).sum()),
-                ""
-            );
-        }
-        let mut by_label: Vec<(&str, u64)> = Vec::new();
-        for group in &self.largest_at_peak {
-            match by_label.iter_mut().find(|(label, _)| *label == group.label) {
-                Some((_, bytes)) => *bytes += group.bytes,
-                None => by_label.push((&group.label, group.bytes)),
-            }
-        }
-        by_label.sort_by_key(|(_, bytes)| std::cmp::Reverse(*bytes));
-        let totals: Vec<String> = by_label
-            .iter()
-            .map(|(label, bytes)| format!("{label} {} B", grouped(*bytes)))
-            .collect();
-        let _ = writeln!(out, "  by label: {}", totals.join(", "));
-        let _ = writeln!(out, "builds and reports in {}", self.work_dir.display());
-        out
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn numbers_are_grouped_and_outputs_compared_by_line() {
-        assert_eq!(grouped(1_234_567), "1,234,567");
-        assert_eq!(grouped(999), "999");
-        assert_eq!(human(1536), "1.50 KiB");
+    fn outputs_are_compared_by_line() {
         assert_eq!(first_difference(b"a\nb\nc", b"a\nb\nc"), None);
         assert_eq!(first_difference(b"a\nb\nc", b"a\nx\nc"), Some(2));
         assert_eq!(first_difference(b"a\n", b"a\nb"), Some(2));
@@ -945,12 +890,15 @@ mod tests {
     }
 
     #[test]
-    fn the_target_is_required_and_cuda_is_refused_with_the_reason() {
+    fn the_target_is_required_and_the_device_is_cpu_or_cuda() {
         let parse_strs = |args: &[&str]| parse(args.iter().map(|s| s.to_string()));
         for (args, needle) in [
             (&["--json"][..], "name the program"),
             (&["--bin", "a", "--example", "b"][..], "one target per run"),
-            (&["--bin", "a", "--device", "cuda"][..], "cannot yet attach"),
+            (
+                &["--bin", "a", "--device", "gpu"][..],
+                "the device is `cpu`",
+            ),
             (&["--bin", "a", "--runs", "0"][..], "--runs 0"),
         ] {
             match parse_strs(args) {
@@ -964,5 +912,10 @@ mod tests {
         };
         assert_eq!((options.kind, options.name.as_str()), (Kind::Test, "model"));
         assert_eq!(options.args, ["--nocapture"]);
+        assert_eq!(options.device, Device::Cpu);
+        let Ok(Some(options)) = parse_strs(&["--bin", "a", "--device", "cuda"]) else {
+            panic!("expected options");
+        };
+        assert_eq!(options.device, Device::Cuda);
     }
 }

@@ -182,16 +182,23 @@ fn attribute(d: &Driver, attrib: c_int) -> c_int {
 exports! {
     unknown = errors::UNKNOWN;
 
-    /// Initialises the driver (flags must be 0) and installs the kernel fault handler.
+    /// Initialises the driver (flags must be 0) and installs the kernel fault handler; the
+    /// first time, loads the library `CUDA_INJECTION64_PATH` names, after the lock is released
+    /// (`injection`).
     fn cuInit(flags: c_uint) {
         if flags != 0 {
             return Err(invalid(format!("cuInit flags must be 0, got {flags}")));
         }
         let mut d = driver()?;
-        if !d.initialized {
+        let first = !d.initialized;
+        if first {
             d.initialized = true;
             kernels::install_fault_handler();
             crate::report::register();
+        }
+        drop(d);
+        if first {
+            crate::injection::at_first_init();
         }
         Ok(())
     }

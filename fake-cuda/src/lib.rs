@@ -40,6 +40,10 @@
 //! - **Out of memory**: a request larger than the free device memory returns
 //!   `CUDA_ERROR_OUT_OF_MEMORY` and changes nothing (the pool first gives back its cached
 //!   memory, as the driver does).
+//! - **Injection**: at the first successful `cuInit`, the library `CUDA_INJECTION64_PATH` names
+//!   is loaded and its `InitializeInjection` called once, with no lock held (`injection`); a
+//!   path that does not load or a library without the entry point is ignored, as the driver
+//!   does.
 //! - **Leaks**: at exit one line on stderr counts what is left (allocations, physical
 //!   allocations, reservations, pool allocations, streams, events, modules, cuBLAS handles);
 //!   `FAKE_CUDA_STRICT=1` turns a leak into exit status 3.
@@ -87,6 +91,7 @@ pub mod device_memory;
 pub mod driver_api;
 pub mod errors;
 pub mod execution_api;
+pub mod injection;
 pub mod kernels;
 pub mod pool;
 pub mod pool_api;

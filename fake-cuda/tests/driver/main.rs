@@ -15,12 +15,14 @@ mod rules;
 pub(crate) static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Sets what the fake reads at its first call in the process: the tests' kernels' host build,
-/// and a 1 GiB device.
+/// a 1 GiB device, and the tests' injection library.
 pub(crate) fn set_up_process() {
     static ENV: Once = Once::new();
     ENV.call_once(|| {
         // Read once, at the first call of the process, which comes after this.
         std::env::set_var("FAKE_CUDA_HOST_KERNELS", env!("FAKE_CUDA_TEST_KERNELS"));
         std::env::set_var("FAKE_CUDA_MEMORY", "1GiB");
+        // Read at the first cuInit: the library whose entry point `observer_support` counts.
+        std::env::set_var("CUDA_INJECTION64_PATH", env!("FAKE_CUDA_TEST_INJECTION"));
     });
 }

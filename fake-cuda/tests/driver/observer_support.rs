@@ -1,8 +1,10 @@
 //! What the fake gained for vramguard's GPU observer (issue #39), checked by calling its
 //! exported functions directly (the library linked as a crate, as `rules.rs` does): its CUPTI
 //! callback API (one subscriber, callbacks per id, entry and exit with the call's parameters,
-//! its result and a correlation slot), `cuMemAllocFromPoolAsync`, and the in-stream reuse of a
-//! pool chunk whose free is still queued.
+//! its result and a correlation slot), `cuMemAllocFromPoolAsync`, the in-stream reuse of a
+//! pool chunk whose free is still queued, and the driver's injection hook
+//! (`CUDA_INJECTION64_PATH`), through which `cargo vramguard measure --device cuda` attaches
+//! the observer.
 
 use std::ffi::{c_void, CStr};
 use std::ptr::null_mut;
@@ -246,6 +248,44 @@ fn alloc_from_the_default_pool_is_alloc_async_and_another_pool_is_refused() {
         );
         ok(cuCtxSynchronize());
     }
+}
+
+#[test]
+fn the_injection_library_is_loaded_and_called_once_at_the_first_cuinit() {
+    use vramguard_fake_cuda::injection::{inject, Injection};
+    let _ctx = serial(); // its cuInit (or an earlier test's) was the process's first
+    let path = std::ffi::CString::new(env!("FAKE_CUDA_TEST_INJECTION")).unwrap();
+    // SAFETY: see `serial`; the library is already loaded (RTLD_NOLOAD), by the fake.
+    let calls = unsafe {
+        ok(cuInit(0));
+        let handle = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
+        assert!(
+            !handle.is_null(),
+            "the fake did not load CUDA_INJECTION64_PATH"
+        );
+        let calls = libc::dlsym(handle, c"fake_cuda_test_injection_calls".as_ptr());
+        assert!(!calls.is_null());
+        let calls: extern "C" fn() -> i32 = std::mem::transmute(calls);
+        calls
+    };
+    assert_eq!(
+        calls(),
+        1,
+        "InitializeInjection once, at the first cuInit only"
+    );
+    let kernels = std::ffi::CString::new(env!("FAKE_CUDA_TEST_KERNELS")).unwrap();
+    // SAFETY: the tests' own libraries (no entry point in the kernels' one).
+    unsafe {
+        // A path that does not load and a library without the entry point are ignored.
+        assert!(matches!(
+            inject(c"/nonexistent/libinjection.so"),
+            Injection::NotLoaded(_)
+        ));
+        assert_eq!(inject(&kernels), Injection::NoEntryPoint);
+        // Called directly, the entry point runs again (the once is cuInit's).
+        assert_eq!(inject(&path), Injection::Called(1));
+    }
+    assert_eq!(calls(), 2);
 }
 
 #[track_caller]

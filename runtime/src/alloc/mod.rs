@@ -81,7 +81,7 @@
 //! | `stats.rs` | [`MemoryStats`], PyTorch's per-pool statistics, and the counters behind them |
 //! | `config.rs` | [`AllocatorConfig`] and `VRAMGUARD_ALLOC_CONF` |
 //! | `backend/` | the [`Backend`] and [`VirtualMemory`] contracts (`mod.rs`); the host backend (`host.rs`) and the CUDA one (`cuda.rs`; the context itself is `crate::driver`'s); page mapping with one physical allocation per granule, driver-neutral (`granules.rs`); which streams wait for which before a buffer is used, `CudaBuffer`'s rule (`stream_order.rs`) |
-//! | `trace/` | the event trace, its labels and snapshots (`mod.rs`); where each allocation was made: [`AllocOrigin`], the tensor ops' frames, interned call sites (`origin.rs`); the events' timestamps, the CPU's time-stamp counter where the kernel keeps time with it (`event_clock.rs`); lifetimes rebuilt from the trace and the HTML page that draws them (`timeline.rs`, `html.rs`, `timeline.js`, `timeline.css`); the snapshot and trace as PyTorch's snapshot pickle (`memory_viz.rs`, `pickle.rs`) |
+//! | `trace/` | the event trace, its labels and snapshots (`mod.rs`); where each allocation was made: [`AllocOrigin`], the tensor ops' frames, interned call sites (`origin.rs`); the events' timestamps, the CPU's time-stamp counter where the kernel keeps time with it (`event_clock.rs`); lifetimes rebuilt from the trace and the HTML page that draws them (`timeline.rs`, `html.rs`, `timeline.js`, `timeline.css`); the snapshot and trace as PyTorch's snapshot pickle (`memory_viz.rs`, `pickle.rs`); the thread's label handed to a GPU observer the CUDA driver injected, another copy of vramguard (`label_bridge.rs`) |
 //! | `tests/` | the unit tests, one file per rule |
 
 mod allocator;

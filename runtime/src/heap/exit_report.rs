@@ -32,20 +32,64 @@ pub const CENSUS_ENV: &str = "VRAMGUARD_HEAP_CENSUS";
 /// `size` is the largest of theirs).
 const LISTED_GROUPS: usize = 32;
 
-/// One group of the census: the allocations of one size made under one label and live at the
-/// peak.
+/// One group of a peak census: the allocations of one size made under one label and live at
+/// the peak. Shared with the GPU observer's exit report (`crate::observer`), so that
+/// `cargo vramguard measure` reads one shape for both.
 #[derive(Debug, Serialize)]
-struct Group {
+pub(crate) struct Group {
     label: String,
     size: u64,
     count: u64,
     bytes: u64,
 }
 
+/// The `"census"` object of an exit report: the peak it was taken at and its groups.
 #[derive(Debug, Serialize)]
-struct CensusReport {
+pub(crate) struct CensusReport {
     peak_bytes: u64,
+    /// Whether every allocation up to the peak was seen (the GPU report's event log can wrap;
+    /// the heap's census is always complete, and does not write the key).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    complete: Option<bool>,
     groups: Vec<Group>,
+}
+
+/// The census object for `groups` (`(label, size, count, bytes)`, most bytes first): the first
+/// [`LISTED_GROUPS`] listed, the rest summed into `"(the rest)"`.
+pub(crate) fn census_report(
+    peak_bytes: u64,
+    complete: Option<bool>,
+    groups: impl IntoIterator<Item = (String, u64, u64, u64)>,
+) -> CensusReport {
+    let mut listed: Vec<Group> = Vec::new();
+    let mut other = Group {
+        label: "(the rest)".to_string(),
+        size: 0,
+        count: 0,
+        bytes: 0,
+    };
+    for (index, (label, size, count, bytes)) in groups.into_iter().enumerate() {
+        if index < LISTED_GROUPS {
+            listed.push(Group {
+                label,
+                size,
+                count,
+                bytes,
+            });
+        } else {
+            other.count += count;
+            other.bytes += bytes;
+            other.size = other.size.max(size);
+        }
+    }
+    if other.count > 0 {
+        listed.push(other);
+    }
+    CensusReport {
+        peak_bytes,
+        complete,
+        groups: listed,
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -73,16 +117,23 @@ pub(super) fn install(tracking: bool) {
     }
 }
 
-#[cfg(unix)]
 fn register_at_exit() -> bool {
-    // SAFETY: `write_at_exit` is an `extern "C" fn()` with no arguments that never unwinds
-    // (it catches panics); `atexit` only stores the pointer, and the function stays valid for
-    // the whole process.
-    unsafe { libc::atexit(write_at_exit) == 0 }
+    register(write_at_exit)
 }
 
+/// Registers `handler` with `atexit` (Unix; elsewhere it returns false): shared with the GPU
+/// observer's exit report.
+#[cfg(unix)]
+pub(crate) fn register(handler: extern "C" fn()) -> bool {
+    // SAFETY: `handler` is an `extern "C" fn()` with no arguments, and each one registered
+    // never unwinds (`write_at_exit` and the observer's catch panics); `atexit` only stores
+    // the pointer, and the function stays valid for the whole process.
+    unsafe { libc::atexit(handler) == 0 }
+}
+
+/// Elsewhere than Unix no report is written.
 #[cfg(not(unix))]
-fn register_at_exit() -> bool {
+pub(crate) fn register(_handler: extern "C" fn()) -> bool {
     false
 }
 
@@ -101,34 +152,14 @@ fn write_report() {
     // without a census this mode changes nothing.
     let _uncounted = ModeGuard::enter(CallMode::Uncounted);
     let census = census::finish().map(|found| {
-        let mut groups: Vec<Group> = Vec::new();
-        let mut other = Group {
-            label: "(the rest)".to_string(),
-            size: 0,
-            count: 0,
-            bytes: 0,
-        };
-        for (index, (label, size, tally)) in found.groups.into_iter().enumerate() {
-            if index < LISTED_GROUPS {
-                groups.push(Group {
-                    label,
-                    size,
-                    count: tally.count,
-                    bytes: tally.bytes,
-                });
-            } else {
-                other.count += tally.count;
-                other.bytes += tally.bytes;
-                other.size = other.size.max(size);
-            }
-        }
-        if other.count > 0 {
-            groups.push(other);
-        }
-        CensusReport {
-            peak_bytes: found.peak_bytes,
-            groups,
-        }
+        census_report(
+            found.peak_bytes,
+            None,
+            found
+                .groups
+                .into_iter()
+                .map(|(label, size, tally)| (label, size, tally.count, tally.bytes)),
+        )
     });
     let report = Report {
         tracking,

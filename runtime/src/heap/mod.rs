@@ -34,6 +34,8 @@ mod limit;
 mod records;
 mod tracking;
 
+#[cfg(feature = "cupti")]
+pub(crate) use exit_report::{census_report, register as register_at_exit, CensusReport};
 pub use exit_report::{CENSUS_ENV, REPORT_ENV};
 pub(crate) use records::HeapAccounting;
 pub use tracking::TrackingAllocator;

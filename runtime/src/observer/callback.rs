@@ -280,7 +280,7 @@ fn allocated(
         stream,
         thread: thread_id(),
         api: api.name,
-        label: thread_label(),
+        label: thread_label().or_else(super::exit_report::program_label),
         origin: if CALL_SITES.load(Relaxed) {
             call_sites::capture(api.name)
         } else {

@@ -80,15 +80,18 @@
 //! | `report.rs` | the out-of-memory and limit text |
 //! | `call_sites.rs` | the Rust call site of an allocation |
 //! | `library.rs` | finding `libcupti`, the subscription |
+//! | `exit_report.rs` | the report written at exit (`VRAMGUARD_GPU_REPORT`), for tools such as `cargo vramguard measure --device cuda` |
 
 mod books;
 mod call_sites;
 mod callback;
 mod calls;
+mod exit_report;
 mod library;
 mod report;
 
 pub use books::ObservedEvent;
+pub use exit_report::{report_at_exit, set_label_source, GPU_REPORT_ENV, REPORT_LOG_CAPACITY};
 
 use crate::accounting::{IterationFigures, IterationStart, ScopeIteration};
 use crate::alloc::{
@@ -228,6 +231,16 @@ impl Observer {
     /// observer already runs, returns a handle to it (its options unchanged), and the calling
     /// thread's scopes account with it.
     pub fn start_with(options: ObserverOptions) -> Result<Observer, ObserverError> {
+        Self::start_observing(options, true)
+    }
+
+    /// [`Observer::start_with`]; without `driver_calls`, no CUDA driver call is made (no
+    /// `cuInit`, no soft limit, which needs the devices' count): for the driver's injection
+    /// hook, called while the driver is inside `cuInit` ([`report_at_exit`]).
+    fn start_observing(
+        options: ObserverOptions,
+        driver_calls: bool,
+    ) -> Result<Observer, ObserverError> {
         let mut running = running();
         if running.is_some() {
             let observer = Observer { _private: () };
@@ -239,15 +252,19 @@ impl Observer {
         }
         library::cupti_present()?;
         let config = crate::alloc::env_config()?;
-        driver::init().map_err(|e| ObserverError::Driver {
-            op: "cuInit",
-            message: crate::driver::error_name(e),
-        })?;
+        if driver_calls {
+            driver::init().map_err(|e| ObserverError::Driver {
+                op: "cuInit",
+                message: crate::driver::error_name(e),
+            })?;
+        }
         let books = books();
         books.reset();
         callback::GENERATION.fetch_add(1, Relaxed);
         if let Some(limit) = options.memory_limit.or(config.memory_limit) {
-            set_limits(limit)?;
+            if driver_calls {
+                set_limits(limit)?;
+            }
         }
         books.set_log_capacity(options.log_capacity.unwrap_or(config.trace_capacity));
         if options.call_sites {

@@ -97,6 +97,9 @@ impl CudaBackend {
     /// to this thread, and reads the capacity with `cuMemGetInfo`.
     pub fn new(ordinal: usize) -> Result<CudaBackend, ContextError> {
         let context = open_context(ordinal)?;
+        // The driver has run cuInit: an injected GPU observer may take this copy's labels.
+        #[cfg(unix)]
+        crate::alloc::trace::offer_label_source();
         let (_free, total) = result::mem_get_info().map_err(|e| driver_error("cuMemGetInfo", e))?;
         let vmm_granularity = vmm_granularity(context.cu_device());
         Ok(CudaBackend {

@@ -4,6 +4,8 @@
 
 mod event_clock;
 mod html;
+#[cfg(unix)]
+mod label_bridge;
 mod memory_viz;
 mod origin;
 mod pickle;
@@ -16,6 +18,8 @@ use crate::alloc::MemoryStats;
 pub(crate) use event_clock::read_stamp;
 use event_clock::EventClock;
 pub use html::html_report;
+#[cfg(unix)]
+pub(crate) use label_bridge::offer_label_source;
 pub(crate) use memory_viz::snapshot_pickle;
 pub use origin::AllocOrigin;
 pub(crate) use origin::{enter_op, BlockOrigin, RequestOrigin, Sites, RAW_OP};
@@ -521,6 +525,8 @@ fn label_id(label: Option<&TraceLabel>) -> usize {
 /// Makes `name` (with `iteration` for a batch scope) the innermost frame of this thread's
 /// label; returns the label it replaced.
 pub(crate) fn push_label(name: Arc<str>, iteration: Option<u64>) -> Option<TraceLabel> {
+    #[cfg(unix)]
+    offer_label_source();
     LABEL
         .try_with(|label| {
             let mut label = label.borrow_mut();
