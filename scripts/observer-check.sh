@@ -18,11 +18,11 @@
 #      max_batch exact in R <= 4 runs
 # 4. runs `cargo vramguard measure --device cuda` (human, then --json) on the fixture
 #    cargo-vramguard/tests/fixtures/cuda_model (an MLP on cuda:0 whose forward carries
-#    #[vramguard::inference]) on the fake, with NVRTC (PyPI wheel, in target/nvrtc as
-#    scripts/fake-cuda.sh installs it) and the kernels' host build: measure attaches the GPU
-#    observer through the driver's CUDA_INJECTION64_PATH hook. Asserts the outputs identical,
-#    the annotated GPU peak below the plain one, each build's observed peak equal to the
-#    peak_reserved_bytes its vramguard allocator printed (see the section for why exactly),
+#    #[vramguard::inference]) on the fake, with NVRTC (scripts/nvrtc-from-pypi.sh) and the
+#    kernels' host build: measure attaches the GPU observer through the driver's
+#    CUDA_INJECTION64_PATH hook. Asserts the outputs identical, the annotated GPU peak below
+#    the plain one, each build's observed peak equal to the peak_reserved_bytes its vramguard
+#    allocator printed (see the section for why exactly),
 #    and the census at the annotated peak summing to it under the program's own tags;
 #    prints `measure --device cuda: plain P1 B, annotated P2 B, ratio R, stdout identical`
 #    (one test);
@@ -111,23 +111,15 @@ say "== cargo vramguard measure --device cuda on cargo-vramguard/tests/fixtures/
 # come on top.)
 started=$SECONDS
 measure_ok=0
-NVRTC_VERSION="12.8.93"
-NVRTC_DIR="target/nvrtc/pkg"
-NVRTC_LIB="$PWD/$NVRTC_DIR/nvidia/cuda_nvrtc/lib"
-if [[ ! -e "$NVRTC_LIB/libnvrtc.so.12" ]]; then
-    say "   installing NVRTC $NVRTC_VERSION (PyPI wheel nvidia-cuda-nvrtc-cu12) into $NVRTC_DIR"
-    rm -rf "$NVRTC_DIR"
-    python3 -m pip install --quiet --disable-pip-version-check --no-deps \
-        --target "$NVRTC_DIR" "nvidia-cuda-nvrtc-cu12==$NVRTC_VERSION" > "$OUT/nvrtc.txt" 2>&1
-fi
+NVRTC_LIB=$(scripts/nvrtc-from-pypi.sh 2> "$OUT/nvrtc.txt") || true
 fixture="cargo-vramguard/tests/fixtures/cuda_model"
 bin="vramguard-fixture-cuda-model"
 work="$PWD/$OUT/measure"
 measure_env=(env -u VRAMGUARD_ALLOC_CONF -u CUDA_INJECTION64_PATH
     LD_LIBRARY_PATH="$PWD/$LIB:$NVRTC_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     FAKE_CUDA_HOST_KERNELS="$PWD/$OUT/libkernels_host.so" FAKE_CUDA_MEMORY=8GiB)
-if [[ ! -e "$NVRTC_LIB/libnvrtc.so.12" ]]; then
-    say "   FAIL: no NVRTC in $NVRTC_LIB (see $OUT/nvrtc.txt)"
+if [[ -z "$NVRTC_LIB" ]]; then
+    say "   FAIL: no NVRTC (see $OUT/nvrtc.txt)"
 elif ! cat runtime/kernels/common.cuh runtime/kernels/*.cu > "$OUT/kernels.cpp" \
     || ! g++ -std=c++17 -O2 -fPIC -shared -ffp-contract=off -Wall -Werror \
         -include runtime/kernels/host_shim.h -x c++ "$OUT/kernels.cpp" -o "$OUT/libkernels_host.so"; then
