@@ -1,6 +1,6 @@
 //! Running cargo on the work copy and reading what it says: `cargo check
-//! --message-format=json` diagnostics, and test results per test name (each test binary run
-//! directly, so a result is keyed by its binary). Owns the command lines and the parsing of
+//! --message-format=json` diagnostics, the file a `cargo build` made, and test results per test
+//! name (each test binary run directly, so a result is keyed by its binary). Owns the command lines and the parsing of
 //! their output; deciding what an error means is `check`'s.
 
 use std::collections::BTreeMap;
@@ -14,6 +14,68 @@ use crate::error::{Error, Result};
 /// The cargo to run: `$CARGO` (set when run as `cargo vramguard`), else `cargo`.
 pub(crate) fn cargo_program() -> std::ffi::OsString {
     std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())
+}
+
+/// The file a `cargo build` is run for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Artifact {
+    /// A binary, example or test: its executable.
+    Executable,
+    /// A `cdylib`: its shared library (`.so`, `.dylib`).
+    SharedLibrary,
+}
+
+/// Runs `command`, a `cargo build --message-format=json-render-diagnostics` with cargo's
+/// errors on the inherited stderr, and returns the `artifact` of the target named
+/// `target_name` from its artifact messages. `shown` names the command in errors; `hint`, when
+/// not empty, is added to the error of a failed build.
+pub(crate) fn build_artifact(
+    mut command: Command,
+    shown: &str,
+    target_name: &str,
+    artifact: Artifact,
+    hint: &str,
+) -> Result<PathBuf> {
+    let output = command.output().map_err(|source| Error::Spawn {
+        command: shown.to_string(),
+        source,
+    })?;
+    if !output.status.success() {
+        let mut detail = format!(
+            "it exited with {} (cargo's errors are above)",
+            output.status
+        );
+        if !hint.is_empty() {
+            detail = format!("{detail}; {hint}");
+        }
+        return Err(Error::Build {
+            command: shown.to_string(),
+            detail,
+        });
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let mut messages = stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == target_name);
+    let found = match artifact {
+        Artifact::Executable => messages.find_map(|m| m["executable"].as_str().map(PathBuf::from)),
+        Artifact::SharedLibrary => messages.find_map(|m| {
+            m["filenames"].as_array()?.iter().find_map(|f| {
+                let file = PathBuf::from(f.as_str()?);
+                let shared = file.extension().is_some_and(|e| e == "so" || e == "dylib");
+                shared.then_some(file)
+            })
+        }),
+    };
+    found.ok_or_else(|| Error::CargoOutput {
+        command: shown.to_string(),
+        detail: match artifact {
+            Artifact::Executable => "no executable in its artifacts",
+            Artifact::SharedLibrary => "no shared library in its artifacts",
+        }
+        .to_string(),
+    })
 }
 
 /// How to invoke cargo on the copy.

@@ -111,40 +111,15 @@ pub(crate) fn build(settings: &BuildSettings<'_>) -> Result<PathBuf> {
         "cargo build --lib (the CUDA injection library in {})",
         crate_dir.display()
     );
-    let output = command.output().map_err(|source| Error::Spawn {
-        command: shown.clone(),
-        source,
-    })?;
-    if !output.status.success() {
-        return Err(Error::Build {
-            command: shown,
-            detail: format!(
-                "it exited with {} (cargo's errors are above); the library depends on vramguard \
-                 with the `cupti` feature, from the source the crate's own dependency names",
-                output.status
-            ),
-        });
-    }
     let library_name = PACKAGE.replace('-', "_");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let library = stdout
-        .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == library_name)
-        .flat_map(|m| {
-            m["filenames"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-                .into_iter()
-                .filter_map(|f| f.as_str().map(PathBuf::from))
-                .collect::<Vec<_>>()
-        })
-        .find(|f| f.extension().is_some_and(|e| e == "so" || e == "dylib"))
-        .ok_or_else(|| Error::CargoOutput {
-            command: shown.clone(),
-            detail: "no shared library in its artifacts".to_string(),
-        })?;
+    let library = crate::cargo::build_artifact(
+        command,
+        &shown,
+        &library_name,
+        crate::cargo::Artifact::SharedLibrary,
+        "the library depends on vramguard with the `cupti` feature, from the source the crate's \
+         own dependency names",
+    )?;
     let file_name = library
         .file_name()
         .map_or_else(|| format!("lib{library_name}.so").into(), |n| n.to_owned());

@@ -682,29 +682,13 @@ fn build(
         target.name,
         copy_dir.display()
     );
-    let output = command.output().map_err(|source| Error::Spawn {
-        command: shown.clone(),
-        source,
-    })?;
-    if !output.status.success() {
-        return Err(Error::Build {
-            command: shown,
-            detail: format!(
-                "it exited with {} (cargo's errors are above)",
-                output.status
-            ),
-        });
-    }
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let executable = stdout
-        .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == target.name)
-        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-        .ok_or_else(|| Error::CargoOutput {
-            command: shown.clone(),
-            detail: "no executable in its artifacts".to_string(),
-        })?;
+    let executable = crate::cargo::build_artifact(
+        command,
+        &shown,
+        &target.name,
+        crate::cargo::Artifact::Executable,
+        "",
+    )?;
     let dest = out_dir.join(format!("{}-{}-{which}", target.kind.name(), target.name));
     std::fs::copy(&executable, &dest).map_err(Error::io("copy", &executable))?;
     Ok(dest)
