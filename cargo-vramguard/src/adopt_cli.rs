@@ -42,14 +42,14 @@ impl CopyOptions {
         &self,
         with_features: &[String],
         manifest: Option<String>,
-    ) -> cli::Options {
+    ) -> cli::CheckOptions {
         let mut features = self.features.clone();
         for feature in with_features {
             if !features.contains(feature) {
                 features.push(feature.clone());
             }
         }
-        cli::Options {
+        cli::CheckOptions {
             source: CrateSource::Path(self.crate_dir.clone()),
             attr: self.attr,
             fns: self.fns.clone(),

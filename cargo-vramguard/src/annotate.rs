@@ -134,7 +134,7 @@ pub(crate) fn find_fns(
             file.rel, at.line
         )
     })?;
-    let mut finder = Finder {
+    let mut finder = FnFinder {
         file_index,
         lines: LineIndex::new(&file.text),
         selection,
@@ -174,19 +174,19 @@ impl<'a> LineIndex<'a> {
 }
 
 /// An enclosing `impl` or `trait`.
-enum Owner {
+enum Enclosing {
     /// Its methods are named `Owner::method`.
     Named(String),
     /// `#[inference] impl`: its methods already carry the attribute.
     Covered,
 }
 
-struct Finder<'s, 'a> {
+struct FnFinder<'s, 'a> {
     file_index: usize,
     lines: LineIndex<'a>,
     selection: &'s Selection<'s>,
     /// The enclosing `impl`s and `trait`s (innermost last); empty in a free scope.
-    owner: Vec<Owner>,
+    owner: Vec<Enclosing>,
     found: Vec<FnSite>,
 }
 
@@ -212,7 +212,7 @@ fn is_cfg_test(attrs: &[syn::Attribute]) -> bool {
 /// The attributes of vramguard that go on functions (and `impl` blocks).
 pub(crate) const OURS: [&str; 2] = ["inference", "batch_scope"];
 
-impl Finder<'_, '_> {
+impl FnFinder<'_, '_> {
     #[allow(clippy::too_many_arguments)]
     fn candidate(
         &mut self,
@@ -229,12 +229,12 @@ impl Finder<'_, '_> {
             return;
         }
         // An enclosing `#[inference] impl` already covers it.
-        if matches!(self.owner.last(), Some(Owner::Covered)) {
+        if matches!(self.owner.last(), Some(Enclosing::Covered)) {
             return;
         }
         let bare = sig.ident.to_string();
         let name = match self.owner.last() {
-            Some(Owner::Named(owner)) => format!("{owner}::{bare}"),
+            Some(Enclosing::Named(owner)) => format!("{owner}::{bare}"),
             _ => bare.clone(),
         };
         if let Some(pattern) = self.selection.fns {
@@ -266,7 +266,7 @@ impl Finder<'_, '_> {
         });
     }
 
-    fn with_owner(&mut self, owner: Owner, f: impl FnOnce(&mut Self)) {
+    fn with_owner(&mut self, owner: Enclosing, f: impl FnOnce(&mut Self)) {
         self.owner.push(owner);
         f(self);
         self.owner.pop();
@@ -293,7 +293,7 @@ fn vis_start(vis: &syn::Visibility) -> Option<LineColumn> {
     }
 }
 
-impl<'ast> Visit<'ast> for Finder<'_, '_> {
+impl<'ast> Visit<'ast> for FnFinder<'_, '_> {
     fn visit_item_mod(&mut self, module: &'ast syn::ItemMod) {
         if !self.selection.tests && is_cfg_test(&module.attrs) {
             return;
@@ -325,9 +325,9 @@ impl<'ast> Visit<'ast> for Finder<'_, '_> {
         }
         // `#[inference] impl` annotates every method itself: its methods are not candidates.
         let owner = if has_attr(&item.attrs, &OURS) {
-            Owner::Covered
+            Enclosing::Covered
         } else {
-            Owner::Named(type_name(&item.self_ty))
+            Enclosing::Named(type_name(&item.self_ty))
         };
         self.with_owner(owner, |this| syn::visit::visit_item_impl(this, item));
     }
@@ -347,7 +347,7 @@ impl<'ast> Visit<'ast> for Finder<'_, '_> {
     }
 
     fn visit_item_trait(&mut self, item: &'ast syn::ItemTrait) {
-        let owner = Owner::Named(item.ident.to_string());
+        let owner = Enclosing::Named(item.ident.to_string());
         self.with_owner(owner, |this| syn::visit::visit_item_trait(this, item));
     }
 

@@ -58,7 +58,7 @@ EXIT CODE:
 
 /// What `apply` was asked to do.
 #[derive(Debug, Clone)]
-pub(crate) struct Options {
+pub(crate) struct ApplyOptions {
     /// The crate and the check's settings.
     pub copy: CopyOptions,
     /// Install the tracking allocator in each binary.
@@ -72,7 +72,7 @@ pub(crate) struct Options {
 }
 
 /// Parses the arguments after `apply` (`None`: `--help`).
-pub(crate) fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Options>> {
+pub(crate) fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<ApplyOptions>> {
     let args: Vec<String> = args.into_iter().collect();
     if adopt_cli::asks_for_help(&args) {
         return Ok(None);
@@ -97,7 +97,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Opt
             "`apply` takes no arguments after `--` (got `{extra}`)"
         )));
     }
-    Ok(Some(Options {
+    Ok(Some(ApplyOptions {
         copy,
         track,
         dry_run,
@@ -152,7 +152,7 @@ struct FileEdit {
 }
 
 /// Applies, or with `--dry-run` prints what would change.
-pub(crate) fn run(options: &Options) -> Result<()> {
+pub(crate) fn run(options: &ApplyOptions) -> Result<()> {
     let dir = &options.copy.crate_dir;
     if !options.dry_run {
         vcs::ensure_clean(dir, options.allowed)?;
@@ -250,7 +250,7 @@ pub(crate) fn run(options: &Options) -> Result<()> {
 }
 
 /// The check must have settled every function: otherwise what compiles is not known.
-fn settled(checked: &Checked, options: &Options) -> Result<()> {
+fn settled(checked: &Checked, options: &ApplyOptions) -> Result<()> {
     let outcome = &checked.outcome;
     if !outcome.converged {
         return Err(Error::Unsettled(format!(
@@ -430,7 +430,7 @@ fn relative(path: &Path, dir: &Path) -> String {
 /// The summary printed before the diff or the writes.
 fn summary(
     checked: &Checked,
-    options: &Options,
+    options: &ApplyOptions,
     annotated: &[Annotated],
     untouched: &[Untouched],
     notes: &[String],
@@ -501,7 +501,7 @@ fn unified_diff(edit: &FileEdit) -> String {
 }
 
 /// `cargo build` (and with `--test`, `cargo test`) on the crate, its output shown.
-fn build(options: &Options) -> Result<()> {
+fn build(options: &ApplyOptions) -> Result<()> {
     let steps: &[&str] = if options.test {
         &["build", "test"]
     } else {

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use crate::annotate::{self, Annotation, FnSite, SourceFile};
 use crate::cargo::{Cargo, Diagnostic, TestRun, TestStatus};
-use crate::cli::{Attr, Options};
+use crate::cli::{Attr, CheckOptions};
 use crate::error::{Error, Result};
 use crate::report::{Failure, Outcome, TestComparison, TestDifference};
 use crate::source;
@@ -75,12 +75,12 @@ pub(crate) struct Checked {
 }
 
 /// Runs the whole check for `options`.
-pub(crate) fn run(options: &Options) -> Result<Outcome> {
+pub(crate) fn run(options: &CheckOptions) -> Result<Outcome> {
     Ok(run_detailed(options)?.outcome)
 }
 
 /// Runs the whole check for `options`, keeping what it decided per function.
-pub(crate) fn run_detailed(options: &Options) -> Result<Checked> {
+pub(crate) fn run_detailed(options: &CheckOptions) -> Result<Checked> {
     std::fs::create_dir_all(&options.work_dir).map_err(Error::io("create", &options.work_dir))?;
     let located = source::locate(&options.source, &options.work_dir, options.offline)?;
     let copy = workspace::prepare(
@@ -267,7 +267,7 @@ fn bisect(
     dir: &std::path::Path,
     files: &[SourceFile],
     states: &mut [FnState],
-    options: &Options,
+    options: &CheckOptions,
 ) -> Result<Option<usize>> {
     let mut suspects: Vec<usize> = (0..states.len())
         .filter(|&i| states[i].step != Step::Removed)
@@ -318,7 +318,7 @@ fn compare_tests(
     dir: &std::path::Path,
     files: &[SourceFile],
     states: &[FnState],
-    options: &Options,
+    options: &CheckOptions,
 ) -> Result<TestComparison> {
     progress(format_args!(
         "[tests] running the crate's tests, annotated…"

@@ -1,4 +1,4 @@
-//! The command line: `cargo vramguard check [OPTIONS] <CRATE>` parsed into [`Options`].
+//! The command line: `cargo vramguard check [OPTIONS] <CRATE>` parsed into [`CheckOptions`].
 //! Owns the usage text and the validation of every argument; runs nothing. (`lint`'s own
 //! arguments are `lint::options`'.)
 
@@ -92,7 +92,7 @@ pub(crate) enum CrateSource {
 
 /// Everything `check` needs to know, validated.
 #[derive(Clone, Debug)]
-pub(crate) struct Options {
+pub(crate) struct CheckOptions {
     /// The crate to check.
     pub source: CrateSource,
     /// The attribute to try.
@@ -131,7 +131,7 @@ pub(crate) enum Command {
     /// Print the usage.
     Help,
     /// Run a check.
-    Check(Box<Options>),
+    Check(Box<CheckOptions>),
     /// `cargo vramguard lint`.
     Lint(crate::lint::options::LintCommand),
 }
@@ -279,7 +279,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>) -> Result<Command> {
             "`--skip-test` only applies with `--test`".to_string(),
         ));
     }
-    Ok(Command::Check(Box::new(Options {
+    Ok(Command::Check(Box::new(CheckOptions {
         source,
         attr,
         fns,

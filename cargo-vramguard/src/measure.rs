@@ -86,7 +86,7 @@ EXIT CODE:
 
 /// What `measure` was asked to do.
 #[derive(Debug, Clone)]
-pub(crate) struct Options {
+pub(crate) struct MeasureOptions {
     /// The crate and the check's settings.
     pub copy: CopyOptions,
     /// The target's kind and name.
@@ -124,7 +124,7 @@ impl Device {
 }
 
 /// Parses the arguments after `measure` (`None`: `--help`).
-pub(crate) fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Options>> {
+pub(crate) fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<MeasureOptions>> {
     let args: Vec<String> = args.into_iter().collect();
     if adopt_cli::asks_for_help(&args) {
         return Ok(None);
@@ -185,7 +185,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Opt
                 .to_string(),
         ));
     };
-    Ok(Some(Options {
+    Ok(Some(MeasureOptions {
         copy,
         kind,
         name,
@@ -255,7 +255,7 @@ pub(crate) struct MeasuredTarget {
 
 /// Everything `measure` found.
 #[derive(Debug, Serialize)]
-pub(crate) struct Report {
+pub(crate) struct MeasureReport {
     /// Package name.
     #[serde(rename = "crate")]
     pub krate: String,
@@ -305,7 +305,7 @@ pub(crate) struct Report {
 }
 
 /// Builds, runs and compares.
-pub(crate) fn run(options: &Options) -> Result<Report> {
+pub(crate) fn run(options: &MeasureOptions) -> Result<MeasureReport> {
     let dir = &options.copy.crate_dir;
     let manifest_path = dir.join("Cargo.toml");
     let manifest =
@@ -448,7 +448,7 @@ pub(crate) fn run(options: &Options) -> Result<Report> {
     let plain_seconds = median(plain_runs.iter().map(|r| r.seconds).collect());
     let annotated_seconds = median(annotated_runs.iter().map(|r| r.seconds).collect());
     let stable = |runs: &[Run]| runs.iter().all(|r| r.peak_bytes == runs[0].peak_bytes);
-    Ok(Report {
+    Ok(MeasureReport {
         krate,
         version,
         target: MeasuredTarget {
@@ -538,7 +538,7 @@ impl<'ast> syn::visit::Visit<'ast> for Carriers<'_> {
     }
 }
 
-fn find_target<'a>(all: &'a [Target], options: &Options) -> Result<&'a Target> {
+fn find_target<'a>(all: &'a [Target], options: &MeasureOptions) -> Result<&'a Target> {
     all.iter()
         .find(|t| t.kind == options.kind && t.name == options.name)
         .ok_or_else(|| {
@@ -638,7 +638,7 @@ fn relative(path: &Path, dir: &Path) -> String {
 fn build(
     copy_dir: &Path,
     target: &Target,
-    options: &Options,
+    options: &MeasureOptions,
     out_dir: &Path,
     which: &str,
 ) -> Result<PathBuf> {
@@ -709,7 +709,7 @@ struct Run {
 /// with `injection`, the GPU report instead (the CUDA driver loads that library at `cuInit`).
 fn run_once(
     exe: &Path,
-    options: &Options,
+    options: &MeasureOptions,
     out_dir: &Path,
     which: &str,
     census: bool,

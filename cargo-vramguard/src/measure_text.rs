@@ -1,11 +1,11 @@
-//! The human text of `cargo vramguard measure`'s report (`measure::Report`): the peaks, their
+//! The human text of `cargo vramguard measure`'s report (`measure::MeasureReport`): the peaks, their
 //! ratio, the outputs compared, the time ratio, and the census at the annotated peak, in the
 //! heap's words or, with `--device cuda`, the GPU's. Owns the wording only; the figures are
 //! `measure`'s.
 
 use std::fmt::Write as _;
 
-use crate::measure::Report;
+use crate::measure::MeasureReport;
 
 /// `1,234,567`.
 pub(crate) fn grouped(n: u64) -> String {
@@ -39,7 +39,7 @@ fn human(bytes: u64) -> String {
 /// At most this many groups in the human report.
 const SHOWN_GROUPS: usize = 8;
 
-impl Report {
+impl MeasureReport {
     /// The human report.
     pub(crate) fn human(&self) -> String {
         let mut out = String::new();

@@ -17,7 +17,7 @@ pub(crate) fn strip(text: &str) -> Result<(String, usize), String> {
         format!("line {}: syn cannot parse it ({e})", at.line)
     })?;
     let lines = LineIndex::new(text);
-    let mut finder = Finder {
+    let mut finder = AttributeFinder {
         lines: &lines,
         covered: 0,
         ranges: Vec::new(),
@@ -74,14 +74,14 @@ fn is_vramguard(attr: &syn::Attribute, names: &[&str]) -> bool {
         }
 }
 
-struct Finder<'l, 'a> {
+struct AttributeFinder<'l, 'a> {
     lines: &'l LineIndex<'a>,
     /// Depth of items whose attribute is being removed: their inert markers go too.
     covered: usize,
     ranges: Vec<(usize, usize)>,
 }
 
-impl Finder<'_, '_> {
+impl AttributeFinder<'_, '_> {
     fn remove(&mut self, attr: &syn::Attribute) {
         let span = attr.span();
         self.ranges.push((
@@ -117,7 +117,7 @@ impl Finder<'_, '_> {
     }
 }
 
-impl<'ast> Visit<'ast> for Finder<'_, '_> {
+impl<'ast> Visit<'ast> for AttributeFinder<'_, '_> {
     fn visit_item_fn(&mut self, item: &'ast syn::ItemFn) {
         let covers = self.item(&item.attrs);
         self.covering(covers, |this| syn::visit::visit_item_fn(this, item));

@@ -113,7 +113,7 @@ pub(crate) fn file_library(
 }
 
 /// An enclosing `impl` or `trait`.
-struct Owner {
+struct EnclosingImpl {
     /// Its methods are named `Owner::method`.
     name: String,
     /// `#[inference] impl`: its methods run under `#[inference]`.
@@ -122,7 +122,7 @@ struct Owner {
 
 struct FnWalker<'p> {
     settings: Settings<'p>,
-    owner: Vec<Owner>,
+    owner: Vec<EnclosingImpl>,
     found: Vec<Found>,
     functions: usize,
 }
@@ -223,7 +223,7 @@ impl<'ast> Visit<'ast> for FnWalker<'_> {
         if !self.settings.all_targets && is_cfg_test(&item.attrs) {
             return;
         }
-        self.owner.push(Owner {
+        self.owner.push(EnclosingImpl {
             name: type_name(&item.self_ty),
             inference: has_attr(&item.attrs, &["inference"]),
         });
@@ -237,7 +237,7 @@ impl<'ast> Visit<'ast> for FnWalker<'_> {
     }
 
     fn visit_item_trait(&mut self, item: &'ast syn::ItemTrait) {
-        self.owner.push(Owner {
+        self.owner.push(EnclosingImpl {
             name: item.ident.to_string(),
             inference: false,
         });

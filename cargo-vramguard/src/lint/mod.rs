@@ -32,12 +32,12 @@ use vramguard_lints::Library;
 use crate::cli::CrateSource;
 use crate::error::Result;
 use functions::Found;
-use options::{MessageFormat, Options};
-use render::{Child, Diagnostic, Level, Region};
+use options::{LintOptions, MessageFormat};
+use render::{Child, Level, LintDiagnostic, Region};
 
 /// What a lint run found, written out.
 #[derive(Debug)]
-pub(crate) struct Report {
+pub(crate) struct LintReport {
     /// The diagnostics in the chosen format (stdout).
     pub output: String,
     /// Notes for stderr: unreadable files, and the closing count.
@@ -48,7 +48,7 @@ pub(crate) struct Report {
     pub deny: bool,
 }
 
-impl Report {
+impl LintReport {
     /// 1 with `--deny` and a finding, else 0.
     pub(crate) fn exit_code(&self) -> u8 {
         u8::from(self.deny && self.findings > 0)
@@ -56,7 +56,7 @@ impl Report {
 }
 
 /// Lints the crate (or workspace) `options` name.
-pub(crate) fn run(options: &Options) -> Result<Report> {
+pub(crate) fn run(options: &LintOptions) -> Result<LintReport> {
     let dir = match &options.source {
         CrateSource::Path(dir) => dir.clone(),
         source => {
@@ -110,7 +110,7 @@ pub(crate) fn run(options: &Options) -> Result<Report> {
                 files += 1;
                 functions += linted.functions;
                 let file_name = relative(&file.path, &workspace.root);
-                let mut diagnostics: Vec<Diagnostic> = linted
+                let mut diagnostics: Vec<LintDiagnostic> = linted
                     .found
                     .into_iter()
                     .map(|found| diagnostic(found, &file_name, &file.text, library, level))
@@ -156,7 +156,7 @@ pub(crate) fn run(options: &Options) -> Result<Report> {
         if findings == 1 { "" } else { "s" },
         names.join(", ")
     ));
-    Ok(Report {
+    Ok(LintReport {
         output,
         notes,
         findings,
@@ -180,7 +180,7 @@ fn relative(path: &Path, root: &Path) -> String {
 /// `warning: `name` (lib) generated 2 warnings`, as cargo closes a target.
 fn target_summary(
     package: &package::Package,
-    target: &package::Target,
+    target: &package::LintTarget,
     count: usize,
     level: Level,
 ) -> String {
@@ -206,11 +206,11 @@ fn diagnostic(
     text: &str,
     library: Library,
     level: Level,
-) -> Diagnostic {
+) -> LintDiagnostic {
     match found {
         Found::Lint(finding) => {
             let name = finding.lint.name();
-            Diagnostic {
+            LintDiagnostic {
                 level,
                 code: Some(format!("vramguard::{name}")),
                 explanation: Some(finding.lint.explanation().to_string()),
@@ -245,7 +245,7 @@ fn diagnostic(
             message,
             start,
             end,
-        } => Diagnostic {
+        } => LintDiagnostic {
             level,
             code: None,
             explanation: None,

@@ -1,4 +1,4 @@
-//! The command line of `cargo vramguard lint [PATH] [OPTIONS]`, parsed into [`Options`]: its
+//! The command line of `cargo vramguard lint [PATH] [OPTIONS]`, parsed into [`LintOptions`]: its
 //! usage text and the validation of every argument. Runs nothing.
 
 use crate::cli::CrateSource;
@@ -50,7 +50,7 @@ pub(crate) enum MessageFormat {
 
 /// Everything `lint` needs to know, validated.
 #[derive(Clone, Debug)]
-pub(crate) struct Options {
+pub(crate) struct LintOptions {
     /// The crate (or workspace) to lint.
     pub source: CrateSource,
     /// Only functions matching this pattern.
@@ -71,7 +71,7 @@ pub(crate) enum LintCommand {
     /// Print the usage.
     Help,
     /// Lint.
-    Run(Options),
+    Run(LintOptions),
 }
 
 /// Parses the arguments after `lint`.
@@ -137,7 +137,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = String>) -> Result<LintComman
         ),
         Some(arg) => crate::cli::crate_source(&arg)?,
     };
-    Ok(LintCommand::Run(Options {
+    Ok(LintCommand::Run(LintOptions {
         source,
         fns,
         all_targets,

@@ -20,7 +20,7 @@ pub(crate) struct Package {
     /// Its `Cargo.toml`.
     pub manifest_path: PathBuf,
     /// Its targets, in cargo's order.
-    pub targets: Vec<Target>,
+    pub targets: Vec<LintTarget>,
     /// The tensor library of each crate name the code may use (a dependency as the code names
     /// it, its rename applied, and the package itself as `crate`).
     pub libraries: BTreeMap<String, Library>,
@@ -31,7 +31,7 @@ pub(crate) struct Package {
 
 /// One target of a package.
 #[derive(Debug, Clone)]
-pub(crate) struct Target {
+pub(crate) struct LintTarget {
     /// Its name.
     pub name: String,
     /// `lib`, `bin`, `test`, `example`, `bench` (cargo's first kind).
@@ -157,7 +157,7 @@ fn package(value: &Value, all_targets: bool) -> Option<Package> {
                 "doctest": t["doctest"],
                 "test": t["test"],
             });
-            Some(Target {
+            Some(LintTarget {
                 name: t["name"].as_str()?.to_string(),
                 kind,
                 src_path: PathBuf::from(t["src_path"].as_str()?),

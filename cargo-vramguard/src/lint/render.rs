@@ -110,7 +110,7 @@ pub(crate) struct Child {
 
 /// One diagnostic, ready to be written in any format.
 #[derive(Clone, Debug)]
-pub(crate) struct Diagnostic {
+pub(crate) struct LintDiagnostic {
     /// `Warning`, or `Error` under `--deny`.
     pub level: Level,
     /// `vramguard::name`, when it is a lint's.
@@ -127,7 +127,7 @@ pub(crate) struct Diagnostic {
     pub children: Vec<Child>,
 }
 
-impl Diagnostic {
+impl LintDiagnostic {
     fn headline(&self) -> String {
         match &self.code {
             Some(code) => format!("{}[{code}]: {}", self.level.name(), self.message),
@@ -288,8 +288,8 @@ mod tests {
         LineColumn { line, column }
     }
 
-    fn diagnostic(region: Region) -> Diagnostic {
-        Diagnostic {
+    fn diagnostic(region: Region) -> LintDiagnostic {
+        LintDiagnostic {
             level: Level::Warning,
             code: Some("vramguard::graph_across_iterations".into()),
             explanation: Some("why".into()),

@@ -31,7 +31,7 @@ struct LiveAlloc {
 
 /// The devices' books of one scope.
 #[derive(Debug, Default)]
-struct Books {
+struct DeviceBooks {
     book: ScopeBook,
     live: HashMap<AllocKey, LiveAlloc>,
     /// Allocators of the devices allocated on since the cache policy last ran, by address.
@@ -45,7 +45,7 @@ struct Books {
 #[derive(Debug)]
 pub(crate) struct ScopeLedger {
     scope: u64,
-    books: Mutex<Books>,
+    books: Mutex<DeviceBooks>,
 }
 
 /// Every scope's ledger, by scope id.
@@ -102,7 +102,7 @@ impl ScopeLedger {
     }
 
     /// The books, locked; what is allocated meanwhile is bookkeeping, never a scope's.
-    fn books(&self) -> (MutexGuard<'_, Books>, heap::Bookkeeping) {
+    fn books(&self) -> (MutexGuard<'_, DeviceBooks>, heap::Bookkeeping) {
         let bookkeeping = heap::Bookkeeping::enter();
         (lock(&self.books), bookkeeping)
     }

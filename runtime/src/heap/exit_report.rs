@@ -93,7 +93,7 @@ pub(crate) fn census_report(
 }
 
 #[derive(Debug, Serialize)]
-struct Report {
+struct HeapReport {
     tracking: bool,
     peak_bytes: u64,
     live_bytes: u64,
@@ -161,7 +161,7 @@ fn write_report() {
                 .map(|(label, size, tally)| (label, size, tally.count, tally.bytes)),
         )
     });
-    let report = Report {
+    let report = HeapReport {
         tracking,
         peak_bytes: peak,
         live_bytes: live,

@@ -14,7 +14,7 @@
 
 use super::books::books;
 use super::calls::{decode, subscribed, MemoryCall, Subscribed, RUNTIME_DOMAIN};
-use super::report::{MemoryReport, Request, Trigger};
+use super::report::{MemoryReport, ReportedRequest, Trigger};
 use super::{call_sites, ObservedAllocation};
 use crate::accounting::ScopeIteration;
 use crate::alloc::trace::thread_label;
@@ -314,8 +314,8 @@ fn allocated(
     }
 }
 
-fn request_of(record: ObservedAllocation) -> Request {
-    Request {
+fn request_of(record: ObservedAllocation) -> ReportedRequest {
+    ReportedRequest {
         device: record.device,
         api: record.api,
         bytes: record.bytes,

@@ -160,7 +160,7 @@ struct Census {
 }
 
 #[derive(Debug, Serialize)]
-struct Report {
+struct GpuReport {
     observing: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
@@ -182,7 +182,7 @@ fn write_report() {
         return;
     };
     let report = match START_ERROR.get() {
-        Some(error) => Report {
+        Some(error) => GpuReport {
             observing: false,
             error: Some(error.clone()),
             peak_bytes: 0,
@@ -206,7 +206,7 @@ fn write_report() {
 }
 
 /// The figures of every device seen, and the census of the one with the largest peak.
-fn observed() -> Report {
+fn observed() -> GpuReport {
     let books = books();
     let devices: Vec<DeviceReport> = (0..MAX_DEVICES as u32)
         .filter_map(|ordinal| {
@@ -225,7 +225,7 @@ fn observed() -> Report {
         .filter(|d| d.peak_bytes > 0)
         .max_by_key(|d| (d.peak_bytes, std::cmp::Reverse(d.ordinal)))
         .map(|d| d.ordinal);
-    Report {
+    GpuReport {
         observing: true,
         error: None,
         peak_bytes: devices.iter().map(|d| d.peak_bytes).sum(),

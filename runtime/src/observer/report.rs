@@ -30,7 +30,7 @@ pub(crate) enum Trigger {
 
 /// The request that made the report.
 #[derive(Debug, Clone)]
-pub(crate) struct Request {
+pub(crate) struct ReportedRequest {
     pub(crate) device: u32,
     /// The API called (`cuMemAllocAsync`).
     pub(crate) api: &'static str,
@@ -44,7 +44,7 @@ pub(crate) struct Request {
 #[derive(Debug, Clone)]
 pub(crate) struct MemoryReport {
     pub(crate) trigger: Trigger,
-    pub(crate) request: Request,
+    pub(crate) request: ReportedRequest,
     /// The device's observed live bytes, allocations and peak (after the allocation, for a
     /// crossed limit).
     pub(crate) live: u64,
@@ -64,7 +64,7 @@ impl MemoryReport {
     /// Gathers the figures for `request` (in the allocating thread's callback, with its
     /// context current): the books, then the driver's figures — no lock is held across those
     /// calls.
-    pub(crate) fn gather(trigger: Trigger, request: Request) -> MemoryReport {
+    pub(crate) fn gather(trigger: Trigger, request: ReportedRequest) -> MemoryReport {
         let books = books();
         let stats = books.stats(request.device);
         let (largest, by_label) = books.largest(request.device, LISTED);
