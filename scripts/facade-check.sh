@@ -7,8 +7,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target=target/rustdoc-json
-for crate in vramguard-runtime vramguard; do
+for crate in vramguard-alloc vramguard-memory vramguard-tensor vramguard; do
     RUSTC_BOOTSTRAP=1 CARGO_TARGET_DIR=$target cargo rustdoc -q -p "$crate" --lib -- \
         -Z unstable-options --output-format json
 done
-python3 scripts/facade_check.py "$target/doc/vramguard_runtime.json" "$target/doc/vramguard.json"
+python3 scripts/facade_check.py "$target/doc/vramguard_alloc.json" \
+    "$target/doc/vramguard_memory.json" "$target/doc/vramguard_tensor.json" \
+    "$target/doc/vramguard.json"

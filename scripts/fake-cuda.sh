@@ -2,13 +2,13 @@
 # Runs everything CUDA on the fake CUDA driver (the `fake-cuda` crate), without a GPU:
 #
 # 1. builds the fake (linked as libcuda.so and libcublas.so in target/fake-cuda/lib, the only
-#    way it becomes the driver), the kernels' host builds (runtime/kernels/*.cu and the tests'
-#    own kernels, runtime/tests/cuda/test_kernels.cu, with host_shim.h), NVRTC from PyPI
+#    way it becomes the driver), the kernels' host builds (tensor/kernels/*.cu and the tests'
+#    own kernels, tensor/tests/cuda/test_kernels.cu, with host_shim.h), NVRTC from PyPI
 #    when missing (as kernels-check.sh), and the test binaries and examples in debug mode (what
 #    `cargo test --workspace` built already);
 # 2. runs every CUDA test binary (those `scripts/gpu-check.sh` carries to a GPU: every test
 #    target whose name contains "cuda"), every other test whose source reaches the GPU
-#    (`Device::cuda`, cudarc, `DriverPool`), and the runtime's `driver_pool` unit tests, on the
+#    (`Device::cuda`, cudarc, `DriverPool`), and vramguard-memory's `driver_pool` unit tests, on the
 #    fake, with VRAMGUARD_REQUIRE_GPU=1 (a test that would skip fails) and 48 GiB of device
 #    memory (pages take host memory only once touched);
 # 3. runs every GPU program (the examples whose source mentions `--device cuda`, the same list
@@ -65,11 +65,11 @@ for line in open(sys.argv[1]):
 mkdir -p "$LIB"
 ln -sf "$fake_library" "$LIB/libcuda.so"
 ln -sf "$fake_library" "$LIB/libcublas.so"
-cat runtime/kernels/common.cuh runtime/kernels/*.cu > "$OUT/kernels.cpp"
-for source in "$OUT/kernels.cpp" runtime/tests/cuda/test_kernels.cu; do
+cat tensor/kernels/common.cuh tensor/kernels/*.cu > "$OUT/kernels.cpp"
+for source in "$OUT/kernels.cpp" tensor/tests/cuda/test_kernels.cu; do
     name=$(basename "$source" | sed 's/\..*//')
     g++ -std=c++17 -O2 -fPIC -shared -ffp-contract=off -Wall -Werror \
-        -include runtime/kernels/host_shim.h -x c++ "$source" -o "$OUT/lib${name}_host.so" \
+        -include tensor/kernels/host_shim.h -x c++ "$source" -o "$OUT/lib${name}_host.so" \
         >> "$LOG" 2>&1 || die "compiling $source for the host failed (see $LOG)"
 done
 
@@ -154,9 +154,9 @@ for t in "${tests[@]}"; do
     [[ -n "$exe" ]] || die "no executable for test $t"
     run_tests "$t" "$exe"
 done
-lib_exe=$(executable lib vramguard_runtime vramguard-runtime)
-[[ -n "$lib_exe" ]] || die "no executable for the runtime's unit tests"
-run_tests "runtime-lib-driver_pool" "$lib_exe" driver_pool
+lib_exe=$(executable lib vramguard_memory vramguard-memory)
+[[ -n "$lib_exe" ]] || die "no executable for vramguard-memory's unit tests"
+run_tests "memory-lib-driver_pool" "$lib_exe" driver_pool
 say "   tests took $((SECONDS - started)) s"
 
 # ----- the programs, on the host and on the fake -----

@@ -91,7 +91,7 @@ default = {"cuda"}
 observer = {"cuda", "cupti"}
 reaches_gpu = re.compile(r"Device::cuda|cudarc|DriverPool")
 for package in meta["packages"]:
-    if package["name"] not in ("vramguard", "vramguard-runtime"):
+    if package["name"] not in ("vramguard", "vramguard-alloc", "vramguard-memory", "vramguard-tensor"):
         continue
     for target in package["targets"]:
         required = set(target.get("required-features") or [])
@@ -126,9 +126,9 @@ prepare() {
     local msgs
     msgs="$(mktemp)"
     # With the GPU observer (`cupti`): its test and benchmark are in the suite.
-    local features="vramguard-runtime/cupti,vramguard/cupti"
+    local features="vramguard-memory/cupti,vramguard/cupti"
     echo "== cargo test --release --no-run (runtime and facade, features $features)"
-    cargo test --release --no-run -p vramguard-runtime -p vramguard --features "$features" \
+    cargo test --release --no-run -p vramguard-alloc -p vramguard-memory -p vramguard-tensor -p vramguard --features "$features" \
         --message-format=json > "$msgs" || { echo "gpu-check prepare: building the tests failed" >&2; exit 1; }
     echo "== cargo build --release --examples (features $features)"
     cargo build --release --examples --features "$features" --message-format=json >> "$msgs" \

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Checks the CUDA kernel sources (runtime/kernels/*.cu) without a GPU:
+# Checks the CUDA kernel sources (tensor/kernels/*.cu) without a GPU:
 #
 # 1. NVRTC compiles every source to PTX. NVRTC comes from NVIDIA's PyPI wheel matching the
 #    pinned CUDA 12.8 (scripts/nvrtc-from-pypi.sh installs it into target/nvrtc when missing);
 #    no GPU and no CUDA toolkit are needed. Ends with `kernels compiled to PTX: K/N`.
-# 2. The same sources, compiled for the host by g++ with runtime/kernels/host_shim.h, run under
+# 2. The same sources, compiled for the host by g++ with tensor/kernels/host_shim.h, run under
 #    the CUDA backend's own launch code on small host tensors and are compared with the host
 #    backend (`kernels checked on the host: K/N`), and a small transformer is trained through
 #    the CUDA backend on host memory against the host backend.
@@ -21,9 +21,9 @@ NVRTC_LIB=$(scripts/nvrtc-from-pypi.sh)
 echo "== compiling the kernel sources for the host (g++ with host_shim.h)"
 HOST_DIR="target/kernels-host"
 mkdir -p "$HOST_DIR"
-cat runtime/kernels/common.cuh runtime/kernels/*.cu > "$HOST_DIR/kernels.cpp"
+cat tensor/kernels/common.cuh tensor/kernels/*.cu > "$HOST_DIR/kernels.cpp"
 g++ -std=c++17 -O1 -fPIC -shared -ffp-contract=off -Wall -Werror \
-    -include runtime/kernels/host_shim.h -x c++ "$HOST_DIR/kernels.cpp" \
+    -include tensor/kernels/host_shim.h -x c++ "$HOST_DIR/kernels.cpp" \
     -o "$HOST_DIR/libvg_kernels_host.so"
 
 echo "== cargo test: the backend checks (NVRTC to PTX, kernels on the host)"
@@ -33,7 +33,7 @@ mkdir -p target/kernels-ptx
 LD_LIBRARY_PATH="$NVRTC_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
 VRAMGUARD_PTX_OUT="$PWD/target/kernels-ptx/vramguard_kernels.ptx" \
 VRAMGUARD_HOST_KERNELS="$PWD/$HOST_DIR/libvg_kernels_host.so" \
-    cargo test -p vramguard-runtime --lib tensor::backend::checks -- --nocapture --test-threads=1 \
+    cargo test -p vramguard-tensor --lib tensor::backend::checks -- --nocapture --test-threads=1 \
     2>&1 | tee "$LOG"
 status=${PIPESTATUS[0]}
 set -e
@@ -56,7 +56,7 @@ if [[ "$status" -ne 0 ]]; then
 fi
 if [[ -z "$ptx_line" ]]; then
     echo "kernels-check: NVRTC printed no count" >&2
-    echo "kernels compiled to PTX: 0/$(ls runtime/kernels/*.cu | wc -l)"
+    echo "kernels compiled to PTX: 0/$(ls tensor/kernels/*.cu | wc -l)"
     exit 1
 fi
 # The PTX count is the last line, as promised.

@@ -5,7 +5,7 @@
 # together and cudarc's linking mode is candle's. Without a GPU or the CUDA toolkit:
 #
 # 1. writes a scratch crate in target/linking-check/crate that depends on this workspace's
-#    `vramguard-runtime` (path, feature `cuda`) and on cudarc with candle's features
+#    `vramguard-memory` (path, feature `cuda`) and on cudarc with candle's features
 #    (`std`, `driver`, `dynamic-linking`, `cuda-12080`);
 # 2. check: `cargo check` of it (with the build's environment, below) (before the switch to `fallback-dynamic-loading`, cudarc's build
 #    script panicked here: "Both `dynamic-loading` and `dynamic-linking` features are active");
@@ -64,7 +64,8 @@ edition = "2021"
 publish = false
 
 [dependencies]
-vramguard-runtime = { path = "$root/runtime", default-features = false, features = ["cuda"] }
+vramguard-alloc = { path = "$root/alloc", features = ["cuda"] }
+vramguard-memory = { path = "$root/memory", features = ["cuda"] }
 # What candle-core 0.11's \`cuda\` feature asks cudarc for.
 cudarc = { version = "0.19.10", default-features = false, features = ["std", "driver", "dynamic-linking", "cuda-12080"] }
 
@@ -77,9 +78,9 @@ TOML
 [[ -f "$CRATE/Cargo.lock" ]] || cp Cargo.lock "$CRATE/Cargo.lock"
 put "$CRATE/src/main.rs" <<'RUST'
 //! vramguard's CUDA backend in a binary that links the CUDA libraries (cudarc `dynamic-linking`).
-use vramguard_runtime::device::CudaBuffer;
-use vramguard_runtime::driver::{library_present, CudaLibrary};
-use vramguard_runtime::{memory, Device};
+use vramguard_alloc::driver::{library_present, CudaLibrary};
+use vramguard_memory::device::CudaBuffer;
+use vramguard_memory::{memory, Device};
 
 fn main() {
     let driver = library_present(CudaLibrary::Driver);
@@ -125,7 +126,7 @@ gcc -shared -fPIC -o "$LIB/libcublasLt.so" "$OUT/cublasLt_stub.c"
 scratch_env=(env CUDA_HOME="$LIB" CUDA_PATH="$LIB" LIBRARY_PATH="$LIB${LIBRARY_PATH:+:$LIBRARY_PATH}")
 
 # ----- check -----
-echo "== cargo check (vramguard-runtime beside cudarc's dynamic-linking)"
+echo "== cargo check (vramguard's CUDA backend beside cudarc's dynamic-linking)"
 if ! "${scratch_env[@]}" cargo check --manifest-path "$CRATE/Cargo.toml" > "$OUT/check.txt" 2>&1; then
     grep -E -A1 "panicked|^error" "$OUT/check.txt" | grep -v -E "^--$|^note" | head -n 12 \
         | sed 's/^/    /'

@@ -8,7 +8,7 @@
 #    target/observer-check/lib, as libcuda.so and libcupti.so: cudarc opens both by those names,
 #    the dynamic loader recognises one file, so the fake driver calls the observer's CUPTI
 #    callbacks itself, with CUPTI's structure layouts;
-# 3. runs the observer's unit tests, runtime/tests/cuda_observer.rs and
+# 3. runs the observer's unit tests, memory/tests/cuda_observer.rs and
 #    tests/cuda_observer_scope.rs (#[batch_scope] over the observer) on the fake, one test at a
 #    time, with VRAMGUARD_REQUIRE_GPU=1 (a test that would skip fails), and prints the lines
 #    the tests assert:
@@ -53,12 +53,12 @@ say() { echo "$*"; }
 fail() { say "observer check: $*"; say "observer check: tests 0 passed, 1 failed, 0 skip lines"; exit 1; }
 
 say "== clippy with the cupti feature (runtime, facade, fake)"
-cargo clippy -q -p vramguard-runtime -p vramguard -p vramguard-fake-cuda --features vramguard/cupti \
+cargo clippy -q -p vramguard-alloc -p vramguard-memory -p vramguard-tensor -p vramguard -p vramguard-fake-cuda --features vramguard/cupti \
     --lib --tests --examples -- -D warnings || fail "clippy with the cupti feature failed"
 
 say "== docs with the cupti feature (broken intra-doc links and rustdoc warnings denied)"
 RUSTDOCFLAGS="-D rustdoc::broken_intra_doc_links -D warnings" \
-    cargo doc -q -p vramguard-runtime -p vramguard --no-deps --features vramguard/cupti \
+    cargo doc -q -p vramguard-alloc -p vramguard-memory -p vramguard-tensor -p vramguard --no-deps --features vramguard/cupti \
     || fail "the docs with the cupti feature have warnings"
 
 say "== building the fake driver and its CUPTI"
@@ -92,10 +92,10 @@ run() {
 
 say "== the observer's tests on the fake"
 started=$SECONDS
-run "observer unit tests" cargo test -q -p vramguard-runtime --features cupti --lib observer
+run "observer unit tests" cargo test -q -p vramguard-memory --features cupti --lib observer
 run "fake CUPTI" cargo test -q -p vramguard-fake-cuda --lib cupti
 run "fake CUPTI calls" cargo test -q -p vramguard-fake-cuda --test driver -- observer_support::
-run "cuda_observer" cargo test -q -p vramguard-runtime --features cupti --test cuda_observer \
+run "cuda_observer" cargo test -q -p vramguard-memory --features cupti --test cuda_observer \
     -- --test-threads=1 --nocapture
 run "cuda_observer_scope" cargo test -q -p vramguard --features cupti --test cuda_observer_scope \
     -- --test-threads=1 --nocapture
@@ -120,9 +120,9 @@ measure_env=(env -u VRAMGUARD_ALLOC_CONF -u CUDA_INJECTION64_PATH
     FAKE_CUDA_HOST_KERNELS="$PWD/$OUT/libkernels_host.so" FAKE_CUDA_MEMORY=8GiB)
 if [[ -z "$NVRTC_LIB" ]]; then
     say "   FAIL: no NVRTC (see $OUT/nvrtc.txt)"
-elif ! cat runtime/kernels/common.cuh runtime/kernels/*.cu > "$OUT/kernels.cpp" \
+elif ! cat tensor/kernels/common.cuh tensor/kernels/*.cu > "$OUT/kernels.cpp" \
     || ! g++ -std=c++17 -O2 -fPIC -shared -ffp-contract=off -Wall -Werror \
-        -include runtime/kernels/host_shim.h -x c++ "$OUT/kernels.cpp" -o "$OUT/libkernels_host.so"; then
+        -include tensor/kernels/host_shim.h -x c++ "$OUT/kernels.cpp" -o "$OUT/libkernels_host.so"; then
     say "   FAIL: compiling the kernels' host build failed"
 elif ! cargo build -q -p cargo-vramguard; then
     say "   FAIL: building cargo-vramguard failed"

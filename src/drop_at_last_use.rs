@@ -130,7 +130,8 @@ pub trait DropAtLastUse {
     }
 }
 
-impl DropAtLastUse for vramguard_runtime::tensor::Tensor {}
+#[cfg(feature = "tensor")]
+impl DropAtLastUse for vramguard_tensor::tensor::Tensor {}
 
 impl<T: DropAtLastUse> DropAtLastUse for Vec<T> {
     fn __vg_records_graph(&self) -> bool {

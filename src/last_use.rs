@@ -47,7 +47,8 @@
 //!   into an input's buffer when the handle is the only one (`can_mut`), so moving the value
 //!   into its last use, which the attribute does for every `DropAtLastUse` type, is all it needs.
 
-use vramguard_runtime::tensor::{Tensor, TensorAtLastUse};
+#[cfg(feature = "tensor")]
+use vramguard_tensor::tensor::{Tensor, TensorAtLastUse};
 
 /// A value at its last use, as the receiver of the op called on it (see the module docs).
 #[doc(hidden)]
@@ -85,6 +86,7 @@ macro_rules! receivers {
             }
         }
 
+        #[cfg(feature = "tensor")]
         impl Dying<Tensor> {
             $(
                 /// The receiver whose method of the same name is the consuming form.

@@ -69,13 +69,13 @@
 //! | --- | --- | --- | --- | --- | --- | --- | --- | --- |
 //! | frees at last use | yes: `tests/inference/memory.rs` | yes: `tests/drop_at_last_use/table.rs`, `candle_inference` | yes: the same tensor type | yes: `tests/drop_at_last_use/table.rs`, `burn_inference` | yes: the same tensor type | yes: `tests/drop_at_last_use/table.rs` | yes: `tests/drop_at_last_use/table.rs` | yes: the same tensor type |
 //! | in place at last use | yes: `tests/inference/inplace.rs` | no: a tensor shares its storage with views and clones, and candle does not say whether a handle is the only one | as CPU | burn does it by itself (an op on a tensor whose handle is the only one reuses its buffer) | as CPU | `mapv` of an owned array: `tests/inference/inplace.rs` (feature `ndarray`) | no: libtorch's storage is shared with views and autograd, not visible from Rust | as CPU |
-//! | no-grad | yes: `runtime/tests/tensor/grad.rs` | no switch in candle: plain weights (notice: `tests/drop_at_last_use/notices.rs`) | as CPU | no switch in burn: `model.valid()` | as CPU | nothing to record | yes: tch's guard, `tests/drop_at_last_use/table.rs` | as CPU |
-//! | `#[batch_scope]` accounting | yes: `runtime/tests/scope/accounting.rs` | yes: `tests/heap/scopes.rs` | yes, per allocation through the observer: `tests/cuda_observer_scope.rs` (escapes exact to the byte, by tag); through the driver's pool (totals): `runtime/tests/cuda/pool.rs` | yes: `burn_inference` | as statistics | yes: `tests/heap/scopes.rs` | no: libtorch's memory is C++'s | as statistics |
-//! | statistics | yes: `memory::stats` | yes: `heap::stats`, `tests/heap/stats.rs` | yes, per tensor: `observer::Observer::stats` (feature `cupti`), `runtime/tests/cuda_observer.rs` on the fake driver | yes: `heap::stats` | yes, per page, through the observer: untested, burn-cuda 0.22 does not build here (cubecl-cuda links LLVM 23 through llvm-sys 231, which neither Debian nor crates.io provides) | yes: `heap::stats` | no (as above) | yes, per segment, through the observer: untested end to end, the parameters of `cudaMalloc`/`cudaFree` read in `observer::calls`'s unit tests; no CUDA libtorch here, and the fake has no CUDA runtime |
-//! | timeline | yes: `memory::html_report` | yes: `heap::html_report`, `tests/heap/stats.rs` | yes: `Observer::html_report`, `Observer::dump_snapshot` (memory_viz), `runtime/tests/cuda_observer.rs` | yes: `heap::html_report` | as statistics | yes: `heap::html_report` | no | as statistics |
-//! | OOM text | yes: `OutOfMemory` | yes: heap limit, `tests/heap_process.rs` | yes, printed before candle's own error: `runtime/tests/cuda_observer.rs` | yes: heap limit | as statistics | yes: heap limit | no | as statistics |
-//! | `VRAMGUARD_ALLOC_CONF` | yes | yes: `memory_limit`, `trace_capacity`, `heap_tracking` | yes: `memory_limit` (a soft cap: the OOM text at each crossing), `trace_capacity` (the log): `runtime/tests/cuda_observer.rs` | yes | as statistics | yes | no | as statistics |
-//! | largest batch | yes: `memory::max_batch`, `inference_bench` | yes: `heap::max_batch`, `candle_inference` | yes: `MaxBatchSearch::run_on_observer`, `runtime/tests/cuda_observer.rs` | yes: `heap::max_batch`, `burn_inference` | as statistics | yes: `heap::max_batch` | no | as statistics |
+//! | no-grad | yes: `tensor/tests/tensor/grad.rs` | no switch in candle: plain weights (notice: `tests/drop_at_last_use/notices.rs`) | as CPU | no switch in burn: `model.valid()` | as CPU | nothing to record | yes: tch's guard, `tests/drop_at_last_use/table.rs` | as CPU |
+//! | `#[batch_scope]` accounting | yes: `memory/tests/scope/accounting.rs` | yes: `tests/heap/scopes.rs` | yes, per allocation through the observer: `tests/cuda_observer_scope.rs` (escapes exact to the byte, by tag); through the driver's pool (totals): `tensor/tests/cuda/pool.rs` | yes: `burn_inference` | as statistics | yes: `tests/heap/scopes.rs` | no: libtorch's memory is C++'s | as statistics |
+//! | statistics | yes: `memory::stats` | yes: `heap::stats`, `tests/heap/stats.rs` | yes, per tensor: `observer::Observer::stats` (feature `cupti`), `memory/tests/cuda_observer.rs` on the fake driver | yes: `heap::stats` | yes, per page, through the observer: untested, burn-cuda 0.22 does not build here (cubecl-cuda links LLVM 23 through llvm-sys 231, which neither Debian nor crates.io provides) | yes: `heap::stats` | no (as above) | yes, per segment, through the observer: untested end to end, the parameters of `cudaMalloc`/`cudaFree` read in `observer::calls`'s unit tests; no CUDA libtorch here, and the fake has no CUDA runtime |
+//! | timeline | yes: `memory::html_report` | yes: `heap::html_report`, `tests/heap/stats.rs` | yes: `Observer::html_report`, `Observer::dump_snapshot` (memory_viz), `memory/tests/cuda_observer.rs` | yes: `heap::html_report` | as statistics | yes: `heap::html_report` | no | as statistics |
+//! | OOM text | yes: `OutOfMemory` | yes: heap limit, `tests/heap_process.rs` | yes, printed before candle's own error: `memory/tests/cuda_observer.rs` | yes: heap limit | as statistics | yes: heap limit | no | as statistics |
+//! | `VRAMGUARD_ALLOC_CONF` | yes | yes: `memory_limit`, `trace_capacity`, `heap_tracking` | yes: `memory_limit` (a soft cap: the OOM text at each crossing), `trace_capacity` (the log): `memory/tests/cuda_observer.rs` | yes | as statistics | yes | no | as statistics |
+//! | largest batch | yes: `memory::max_batch`, `inference_bench` | yes: `heap::max_batch`, `candle_inference` | yes: `MaxBatchSearch::run_on_observer`, `memory/tests/cuda_observer.rs` | yes: `heap::max_batch`, `burn_inference` | as statistics | yes: `heap::max_batch` | no | as statistics |
 //!
 //! The three CUDA columns' memory tools come from the GPU observer (feature `cupti`,
 //! `vramguard::observer`): every allocation and free any library makes through the CUDA driver
@@ -101,24 +101,27 @@ mod notices;
 
 pub use drop_at_last_use::DropAtLastUse;
 pub use vramguard_macros::{allow, batch_scope, inference, DropAtLastUse};
-pub use vramguard_runtime::device::{Device, DeviceError};
-pub use vramguard_runtime::grad::{
+pub use vramguard_memory::device::{Device, DeviceError};
+pub use vramguard_memory::grad::{
     enable_grad, is_grad_enabled, no_grad, no_grad_future, EnableGradGuard, NoGradGuard,
     WithGradMode,
 };
-pub use vramguard_runtime::heap::TrackingAllocator;
-pub use vramguard_runtime::tensor::{DType, Rhs, Tensor, TensorError};
-pub use vramguard_runtime::{nn, scope};
+pub use vramguard_memory::heap::TrackingAllocator;
+pub use vramguard_memory::scope;
+#[cfg(feature = "tensor")]
+pub use vramguard_tensor::nn;
+#[cfg(feature = "tensor")]
+pub use vramguard_tensor::tensor::{DType, Rhs, Tensor, TensorError};
 
 /// The process's heap, for tensors of any library (candle's and burn's CPU tensors, ndarray's
 /// arrays): statistics, batch-scope reports, the trace and its timeline, a soft memory limit
 /// and the largest-batch finder, once [`TrackingAllocator`] is the global allocator.
 pub mod heap {
-    pub use vramguard_runtime::heap::{
+    pub use vramguard_memory::heap::{
         html_report, is_tracking, memory_limit, record_trace, reset_peak_stats, set_memory_limit,
         snapshot, stats, trace, CENSUS_ENV, REPORT_ENV,
     };
-    use vramguard_runtime::memory::{MaxBatch, MaxBatchError, MaxBatchSearch};
+    use vramguard_memory::memory::{MaxBatch, MaxBatchError, MaxBatchSearch};
 
     /// The largest batch size whose run keeps the heap's peak within `budget_bytes` (every live
     /// byte of the process, weights included), found in few runs of `run` — the same search as
@@ -135,13 +138,13 @@ pub mod heap {
 
 /// Memory tools per device: statistics, peaks, cache release, preallocation, snapshots, traces.
 pub mod memory {
-    pub use vramguard_runtime::memory::*;
+    pub use vramguard_memory::memory::*;
 }
 
 /// The caching allocator's settings (`VRAMGUARD_ALLOC_CONF`), its backends, and the allocator
 /// itself for custom backends. Per-device tools are in [`crate::memory`].
 pub mod alloc {
-    pub use vramguard_runtime::alloc::{
+    pub use vramguard_alloc::{
         parse_bytes, AllocOrigin, AllocatorConfig, Backend, BackendError, BackendFailure, Block,
         BlockSnapshot, CachingAllocator, ConfigError, DeviceAllocator, EventId, ExpandableSegments,
         HostBackend, IterationId, LabelFrame, MemoryLimit, PoolKind, RoundupInterval,
@@ -156,8 +159,8 @@ pub mod alloc {
     /// (on by default).
     #[cfg(feature = "cuda")]
     pub mod cuda_backend {
-        pub use vramguard_runtime::alloc::cuda_backend::{stream_id, CudaBackend};
-        pub use vramguard_runtime::driver::{library_present, ContextError, CudaLibrary};
+        pub use vramguard_alloc::cuda_backend::{stream_id, CudaBackend};
+        pub use vramguard_alloc::driver::{library_present, ContextError, CudaLibrary};
     }
 }
 
@@ -166,7 +169,7 @@ pub mod alloc {
 /// `cuda` feature (on by default).
 #[cfg(feature = "cuda")]
 pub mod driver_pool {
-    pub use vramguard_runtime::driver_pool::{DriverPool, KEEP_ALL_CACHED};
+    pub use vramguard_memory::driver_pool::{DriverPool, KEEP_ALL_CACHED};
 }
 
 /// The observer of every GPU allocation in the process, whichever library makes it (candle per
@@ -177,7 +180,7 @@ pub mod driver_pool {
 /// `cupti` feature.
 #[cfg(feature = "cupti")]
 pub mod observer {
-    pub use vramguard_runtime::observer::{
+    pub use vramguard_memory::observer::{
         report_at_exit, set_label_source, ObservedAllocation, ObservedEvent, Observer,
         ObserverError, ObserverOptions, GPU_REPORT_ENV, REPORT_LOG_CAPACITY,
     };
@@ -188,26 +191,28 @@ pub mod observer {
 /// default); without it [`crate::Device::cuda`] returns
 /// [`DeviceError::CudaFeatureDisabled`](crate::DeviceError).
 pub mod device {
-    pub use vramguard_runtime::device::Allocation;
+    pub use vramguard_memory::device::Allocation;
     #[cfg(feature = "cuda")]
-    pub use vramguard_runtime::device::{CudaBuffer, CudaBufferError, CudaDevice};
+    pub use vramguard_memory::device::{CudaBuffer, CudaBufferError, CudaDevice};
 }
 
 /// Grad mode beyond the guards at the crate root.
 pub mod grad {
-    pub use vramguard_runtime::grad::{set_grad_enabled, GradModeGuard};
+    pub use vramguard_memory::grad::{set_grad_enabled, GradModeGuard};
 }
 
-/// Tensor items beyond [`crate::Tensor`] and its companions at the crate root.
+/// Tensor items beyond [`crate::Tensor`] and its companions at the crate root (feature
+/// `tensor`, on by default).
+#[cfg(feature = "tensor")]
 pub mod tensor {
-    pub use vramguard_runtime::tensor::{rng, PeakBound, PeakBoundRecorder, Result, Storage};
+    pub use vramguard_tensor::tensor::{rng, PeakBound, PeakBoundRecorder, Result, Storage};
 }
 
 /// Items used by code the macros generate. Not public API: no stability guarantees.
 #[doc(hidden)]
 pub mod __private {
-    pub use vramguard_runtime::grad::no_grad_future;
-    pub use vramguard_runtime::scope::{BatchScope, BatchScopeGuard, ScopeOptions, WarningOutput};
+    pub use vramguard_memory::grad::no_grad_future;
+    pub use vramguard_memory::scope::{BatchScope, BatchScopeGuard, ScopeOptions, WarningOutput};
 
     pub use crate::drop_at_last_use::{CopyAtLastUse, DroppableAtLastUse, KeepToScopeEnd, Probe};
     #[cfg(feature = "ndarray")]
@@ -216,7 +221,8 @@ pub mod __private {
     pub use crate::library_grad::{
         inference_guard, library_no_grad, with_library_no_grad, InferenceGuard, LibraryNoGrad,
     };
-    pub use vramguard_runtime::tensor::TensorAtLastUse;
+    #[cfg(feature = "tensor")]
+    pub use vramguard_tensor::tensor::TensorAtLastUse;
 
     // The two functions below are what a compile error caused by the rewrite points into:
     // rustc quotes their signature line ("consider changing this parameter type in function

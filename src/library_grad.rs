@@ -32,14 +32,14 @@ pub fn library_no_grad() -> LibraryNoGrad {
 pub struct InferenceGuard {
     // Fields drop in declaration order: the library guards first.
     _library: LibraryNoGrad,
-    _no_grad: vramguard_runtime::grad::NoGradGuard,
+    _no_grad: vramguard_memory::grad::NoGradGuard,
 }
 
 /// Enters [`InferenceGuard`] (for the code `#[inference]` generates).
 #[doc(hidden)]
 #[inline]
 pub fn inference_guard() -> InferenceGuard {
-    let no_grad = vramguard_runtime::grad::NoGradGuard::new();
+    let no_grad = vramguard_memory::grad::NoGradGuard::new();
     InferenceGuard {
         _library: library_no_grad(),
         _no_grad: no_grad,

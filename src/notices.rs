@@ -170,7 +170,7 @@ const GRAPH_MESSAGE: &str = "a candle tensor that records candle's graph \
 /// records on purpose).
 pub(crate) fn dropped_with_graph<T: DropAtLastUse + ?Sized>(value: &T) {
     if GRAPH_NOTICED.load(Ordering::Relaxed)
-        || vramguard_runtime::grad::is_grad_enabled()
+        || vramguard_memory::grad::is_grad_enabled()
         || !value.__vg_records_graph()
     {
         return;

@@ -2,7 +2,7 @@
 //! finds the kernel's host build, and a launch runs it over its grid through `trampoline.c`.
 //!
 //! Host builds are shared libraries named by `FAKE_CUDA_HOST_KERNELS` (`:`-separated): CUDA
-//! sources compiled for the host with `runtime/kernels/host_shim.h`, which defines the built-in
+//! sources compiled for the host with `tensor/kernels/host_shim.h`, which defines the built-in
 //! indices and exports `vg_host_set_index(grid, block, block_idx, thread_idx)`. A kernel named
 //! `NAME` in the PTX is the symbol `NAME` of the first library that has it, run with that
 //! library's `vg_host_set_index` before each thread.
@@ -130,7 +130,7 @@ pub fn load_libraries(paths: &[String]) -> Result<Vec<HostLibrary>, String> {
         let set_index = unsafe { libc::dlsym(handle, c"vg_host_set_index".as_ptr()) };
         if set_index.is_null() {
             return Err(format!(
-                "{path} has no vg_host_set_index: compile it with -include runtime/kernels/host_shim.h"
+                "{path} has no vg_host_set_index: compile it with -include tensor/kernels/host_shim.h"
             ));
         }
         out.push(HostLibrary {
@@ -163,7 +163,7 @@ pub fn resolve(libraries: &[HostLibrary], module: u64, entry: &Entry) -> Result<
         errors::NOT_FOUND,
         format!(
             "kernel {} has no host build in FAKE_CUDA_HOST_KERNELS ({}): compile its source with \
-             runtime/kernels/host_shim.h into one of those libraries",
+             tensor/kernels/host_shim.h into one of those libraries",
             entry.name,
             if searched.is_empty() {
                 "unset".to_string()

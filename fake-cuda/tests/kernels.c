@@ -1,6 +1,6 @@
 // Kernels for the fake driver's own tests (tests/rules.rs), compiled into a shared library by
 // build.rs: the host builds the fake runs for the PTX entries of the same names. The built-in
-// indices as runtime/kernels/host_shim.h keeps them.
+// indices as tensor/kernels/host_shim.h keeps them.
 
 #include <stdint.h>
 

@@ -136,7 +136,7 @@ try {
   };
   // Allocations made by the program's own lines (not the library's) first: the tooltip the
   // screenshot shows is then one a user would look for.
-  const userMade = data.allocations.map((a) => !!a.origin && !a.origin.file.startsWith("runtime/"));
+  const userMade = data.allocations.map((a) => !!a.origin && !/^(alloc|memory|tensor)\//.test(a.origin.file));
   const target = await page.evaluate((userMade) => {
     const polys = [...document.querySelectorAll("#vg-chart polygon.alloc")];
     polys.sort((p, q) => {

@@ -5,7 +5,7 @@
 
 use vramguard::Device;
 // The facade does not re-export the allocation type; tests may name the runtime crate.
-use vramguard_runtime::device::Allocation;
+use vramguard_memory::device::Allocation;
 
 /// A matrix of f32 whose bytes are held on `device`.
 pub struct T {

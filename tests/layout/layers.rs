@@ -1,7 +1,10 @@
-//! The module layers of `runtime/` (and inside it, of `runtime/src/tensor/`) and of `macros/`:
-//! each module imports only from the layers below it, so that a reader can start at the bottom
-//! and never meet a name from above. The lists below are the layers, lowest first; the crate
-//! docs of `vramguard-runtime` and `runtime/src/tensor/mod.rs` say what each one owns.
+//! The module layers inside the runtime's crates (`memory/src/`, `tensor/src/` and inside it
+//! `tensor/src/tensor/`) and of `macros/`: each module imports only from the layers below it, so
+//! that a reader can start at the bottom and never meet a name from above. Between the crates
+//! (`vramguard-alloc` below `vramguard-memory` below `vramguard-tensor`) the compiler enforces
+//! it: a crate cannot name one that depends on it. The lists below are the layers, lowest
+//! first; the crate docs of `vramguard-memory`, `vramguard-tensor` and `tensor/src/tensor/mod.rs`
+//! say what each one owns.
 //!
 //! The test reads the sources (no compiler needed): every `crate::…` and `super::…` path
 //! (`{…}` groups expanded, the root's re-exports such as `crate::Device` resolved to their
@@ -10,8 +13,8 @@
 //! of the same or a higher layer, and on a module no layer lists (a new module must be placed).
 //! `cargo test --test layout layers -- --nocapture` prints the graphs.
 //!
-//! The lists are written once more for readers, in `docs/layout.md` and in the crate docs of
-//! `vramguard-runtime` (`runtime/src/lib.rs`) and `runtime/src/tensor/mod.rs`: the test fails
+//! The lists are written once more for readers, in `docs/layout.md` and in the crate docs
+//! (`memory/src/lib.rs`, `tensor/src/lib.rs`, `tensor/src/tensor/mod.rs`): the test fails
 //! when one of them differs from the lists here, in a name or in the order. It also checks the
 //! layout rules of `docs/layout.md`: a module with children is a folder with `mod.rs`, no
 //! `#[path]` in a crate's `src/`, and no source file outside the tests over 1,000 lines.
@@ -31,31 +34,35 @@ struct Layers {
     docs: &'static [(&'static str, &'static str)],
 }
 
-const RUNTIME: Layers = Layers {
-    src: "runtime/src",
+const MEMORY: Layers = Layers {
+    src: "memory/src",
     layers: &[
-        &["diagnostics"],
-        &["driver"],
-        &["alloc"],
         &["accounting"],
         &["heap"],
         &["device"],
         &["grad"],
         &["scope"],
         &["observer"],
-        &["tensor"],
-        &["nn"],
         &["memory"],
         &["driver_pool"],
     ],
     docs: &[
-        ("docs/layout.md", "### `runtime/src/`"),
-        ("runtime/src/lib.rs", "# Layers"),
+        ("docs/layout.md", "### `memory/src/`"),
+        ("memory/src/lib.rs", "# Layers"),
+    ],
+};
+
+const TENSOR_CRATE: Layers = Layers {
+    src: "tensor/src",
+    layers: &[&["tensor"], &["nn"]],
+    docs: &[
+        ("docs/layout.md", "### `tensor/src/`"),
+        ("tensor/src/lib.rs", "# Layers"),
     ],
 };
 
 const TENSOR: Layers = Layers {
-    src: "runtime/src/tensor",
+    src: "tensor/src/tensor",
     layers: &[
         &["error"],
         &["kinds"],
@@ -67,8 +74,8 @@ const TENSOR: Layers = Layers {
         &["autograd", "inplace"],
     ],
     docs: &[
-        ("docs/layout.md", "### `runtime/src/tensor/`"),
-        ("runtime/src/tensor/mod.rs", "# Layers"),
+        ("docs/layout.md", "### `tensor/src/tensor/`"),
+        ("tensor/src/tensor/mod.rs", "# Layers"),
     ],
 };
 
@@ -498,8 +505,14 @@ fn check(root: &Path, layers: &Layers) -> Vec<String> {
 }
 
 #[test]
-fn runtime_layers_import_only_downwards() {
-    let problems = check(&workspace_root(), &RUNTIME);
+fn memory_layers_import_only_downwards() {
+    let problems = check(&workspace_root(), &MEMORY);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn tensor_crate_layers_import_only_downwards() {
+    let problems = check(&workspace_root(), &TENSOR_CRATE);
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
@@ -615,7 +628,7 @@ fn documented_layers(text: &str, heading: &str) -> Option<Vec<Vec<String>>> {
 fn the_layer_tables_of_the_docs_are_the_lists_of_this_test() {
     let root = workspace_root();
     let mut problems = Vec::new();
-    for layers in [&RUNTIME, &TENSOR, &MACROS] {
+    for layers in [&MEMORY, &TENSOR_CRATE, &TENSOR, &MACROS] {
         let want: Vec<Vec<String>> = layers
             .layers
             .iter()
@@ -665,7 +678,9 @@ const SOURCE_DIRS: &[&str] = &[
     "src",
     "macros/src",
     "lints/src",
-    "runtime/src",
+    "alloc/src",
+    "memory/src",
+    "tensor/src",
     "cargo-vramguard/src",
     "fake-cuda/src",
     "examples",
@@ -747,7 +762,14 @@ fn no_source_file_outside_the_tests_is_over_1000_lines() {
 fn modules_with_children_are_folders_with_mod_rs_and_no_crate_uses_path() {
     let root = workspace_root();
     let mut problems = Vec::new();
-    for dir in ["src", "macros/src", "runtime/src", "cargo-vramguard/src"] {
+    for dir in [
+        "src",
+        "macros/src",
+        "alloc/src",
+        "memory/src",
+        "tensor/src",
+        "cargo-vramguard/src",
+    ] {
         let mut files = Vec::new();
         source_files(&root.join(dir), &mut files);
         for file in files {
