@@ -43,7 +43,7 @@ pub struct CachingAllocator<B: Backend + ?Sized> {
     backend: B,
 }
 
-/// The allocator type a [`crate::Device`] holds.
+/// The allocator type a device (`vramguard::Device`) holds.
 pub type DeviceAllocator = CachingAllocator<Box<dyn Backend>>;
 
 impl KeepAlive for std::sync::Arc<DeviceAllocator> {
@@ -52,7 +52,7 @@ impl KeepAlive for std::sync::Arc<DeviceAllocator> {
     }
 }
 
-/// A block handed out by the allocator (no RAII; see [`crate::device::Allocation`]).
+/// A block handed out by the allocator (no RAII; see `vramguard::device::Allocation`).
 #[derive(Debug)]
 pub struct Block {
     /// Device address.
@@ -255,14 +255,14 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     ///
     /// 1. a free block of the request's pool: the merged block whose merge the cached pair
     ///    deferred, else the best fit among the cached free blocks
-    ///    ([`Self::take_free_block`]);
+    ///    (`take_free_block`);
     /// 2. garbage collection, then a new segment, or pages mapped at the end of the
-    ///    expandable segment ([`Self::take_from_new_segment`]);
-    /// 3. the cache released and the segment asked for again ([`Self::take_after_release`]);
+    ///    expandable segment (`take_from_new_segment`);
+    /// 3. the cache released and the segment asked for again (`take_after_release`);
     /// 4. a fixed segment when the expandable segment cannot grow
-    ///    ([`Self::take_from_fixed_segment`]);
+    ///    (`take_from_fixed_segment`);
     /// 5. the pressure handlers, and when they freed memory, steps 1–4 once more
-    ///    ([`Self::take_after_pressure_handlers`]);
+    ///    (`take_after_pressure_handlers`);
     /// 6. [`OutOfMemory`], which says why.
     ///
     /// Step 1 is the cached pair's whole path; every later step is out of line, so the cached
@@ -689,7 +689,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
 
     /// [`Self::free`] of a block its caller keeps no use for afterwards (an `Allocation`
     /// being dropped): by reference, so the block is not moved on the way. Returns what the
-    /// allocator's held blocks kept alive once the last of them is freed ([`State::hold`]),
+    /// allocator's held blocks kept alive once the last of them is freed (`hold`),
     /// for the caller to drop after this call, when nothing refers into the allocator (it may
     /// be the allocator's last reference).
     #[inline]

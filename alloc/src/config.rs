@@ -18,9 +18,9 @@
 //! | `preallocate` | bytes (same forms as `memory_limit`) | reserve this much once, at start |
 //! | `iteration_planning` | `true` (the default) or `false` | lay out each `#[batch_scope]` iteration from the previous one's allocations (expandable segments only) |
 //! | `trace_capacity` | events (0, the default, disables the trace) | length of the bounded event trace |
-//! | `heap_tracking` | `true` (the default) or `false` | `false` makes [`crate::heap::TrackingAllocator`] a plain pass-through for the whole process |
+//! | `heap_tracking` | `true` (the default) or `false` | `false` makes `vramguard::TrackingAllocator` a plain pass-through for the whole process |
 //!
-//! The tracking allocator ([`crate::heap`]) reads the same variable once, at the process's
+//! The tracking allocator (`vramguard::heap`) reads the same variable once, at the process's
 //! first allocation: `memory_limit` (or `memory_fraction` of the machine's physical memory)
 //! becomes its soft limit on live heap bytes, `trace_capacity` starts its trace, and
 //! `heap_tracking:false` turns it off; the other keys concern the device allocators only.
@@ -53,7 +53,7 @@ pub const KNOWN_KEYS: &[&str] = &[
 
 /// Whether the large pool uses an expandable segment (one reserved address range whose pages
 /// are mapped as it grows) or fixed segments (PyTorch's default: each segment a separate
-/// backend allocation). See the [module documentation](crate::alloc) for the rules.
+/// backend allocation). See the [crate documentation](crate) for the rules.
 ///
 /// `with_expandable_segments(true)`/`(false)` set [`ExpandableSegments::On`]/[`Off`](ExpandableSegments::Off)
 /// (`bool` converts with `into()`); [`CachingAllocator::uses_expandable_segments`](crate::CachingAllocator::uses_expandable_segments)
@@ -132,14 +132,14 @@ pub struct AllocatorConfig {
     /// virtual memory management). Default [`ExpandableSegments::Auto`]: on wherever the backend
     /// can map pages.
     pub expandable_segments: ExpandableSegments,
-    /// Bytes reserved once when the allocator is created (see [`crate::memory::reserve`]).
+    /// Bytes reserved once when the allocator is created (see `vramguard::memory::reserve`).
     pub preallocate: usize,
     /// Events kept by the trace ring (0 disables tracing).
     pub trace_capacity: usize,
     /// Lay out each batch-scope iteration from the recording of the scope's previous one
     /// (offline planning made online; expandable segments only). On by default.
     pub iteration_planning: bool,
-    /// Whether [`crate::heap::TrackingAllocator`], when it is the global allocator, tracks the
+    /// Whether `vramguard::TrackingAllocator`, when it is the global allocator, tracks the
     /// heap (`heap_tracking:false` makes it a plain pass-through). Device allocators ignore it.
     pub heap_tracking: bool,
 }

@@ -1,4 +1,4 @@
-//! Blocks and devices: ids and alignment, a block freed only to its own allocator, host pointers only from host memory, and the device kept alive exactly as long as its allocations.
+//! Blocks: ids and alignment, and a block freed only to its own allocator. (Host pointers only from host memory, and a device kept alive exactly as long as its allocations, are rules of devices: `vramguard-memory`'s `device::tests`.)
 
 use super::*;
 

@@ -129,7 +129,7 @@ impl Reading {
     }
 }
 
-/// A reading for [`EventClock::stamp_read`], from the source every allocator's clock uses.
+/// A reading for `stamp_read`, from the source every allocator's clock uses.
 #[inline]
 pub fn read_stamp() -> u64 {
     raw_stamp(counter_keeps_time())

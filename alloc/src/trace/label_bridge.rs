@@ -31,7 +31,7 @@ fn injection_path() -> Option<&'static CStr> {
     .as_deref()
 }
 
-/// Hands [`render_thread_label`] to the injection library, if the driver has loaded one that
+/// Hands `render_thread_label` to the injection library, if the driver has loaded one that
 /// takes it. Cheap once done, and without the variable.
 pub fn offer_label_source() {
     if DONE.load(Relaxed) {

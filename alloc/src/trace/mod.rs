@@ -26,7 +26,7 @@ use std::fmt;
 use std::sync::Arc;
 
 /// The labels active on a thread when an allocator event happened, outermost first: batch-scope
-/// iterations (`#[batch_scope]`, [`crate::scope::BatchScope`]) and tags ([`crate::scope::tag`]).
+/// iterations (`#[batch_scope]`, `vramguard::scope::BatchScope`) and tags (`vramguard::scope::tag`).
 /// Both feed this one label, so a tag inside a batch scope reads `train #3 / generator`.
 ///
 /// Cloning is cheap (one reference count); it serializes as its text.
@@ -173,7 +173,7 @@ pub struct RingEvent {
     pub addr: u64,
     /// Its size in bytes.
     pub size: u64,
-    /// A stamp of the ring's [`EventClock`], or nanoseconds for a ring without one.
+    /// A stamp of the ring's `EventClock`, or nanoseconds for a ring without one.
     pub time: u64,
     /// Where the allocation was made.
     pub origin: BlockOrigin,
@@ -271,7 +271,7 @@ impl TraceRing {
     pub fn stamp(&mut self) -> u64 {
         self.clock.as_mut().map_or(0, EventClock::stamp)
     }
-    /// The stamp of an event whose call read `read` ([`EventClock::stamp_read`]).
+    /// The stamp of an event whose call read `read` (`stamp_read`).
     #[inline]
     pub fn stamp_read(&mut self, read: u64) -> u64 {
         self.clock

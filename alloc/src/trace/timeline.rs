@@ -120,7 +120,7 @@ type EventRow = (u8, u64, u64, u64, u64, u64, i64);
 /// Everything the page draws.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TimelineData {
-    /// The events, oldest first (see [`EventRow`]; kinds index [`EVENT_KINDS`]).
+    /// The events, oldest first (see `EventRow`; kinds index [`EVENT_KINDS`]).
     pub events: Vec<EventRow>,
     /// Event kind names, indexed by the first field of an event.
     pub kinds: [&'static str; 5],
@@ -156,7 +156,7 @@ pub struct EndFigures {
     pub live_blocks: usize,
 }
 
-/// Event kind names, in the order of [`kind_index`].
+/// Event kind names, in the order of `kind_index`.
 pub const EVENT_KINDS: [&str; 5] = ["alloc", "free", "segment_map", "segment_unmap", "oom"];
 
 fn kind_index(kind: TraceEventKind) -> u8 {

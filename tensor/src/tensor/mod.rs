@@ -3,7 +3,7 @@
 //! A [`Tensor`] is a cheap handle (`Clone` shares everything, like PyTorch's Python objects):
 //! shape, strides and offset over an `Arc`'d [`Storage`] whose bytes come from
 //! [`Device::allocate`], so every byte a tensor holds shows up in
-//! [`crate::memory::stats`]. Views ([`Tensor::reshape`] when possible, [`Tensor::transpose`],
+//! [`vramguard_memory::memory::stats`]. Views ([`Tensor::reshape`] when possible, [`Tensor::transpose`],
 //! [`Tensor::permute`], [`Tensor::narrow`], [`Tensor::unsqueeze`], [`Tensor::broadcast_as`])
 //! share storage; [`Tensor::contiguous`] copies only when needed.
 //!
