@@ -7,9 +7,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target=target/rustdoc-json
+# The runtime's crates with their `cuda` feature, as the facade's default features build them.
 for crate in vramguard-alloc vramguard-memory vramguard-tensor vramguard; do
-    RUSTC_BOOTSTRAP=1 CARGO_TARGET_DIR=$target cargo rustdoc -q -p "$crate" --lib -- \
-        -Z unstable-options --output-format json
+    features=()
+    [[ "$crate" == vramguard ]] || features=(--features cuda)
+    RUSTC_BOOTSTRAP=1 CARGO_TARGET_DIR=$target cargo rustdoc -q -p "$crate" "${features[@]}" --lib \
+        -- -Z unstable-options --output-format json
 done
 python3 scripts/facade_check.py "$target/doc/vramguard_alloc.json" \
     "$target/doc/vramguard_memory.json" "$target/doc/vramguard_tensor.json" \

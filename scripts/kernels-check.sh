@@ -33,7 +33,7 @@ mkdir -p target/kernels-ptx
 LD_LIBRARY_PATH="$NVRTC_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
 VRAMGUARD_PTX_OUT="$PWD/target/kernels-ptx/vramguard_kernels.ptx" \
 VRAMGUARD_HOST_KERNELS="$PWD/$HOST_DIR/libvg_kernels_host.so" \
-    cargo test -p vramguard-tensor --lib tensor::backend::checks -- --nocapture --test-threads=1 \
+    cargo test -p vramguard-tensor --features cuda --lib tensor::backend::checks -- --nocapture --test-threads=1 \
     2>&1 | tee "$LOG"
 status=${PIPESTATUS[0]}
 set -e

@@ -188,6 +188,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     }
 
     /// Marks the settings as read from `VRAMGUARD_ALLOC_CONF`.
+    #[doc(hidden)]
     pub fn configured_from_environment(mut self) -> Self
     where
         B: Sized,
@@ -274,6 +275,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     /// that a call also writes), each was stored a word at a time and copied 16 bytes at a
     /// time, and a load wider than the store it reads waits until that store reaches the cache.
     #[inline(always)]
+    #[doc(hidden)]
     pub fn malloc(
         &self,
         bytes: usize,
@@ -379,6 +381,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     /// [`CachingAllocator::allocate_in`] for a request whose origin the caller knows (a
     /// tensor's shape, a device's caller); the block keeps `holder` alive while it lives.
     #[inline(always)]
+    #[doc(hidden)]
     pub fn allocate_at(
         &self,
         bytes: usize,
@@ -448,12 +451,14 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
 
     /// Entries of the trace ring's label table.
     #[cfg(test)]
+    #[doc(hidden)]
     pub fn trace_label_entries(&self) -> usize {
         self.state.lock().trace_label_entries()
     }
 
     /// Makes every free merge at once (the tests' reference for deferred merges).
     #[cfg(test)]
+    #[doc(hidden)]
     pub fn merge_eagerly(&self) {
         self.state.lock().merge_eagerly();
     }
@@ -694,6 +699,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
     /// be the allocator's last reference).
     #[inline]
     #[must_use = "the returned reference may be the allocator's last: drop it after the call"]
+    #[doc(hidden)]
     pub fn free_by_ref(&self, block: &Block) -> Option<KeptAlive> {
         let read = self.early_read();
         let mut st = self.state.lock();
@@ -854,6 +860,7 @@ impl<B: Backend + ?Sized> CachingAllocator<B> {
 
     /// The snapshot and the trace, taken at one moment, as the pickle of PyTorch's
     /// `torch.cuda.memory._dump_snapshot` for device index `device` (see `memory_viz.rs`).
+    #[doc(hidden)]
     pub fn memory_viz_pickle(&self, device: u32) -> Vec<u8> {
         let st = self.state.lock();
         let snapshot = MemorySnapshot {

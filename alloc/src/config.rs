@@ -255,6 +255,7 @@ const SPLIT_FORM: &str = "a whole number of MiB greater than 20, e.g. `256` (as 
 const DIVISIONS_FORM: &str = "0 or 1 (off) or a power of two up to 64, e.g. `4`, or per interval \
      `[256:1,512:2,>:8]` (interval ends in MiB, powers of two, increasing; `>` for the rest)";
 /// Smallest accepted max split size: more than PyTorch's 20 MiB (`kLargeBuffer`).
+#[doc(hidden)]
 pub const MIN_MAX_SPLIT: usize = 20 * MIB + 1;
 const EXPANDABLE_FORM: &str =
     "`auto` (on where the backend can map pages; the default), `true` or `false`";
@@ -546,6 +547,7 @@ impl AllocatorConfig {
     }
 
     /// The limit in bytes on a device of `capacity` bytes (`None`: unlimited).
+    #[doc(hidden)]
     pub fn limit_bytes(
         &self,
         capacity: Option<usize>,
@@ -568,6 +570,7 @@ const MIB: usize = 1 << 20;
 
 /// [`ENV_VAR`], parsed once per process for the process-wide devices (which report a bad
 /// value: `Device::cuda` returns it, the host device prints it once).
+#[doc(hidden)]
 pub fn env_config() -> Result<AllocatorConfig, ConfigError> {
     static CONFIG: OnceLock<Result<AllocatorConfig, ConfigError>> = OnceLock::new();
     CONFIG.get_or_init(AllocatorConfig::from_env).clone()
@@ -582,6 +585,7 @@ static ENV_CHECKED: AtomicBool = AtomicBool::new(false);
 /// that reads the variable reports through here, so the message appears once wherever
 /// vramguard is linked: the host device, the macros' guards, batch scopes, the tracking
 /// allocator.
+#[doc(hidden)]
 pub fn report_env_error_once(error: &ConfigError) {
     if !ENV_ERROR_REPORTED.swap(true, Ordering::Relaxed) {
         crate::diagnostics::error(&format!(
@@ -596,6 +600,7 @@ pub fn report_env_error_once(error: &ConfigError) {
 /// reaches it through the no-grad guard and batch scopes, so a program that uses only the
 /// macros hears about a typo too.
 #[inline]
+#[doc(hidden)]
 pub fn check_env_once() {
     if !ENV_CHECKED.load(Ordering::Relaxed) {
         check_env_slow();

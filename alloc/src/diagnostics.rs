@@ -22,12 +22,14 @@ pub enum WarningOutput {
 }
 
 /// Whether a `tracing` subscriber (global or for this thread) would receive events.
+#[doc(hidden)]
 pub fn subscriber_installed() -> bool {
     tracing::dispatcher::get_default(|d| !d.is::<tracing::subscriber::NoSubscriber>())
 }
 
 /// Emits `message` as a warning through `output`: a `tracing` warning (target `vramguard`) when
 /// routed there, else one line on stderr.
+#[doc(hidden)]
 pub fn warn(output: WarningOutput, message: &str) {
     let to_tracing = match output {
         WarningOutput::Auto => subscriber_installed(),
@@ -42,6 +44,7 @@ pub fn warn(output: WarningOutput, message: &str) {
 }
 
 /// Emits `message` as an error: to `tracing` when a subscriber is installed, else to stderr.
+#[doc(hidden)]
 pub fn error(message: &str) {
     if subscriber_installed() {
         tracing::error!(target: "vramguard", "{message}");

@@ -155,6 +155,7 @@ fn linked_into_process(_symbol: &str) -> bool {
 }
 
 /// [`ContextError::Driver`] for driver call `op`.
+#[doc(hidden)]
 pub fn driver_error(op: &'static str, e: DriverError) -> ContextError {
     ContextError::Driver {
         op,
@@ -164,6 +165,7 @@ pub fn driver_error(op: &'static str, e: DriverError) -> ContextError {
 
 /// Loads the driver (probed first: cudarc panics without it), `cuInit`, checks the ordinal,
 /// retains GPU `ordinal`'s primary context and binds it to this thread.
+#[doc(hidden)]
 pub fn open_context(ordinal: usize) -> Result<Arc<CudaContext>, ContextError> {
     if !library_present(CudaLibrary::Driver) {
         return Err(ContextError::NoDriver);
@@ -187,6 +189,7 @@ pub fn open_context(ordinal: usize) -> Result<Arc<CudaContext>, ContextError> {
 
 /// The driver's name of `e` (`CUDA_ERROR_OUT_OF_MEMORY`), or its number when the driver has
 /// none.
+#[doc(hidden)]
 pub fn error_name(e: DriverError) -> String {
     e.error_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -197,10 +200,13 @@ pub fn error_name(e: DriverError) -> String {
 /// turns it into its own error (the allocator's `BackendFailure` has the same two fields and
 /// the same text).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[doc(hidden)]
 pub struct CallFailure {
     /// What was being done (the driver function and what for).
+    #[doc(hidden)]
     pub op: String,
     /// The driver's error name.
+    #[doc(hidden)]
     pub error: String,
 }
 
@@ -214,6 +220,7 @@ impl fmt::Display for CallFailure {
 /// caller's context current again. Unlike cudarc's `bind_to_thread` it neither reads nor clears
 /// the error cudarc recorded on the context earlier (a failed free in a `Drop`), so that error
 /// is reported to whoever checks it, not to an unrelated allocator call.
+#[doc(hidden)]
 pub struct CurrentContext {
     ordinal: usize,
     /// A context stack entry belongs to the thread that pushed it.
@@ -222,6 +229,7 @@ pub struct CurrentContext {
 
 impl CurrentContext {
     /// Pushes `context` (of GPU `ordinal`) for the duration of `op`.
+    #[doc(hidden)]
     pub fn push(
         context: &CudaContext,
         ordinal: usize,

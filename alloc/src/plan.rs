@@ -45,6 +45,7 @@ const NEVER: u32 = u32::MAX;
 
 /// What one iteration did, as the plan of the next one needs it.
 #[derive(Debug, Clone)]
+#[doc(hidden)]
 pub struct IterationRecording {
     events: Vec<Event>,
     /// Block size of each request.
@@ -79,6 +80,7 @@ struct Run {
 /// A block alive now that a layout must avoid: its address range and, for blocks of the run,
 /// its lifetime in events (`[from, to)`); other blocks are alive for the whole iteration.
 #[derive(Debug, Clone, Copy)]
+#[doc(hidden)]
 pub struct Obstacle {
     pub addr: u64,
     pub size: usize,
@@ -98,6 +100,7 @@ const MAX_RECORDED_REQUESTS: usize = 4096;
 
 /// Recordings per scope and the current run.
 #[derive(Debug, Default)]
+#[doc(hidden)]
 pub struct Planner {
     /// Per scope, the most recent first.
     recordings: HashMap<u64, Vec<IterationRecording>>,

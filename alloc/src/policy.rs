@@ -22,6 +22,7 @@ pub const MIN_LARGE_ALLOC: usize = 10 << 20;
 pub const ROUND_LARGE: usize = 2 << 20;
 
 /// Sizes and addresses must fit in 48 bits (256 TiB): the free sets pack them into one key.
+#[doc(hidden)]
 pub const ADDR_LIMIT: u64 = 1 << 48;
 
 /// Rounds a request up to the allocator's block granularity (512 bytes).
@@ -32,6 +33,7 @@ pub fn round_size(bytes: usize) -> usize {
 /// The block size of a request of `bytes` with PyTorch's `roundup_power2_divisions` (`divisions`
 /// steps between consecutive powers of two above `512 · divisions`; 0 or 1: plain 512-byte
 /// rounding). `None` when it overflows.
+#[doc(hidden)]
 pub fn rounded_size(bytes: usize, divisions: usize) -> Option<usize> {
     let bytes = bytes.max(1);
     if divisions <= 1 || bytes <= ROUND * divisions {
@@ -46,6 +48,7 @@ pub fn rounded_size(bytes: usize, divisions: usize) -> Option<usize> {
 }
 
 /// The pool a block of `size` (rounded) bytes comes from.
+#[doc(hidden)]
 pub fn pool_for(size: usize) -> PoolKind {
     if size <= SMALL_SIZE {
         PoolKind::Small
@@ -57,6 +60,7 @@ pub fn pool_for(size: usize) -> PoolKind {
 /// The fixed segment a `size` request of `pool` asks the backend for: 2 MiB for the small pool,
 /// 20 MiB for large requests under 10 MiB, the request rounded up to 2 MiB above. Under a max
 /// split size, a request below it gets a segment below it too (one it may be split from).
+#[doc(hidden)]
 pub fn segment_size(pool: PoolKind, size: usize, max_split: Option<usize>) -> usize {
     let preferred = match pool {
         PoolKind::Small => SMALL_SEGMENT,
@@ -74,6 +78,7 @@ pub fn segment_size(pool: PoolKind, size: usize, max_split: Option<usize>) -> us
 /// likewise (the remainder merges with the free tail or its neighbours later); in a fixed
 /// large segment only when more than 1 MiB remains (a smaller remainder could serve no large
 /// request) and the request is below the max split size.
+#[doc(hidden)]
 pub fn should_split(
     pool: PoolKind,
     expandable: bool,
@@ -108,6 +113,7 @@ pub fn may_take(max_split: Option<usize>, size: usize, block: usize, expandable:
 
 /// What the allocator knew when a request of `rounded` bytes failed.
 #[derive(Debug, Clone, Copy)]
+#[doc(hidden)]
 pub struct OomFacts {
     /// Bytes of the request's block.
     pub rounded: u64,
@@ -128,6 +134,7 @@ pub struct OomFacts {
 /// reserving it would cross the limit; else the device is full. An expandable segment that
 /// could not grow because its address range is used up is named first: neither the limit nor
 /// the device refused those pages.
+#[doc(hidden)]
 pub fn oom_cause(f: OomFacts) -> OomCause {
     if f.range_used_up {
         OomCause::AddressRangeUsedUp

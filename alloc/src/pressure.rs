@@ -22,6 +22,7 @@ thread_local! {
 
 /// The handlers of one allocator.
 #[derive(Default)]
+#[doc(hidden)]
 pub struct PressureHandlers {
     handlers: RwLock<Vec<(PressureHandlerId, Handler)>>,
     next: AtomicU64,

@@ -31,6 +31,7 @@ const LONGEST_SLEEP: Duration = Duration::from_micros(500);
 /// A panic while the lock is held releases it and poisons nothing, as the allocator treated
 /// `std::sync::Mutex`'s poisoning before: its state is kept consistent at every point where
 /// the lock is released.
+#[doc(hidden)]
 pub struct StateLock<T> {
     locked: AtomicBool,
     value: UnsafeCell<T>,
@@ -43,6 +44,7 @@ pub struct StateLock<T> {
 unsafe impl<T: Send> Sync for StateLock<T> {}
 
 impl<T> StateLock<T> {
+    #[doc(hidden)]
     pub fn new(value: T) -> Self {
         Self {
             locked: AtomicBool::new(false),
@@ -52,6 +54,7 @@ impl<T> StateLock<T> {
 
     /// Takes the lock, waiting (spinning, yielding, then sleeping) while another thread holds it.
     #[inline]
+    #[doc(hidden)]
     pub fn lock(&self) -> StateGuard<'_, T> {
         if self
             .locked
@@ -97,12 +100,14 @@ impl<T> StateLock<T> {
     }
 
     /// The value, through exclusive access to the lock (no locking needed).
+    #[doc(hidden)]
     pub fn get_mut(&mut self) -> &mut T {
         self.value.get_mut()
     }
 }
 
 /// Access to a [`StateLock`]'s value while the lock is held; dropping it releases the lock.
+#[doc(hidden)]
 pub struct StateGuard<'a, T> {
     lock: &'a StateLock<T>,
     /// Neither `Send` nor `Sync`, as `std::sync::MutexGuard`: a guard shared between threads
@@ -113,6 +118,7 @@ pub struct StateGuard<'a, T> {
 impl<T> StateGuard<'_, T> {
     /// Runs `f` with the lock released, and takes it again before returning, also when `f`
     /// panics: the guard holds the lock at every point where it can be used or dropped.
+    #[doc(hidden)]
     pub fn unlocked<R>(guard: &mut Self, f: impl FnOnce() -> R) -> R {
         struct Relock<'b, T>(&'b StateLock<T>);
         impl<T> Drop for Relock<'_, T> {

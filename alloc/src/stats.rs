@@ -71,6 +71,7 @@ pub struct Stat {
 impl Stat {
     /// `by` more: current and allocated grow, the peak follows.
     #[inline]
+    #[doc(hidden)]
     pub fn increase(&mut self, by: u64) {
         self.current += by;
         self.allocated += by;
@@ -80,6 +81,7 @@ impl Stat {
     }
     /// `by` less: current shrinks, freed grows.
     #[inline]
+    #[doc(hidden)]
     pub fn decrease(&mut self, by: u64) {
         self.current -= by;
         self.freed += by;
@@ -177,6 +179,7 @@ impl DetailedStats {
 /// One statistic of [`PoolStats`], by its place in [`Counters`].
 #[derive(Debug, Clone, Copy)]
 #[repr(usize)]
+#[doc(hidden)]
 pub enum Key {
     AllocatedBytes,
     ReservedBytes,
@@ -230,6 +233,7 @@ impl Counter {
 /// "Stores, atomics and the cached pair"), far fewer than keeping both pools and the total in
 /// [`Stat`]s took. The values read are the same.
 #[derive(Debug, Clone, Default)]
+#[doc(hidden)]
 pub struct Counters {
     /// By [`PoolKind`] (small, large), then by [`Key`].
     pools: [[Counter; KEYS]; 2],
@@ -272,11 +276,13 @@ impl Counters {
 
     /// The current value of statistic `key` of both pools together.
     #[inline]
+    #[doc(hidden)]
     pub fn total(&self, key: Key) -> u64 {
         self.pools[0][key as usize].current + self.pools[1][key as usize].current
     }
 
     /// The statistics of `pool`.
+    #[doc(hidden)]
     pub fn pool(&self, pool: PoolKind) -> PoolStats {
         let c = &self.pools[pool as usize];
         let s = |k: Key| c[k as usize].as_stat();
@@ -298,6 +304,7 @@ impl Counters {
     }
 
     /// The statistics as PyTorch reads them.
+    #[doc(hidden)]
     pub fn detailed(&self) -> DetailedStats {
         DetailedStats {
             all: self.all(),
@@ -314,6 +321,7 @@ impl Counters {
 
     /// A block of `block` bytes handed out for a request of `requested` bytes.
     #[inline(always)]
+    #[doc(hidden)]
     pub fn on_alloc(&mut self, pool: PoolKind, block: usize, requested: usize) {
         self.increase(pool, Key::AllocatedBytes, block as u64);
         self.increase(pool, Key::ActiveBytes, block as u64);
@@ -325,6 +333,7 @@ impl Counters {
     /// The owner of a block of [`Counters::on_alloc`] freed it: it is no longer allocated,
     /// though it stays active while other streams' events are pending.
     #[inline(always)]
+    #[doc(hidden)]
     pub fn on_free(&mut self, pool: PoolKind, block: usize, requested: usize) {
         self.decrease(pool, Key::AllocatedBytes, block as u64);
         self.decrease(pool, Key::RequestedBytes, requested as u64);
@@ -333,12 +342,14 @@ impl Counters {
 
     /// A freed block of `block` bytes went back to the pool (no stream uses it anymore).
     #[inline(always)]
+    #[doc(hidden)]
     pub fn on_deactivate(&mut self, pool: PoolKind, block: usize) {
         self.decrease(pool, Key::ActiveBytes, block as u64);
         self.decrease(pool, Key::Active, 1);
     }
 
     /// An allocation of at least the max split size was made (`true`) or freed (`false`).
+    #[doc(hidden)]
     pub fn on_oversize_allocation(&mut self, made: bool) {
         if made {
             self.oversize_allocations.increase(1)
@@ -348,6 +359,7 @@ impl Counters {
     }
 
     /// `bytes` more reserved in `pool` (`new_segment`: a segment more, not pages of one).
+    #[doc(hidden)]
     pub fn on_reserve(&mut self, pool: PoolKind, bytes: usize, new_segment: bool) {
         self.num_device_alloc += 1;
         self.increase(pool, Key::ReservedBytes, bytes as u64);
@@ -358,6 +370,7 @@ impl Counters {
 
     /// `bytes` fewer reserved in `pool`, given back to the backend (`segment_gone`: a whole
     /// segment released, not pages of one).
+    #[doc(hidden)]
     pub fn on_release(&mut self, pool: PoolKind, bytes: usize, segment_gone: bool) {
         self.num_device_free += 1;
         self.decrease(pool, Key::ReservedBytes, bytes as u64);
@@ -368,6 +381,7 @@ impl Counters {
 
     /// A segment of `pool` went without a backend call of its own (the expandable segment
     /// after its last pages were unmapped).
+    #[doc(hidden)]
     pub fn on_segment_gone(&mut self, pool: PoolKind) {
         self.decrease(pool, Key::Segment, 1);
     }
@@ -375,6 +389,7 @@ impl Counters {
     /// A free block of `bytes` in a segment holding other blocks appeared (`true`) or went
     /// (`false`: taken, merged, released).
     #[inline(always)]
+    #[doc(hidden)]
     pub fn on_inactive_split(&mut self, pool: PoolKind, bytes: usize, appeared: bool) {
         if appeared {
             self.increase(pool, Key::InactiveSplitBytes, bytes as u64);
@@ -386,6 +401,7 @@ impl Counters {
     }
 
     /// Peaks back to the current values.
+    #[doc(hidden)]
     pub fn reset_peaks(&mut self) {
         for c in self.pools.iter_mut().flatten() {
             c.peak = c.current;
@@ -400,6 +416,7 @@ impl Counters {
 
     /// Accumulated counts (`allocated`, `freed`, retries, OOMs, backend calls) back to 0, as
     /// PyTorch's `reset_accumulated_memory_stats`.
+    #[doc(hidden)]
     pub fn reset_accumulated(&mut self) {
         for c in self.pools.iter_mut().flatten() {
             c.allocated = 0;

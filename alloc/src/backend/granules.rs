@@ -16,6 +16,7 @@ use std::sync::Mutex;
 /// A failed driver call: which one, the driver's error name, and whether it means the device
 /// is out of memory.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[doc(hidden)]
 pub struct CallError {
     /// The driver function (`cuMemCreate`).
     pub op: &'static str,
@@ -29,6 +30,7 @@ pub struct CallError {
 ///
 /// # Safety
 /// An implementation must do what each call says on the device and nothing else.
+#[doc(hidden)]
 pub unsafe trait PageDriver {
     /// A physical allocation.
     type Handle: Copy + std::fmt::Debug;
@@ -58,6 +60,7 @@ pub unsafe trait PageDriver {
 
 /// The handles of the granules mapped so far, by address.
 #[derive(Debug)]
+#[doc(hidden)]
 pub struct GranuleMap<H> {
     granularity: usize,
     handles: Mutex<BTreeMap<u64, H>>,
@@ -65,6 +68,7 @@ pub struct GranuleMap<H> {
 
 impl<H: Copy + std::fmt::Debug> GranuleMap<H> {
     /// No granule mapped yet; `granularity` is the size of each.
+    #[doc(hidden)]
     pub fn new(granularity: usize) -> GranuleMap<H> {
         GranuleMap {
             granularity,
@@ -74,6 +78,7 @@ impl<H: Copy + std::fmt::Debug> GranuleMap<H> {
 
     /// Bytes mapped through this map and not unmapped since.
     #[cfg(test)]
+    #[doc(hidden)]
     pub fn mapped_bytes(&self) -> usize {
         self.lock().len() * self.granularity
     }
@@ -100,6 +105,7 @@ impl<H: Copy + std::fmt::Debug> GranuleMap<H> {
     ///
     /// # Safety
     /// The range lies in a reserved range of `driver`'s and is unmapped.
+    #[doc(hidden)]
     pub unsafe fn map<D: PageDriver<Handle = H>>(
         &self,
         driver: &D,
@@ -167,6 +173,7 @@ impl<H: Copy + std::fmt::Debug> GranuleMap<H> {
     ///
     /// # Safety
     /// Nothing uses the range anymore.
+    #[doc(hidden)]
     pub unsafe fn unmap<D: PageDriver<Handle = H>>(
         &self,
         driver: &D,
@@ -215,6 +222,7 @@ impl<H: Copy + std::fmt::Debug> GranuleMap<H> {
     /// that cannot be unmapped: its failure, with how many were unmapped before it. A failed
     /// release after a successful unmap is reported on stderr only (the granule is unmapped;
     /// its memory is lost to the process).
+    #[doc(hidden)]
     pub fn unmap_granules<D: PageDriver<Handle = H>>(
         &self,
         driver: &D,

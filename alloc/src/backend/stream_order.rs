@@ -10,6 +10,7 @@ use super::StreamId;
 
 /// How a launch uses the buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[doc(hidden)]
 pub enum Access {
     /// The launch only reads it (`DevicePtr::device_ptr`).
     Read,
@@ -19,6 +20,7 @@ pub enum Access {
 
 /// The streams that wrote and read a buffer last.
 #[derive(Debug, Clone)]
+#[doc(hidden)]
 pub struct StreamOrder {
     /// The stream of the last write (the buffer's own stream at first: its contents, zeros or
     /// a previous owner's bytes, are ordered on it).
@@ -29,6 +31,7 @@ pub struct StreamOrder {
 
 impl StreamOrder {
     /// A buffer whose contents are ordered on `owner`.
+    #[doc(hidden)]
     pub fn new(owner: StreamId) -> StreamOrder {
         StreamOrder {
             writer: owner,
@@ -38,6 +41,7 @@ impl StreamOrder {
 
     /// Notes `access` on `stream` and returns the streams whose work queued so far `stream`
     /// must wait for first (none, one, or for a write the readers since the last write).
+    #[doc(hidden)]
     pub fn access(&mut self, stream: StreamId, access: Access) -> Vec<StreamId> {
         let mut waits = Vec::new();
         match access {

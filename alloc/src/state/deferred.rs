@@ -76,6 +76,7 @@ impl State {
     /// and the rest the neighbour's, resized in place. `None`: serve as usual (after
     /// [`Self::settle_deferred`]).
     #[inline(always)]
+    #[doc(hidden)]
     pub fn take_deferred(
         &mut self,
         pool: PoolKind,
@@ -157,6 +158,7 @@ impl State {
     /// Performs the deferred merges: the state is then the one eager merges leave. Every path
     /// but the cached pair's calls this before it reads or changes blocks.
     #[inline(always)]
+    #[doc(hidden)]
     pub fn settle_deferred(&mut self) {
         if self.deferred != [NIL; 2] {
             self.settle_pool(PoolKind::Small);
@@ -167,6 +169,7 @@ impl State {
     /// Performs the deferred merge of `pool`, if any (a request or a free of that pool that
     /// does not take the cached pair's path; the other pool's blocks are not involved).
     #[inline(always)]
+    #[doc(hidden)]
     pub fn settle_pool(&mut self, pool: PoolKind) {
         if self.deferred[pool as usize] != NIL {
             self.settle_now(pool as usize);

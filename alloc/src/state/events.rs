@@ -93,27 +93,32 @@ impl State {
     }
 
     /// Whether the trace records.
+    #[doc(hidden)]
     pub fn trace_recording(&self) -> bool {
         self.trace.enabled()
     }
 
     /// A copy of the trace ring, with the call sites of its events.
+    #[doc(hidden)]
     pub fn trace(&self) -> Trace {
         self.trace.to_trace(Some(&self.sites))
     }
 
     /// Starts recording the last `events` events (0 stops); earlier events are dropped.
+    #[doc(hidden)]
     pub fn set_trace_capacity(&mut self, events: usize) {
         self.trace = TraceRing::stamped(events, self.start_ns);
     }
 
     /// Empties the trace ring.
+    #[doc(hidden)]
     pub fn clear_trace(&mut self) {
         self.trace.clear();
     }
 
     /// Entries of the trace ring's label table.
     #[cfg(test)]
+    #[doc(hidden)]
     pub fn trace_label_entries(&self) -> usize {
         self.trace.label_entries()
     }

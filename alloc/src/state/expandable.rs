@@ -15,6 +15,7 @@ use crate::{
 /// The large pool's expandable segment: a reserved address range whose mapped prefix is a
 /// segment that grows (map at the end) and shrinks (unmap free granules).
 #[derive(Debug, Clone, Copy)]
+#[doc(hidden)]
 pub struct Expandable {
     pub(super) addr: u64,
     pub(super) virt: usize,
@@ -96,6 +97,7 @@ fn device_has_room<B: Backend + ?Sized>(backend: &B, need: usize) -> bool {
 }
 
 /// What [`resolve`] chose: the expandable segment, or fixed segments and why.
+#[doc(hidden)]
 pub struct Resolved {
     pub expandable: Option<Expandable>,
     pub mode: SegmentMode,
@@ -105,6 +107,7 @@ pub struct Resolved {
 /// Resolves `mode` on `backend`: the expandable segment, or why there is none. Only
 /// [`ExpandableSegments::On`] turns a failure into an error; `Auto` falls back to fixed
 /// segments (with a warning when the backend offered page mapping but it did not work).
+#[doc(hidden)]
 pub fn resolve<B: Backend + ?Sized>(
     mode: ExpandableSegments,
     backend: &B,
@@ -176,6 +179,7 @@ impl State {
     /// Maps enough pages at the end of the expandable segment for a free block of `size` bytes
     /// there (the free tail grows; no new hole is needed). `false` when there is no expandable
     /// segment, the range is used up, the limit would be crossed or the backend refuses.
+    #[doc(hidden)]
     pub fn expand<B: Backend + ?Sized>(
         &mut self,
         backend: &B,

@@ -132,16 +132,19 @@ struct Segment {
 }
 
 /// What an allocator's held blocks keep alive ([`State::hold`]), type-erased.
+#[doc(hidden)]
 pub type KeptAlive = std::sync::Arc<dyn Send + Sync>;
 
 /// The holder of a block handed out for a device's allocation: it gives the reference the
 /// allocator keeps while any such block lives, asked only when the first one is handed out.
+#[doc(hidden)]
 pub trait KeepAlive {
     /// A new reference to what the held blocks keep alive.
     fn keep_alive(&self) -> KeptAlive;
 }
 
 /// Everything the allocator's mutex guards.
+#[doc(hidden)]
 pub struct State {
     nodes: Vec<BlockNode>,
     /// Where each allocated block was made, by slot (`None` for free blocks and spare slots).
@@ -205,6 +208,7 @@ impl State {
     /// The state of a new allocator: no segment yet, the expandable segment's range (if any)
     /// reserved, a trace ring of `trace_capacity` events, oversize statistics counted from
     /// `max_split` (`max_split_size`).
+    #[doc(hidden)]
     pub fn new(
         trace_capacity: usize,
         expandable: Option<Expandable>,
@@ -246,6 +250,7 @@ impl State {
     /// before written: a cached pair meets neither, and a store it does not need costs more
     /// than the load.
     #[inline]
+    #[doc(hidden)]
     pub fn start_request(&mut self) {
         if self.request_failure.is_some() {
             self.request_failure = None;
@@ -303,6 +308,7 @@ impl State {
 
     /// The index of `stream` in [`State::streams`], added on first use.
     #[inline]
+    #[doc(hidden)]
     pub fn stream_index(&mut self, stream: StreamId) -> u32 {
         if stream == StreamId::DEFAULT {
             return 0;
@@ -417,6 +423,7 @@ impl State {
 
     /// Bytes reserved now.
     #[inline]
+    #[doc(hidden)]
     pub fn reserved(&self) -> u64 {
         self.stats.total(Key::ReservedBytes)
     }
@@ -440,6 +447,7 @@ impl State {
     /// Best-fit free block for `size` in `pool` of stream index `stream` allowed by the
     /// max-split rules, split when [`policy::should_split`] says so. Returns the node slot, now
     /// sized for the request (not yet marked allocated).
+    #[doc(hidden)]
     pub fn take_free(
         &mut self,
         pool: PoolKind,
@@ -592,6 +600,7 @@ impl State {
     /// ([`State::hold`]).
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
+    #[doc(hidden)]
     pub fn hand_out(
         &mut self,
         slot: u32,
@@ -630,6 +639,7 @@ impl State {
     /// Whether block `slot` is the live block handed out at `addr` with `id` and `size` (the
     /// block a caller gives back is this allocator's, and not yet freed).
     #[inline]
+    #[doc(hidden)]
     pub fn owns(&self, slot: u32, addr: u64, id: u64, size: usize) -> bool {
         self.nodes.get(slot as usize).is_some_and(|n| {
             n.allocated && !n.pending && n.addr == addr && n.id == id && n.rounded == size
@@ -646,6 +656,7 @@ impl State {
     /// allocator.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
+    #[doc(hidden)]
     pub fn free<B: Backend + ?Sized>(
         &mut self,
         slot: u32,
@@ -696,6 +707,7 @@ impl State {
 
     /// Records that work queued on `stream` uses handed-out block `slot` (see
     /// [`super::CachingAllocator::record_stream`]).
+    #[doc(hidden)]
     pub fn record_stream(&mut self, slot: u32, stream: StreamId) {
         self.nodes[slot as usize].has_uses = true;
         let uses = self.stream_uses.entry(slot).or_default();
@@ -707,16 +719,19 @@ impl State {
     /// Whether the large pool of the default stream grows by mapping pages into the
     /// expandable segment.
     #[inline]
+    #[doc(hidden)]
     pub fn has_expandable(&self) -> bool {
         self.expandable.is_some()
     }
 
     /// The address range reserved for the expandable segment, if there is one.
+    #[doc(hidden)]
     pub fn expandable_range(&self) -> Option<std::ops::Range<u64>> {
         self.expandable.map(|e| e.addr..e.addr + e.virt as u64)
     }
 
     /// Counts a retry after the cache was released (`alloc_retries`).
+    #[doc(hidden)]
     pub fn count_alloc_retry(&mut self) {
         self.stats.num_alloc_retries += 1;
     }
@@ -725,6 +740,7 @@ impl State {
     /// event; returns the backend failure the request met, if any (a failure, not a
     /// shortage). The deferred merges are performed first, so the error describes the state
     /// eager merges leave.
+    #[doc(hidden)]
     pub fn count_oom(&mut self, rounded: usize) -> Option<BackendFailure> {
         self.settle_deferred();
         let backend_error = self.request_failure.take();
@@ -735,42 +751,50 @@ impl State {
 
     /// Whether the last request found the expandable segment's address range used up while
     /// the limit had room.
+    #[doc(hidden)]
     pub fn range_used_up(&self) -> bool {
         self.range_used_up
     }
 
     /// The most recent backend failure that was not a shortage of memory.
+    #[doc(hidden)]
     pub fn last_failure(&self) -> Option<BackendFailure> {
         self.last_failure.clone()
     }
 
     /// The statistics counters.
+    #[doc(hidden)]
     pub fn counters(&self) -> &Counters {
         &self.stats
     }
 
     /// Peaks back to the current values.
+    #[doc(hidden)]
     pub fn reset_peaks(&mut self) {
         self.stats.reset_peaks();
     }
 
     /// Accumulated counts back to 0 (PyTorch's `reset_accumulated_memory_stats`).
+    #[doc(hidden)]
     pub fn reset_accumulated(&mut self) {
         self.stats.reset_accumulated();
     }
 
     /// The recordings and plans of batch-scope iterations.
+    #[doc(hidden)]
     pub fn planner(&mut self) -> &mut Planner {
         &mut self.planner
     }
 
     /// Requests served from a merged block whose merge was deferred.
+    #[doc(hidden)]
     pub fn deferred_reuses(&self) -> u64 {
         self.deferred_reuses
     }
 
     /// Makes every free merge at once (the tests' reference for deferred merges).
     #[cfg(test)]
+    #[doc(hidden)]
     pub fn merge_eagerly(&mut self) {
         self.defer_merges = false;
     }

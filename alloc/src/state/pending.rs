@@ -24,6 +24,7 @@ impl State {
     /// Returns to the pool the pending blocks whose events have all completed (queried, not
     /// waited for). A failed query poisons the block and is kept as the request's failure.
     #[inline]
+    #[doc(hidden)]
     pub fn process_pending<B: Backend + ?Sized>(&mut self, backend: &B, name: &str) {
         // Checked inline: every request passes here, and blocks rarely wait on other streams.
         if !self.pending.is_empty() {
@@ -166,6 +167,7 @@ impl State {
     }
 
     /// Blocks freed while other streams may still use them, not yet back in the pool.
+    #[doc(hidden)]
     pub fn pending_frees(&self) -> usize {
         self.pending.len()
     }

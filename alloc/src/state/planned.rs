@@ -9,6 +9,7 @@ use crate::Backend;
 impl State {
     /// The block the plan puts request `ordinal` of `size` bytes in, mapping pages at the end
     /// of the expandable segment (within `limit`) when the plan reaches past it.
+    #[doc(hidden)]
     pub fn take_planned<B: Backend + ?Sized>(
         &mut self,
         backend: &B,

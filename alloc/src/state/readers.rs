@@ -18,6 +18,7 @@ impl State {
             .unwrap_or(0);
         in_sets.max(self.deferred_largest()) as u64
     }
+    #[doc(hidden)]
     pub fn snapshot_stats(&self) -> MemoryStats {
         let d = &self.stats;
         let all = &d.detailed().all;
@@ -51,6 +52,7 @@ impl State {
     }
 
     /// The `count` largest allocated blocks, largest first (by address among equals).
+    #[doc(hidden)]
     pub fn largest_live(&self, count: usize) -> Vec<LiveAllocation> {
         let mut live: Vec<(u32, &BlockNode)> = Vec::new();
         for s in self.segs.iter().filter(|s| s.live) {
@@ -76,6 +78,7 @@ impl State {
 
     /// The live segments and their blocks, by address. The expandable segment appears as one
     /// segment per mapped run when holes of it were unmapped.
+    #[doc(hidden)]
     pub fn segment_snapshots(&self) -> Vec<SegmentSnapshot> {
         let mut segments = Vec::new();
         for s in self.segs.iter().filter(|s| s.live) {
@@ -121,6 +124,7 @@ impl State {
 
     /// See [`crate::CachingAllocator::check_invariants`]. A merge the cached pair deferred is
     /// checked as what it stands for: one free block (the `deferred` module).
+    #[doc(hidden)]
     pub fn check_invariants(&self) -> Result<(), String> {
         let (mut reserved, mut active, mut allocated, mut blocks, mut free_count) =
             (0u64, 0u64, 0u64, 0u64, 0usize);
@@ -260,6 +264,7 @@ impl State {
 
     /// The largest free block a request of `size` bytes may use: same pool, allowed by the
     /// max-split rules (`max_split`).
+    #[doc(hidden)]
     pub fn largest_usable(&self, size: usize, max_split: Option<usize>) -> u64 {
         self.pool_free(policy::pool_for(size), 0)
             .descending()
@@ -268,6 +273,7 @@ impl State {
     }
 
     /// PyTorch's statistics, per pool and in total.
+    #[doc(hidden)]
     pub fn detailed_stats(&self) -> DetailedStats {
         self.stats.detailed()
     }

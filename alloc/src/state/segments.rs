@@ -11,6 +11,7 @@ impl State {
     /// (within `limit`) and adds it; `false` when the limit or the backend refuses (a failure
     /// other than a shortage is kept: [`State::note_failure`]).
     #[allow(clippy::too_many_arguments)]
+    #[doc(hidden)]
     pub fn new_segment<B: Backend + ?Sized>(
         &mut self,
         backend: &B,
@@ -64,6 +65,7 @@ impl State {
     /// other streams used them (so those return to the pool), then releases every whole free
     /// granule of the expandable segment and every fully free fixed segment. Returns the bytes
     /// released.
+    #[doc(hidden)]
     pub fn release_cached<B: Backend + ?Sized>(&mut self, backend: &B, name: &str) -> u64 {
         self.synchronize_pending(backend, name);
         let mut released = self.unmap_free_granules(backend, name);
@@ -115,6 +117,7 @@ impl State {
     /// (free-block lookups in the pool since they became free) is at least the average age are
     /// released, pass after pass, until the excess is reclaimed or nothing more can go. A pass
     /// does not stop at the target, so the collection is not triggered again at once.
+    #[doc(hidden)]
     pub fn collect_garbage<B: Backend + ?Sized>(
         &mut self,
         backend: &B,
@@ -159,6 +162,7 @@ impl State {
     /// other streams may still use, unmaps the expandable segment's pages and releases its
     /// range, frees every fixed segment. Failures are logged (nothing can be returned from a
     /// drop); address space whose pages could not be unmapped stays reserved.
+    #[doc(hidden)]
     pub fn release_all<B: Backend + ?Sized>(&mut self, backend: &B, name: &str) {
         self.settle_deferred();
         self.synchronize_pending(backend, name);

@@ -15,6 +15,7 @@ use super::monotonic_ns;
 
 /// The stamp source of one trace ring, with the reading the conversion starts from.
 #[derive(Debug, Clone, Copy)]
+#[doc(hidden)]
 pub struct EventClock {
     /// Stamps are time-stamp counter ticks (else monotonic nanoseconds).
     counter: bool,
@@ -35,6 +36,7 @@ struct Reading {
 
 impl EventClock {
     /// A clock whose converted times count from `origin_ns` on the monotonic clock.
+    #[doc(hidden)]
     pub fn new(origin_ns: u64) -> Self {
         Self::with_source(counter_keeps_time(), origin_ns)
     }
@@ -51,6 +53,7 @@ impl EventClock {
 
     /// The stamp of an event happening now.
     #[inline]
+    #[doc(hidden)]
     pub fn stamp(&mut self) -> u64 {
         self.stamp_read(raw_stamp(self.counter))
     }
@@ -60,6 +63,7 @@ impl EventClock {
     /// stamps never go backwards and stay inside the call. A stamp handed out earlier was
     /// taken before the lock was released to this call, so before the call ends.
     #[inline]
+    #[doc(hidden)]
     pub fn stamp_read(&mut self, read: u64) -> u64 {
         let stamp = read.max(self.last);
         self.last = stamp;
@@ -67,6 +71,7 @@ impl EventClock {
     }
 
     /// A converter of this clock's stamps to nanoseconds since the origin, as of now.
+    #[doc(hidden)]
     pub fn converter(&self) -> StampConverter {
         StampConverter {
             clock: *self,
@@ -78,6 +83,7 @@ impl EventClock {
 /// Converts stamps of one [`EventClock`] to nanoseconds since its origin: by the counter's rate
 /// between the ring's creation and the conversion, so a stamp taken between the two readings
 /// lands between their times.
+#[doc(hidden)]
 pub struct StampConverter {
     clock: EventClock,
     now: Reading,
@@ -85,6 +91,7 @@ pub struct StampConverter {
 
 impl StampConverter {
     /// Nanoseconds since the origin at which `stamp` was taken.
+    #[doc(hidden)]
     pub fn nanos(&self, stamp: u64) -> u64 {
         let start = self.clock.start;
         let ns = if self.clock.counter {
@@ -131,6 +138,7 @@ impl Reading {
 
 /// A reading for `stamp_read`, from the source every allocator's clock uses.
 #[inline]
+#[doc(hidden)]
 pub fn read_stamp() -> u64 {
     raw_stamp(counter_keeps_time())
 }

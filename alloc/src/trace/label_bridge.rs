@@ -33,6 +33,7 @@ fn injection_path() -> Option<&'static CStr> {
 
 /// Hands `render_thread_label` to the injection library, if the driver has loaded one that
 /// takes it. Cheap once done, and without the variable.
+#[doc(hidden)]
 pub fn offer_label_source() {
     if DONE.load(Relaxed) {
         return;

@@ -24,10 +24,12 @@ use super::{AllocOrigin, MemorySnapshot, PoolKind, Trace, TraceEventKind};
 use crate::AllocatorConfig;
 
 /// Where the allocator's expandable segment lies: `(start, end)` of its reserved range.
+#[doc(hidden)]
 pub type ExpandableRange = Option<(u64, u64)>;
 
 /// The pickle of `snapshot` and `trace` for device index `device`, from an allocator with
 /// `config`.
+#[doc(hidden)]
 pub fn snapshot_pickle(
     snapshot: &MemorySnapshot,
     trace: &Trace,

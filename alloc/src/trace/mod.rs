@@ -89,6 +89,7 @@ impl TraceLabel {
     }
 
     /// [`TraceLabel::tag`], shared.
+    #[doc(hidden)]
     pub fn tag_name(&self) -> Option<Arc<str>> {
         self.0.iteration.is_none().then(|| Arc::clone(&self.0.name))
     }
@@ -164,6 +165,7 @@ pub struct TraceEvent {
 /// interned call site, see `origin.rs`), its time as a stamp of the ring's clock, its label as
 /// an index into the ring's table of labels. Recording pays for neither the origin's record nor
 /// the time's conversion nor a reference count per label; [`TraceRing::to_trace`] does all three.
+#[doc(hidden)]
 pub struct RingEvent {
     /// What happened.
     pub kind: TraceEventKind,
@@ -185,6 +187,7 @@ pub struct RingEvent {
 
 impl RingEvent {
     /// An event without an origin, at `time_ns` (for a ring built by [`TraceRing::new`]).
+    #[doc(hidden)]
     pub fn without_origin(
         kind: TraceEventKind,
         addr: u64,
@@ -206,6 +209,7 @@ impl RingEvent {
 }
 
 /// The label index of an event without a label.
+#[doc(hidden)]
 pub const NO_LABEL: u32 = 0;
 
 /// The size of a ring's label table below which labels no event refers to are kept.
@@ -216,6 +220,7 @@ const LABELS_KEPT: usize = 64;
 const LABELS_SEARCHED: usize = 16;
 
 /// A ring of the most recent events.
+#[doc(hidden)]
 pub struct TraceRing {
     capacity: usize,
     /// Up to `capacity` events; once full, the oldest is at `oldest` and each new event
@@ -240,6 +245,7 @@ pub struct TraceRing {
 
 impl TraceRing {
     /// A ring whose events come with their times.
+    #[doc(hidden)]
     pub fn new(capacity: usize) -> Self {
         Self {
             capacity,
@@ -254,6 +260,7 @@ impl TraceRing {
     }
     /// A ring whose events are stamped by [`TraceRing::stamp`], their times counting from
     /// `origin_ns` on the monotonic clock.
+    #[doc(hidden)]
     pub fn stamped(capacity: usize, origin_ns: u64) -> Self {
         Self {
             clock: (capacity > 0).then(|| EventClock::new(origin_ns)),
@@ -262,17 +269,20 @@ impl TraceRing {
     }
     /// Whether the ring records (a capacity above 0).
     #[inline]
+    #[doc(hidden)]
     pub fn enabled(&self) -> bool {
         self.capacity > 0
     }
     /// The time of an event happening now (0 for a ring built by [`TraceRing::new`], whose
     /// events come with their times).
     #[inline]
+    #[doc(hidden)]
     pub fn stamp(&mut self) -> u64 {
         self.clock.as_mut().map_or(0, EventClock::stamp)
     }
     /// The stamp of an event whose call read `read` (`stamp_read`).
     #[inline]
+    #[doc(hidden)]
     pub fn stamp_read(&mut self, read: u64) -> u64 {
         self.clock
             .as_mut()
@@ -283,6 +293,7 @@ impl TraceRing {
     /// the event is written once, where it stays, instead of built and then copied (`None` when
     /// the ring keeps nothing).
     #[inline(always)]
+    #[doc(hidden)]
     pub fn place_now(&mut self) -> Option<(&mut RingEvent, u32)> {
         let at = self.next_slot()?;
         let identity = LABEL_ID.try_with(Cell::get).unwrap_or(0);
@@ -323,6 +334,7 @@ impl TraceRing {
     }
     /// Entries of the label table (entry 0, no label, included).
     #[cfg(test)]
+    #[doc(hidden)]
     pub fn label_entries(&self) -> usize {
         self.labels.len()
     }
@@ -353,6 +365,7 @@ impl TraceRing {
         self.labels = kept;
     }
     /// Adds `event`, made under `label`.
+    #[doc(hidden)]
     pub fn push(&mut self, mut event: RingEvent, label: Option<TraceLabel>) {
         if !self.enabled() {
             return;
@@ -394,6 +407,7 @@ impl TraceRing {
     }
     /// The events as shown, oldest first: origins looked up in `sites` (the allocator's call
     /// sites; `None` for a ring whose events have no origin), times in nanoseconds.
+    #[doc(hidden)]
     pub fn to_trace(&self, sites: Option<&Sites>) -> Trace {
         let converter = self.clock.as_ref().map(EventClock::converter);
         Trace {
@@ -418,6 +432,7 @@ impl TraceRing {
         }
     }
     /// Forgets every event.
+    #[doc(hidden)]
     pub fn clear(&mut self) {
         self.events.clear();
         self.oldest = 0;
@@ -525,6 +540,7 @@ fn label_id(label: Option<&TraceLabel>) -> usize {
 
 /// Makes `name` (with `iteration` for a batch scope) the innermost frame of this thread's
 /// label; returns the label it replaced.
+#[doc(hidden)]
 pub fn push_label(name: Arc<str>, iteration: Option<u64>) -> Option<TraceLabel> {
     #[cfg(unix)]
     offer_label_source();
@@ -542,6 +558,7 @@ pub fn push_label(name: Arc<str>, iteration: Option<u64>) -> Option<TraceLabel> 
 }
 
 /// Makes `previous` (what [`push_label`] returned) this thread's label again.
+#[doc(hidden)]
 pub fn restore_label(previous: Option<TraceLabel>) {
     let id = label_id(previous.as_ref());
     let _ = LABEL.try_with(|label| *label.borrow_mut() = previous);
@@ -553,6 +570,7 @@ pub fn restore_label(previous: Option<TraceLabel>) {
 /// arithmetic takes more instructions than the read itself.
 #[cfg(unix)]
 #[inline]
+#[doc(hidden)]
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -568,6 +586,7 @@ pub fn monotonic_ns() -> u64 {
 
 /// Nanoseconds on the monotonic clock, since the first call in this process.
 #[cfg(not(unix))]
+#[doc(hidden)]
 pub fn monotonic_ns() -> u64 {
     static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
     EPOCH
@@ -586,6 +605,7 @@ fn same_label(a: Option<&TraceLabel>, b: Option<&TraceLabel>) -> bool {
 }
 
 /// This thread's label (tags and batch-scope iterations), recorded with allocator events.
+#[doc(hidden)]
 pub fn thread_label() -> Option<TraceLabel> {
     // `try_borrow`: the tracking allocator asks from inside allocations, which may be made
     // while the label is being replaced.

@@ -51,6 +51,7 @@ fn serialize_shape<S: serde::Serializer>(
 }
 
 /// The op name of raw allocations (no tensor op frame).
+#[doc(hidden)]
 pub const RAW_OP: &str = "allocate";
 
 impl AllocOrigin {
@@ -63,6 +64,7 @@ impl AllocOrigin {
 /// The origin of a request, as the allocator receives it: the call site by reference (the
 /// compiler's `'static` [`Location`], and the op's name) and the tensor's shape.
 #[derive(Debug, Clone)]
+#[doc(hidden)]
 pub struct RequestOrigin {
     location: &'static Location<'static>,
     op: &'static str,
@@ -74,6 +76,7 @@ impl RequestOrigin {
     /// The origin of an allocation requested at `location` (the caller of the allocation
     /// function) by `op`: the thread's outermost op frame if one is open, else `location`.
     #[inline]
+    #[doc(hidden)]
     pub fn current(location: &'static Location<'static>, op: &'static str) -> Self {
         let (location, op) = match OP_FRAME.try_with(Cell::get).ok().flatten() {
             Some(frame) => (frame.location, frame.op),
@@ -88,6 +91,7 @@ impl RequestOrigin {
 
     /// The origin as shown.
     #[cfg(test)]
+    #[doc(hidden)]
     pub fn shown(&self) -> AllocOrigin {
         AllocOrigin {
             file: self.location.file(),
@@ -144,6 +148,7 @@ const NO_SITE: u32 = u32::MAX;
 
 /// The call sites of one allocator's blocks, each interned once: a block keeps a `u32`.
 #[derive(Default)]
+#[doc(hidden)]
 pub struct Sites {
     /// Site id → its location and op.
     table: Vec<(&'static Location<'static>, &'static str)>,
@@ -156,6 +161,7 @@ pub struct Sites {
 impl Sites {
     /// The id of `origin`'s call site, interned on first sight.
     #[inline]
+    #[doc(hidden)]
     pub fn intern(&mut self, origin: &RequestOrigin) -> u32 {
         let key = SiteKey::of(origin);
         let slot = key.recent_slot();
@@ -182,6 +188,7 @@ impl Sites {
     }
 
     /// The origin a block kept, as shown (`None` for a block without one).
+    #[doc(hidden)]
     pub fn origin(&self, block: &BlockOrigin) -> Option<AllocOrigin> {
         let &(location, op) = self.table.get(block.site as usize)?;
         Some(AllocOrigin {
@@ -196,6 +203,7 @@ impl Sites {
 
 /// The origin a live block keeps: its interned call site ([`Sites`]) and its tensor's shape.
 #[derive(Debug, Clone)]
+#[doc(hidden)]
 pub struct BlockOrigin {
     site: u32,
     shape: Option<Arc<[usize]>>,
@@ -216,6 +224,7 @@ impl BlockOrigin {
     /// 8-byte load of the 4-byte site just stored there waited for that store to reach the
     /// cache (a store cannot be forwarded to a wider load).
     #[inline(always)]
+    #[doc(hidden)]
     pub fn set(&mut self, sites: &mut Sites, origin: &mut RequestOrigin) {
         self.site = sites.intern(origin);
         self.shape = origin.shape.take();
@@ -237,6 +246,7 @@ thread_local! {
 /// `#[track_caller]`), unless one is already open; closed when the guard drops.
 #[track_caller]
 #[inline]
+#[doc(hidden)]
 pub fn enter_op(op: &'static str) -> OpFrameGuard {
     let location = Location::caller();
     let opened = OP_FRAME
@@ -256,6 +266,7 @@ pub fn enter_op(op: &'static str) -> OpFrameGuard {
 
 /// Closes the op frame [`enter_op`] opened, if it opened one.
 #[must_use = "the op frame closes when the guard drops"]
+#[doc(hidden)]
 pub struct OpFrameGuard {
     opened: bool,
     _not_send: PhantomData<*const ()>,

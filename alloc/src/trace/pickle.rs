@@ -6,6 +6,7 @@
 /// Builds one pickle. Containers are opened and closed explicitly; the caller keeps them
 /// balanced (dict entries as key, value pairs).
 #[derive(Debug, Default)]
+#[doc(hidden)]
 pub struct PickleWriter {
     out: Vec<u8>,
 }
@@ -30,6 +31,7 @@ const NONE: u8 = b'N';
 
 impl PickleWriter {
     /// A pickle with its protocol header written.
+    #[doc(hidden)]
     pub fn new() -> Self {
         PickleWriter {
             out: vec![PROTO, 2],
@@ -37,38 +39,46 @@ impl PickleWriter {
     }
 
     /// Ends the pickle and returns its bytes.
+    #[doc(hidden)]
     pub fn finish(mut self) -> Vec<u8> {
         self.out.push(STOP);
         self.out
     }
 
     /// Opens a dict: write key, value pairs, then [`PickleWriter::end_dict`].
+    #[doc(hidden)]
     pub fn begin_dict(&mut self) {
         self.out.extend_from_slice(&[EMPTY_DICT, MARK]);
     }
 
+    #[doc(hidden)]
     pub fn end_dict(&mut self) {
         self.out.push(SETITEMS);
     }
 
     /// Opens a list: write the items, then [`PickleWriter::end_list`].
+    #[doc(hidden)]
     pub fn begin_list(&mut self) {
         self.out.extend_from_slice(&[EMPTY_LIST, MARK]);
     }
 
+    #[doc(hidden)]
     pub fn end_list(&mut self) {
         self.out.push(APPENDS);
     }
 
     /// Opens a tuple: write the items, then [`PickleWriter::end_tuple`].
+    #[doc(hidden)]
     pub fn begin_tuple(&mut self) {
         self.out.push(MARK);
     }
 
+    #[doc(hidden)]
     pub fn end_tuple(&mut self) {
         self.out.push(TUPLE);
     }
 
+    #[doc(hidden)]
     pub fn str(&mut self, s: &str) {
         self.out.push(BINUNICODE);
         // A pickle string is at most 4 GiB; snapshot strings are names and file paths.
@@ -77,6 +87,7 @@ impl PickleWriter {
         self.out.extend_from_slice(&s.as_bytes()[..len as usize]);
     }
 
+    #[doc(hidden)]
     pub fn int(&mut self, v: i128) {
         if let Ok(b) = u8::try_from(v) {
             self.out.extend_from_slice(&[BININT1, b]);
@@ -103,30 +114,36 @@ impl PickleWriter {
         }
     }
 
+    #[doc(hidden)]
     pub fn uint(&mut self, v: u64) {
         self.int(i128::from(v));
     }
 
+    #[doc(hidden)]
     pub fn float(&mut self, v: f64) {
         self.out.push(BINFLOAT);
         self.out.extend_from_slice(&v.to_be_bytes());
     }
 
+    #[doc(hidden)]
     pub fn bool(&mut self, v: bool) {
         self.out.push(if v { NEWTRUE } else { NEWFALSE });
     }
 
+    #[doc(hidden)]
     pub fn none(&mut self) {
         self.out.push(NONE);
     }
 
     /// `key: <string>` inside an open dict.
+    #[doc(hidden)]
     pub fn entry_str(&mut self, key: &str, value: &str) {
         self.str(key);
         self.str(value);
     }
 
     /// `key: <int>` inside an open dict.
+    #[doc(hidden)]
     pub fn entry_uint(&mut self, key: &str, value: u64) {
         self.str(key);
         self.uint(value);

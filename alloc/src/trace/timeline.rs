@@ -17,10 +17,12 @@ use std::collections::{BTreeMap, HashMap};
 
 /// At most this many allocations are drawn one by one (the largest); the others are still
 /// counted in the allocated area below them, as memory_viz summarises what it elides.
+#[doc(hidden)]
 pub const MAX_DRAWN_ALLOCATIONS: usize = 4000;
 
 /// One allocation's lifetime.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[doc(hidden)]
 pub struct Lifetime {
     /// Block address.
     pub addr: u64,
@@ -43,6 +45,7 @@ pub struct Lifetime {
 /// One range of mapped memory with its lifetime: a fixed segment, or a run of pages of the
 /// expandable segment (adjacent live runs are shown as one segment, as the snapshot does).
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[doc(hidden)]
 pub struct MappedRange {
     /// First byte.
     pub addr: u64,
@@ -61,6 +64,7 @@ pub struct MappedRange {
 
 /// The fragmentation figures of one moment.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[doc(hidden)]
 pub struct Fragmentation {
     /// PyTorch's inactive-split bytes: free bytes in segments that also hold allocated blocks
     /// (cached, yet not returnable to the device).
@@ -119,6 +123,7 @@ type EventRow = (u8, u64, u64, u64, u64, u64, i64);
 
 /// Everything the page draws.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[doc(hidden)]
 pub struct TimelineData {
     /// The events, oldest first (see `EventRow`; kinds index [`EVENT_KINDS`]).
     pub events: Vec<EventRow>,
@@ -140,6 +145,7 @@ pub struct TimelineData {
 
 /// The snapshot's figures the page compares its replay with.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[doc(hidden)]
 pub struct EndFigures {
     /// Fragmentation of the snapshot.
     pub fragmentation: Fragmentation,
@@ -157,6 +163,7 @@ pub struct EndFigures {
 }
 
 /// Event kind names, in the order of `kind_index`.
+#[doc(hidden)]
 pub const EVENT_KINDS: [&str; 5] = ["alloc", "free", "segment_map", "segment_unmap", "oom"];
 
 fn kind_index(kind: TraceEventKind) -> u8 {
@@ -472,6 +479,7 @@ impl Ranges {
 
 /// Address ranges `(first byte, bytes)`, by address.
 /// Address ranges `(addr, size)`.
+#[doc(hidden)]
 pub type Spans = Vec<(u64, u64)>;
 
 impl TimelineData {
