@@ -154,13 +154,12 @@ pub mod alloc {
 
     /// The allocator's CUDA backend (driver API through cudarc: loaded at run time, or linked
     /// when another crate of the build, such as candle's `cuda` feature, asks cudarc for
-    /// `dynamic-linking`), the errors of opening a GPU's context, and whether a CUDA library is
-    /// there ([`library_present`](cuda_backend::library_present)). Only with the `cuda` feature
+    /// `dynamic-linking`), and whether a CUDA library is there ([`library_present`](cuda_backend::library_present)). Only with the `cuda` feature
     /// (on by default).
     #[cfg(feature = "cuda")]
     pub mod cuda_backend {
         pub use vramguard_alloc::cuda_backend::{stream_id, CudaBackend};
-        pub use vramguard_alloc::driver::{library_present, ContextError, CudaLibrary};
+        pub use vramguard_alloc::driver::{library_present, CudaLibrary};
     }
 }
 
@@ -186,11 +185,14 @@ pub mod observer {
     };
 }
 
-/// Allocations and GPU buffers ([`crate::Device`] itself is at the crate root). The GPU items
-/// (`CudaBuffer`, `CudaBufferError`, `CudaDevice`) exist only with the `cuda` feature (on by
-/// default); without it [`crate::Device::cuda`] returns
-/// [`DeviceError::CudaFeatureDisabled`](crate::DeviceError).
+/// Allocations, GPU buffers, and why a GPU's context cannot be opened ([`crate::Device`] and
+/// [`crate::DeviceError`] are at the crate root). The GPU items (`CudaBuffer`,
+/// `CudaBufferError`, `CudaDevice`) exist only with the `cuda` feature (on by default); without
+/// it [`crate::Device::cuda`] returns [`DeviceError::CudaFeatureDisabled`](crate::DeviceError).
+/// [`DeviceError`](crate::DeviceError) and [`ContextError`](device::ContextError) have the same
+/// variants in every build.
 pub mod device {
+    pub use vramguard_alloc::ContextError;
     pub use vramguard_memory::device::Allocation;
     #[cfg(feature = "cuda")]
     pub use vramguard_memory::device::{CudaBuffer, CudaBufferError, CudaDevice};

@@ -1,6 +1,6 @@
 //! The CUDA driver context and its errors: whether a CUDA library is there
 //! ([`library_present`]; the driver is probed before any driver call, since cudarc panics when
-//! libcuda is missing), opening a GPU's primary context ([`ContextError`]), making a context
+//! libcuda is missing), opening a GPU's primary context ([`ContextError`], defined in every build), making a context
 //! current for a call (`CurrentContext`) and naming the driver's errors.
 //!
 //! Every CUDA path of the runtime goes through here: the allocator's backend
@@ -14,34 +14,11 @@
 //! context earlier, so an unrelated failure would abort the call and be lost.
 
 use crate::diagnostics::{warn, WarningOutput};
+use crate::ContextError;
 use cudarc::driver::{result, sys, CudaContext, DriverError};
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
-
-/// A GPU whose context cannot be opened (what `vramguard::DeviceError` says for the driver).
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum ContextError {
-    /// The CUDA driver library is not installed.
-    #[error("no CUDA driver found (libcuda.so): install the NVIDIA driver or use Device::Host")]
-    NoDriver,
-    /// The driver sees no GPU with this ordinal.
-    #[error("no CUDA device {ordinal}: the driver sees {count} device(s); pick an ordinal below {count} or use Device::Host")]
-    NoDevice {
-        /// Ordinal asked for.
-        ordinal: usize,
-        /// Devices the driver reports.
-        count: usize,
-    },
-    /// A driver call failed.
-    #[error("CUDA driver call {op} failed: {message}")]
-    Driver {
-        /// The driver function.
-        op: &'static str,
-        /// The driver's error name.
-        message: String,
-    },
-}
 
 /// A CUDA library the CUDA backend calls through cudarc, for [`library_present`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -96,6 +96,7 @@
 mod allocator;
 mod backend;
 mod config;
+mod context_error;
 pub mod diagnostics;
 #[cfg(feature = "cuda")]
 pub mod driver;
@@ -122,6 +123,7 @@ pub use config::{
     parse_bytes, AllocatorConfig, ConfigError, ExpandableSegments, MemoryLimit, RoundupInterval,
     SetupError, DEFAULT_TRACE_CAPACITY, ENV_VAR, KNOWN_KEYS,
 };
+pub use context_error::ContextError;
 pub use oom::{
     human_bytes, ConfigSource, LiveAllocation, OomCause, OomContext, OutOfMemory, SegmentMode,
     OOM_LARGEST_LIVE,

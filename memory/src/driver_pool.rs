@@ -16,10 +16,11 @@
 //!   (see [`crate::scope`]: `#[batch_scope]` then reports candle tensors' growth); other
 //!   threads opt in with [`DriverPool::account_scopes_on_this_thread`].
 //!
-//! Without a driver every function returns [`DeviceError::NoDriver`] (never a panic).
+//! Without a driver every function returns [`DeviceError::Context`] with
+//! [`ContextError::NoDriver`] (never a panic).
 
 use crate::accounting::{IterationFigures, IterationStart, ScopeAccounting, ScopeIteration};
-use crate::alloc::MemoryStats;
+use crate::alloc::{ContextError, MemoryStats};
 use crate::device::DeviceError;
 use crate::driver::{error_name, open_context, CurrentContext};
 use cudarc::driver::{result, sys, CudaContext};
@@ -57,9 +58,11 @@ impl std::fmt::Debug for DriverPool {
 }
 
 fn driver(op: &'static str) -> impl Fn(DriverError) -> DeviceError {
-    move |e| DeviceError::Driver {
-        op,
-        message: error_name(e),
+    move |e| {
+        DeviceError::Context(ContextError::Driver {
+            op,
+            message: error_name(e),
+        })
     }
 }
 
@@ -207,10 +210,10 @@ impl DriverPool {
 
 fn current(context: &CudaContext, ordinal: usize) -> Result<CurrentContext, DeviceError> {
     CurrentContext::push(context, ordinal, "the driver's memory pool").map_err(|e| {
-        DeviceError::Driver {
+        DeviceError::Context(ContextError::Driver {
             op: "cuCtxPushCurrent",
             message: e.to_string(),
-        }
+        })
     })
 }
 
@@ -309,18 +312,27 @@ mod tests {
             // No machine has 1000 GPUs: the driver's answer is a typed error, not a panic.
             assert!(matches!(
                 DriverPool::open(1000),
-                Err(DeviceError::NoDevice { ordinal: 1000, .. })
+                Err(DeviceError::Context(ContextError::NoDevice {
+                    ordinal: 1000,
+                    ..
+                }))
             ));
             assert!(matches!(
                 DriverPool::take_over(1000),
-                Err(DeviceError::NoDevice { ordinal: 1000, .. })
+                Err(DeviceError::Context(ContextError::NoDevice {
+                    ordinal: 1000,
+                    ..
+                }))
             ));
             return;
         }
         assert!(matches!(
             DriverPool::take_over(0),
-            Err(DeviceError::NoDriver)
+            Err(DeviceError::Context(ContextError::NoDriver))
         ));
-        assert!(matches!(DriverPool::open(1), Err(DeviceError::NoDriver)));
+        assert!(matches!(
+            DriverPool::open(1),
+            Err(DeviceError::Context(ContextError::NoDriver))
+        ));
     }
 }

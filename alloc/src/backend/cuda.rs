@@ -28,7 +28,8 @@
 use super::granules::{CallError, GranuleMap, PageDriver};
 use super::{Backend, BackendError, BackendFailure, EventId, StreamId, VirtualMemory};
 use crate::diagnostics::WarningOutput;
-use crate::driver::{driver_error, error_name, open_context, ContextError, CurrentContext};
+use crate::driver::{driver_error, error_name, open_context, CurrentContext};
+use crate::ContextError;
 use cudarc::driver::{result, sys, CudaContext, DriverError};
 use std::sync::Arc;
 

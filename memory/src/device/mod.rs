@@ -33,51 +33,11 @@ use std::mem::ManuallyDrop;
 use std::panic::Location;
 use std::sync::{Arc, Mutex, OnceLock};
 
-#[cfg(feature = "cuda")]
-use crate::driver::ContextError;
+use crate::alloc::ContextError;
 
-/// A device that cannot be opened.
-#[cfg(feature = "cuda")]
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum DeviceError {
-    /// The CUDA driver library is not installed.
-    #[error("no CUDA driver found (libcuda.so): install the NVIDIA driver or use Device::Host")]
-    NoDriver,
-    /// The driver sees no GPU with this ordinal.
-    #[error("no CUDA device {ordinal}: the driver sees {count} device(s); pick an ordinal below {count} or use Device::Host")]
-    NoDevice {
-        /// Ordinal asked for.
-        ordinal: usize,
-        /// Devices the driver reports.
-        count: usize,
-    },
-    /// A driver call failed.
-    #[error("CUDA driver call {op} failed: {message}")]
-    Driver {
-        /// The driver function.
-        op: &'static str,
-        /// The driver's error name.
-        message: String,
-    },
-    /// The allocator settings cannot be used on this device.
-    #[error(transparent)]
-    Config(#[from] SetupError),
-}
-
-/// The driver's errors, variant for variant (same text).
-#[cfg(feature = "cuda")]
-impl From<ContextError> for DeviceError {
-    fn from(e: ContextError) -> Self {
-        match e {
-            ContextError::NoDriver => DeviceError::NoDriver,
-            ContextError::NoDevice { ordinal, count } => DeviceError::NoDevice { ordinal, count },
-            ContextError::Driver { op, message } => DeviceError::Driver { op, message },
-        }
-    }
-}
-
-/// A device that cannot be opened: in a build without the `cuda` feature, every CUDA device.
-#[cfg(not(feature = "cuda"))]
+/// A device that cannot be opened. The same variants in every build: without the `cuda`
+/// feature `Device::cuda` returns [`DeviceError::CudaFeatureDisabled`]; with it, the driver's
+/// reasons ([`DeviceError::Context`]) or the allocator's settings ([`DeviceError::Config`]).
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum DeviceError {
@@ -87,6 +47,13 @@ pub enum DeviceError {
         /// Ordinal asked for.
         ordinal: usize,
     },
+    /// The GPU's context could not be opened: no CUDA driver, no GPU with this ordinal, or a
+    /// driver call failed.
+    #[error(transparent)]
+    Context(#[from] ContextError),
+    /// The allocator settings cannot be used on this device.
+    #[error(transparent)]
+    Config(#[from] SetupError),
 }
 
 /// A CUDA device: its ordinal, its allocator and its cudarc context.
@@ -163,7 +130,7 @@ impl Device {
     ///
     /// A bad `VRAMGUARD_ALLOC_CONF` (an unknown key, a value that does not parse, a setting this
     /// GPU cannot use) is [`DeviceError::Config`], naming the key, on every call until it is
-    /// fixed. Without the driver library this returns `DeviceError::NoDriver` (cudarc would
+    /// fixed. Without the driver library this returns `DeviceError::Context(ContextError::NoDriver)` (cudarc would
     /// panic). In a build without the `cuda` feature it returns
     /// `DeviceError::CudaFeatureDisabled`, whose message names the `Cargo.toml` change.
     #[cfg(feature = "cuda")]

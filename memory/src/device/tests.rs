@@ -316,3 +316,43 @@ fn requests_near_usize_max_are_typed_errors_with_every_setting() {
         drop((b, keep));
     }
 }
+
+// Compiled with and without the `cuda` feature (CI runs it in both): the same variants exist
+// in every build, and an error that wraps another says what the wrapped one says.
+#[test]
+fn device_errors_have_the_same_variants_in_every_build_and_wrap_the_driver_s_text() {
+    use crate::device::DeviceError;
+    let wrapped = [
+        ContextError::NoDriver,
+        ContextError::NoDevice {
+            ordinal: 3,
+            count: 1,
+        },
+        ContextError::Driver {
+            op: "cuInit",
+            message: "CUDA_ERROR_UNKNOWN".into(),
+        },
+    ];
+    for context in wrapped {
+        let text = context.to_string();
+        let device = DeviceError::from(context);
+        assert!(matches!(device, DeviceError::Context(_)));
+        assert_eq!(device.to_string(), text);
+    }
+    let setup = SetupError::ExpandableUnsupported {
+        device: "cuda:0".into(),
+    };
+    let text = setup.to_string();
+    let device = DeviceError::from(setup);
+    assert!(matches!(device, DeviceError::Config(_)));
+    assert_eq!(device.to_string(), text);
+    let disabled = DeviceError::CudaFeatureDisabled { ordinal: 2 }.to_string();
+    assert!(
+        disabled.starts_with("no CUDA device 2: vramguard was built without its `cuda` feature"),
+        "{disabled}"
+    );
+    assert_eq!(
+        ContextError::NoDriver.to_string(),
+        "no CUDA driver found (libcuda.so): install the NVIDIA driver or use Device::Host"
+    );
+}

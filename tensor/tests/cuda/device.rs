@@ -5,6 +5,7 @@
 //! memory management plus a passing self-test) and the pages it maps must hold what is written.
 
 use vramguard_alloc::driver::{library_present, CudaLibrary};
+use vramguard_alloc::ContextError;
 use vramguard_alloc::{AllocatorConfig, ExpandableSegments};
 use vramguard_memory::device::CudaBuffer;
 use vramguard_memory::device::DeviceError;
@@ -22,24 +23,31 @@ fn skip(why: &str) {
 #[test]
 fn cuda_device_is_a_typed_error_without_a_driver_and_round_trips_with_one() {
     let device = match Device::cuda(0) {
-        Err(DeviceError::NoDriver) => {
+        Err(DeviceError::Context(ContextError::NoDriver)) => {
             assert!(!library_present(CudaLibrary::Driver));
-            let msg = DeviceError::NoDriver.to_string();
+            let msg = DeviceError::Context(ContextError::NoDriver).to_string();
             assert!(
                 msg.contains("libcuda") && msg.contains("Device::Host"),
                 "{msg}"
             );
             // Asking again gives the same answer, still without a panic.
-            assert!(matches!(Device::cuda(1), Err(DeviceError::NoDriver)));
+            assert!(matches!(
+                Device::cuda(1),
+                Err(DeviceError::Context(ContextError::NoDriver))
+            ));
             assert!(matches!(
                 Device::cuda_with_config(0, AllocatorConfig::default()),
-                Err(DeviceError::NoDriver)
+                Err(DeviceError::Context(ContextError::NoDriver))
             ));
             return skip("no CUDA driver (libcuda.so) on this machine");
         }
-        Err(e @ DeviceError::NoDevice { .. }) => return skip(&e.to_string()),
+        Err(e @ DeviceError::Context(ContextError::NoDevice { .. })) => {
+            return skip(&e.to_string())
+        }
         // A driver library that cannot start (a stub libcuda, no usable GPU in a container).
-        Err(e @ DeviceError::Driver { op: "cuInit", .. }) => return skip(&e.to_string()),
+        Err(e @ DeviceError::Context(ContextError::Driver { op: "cuInit", .. })) => {
+            return skip(&e.to_string())
+        }
         Err(e) => panic!("unexpected error opening cuda:0: {e}"),
         Ok(d) => d,
     };
@@ -94,13 +102,19 @@ fn library_present_says_whether_the_driver_can_be_called() {
     assert_eq!(library_present(CudaLibrary::Driver), driver);
     if !driver {
         // What `Device::cuda` answers without a driver (cudarc alone would panic).
-        assert!(matches!(Device::cuda(0), Err(DeviceError::NoDriver)));
+        assert!(matches!(
+            Device::cuda(0),
+            Err(DeviceError::Context(ContextError::NoDriver))
+        ));
         return skip(
             "no CUDA driver (libcuda.so) on this machine: library_present(Driver) is false",
         );
     }
     assert!(
-        !matches!(Device::cuda(0), Err(DeviceError::NoDriver)),
+        !matches!(
+            Device::cuda(0),
+            Err(DeviceError::Context(ContextError::NoDriver))
+        ),
         "library_present(Driver) is true, so Device::cuda must find the driver"
     );
     if require_gpu() {
@@ -114,16 +128,16 @@ fn library_present_says_whether_the_driver_can_be_called() {
 fn own_gpu_allocator(config: AllocatorConfig) -> Option<Device> {
     match Device::cuda_with_config(0, config) {
         Ok(d) => Some(d),
-        Err(DeviceError::NoDriver) => {
+        Err(DeviceError::Context(ContextError::NoDriver)) => {
             skip("no CUDA driver (libcuda.so) on this machine");
             None
         }
-        Err(e @ DeviceError::NoDevice { .. }) => {
+        Err(e @ DeviceError::Context(ContextError::NoDevice { .. })) => {
             skip(&e.to_string());
             None
         }
         // A driver library that cannot start (a stub libcuda, no usable GPU in a container).
-        Err(e @ DeviceError::Driver { op: "cuInit", .. }) => {
+        Err(e @ DeviceError::Context(ContextError::Driver { op: "cuInit", .. })) => {
             skip(&e.to_string());
             None
         }
@@ -216,10 +230,16 @@ fn expandable_segments_on_the_gpu_map_and_unmap_pages() {
     let config = AllocatorConfig::default().with_expandable_segments(true);
     let device = match Device::cuda_with_config(0, config) {
         Ok(d) => d,
-        Err(DeviceError::NoDriver) => return skip("no CUDA driver (libcuda.so) on this machine"),
-        Err(e @ DeviceError::NoDevice { .. }) => return skip(&e.to_string()),
+        Err(DeviceError::Context(ContextError::NoDriver)) => {
+            return skip("no CUDA driver (libcuda.so) on this machine")
+        }
+        Err(e @ DeviceError::Context(ContextError::NoDevice { .. })) => {
+            return skip(&e.to_string())
+        }
         // A driver library that cannot start (a stub libcuda, no usable GPU in a container).
-        Err(e @ DeviceError::Driver { op: "cuInit", .. }) => return skip(&e.to_string()),
+        Err(e @ DeviceError::Context(ContextError::Driver { op: "cuInit", .. })) => {
+            return skip(&e.to_string())
+        }
         Err(DeviceError::Config(e)) => {
             // The GPU lacks virtual memory management: a typed error, not a crash.
             assert!(e.to_string().contains("expandable_segments"), "{e}");
@@ -267,10 +287,16 @@ fn cuda_buffer_needs_a_cuda_device() {
 fn a_new_cuda_buffer_is_zeroed_even_when_its_block_comes_from_the_cache() {
     let device = match Device::cuda_with_config(0, AllocatorConfig::default()) {
         Ok(d) => d,
-        Err(DeviceError::NoDriver) => return skip("no CUDA driver (libcuda.so) on this machine"),
-        Err(e @ DeviceError::NoDevice { .. }) => return skip(&e.to_string()),
+        Err(DeviceError::Context(ContextError::NoDriver)) => {
+            return skip("no CUDA driver (libcuda.so) on this machine")
+        }
+        Err(e @ DeviceError::Context(ContextError::NoDevice { .. })) => {
+            return skip(&e.to_string())
+        }
         // A driver library that cannot start (a stub libcuda, no usable GPU in a container).
-        Err(e @ DeviceError::Driver { op: "cuInit", .. }) => return skip(&e.to_string()),
+        Err(e @ DeviceError::Context(ContextError::Driver { op: "cuInit", .. })) => {
+            return skip(&e.to_string())
+        }
         Err(e) => panic!("unexpected error opening cuda:0: {e}"),
     };
     let stream = device.cuda_context().unwrap().default_stream();

@@ -13,6 +13,7 @@ use std::ffi::{c_void, CString};
 use std::io::Write;
 use std::sync::Arc;
 use vramguard_alloc::AllocatorConfig;
+use vramguard_alloc::ContextError;
 use vramguard_memory::device::DeviceError;
 use vramguard_memory::Device;
 
@@ -39,15 +40,15 @@ pub fn exclusive() -> std::sync::MutexGuard<'static, ()> {
 pub fn own_device(test: &str, config: AllocatorConfig) -> Option<Device> {
     match Device::cuda_with_config(0, config) {
         Ok(d) => Some(d),
-        Err(DeviceError::NoDriver) => {
+        Err(DeviceError::Context(ContextError::NoDriver)) => {
             skip(test, "no CUDA driver (libcuda.so not found)");
             None
         }
-        Err(e @ DeviceError::NoDevice { .. }) => {
+        Err(e @ DeviceError::Context(ContextError::NoDevice { .. })) => {
             skip(test, &format!("no CUDA device ({e})"));
             None
         }
-        Err(e @ DeviceError::Driver { op: "cuInit", .. }) => {
+        Err(e @ DeviceError::Context(ContextError::Driver { op: "cuInit", .. })) => {
             skip(test, &format!("the CUDA driver does not start ({e})"));
             None
         }

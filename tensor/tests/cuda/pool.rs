@@ -5,6 +5,7 @@
 use crate::gpu;
 
 use gpu::{exclusive, figure, skip};
+use vramguard_alloc::ContextError;
 use vramguard_memory::device::DeviceError;
 use vramguard_memory::driver_pool::{DriverPool, KEEP_ALL_CACHED};
 use vramguard_memory::scope::{account_with, BatchScope};
@@ -18,8 +19,10 @@ fn cuda_the_taken_over_pool_keeps_its_cache_reports_its_figures_and_feeds_batch_
     let _gpu = exclusive();
     let pool = match DriverPool::take_over(0) {
         Ok(p) => p,
-        Err(DeviceError::NoDriver) => return skip(TEST, "no CUDA driver (libcuda.so not found)"),
-        Err(e @ DeviceError::NoDevice { .. }) => {
+        Err(DeviceError::Context(ContextError::NoDriver)) => {
+            return skip(TEST, "no CUDA driver (libcuda.so not found)")
+        }
+        Err(e @ DeviceError::Context(ContextError::NoDevice { .. })) => {
             return skip(TEST, &format!("no CUDA device ({e})"))
         }
         Err(e) => panic!("{TEST}: {e}"),
