@@ -189,7 +189,7 @@ pub mod observer {
 /// [`crate::DeviceError`] are at the crate root). The GPU items (`CudaBuffer`,
 /// `CudaBufferError`, `CudaDevice`) exist only with the `cuda` feature (on by default); without
 /// it [`crate::Device::cuda`] returns [`DeviceError::CudaFeatureDisabled`](crate::DeviceError).
-/// [`DeviceError`](crate::DeviceError) and [`ContextError`](device::ContextError) have the same
+/// [`DeviceError`] and [`ContextError`](device::ContextError) have the same
 /// variants in every build.
 pub mod device {
     pub use vramguard_alloc::ContextError;
