@@ -77,7 +77,12 @@ impl Tensor {
             Err(this) => return this.binary(rhs, op),
         };
         let out = Tensor::from_parts(storage, layout, false);
-        backend::zip_inplace(out.strided(), rhs.strided(), op.name(), ZipOp::Bin(op))?;
+        backend::on(out.device(), op.name())?.zip_inplace(
+            out.strided(),
+            rhs.strided(),
+            op.name(),
+            ZipOp::Bin(op),
+        )?;
         attach(&out, op.name(), edges, || match op {
             BinOp::Add => OpRecord::Add { a_shape, b_shape },
             BinOp::Sub => OpRecord::Sub { a_shape, b_shape },
@@ -108,7 +113,11 @@ impl Tensor {
             Err(this) => return this.scalar_op(s, op),
         };
         let out = Tensor::from_parts(storage, layout, false);
-        backend::map_inplace(out.strided(), op.name(), MapOp::Scalar(op, s))?;
+        backend::on(out.device(), op.name())?.map_inplace(
+            out.strided(),
+            op.name(),
+            MapOp::Scalar(op, s),
+        )?;
         attach(&out, op.name(), edges, || scalar_record(op, s));
         Ok(out)
     }
@@ -124,7 +133,7 @@ impl Tensor {
             Err(this) => return this.unary(op),
         };
         let out = Tensor::from_parts(storage, layout, false);
-        backend::map_inplace(out.strided(), op.name(), op.map_op())?;
+        backend::on(out.device(), op.name())?.map_inplace(out.strided(), op.name(), op.map_op())?;
         attach(&out, op.name(), edges, || unary_record(op, &out, &out));
         Ok(out)
     }
@@ -184,7 +193,11 @@ impl Tensor {
             Err(this) => return this.affine(mul, add),
         };
         let out = Tensor::from_parts(storage, layout, false);
-        backend::map_inplace(out.strided(), "affine", MapOp::Affine(mul, add))?;
+        backend::on(out.device(), "affine")?.map_inplace(
+            out.strided(),
+            "affine",
+            MapOp::Affine(mul, add),
+        )?;
         attach(&out, "affine", edges, || OpRecord::MulScalar(mul));
         Ok(out)
     }
@@ -208,7 +221,7 @@ impl Tensor {
             Err(this) => return this.softmax(dim),
         };
         let out = Tensor::from_parts(storage, layout, false);
-        backend::softmax_last_dim_inplace(out.strided(), OP)?;
+        backend::on(out.device(), OP)?.softmax_last_dim_inplace(out.strided(), OP)?;
         // Softmax's backward needs its output, which is what the buffer now holds.
         attach(&out, OP, edges, || OpRecord::Softmax {
             out: Saved::new(&out, "output"),
@@ -257,7 +270,7 @@ impl Tensor {
         };
         let out = Tensor::from_parts(storage, layout, false);
         // The parameters cannot share `out`'s storage: it was uniquely owned.
-        backend::layer_norm_inplace(
+        backend::on(out.device(), OP)?.layer_norm_inplace(
             out.strided(),
             w.as_ref().map(Tensor::strided),
             b.as_ref().map(Tensor::strided),
@@ -350,7 +363,7 @@ impl Tensor {
 
     /// Writes `f(self)` into `self`'s elements and bumps the storage version.
     fn write_unary(&self, op: &'static str, f: MapOp) -> Result<()> {
-        backend::map_inplace(self.strided(), op, f)?;
+        backend::on(self.device(), op)?.map_inplace(self.strided(), op, f)?;
         self.storage().bump_version(op);
         Ok(())
     }
@@ -364,7 +377,7 @@ impl Tensor {
         } else {
             src.clone()
         };
-        backend::zip_inplace(self.strided(), src.strided(), op, f)?;
+        backend::on(self.device(), op)?.zip_inplace(self.strided(), src.strided(), op, f)?;
         self.storage().bump_version(op);
         Ok(())
     }

@@ -42,7 +42,7 @@
 //! | `kinds` | op kinds, layouts and the shape rules |
 //! | `peak_bound`, `rng` | the out-of-place lower bound of a peak, recorded from storage allocations; random tensors |
 //! | `storage` | memory under tensors, its locks and version counter |
-//! | `backend` | the primitives, on storage and layout (host loops, CUDA kernels) |
+//! | `backend` | the backend contract (`TensorBackend`) and where each device computes; host/ and cuda/ implement it |
 //! | `last_use` | a tensor at its last use as the receiver of an op with a consuming form (what `#[inference]` calls), defined from the same tokens as `Tensor`'s op |
 //! | `ops`, `inspect` | shape checks, the backend call and the op's record for autograd; printing |
 //! | `autograd`, `inplace` | the engine and every gradient formula; everything that writes into existing memory, and the version checks |
@@ -149,7 +149,9 @@ impl Tensor {
     pub fn full(shape: &[usize], value: f32, device: &Device) -> Result<Tensor> {
         let _origin = crate::alloc::enter_op("full");
         checked_numel("full", shape)?;
-        backend::full(device, shape, value).map(Tensor::from)
+        backend::on(device, "full")?
+            .full(device, shape, value)
+            .map(Tensor::from)
     }
 
     /// A tensor of zeros with the shape and device of `self`.
@@ -179,7 +181,9 @@ impl Tensor {
                 expected,
             });
         }
-        backend::upload(device, shape, "from_slice", data).map(Tensor::from)
+        backend::on(device, "from_slice")?
+            .upload(device, shape, "from_slice", data)
+            .map(Tensor::from)
     }
 
     /// A single-element tensor of shape `[]`.
@@ -336,7 +340,7 @@ impl Tensor {
 
     /// The data in row-major order, copied into a `Vec`.
     pub fn to_vec(&self) -> Result<Vec<f32>> {
-        backend::to_vec(self.strided(), "to_vec")
+        backend::on(self.device(), "to_vec")?.to_vec(self.strided(), "to_vec")
     }
 
     /// A copy of `self` on `device` (contiguous; `self` itself when it is already there).
@@ -347,7 +351,12 @@ impl Tensor {
         }
         // Through host memory: to_vec downloads (or reads) and upload copies in.
         let data = self.to_vec()?;
-        let out = Tensor::from(backend::upload(device, self.dims(), "to_device", &data)?);
+        let out = Tensor::from(backend::on(device, "to_device")?.upload(
+            device,
+            self.dims(),
+            "to_device",
+            &data,
+        )?);
         record::record(&out, "to_device", &[self], || OpRecord::ToDevice {
             device: self.device().clone(),
         });
@@ -464,7 +473,7 @@ impl Tensor {
 /// One fused Adam update of `[param, grad, m, v]` (contiguous, same element count, four
 /// storages); the caller bumps the versions.
 pub(crate) fn adam_step(state: [&Tensor; 4], hyper: &AdamStep) -> Result<()> {
-    backend::adam_step(state.map(Tensor::strided), hyper)
+    backend::on(state[0].device(), "Adam::step")?.adam_step(state.map(Tensor::strided), hyper)
 }
 
 impl<'a> From<&'a Tensor> for StridedRef<'a> {

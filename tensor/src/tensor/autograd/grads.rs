@@ -222,7 +222,7 @@ fn layer_norm_backward(
     // Every input here is contiguous with its own storage (saved by the forward, or made so
     // here).
     let g = g.contiguous()?;
-    let (gx, gw, gb) = backend::layer_norm_backward(
+    let (gx, gw, gb) = backend::on(x.device(), "layer_norm_backward")?.layer_norm_backward(
         g.strided(),
         x.strided(),
         mean.strided(),
@@ -237,10 +237,14 @@ fn layer_norm_backward(
 /// Gradient of an embedding lookup with respect to the table (rows scatter-added).
 fn embedding_backward(g: &Tensor, ids: &[u32], table_shape: &[usize]) -> Result<Tensor> {
     let g = g.contiguous()?;
-    backend::embedding_backward(g.strided(), ids, table_shape).map(Tensor::from)
+    backend::on(g.device(), "embedding_backward")?
+        .embedding_backward(g.strided(), ids, table_shape)
+        .map(Tensor::from)
 }
 
 /// Gradient of mean cross-entropy: `(softmax - onehot) * g / rows`.
 fn cross_entropy_backward(g: &Tensor, probs: &Tensor, targets: &[u32]) -> Result<Tensor> {
-    backend::cross_entropy_backward(g.strided(), probs.strided(), targets).map(Tensor::from)
+    backend::on(probs.device(), "cross_entropy_backward")?
+        .cross_entropy_backward(g.strided(), probs.strided(), targets)
+        .map(Tensor::from)
 }

@@ -9,17 +9,18 @@
 //!   (on a GPU, or on the fake driver that runs the kernels' host builds).
 //!
 //! Each check prints `skipped: <reason>` and passes when its library (or device) is absent.
-//! The checks drive the CUDA backend's primitives with a launcher of their own; the dispatch of
-//! tensor ops (`super::dispatch_to`) has no hook for them.
+//! The checks build the CUDA backend around a launcher of their own; [`super::on`], which tensor
+//! ops go through, always takes the device's.
 
-use super::cuda::{self, Gemm, Kernel, Launcher, VgArgs, KERNEL_COMMON, KERNEL_SOURCES};
-use super::host;
+use super::cuda::{self, Cuda, Gemm, Kernel, Launcher, VgArgs, KERNEL_COMMON, KERNEL_SOURCES};
+use super::host::Host;
+use super::TensorBackend;
 use crate::tensor::kinds::{AdamStep, BinOp, MapOp, MatmulShape, ZipOp};
 use crate::tensor::storage::StridedRef;
 use crate::tensor::{Result, Tensor};
 use crate::Device;
-use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 
 #[test]
 fn kernels_compile_to_ptx() {
@@ -78,7 +79,8 @@ struct HostLauncher {
     _library: libloading::Library,
     set_index: unsafe extern "C" fn(u32, u32, u32, u32),
     kernels: HashMap<Kernel, unsafe extern "C" fn(VgArgs)>,
-    launched: RefCell<BTreeSet<&'static str>>,
+    // A mutex, not a cell: the backend holds its launcher in an `Arc`, which wants `Sync`.
+    launched: Mutex<BTreeSet<&'static str>>,
 }
 
 impl HostLauncher {
@@ -103,7 +105,7 @@ impl HostLauncher {
                 _library: library,
                 set_index,
                 kernels,
-                launched: RefCell::new(BTreeSet::new()),
+                launched: Mutex::new(BTreeSet::new()),
             })
         }
     }
@@ -126,7 +128,10 @@ impl Launcher for HostLauncher {
                 }
             }
         }
-        self.launched.borrow_mut().insert(kernel.name());
+        self.launched
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(kernel.name());
         Ok(())
     }
 
@@ -162,8 +167,8 @@ fn assert_close<'a, 'b>(
     let (got, want) = (got.into(), want.into());
     assert_eq!(got.dims(), want.dims(), "{what}: shapes differ");
     let (g, w) = (
-        host::to_vec(got, "check").unwrap_or_default(),
-        host::to_vec(want, "check").unwrap_or_default(),
+        Host.to_vec(got, "check").unwrap_or_default(),
+        Host.to_vec(want, "check").unwrap_or_default(),
     );
     assert_eq!(g.len(), w.len(), "{what}: lengths differ");
     for (i, (a, b)) in g.iter().zip(&w).enumerate() {
@@ -176,7 +181,7 @@ fn randn(shape: &[usize], seed: u64, device: &Device) -> Tensor {
     Tensor::randn(shape, 0.0, 1.0, seed, device).unwrap_or_else(|e| panic!("randn: {e}"))
 }
 
-fn check_all(l: &HostLauncher, dev: &Device) -> Result<()> {
+fn check_all(cuda: &Cuda, dev: &Device) -> Result<()> {
     let x = randn(&[2, 3, 4], 1, dev);
     let xt = x.transpose(0, 2)?; // [4, 3, 2], strided
     let positive = x.map("abs", MapOp::Exp)?;
@@ -200,15 +205,15 @@ fn check_all(l: &HostLauncher, dev: &Device) -> Result<()> {
             let what = format!("map {f:?} of {:?}", t.strides());
             assert_close(
                 &what,
-                &cuda::map(l, t.strided(), "check", f)?,
-                &host::map(t.strided(), "check", f)?,
+                &cuda.map(t.strided(), "check", f)?,
+                &Host.map(t.strided(), "check", f)?,
             );
         }
     }
     assert_close(
         "map Log",
-        &cuda::map(l, positive.strided(), "check", MapOp::Log)?,
-        &host::map(positive.strided(), "check", MapOp::Log)?,
+        &cuda.map(positive.strided(), "check", MapOp::Log)?,
+        &Host.map(positive.strided(), "check", MapOp::Log)?,
     );
     // In place on a strided view (a narrow of a transpose).
     let (a, b) = (x.copy()?, x.copy()?);
@@ -216,8 +221,8 @@ fn check_all(l: &HostLauncher, dev: &Device) -> Result<()> {
         a.transpose(1, 2)?.narrow(1, 1, 2)?,
         b.transpose(1, 2)?.narrow(1, 1, 2)?,
     );
-    cuda::map_inplace(l, va.strided(), "check", MapOp::Affine(3.0, 1.0))?;
-    host::map_inplace(vb.strided(), "check", MapOp::Affine(3.0, 1.0))?;
+    cuda.map_inplace(va.strided(), "check", MapOp::Affine(3.0, 1.0))?;
+    Host.map_inplace(vb.strided(), "check", MapOp::Affine(3.0, 1.0))?;
     assert_close("map in place on a view", &a, &b);
 
     // vg_zip: broadcasting both ways, strided operands, every function.
@@ -237,19 +242,19 @@ fn check_all(l: &HostLauncher, dev: &Device) -> Result<()> {
         let what = format!("zip {f:?}");
         assert_close(
             &what,
-            &cuda::zip(l, x.strided(), y.strided(), &shape, "check", f)?,
-            &host::zip(x.strided(), y.strided(), &shape, "check", f)?,
+            &cuda.zip(x.strided(), y.strided(), &shape, "check", f)?,
+            &Host.zip(x.strided(), y.strided(), &shape, "check", f)?,
         );
         let xtt = xt.transpose(0, 2)?; // back to [2, 3, 4] through strides
         assert_close(
             &format!("{what} strided"),
-            &cuda::zip(l, y.strided(), xtt.strided(), &shape, "check", f)?,
-            &host::zip(y.strided(), xtt.strided(), &shape, "check", f)?,
+            &cuda.zip(y.strided(), xtt.strided(), &shape, "check", f)?,
+            &Host.zip(y.strided(), xtt.strided(), &shape, "check", f)?,
         );
     }
     let (a, b) = (x.copy()?, x.copy()?);
-    cuda::zip_inplace(l, a.strided(), y.strided(), "check", ZipOp::Bin(BinOp::Mul))?;
-    host::zip_inplace(b.strided(), y.strided(), "check", ZipOp::Bin(BinOp::Mul))?;
+    cuda.zip_inplace(a.strided(), y.strided(), "check", ZipOp::Bin(BinOp::Mul))?;
+    Host.zip_inplace(b.strided(), y.strided(), "check", ZipOp::Bin(BinOp::Mul))?;
     assert_close("zip in place", &a, &b);
 
     // Row sums: every set of reduced dims of a strided tensor.
@@ -260,38 +265,38 @@ fn check_all(l: &HostLauncher, dev: &Device) -> Result<()> {
         }
         assert_close(
             &format!("sum over {dims:?}"),
-            &cuda::reduce(l, xt.strided(), &dims, &keep, 0.25, "check")?,
-            &host::reduce(xt.strided(), &keep, 0.25, "check")?,
+            &cuda.reduce(xt.strided(), &dims, &keep, 0.25, "check")?,
+            &Host.reduce(xt.strided(), &dims, &keep, 0.25, "check")?,
         );
     }
     assert_close(
         "mean square",
-        &cuda::mean_square(l, x.strided(), "check")?,
-        &host::mean_square(x.strided(), "check")?,
+        &cuda.mean_square(x.strided(), "check")?,
+        &Host.mean_square(x.strided(), "check")?,
     );
     // Rows long enough to be summed in two launches (chunks, then their partial sums), and
     // many rows of one chunk each.
     let long = randn(&[3, 5000], 22, dev);
     assert_close(
         "long rows",
-        &cuda::reduce(l, long.strided(), &[1], &[3, 1], 0.5, "check")?,
-        &host::reduce(long.strided(), &[3, 1], 0.5, "check")?,
+        &cuda.reduce(long.strided(), &[1], &[3, 1], 0.5, "check")?,
+        &Host.reduce(long.strided(), &[1], &[3, 1], 0.5, "check")?,
     );
     assert_close(
         "sum of all of a long tensor",
-        &cuda::reduce(l, long.strided(), &[0, 1], &[1, 1], 1.0, "check")?,
-        &host::reduce(long.strided(), &[1, 1], 1.0, "check")?,
+        &cuda.reduce(long.strided(), &[0, 1], &[1, 1], 1.0, "check")?,
+        &Host.reduce(long.strided(), &[0, 1], &[1, 1], 1.0, "check")?,
     );
     assert_close(
         "mean square of a long tensor",
-        &cuda::mean_square(l, long.strided(), "check")?,
-        &host::mean_square(long.strided(), "check")?,
+        &cuda.mean_square(long.strided(), "check")?,
+        &Host.mean_square(long.strided(), "check")?,
     );
     let empty = Tensor::zeros(&[4, 0], dev)?;
     assert_close(
         "sum over an empty dimension",
-        &cuda::reduce(l, empty.strided(), &[1], &[4, 1], 1.0, "check")?,
-        &host::reduce(empty.strided(), &[4, 1], 1.0, "check")?,
+        &cuda.reduce(empty.strided(), &[1], &[4, 1], 1.0, "check")?,
+        &Host.reduce(empty.strided(), &[1], &[4, 1], 1.0, "check")?,
     );
 
     // Softmax along each dimension, strided input.
@@ -299,8 +304,8 @@ fn check_all(l: &HostLauncher, dev: &Device) -> Result<()> {
         for log in [false, true] {
             assert_close(
                 &format!("softmax dim {dim} log {log}"),
-                &cuda::softmax(l, xt.strided(), dim, log, "check")?,
-                &host::softmax(xt.strided(), dim, log, "check")?,
+                &cuda.softmax(xt.strided(), dim, log, "check")?,
+                &Host.softmax(xt.strided(), dim, log, "check")?,
             );
         }
     }
@@ -309,15 +314,14 @@ fn check_all(l: &HostLauncher, dev: &Device) -> Result<()> {
     let (w, bias) = (randn(&[4], 3, dev), randn(&[4], 4, dev));
     let g = randn(&[2, 3, 4], 5, dev);
     for (weight, b) in [(None, None), (Some(&w), Some(&bias)), (Some(&w), None)] {
-        let (out_c, stats_c) = cuda::layer_norm(
-            l,
+        let (out_c, stats_c) = cuda.layer_norm(
             x.strided(),
             weight.map(Tensor::strided),
             b.map(Tensor::strided),
             1e-5,
             true,
         )?;
-        let (out_h, stats_h) = host::layer_norm(
+        let (out_h, stats_h) = Host.layer_norm(
             x.strided(),
             weight.map(Tensor::strided),
             b.map(Tensor::strided),
@@ -331,8 +335,7 @@ fn check_all(l: &HostLauncher, dev: &Device) -> Result<()> {
         };
         assert_close("layer norm mean", &mc, &mh);
         assert_close("layer norm rstd", &rc, &rh);
-        let (gx_c, gw_c, gb_c) = cuda::layer_norm_backward(
-            l,
+        let (gx_c, gw_c, gb_c) = cuda.layer_norm_backward(
             g.strided(),
             x.strided(),
             mc.as_ref(),
@@ -341,7 +344,7 @@ fn check_all(l: &HostLauncher, dev: &Device) -> Result<()> {
             true,
             true,
         )?;
-        let (gx_h, gw_h, gb_h) = host::layer_norm_backward(
+        let (gx_h, gw_h, gb_h) = Host.layer_norm_backward(
             g.strided(),
             x.strided(),
             mh.as_ref(),
@@ -366,31 +369,31 @@ fn check_all(l: &HostLauncher, dev: &Device) -> Result<()> {
     let out_shape = [2, 3, 5];
     assert_close(
         "embedding",
-        &cuda::embedding(l, table.strided(), &ids, &out_shape)?,
-        &host::embedding(table.strided(), &ids, &out_shape)?,
+        &cuda.embedding(table.strided(), &ids, &out_shape)?,
+        &Host.embedding(table.strided(), &ids, &out_shape)?,
     );
     let ge = randn(&[6, 5], 7, dev);
     assert_close(
         "embedding backward",
-        &cuda::embedding_backward(l, ge.strided(), &ids, &[6, 5])?,
-        &host::embedding_backward(ge.strided(), &ids, &[6, 5])?,
+        &cuda.embedding_backward(ge.strided(), &ids, &[6, 5])?,
+        &Host.embedding_backward(ge.strided(), &ids, &[6, 5])?,
     );
 
     // Cross-entropy and its gradient (rows 4, classes 6).
     let logits = randn(&[4, 6], 8, dev);
-    let logp = host::softmax(logits.strided(), 1, true, "check")?;
+    let logp = Host.softmax(logits.strided(), 1, true, "check")?;
     let targets = [5u32, 0, 3, 3];
     assert_close(
         "cross entropy",
-        &cuda::cross_entropy(l, logp.as_ref(), &targets)?,
-        &host::cross_entropy(logp.as_ref(), &targets)?,
+        &cuda.cross_entropy(logp.as_ref(), &targets)?,
+        &Host.cross_entropy(logp.as_ref(), &targets)?,
     );
-    let probs = host::map(logp.as_ref(), "check", MapOp::Exp)?;
+    let probs = Host.map(logp.as_ref(), "check", MapOp::Exp)?;
     let gs = Tensor::scalar(0.75, dev)?;
     assert_close(
         "cross entropy backward",
-        &cuda::cross_entropy_backward(l, gs.strided(), probs.as_ref(), &targets)?,
-        &host::cross_entropy_backward(gs.strided(), probs.as_ref(), &targets)?,
+        &cuda.cross_entropy_backward(gs.strided(), probs.as_ref(), &targets)?,
+        &Host.cross_entropy_backward(gs.strided(), probs.as_ref(), &targets)?,
     );
 
     // One Adam update of every element.
@@ -412,9 +415,9 @@ fn check_all(l: &HostLauncher, dev: &Device) -> Result<()> {
     };
     let (device_state, host_state) = (fresh()?, fresh()?);
     let [p, m, v] = &device_state;
-    cuda::adam_step(l, [p, &grad, m, v].map(Tensor::strided), &hyper)?;
+    cuda.adam_step([p, &grad, m, v].map(Tensor::strided), &hyper)?;
     let [p, m, v] = &host_state;
-    host::adam_step([p, &grad, m, v].map(Tensor::strided), &hyper)?;
+    Host.adam_step([p, &grad, m, v].map(Tensor::strided), &hyper)?;
     for (what, (c, h)) in ["parameter", "first moment", "second moment"]
         .iter()
         .zip(device_state.iter().zip(&host_state))
@@ -450,8 +453,8 @@ fn check_all(l: &HostLauncher, dev: &Device) -> Result<()> {
         };
         assert_close(
             &format!("matmul {:?}x{:?}", a.dims(), b.dims()),
-            &cuda::matmul(l, a.strided(), b.strided(), &shape)?,
-            &host::matmul(a.strided(), b.strided(), &shape)?,
+            &cuda.matmul(a.strided(), b.strided(), &shape)?,
+            &Host.matmul(a.strided(), b.strided(), &shape)?,
         );
     }
     Ok(())
@@ -466,13 +469,17 @@ fn kernels_checked_on_the_host() {
         );
         return;
     };
-    let launcher = HostLauncher::load(&path)
-        .unwrap_or_else(|e| panic!("cannot load the host-compiled kernels {path}: {e}"));
+    let launcher = Arc::new(
+        HostLauncher::load(&path)
+            .unwrap_or_else(|e| panic!("cannot load the host-compiled kernels {path}: {e}")),
+    );
     let dev = Device::isolated_host();
-    if let Err(e) = check_all(&launcher, &dev) {
+    // The backend shares the launcher, so the kernels it launched can be read after.
+    let cuda = Cuda::new(Arc::clone(&launcher) as Arc<dyn Launcher>);
+    if let Err(e) = check_all(&cuda, &dev) {
         panic!("a check failed with {e}");
     }
-    let launched = launcher.launched.borrow();
+    let launched = launcher.launched.lock().unwrap_or_else(|e| e.into_inner());
     let checked = Kernel::ALL
         .iter()
         .filter(|k| launched.contains(k.name()))

@@ -39,7 +39,11 @@ impl Tensor {
         }
         let mut out_shape = ids_shape.to_vec();
         out_shape.push(d);
-        let out = Tensor::from(backend::embedding(self.strided(), ids, &out_shape)?);
+        let out = Tensor::from(backend::on(self.device(), OP)?.embedding(
+            self.strided(),
+            ids,
+            &out_shape,
+        )?);
         record(&out, OP, &[self], || OpRecord::Embedding {
             ids: ids.to_vec(),
             table_shape: self.dims().to_vec(),

@@ -37,7 +37,7 @@ impl Tensor {
         }
         let batch = broadcast_shape(OP, &self.dims()[..ra - 2], &rhs.dims()[..rb - 2])
             .map_err(|_| mismatch("batch dimensions do not broadcast".into()))?;
-        let out = Tensor::from(backend::matmul(
+        let out = Tensor::from(backend::on(self.device(), OP)?.matmul(
             self.strided(),
             rhs.strided(),
             &MatmulShape { batch, m, k, n },

@@ -69,11 +69,15 @@ impl Tensor {
     pub(crate) fn zip_map(&self, other: &Tensor, op: &'static str, f: ZipOp) -> Result<Tensor> {
         same_device(op, self, other)?;
         let shape = broadcast_shape(op, self.dims(), other.dims())?;
-        backend::zip(self.strided(), other.strided(), &shape, op, f).map(Tensor::from)
+        backend::on(self.device(), op)?
+            .zip(self.strided(), other.strided(), &shape, op, f)
+            .map(Tensor::from)
     }
 
     /// `f(self)` element-wise into a new contiguous tensor; records nothing.
     pub(crate) fn map(&self, op: &'static str, f: MapOp) -> Result<Tensor> {
-        backend::map(self.strided(), op, f).map(Tensor::from)
+        backend::on(self.device(), op)?
+            .map(self.strided(), op, f)
+            .map(Tensor::from)
     }
 }

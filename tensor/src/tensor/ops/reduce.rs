@@ -30,7 +30,7 @@ impl Tensor {
             .product::<usize>()
             .max(1);
         let scale = if mean { 1.0 / count as f32 } else { 1.0 };
-        let out = Tensor::from(backend::reduce(
+        let out = Tensor::from(backend::on(self.device(), op)?.reduce(
             self.strided(),
             dims,
             &keep_shape,
@@ -147,7 +147,8 @@ impl Tensor {
     fn softmax_impl(&self, dim: usize, log: bool) -> Result<Tensor> {
         let op = if log { "log_softmax" } else { "softmax" };
         check_dim(op, self, dim)?;
-        let out = Tensor::from(backend::softmax(self.strided(), dim, log, op)?);
+        let out =
+            Tensor::from(backend::on(self.device(), op)?.softmax(self.strided(), dim, log, op)?);
         record(&out, op, &[self], || {
             let saved = Saved::new(&out, "output");
             if log {
@@ -206,7 +207,8 @@ impl Tensor {
         }
         let recording = should_record(&[self]);
         let logp = self.log_softmax_untracked(self.rank() - 1)?;
-        let out = Tensor::from(backend::cross_entropy(logp.strided(), targets)?);
+        let out =
+            Tensor::from(backend::on(logp.device(), OP)?.cross_entropy(logp.strided(), targets)?);
         if recording {
             let probs = logp.map(OP, MapOp::Exp)?;
             drop(logp);
@@ -239,7 +241,7 @@ impl Tensor {
             });
         }
         let diff = self.zip_map(target, OP, ZipOp::Bin(BinOp::Sub))?;
-        let out = Tensor::from(backend::mean_square(diff.strided(), OP)?);
+        let out = Tensor::from(backend::on(diff.device(), OP)?.mean_square(diff.strided(), OP)?);
         record(&out, OP, &[self, target], || OpRecord::Mse {
             diff: Saved::new(&diff, "difference"),
         });
@@ -307,7 +309,7 @@ with_consuming_form! {
             weight.map(Tensor::contiguous).transpose()?,
             bias.map(Tensor::contiguous).transpose()?,
         );
-        let (out, stats) = backend::layer_norm(
+        let (out, stats) = backend::on(x.device(), OP)?.layer_norm(
             x.strided(),
             w.as_ref().map(Tensor::strided),
             b.as_ref().map(Tensor::strided),

@@ -1,19 +1,19 @@
-//! The CUDA backend: the primitives of [`super`] as launches of the kernels in
+//! The CUDA backend ([`Cuda`]): [`super::TensorBackend`] as launches of the kernels in
 //! `tensor/kernels/*.cu` (compiled by NVRTC once per context and cached) and cuBLAS GEMMs, all
 //! queued on the device's stream (the context's default stream), on memory from the device's
 //! caching allocator.
 //!
-//! Everything here talks to the device through [`Launcher`]: [`DeviceLauncher`] is the real
-//! one; the tests drive the same code with a launcher that runs the kernel sources compiled for
-//! the host (see `scripts/kernels-check.sh`), so the argument marshalling and the kernels'
-//! indexing are checked without a GPU.
+//! Everything here talks to the device through [`Launcher`](launch::Launcher):
+//! [`DeviceLauncher`] is the real one; the tests drive the same code with a launcher that runs
+//! the kernel sources compiled for the host (see `scripts/kernels-check.sh`), so the argument
+//! marshalling and the kernels' indexing are checked without a GPU.
 //!
 //! | file | owns |
 //! | --- | --- |
 //! | `kernels.rs` | the kernel sources, the kernel list, the launch argument blocks |
 //! | `compile.rs` | NVRTC compilation, or a prebuilt PTX file |
-//! | `launch.rs` | [`Launcher`] and the real one, [`DeviceLauncher`] |
-//! | `primitives.rs` | every primitive of [`super`] as launches |
+//! | `launch.rs` | [`Launcher`](launch::Launcher) and the real one, [`DeviceLauncher`] |
+//! | `primitives.rs` | [`Cuda`]: every primitive of the contract as launches |
 
 mod compile;
 mod kernels;
@@ -24,5 +24,7 @@ mod primitives;
 pub(crate) use compile::{compile, compile_all, ptx_header};
 #[cfg(test)]
 pub(crate) use kernels::{Gemm, Kernel, VgArgs, KERNEL_COMMON, KERNEL_SOURCES};
-pub(crate) use launch::{DeviceLauncher, Launcher};
-pub(crate) use primitives::*;
+pub(crate) use launch::DeviceLauncher;
+#[cfg(test)]
+pub(crate) use launch::Launcher;
+pub(crate) use primitives::Cuda;

@@ -1,14 +1,16 @@
-//! The primitives of the tensor backend as launches on a [`Launcher`]: operands made
+//! The CUDA backend ([`Cuda`]): [`TensorBackend`] as launches on a [`Launcher`]: operands made
 //! contiguous or coalesced, argument blocks filled, kernels and GEMMs queued, results read back.
 
 use super::kernels::{Gemm, Kernel, VgArgs, MAX_RANK};
 use super::launch::{backend_error, Launcher};
+use crate::tensor::backend::TensorBackend;
 use crate::tensor::error::{Result, TensorError};
 use crate::tensor::kinds::{
     broadcast_strides, checked_numel, contiguous_strides, AdamStep, MapOp, MatmulShape, ZipOp,
 };
 use crate::tensor::storage::{Storage, Strided, StridedRef};
 use crate::Device;
+use std::sync::Arc;
 
 fn launch<'a>(
     l: &dyn Launcher,
@@ -146,81 +148,6 @@ fn launch_zip(
     launch(l, op, t, Kernel::Zip, n as u64, &args)
 }
 
-pub(crate) fn map(
-    l: &dyn Launcher,
-    src: StridedRef<'_>,
-    op: &'static str,
-    f: MapOp,
-) -> Result<Strided> {
-    let out = uninit(src.device(), src.dims(), op)?;
-    let so = contiguous_strides(src.dims());
-    launch_map(
-        l,
-        op,
-        src,
-        src.dims(),
-        (addr(&out), &so),
-        (addr(src), src.strides()),
-        f,
-    )?;
-    src.storage().note_use_end();
-    Ok(out)
-}
-
-pub(crate) fn map_inplace(
-    l: &dyn Launcher,
-    dst: StridedRef<'_>,
-    op: &'static str,
-    f: MapOp,
-) -> Result<()> {
-    let target = (addr(dst), dst.strides());
-    launch_map(l, op, dst, dst.dims(), target, target, f)?;
-    dst.storage().note_use_end();
-    Ok(())
-}
-
-pub(crate) fn zip(
-    l: &dyn Launcher,
-    a: StridedRef<'_>,
-    b: StridedRef<'_>,
-    shape: &[usize],
-    op: &'static str,
-    f: ZipOp,
-) -> Result<Strided> {
-    let sa = broadcast_strides(a.dims(), a.strides(), shape);
-    let sb = broadcast_strides(b.dims(), b.strides(), shape);
-    let out = uninit(a.device(), shape, op)?;
-    let so = contiguous_strides(shape);
-    launch_zip(
-        l,
-        op,
-        a,
-        shape,
-        (addr(&out), &so),
-        (addr(a), &sa),
-        (addr(b), &sb),
-        f,
-    )?;
-    a.storage().note_use_end();
-    b.storage().note_use_end();
-    Ok(out)
-}
-
-pub(crate) fn zip_inplace(
-    l: &dyn Launcher,
-    dst: StridedRef<'_>,
-    src: StridedRef<'_>,
-    op: &'static str,
-    f: ZipOp,
-) -> Result<()> {
-    let ss = broadcast_strides(src.dims(), src.strides(), dst.dims());
-    let target = (addr(dst), dst.strides());
-    launch_zip(l, op, dst, dst.dims(), target, target, (addr(src), &ss), f)?;
-    dst.storage().note_use_end();
-    src.storage().note_use_end();
-    Ok(())
-}
-
 /// A GEMM operand: a matrix of `rows`×`cols` per batch, in a layout cuBLAS can read.
 struct Operand {
     /// The operand, or a copy of it when its own layout could not be used.
@@ -237,7 +164,7 @@ struct Operand {
 /// not collapse into one stride, as the host backend reads any layout in place); otherwise a
 /// contiguous copy of it broadcast to the batch.
 fn gemm_operand(
-    l: &dyn Launcher,
+    backend: &Cuda,
     t: StridedRef<'_>,
     batch: &[usize],
     rows: usize,
@@ -269,7 +196,7 @@ fn gemm_operand(
     checked_numel("broadcast_as", &full)?;
     let broadcast = t.layout.broadcast_to(&full);
     let data = contiguous(
-        l,
+        backend,
         StridedRef {
             storage: t.storage,
             layout: &broadcast,
@@ -296,11 +223,11 @@ fn shared(t: StridedRef<'_>) -> Strided {
 
 /// `t` if contiguous, else a contiguous copy of it (what `Tensor::contiguous` makes, under the
 /// same op name).
-fn contiguous(l: &dyn Launcher, t: StridedRef<'_>) -> Result<Strided> {
+fn contiguous(backend: &Cuda, t: StridedRef<'_>) -> Result<Strided> {
     if t.is_contiguous() {
         return Ok(shared(t));
     }
-    map(l, t, "contiguous", MapOp::Copy)
+    backend.map(t, "contiguous", MapOp::Copy)
 }
 
 /// The one stride that walks every batch in row-major order, if there is one.
@@ -327,268 +254,6 @@ fn single_stride(batch: &[usize], strides: &[usize]) -> Option<usize> {
     Some(stride.unwrap_or(0))
 }
 
-pub(crate) fn matmul(
-    l: &dyn Launcher,
-    a: StridedRef<'_>,
-    b: StridedRef<'_>,
-    shape: &MatmulShape,
-) -> Result<Strided> {
-    const OP: &str = "matmul";
-    let MatmulShape { batch, m, k, n } = shape;
-    let (m, k, n) = (*m, *k, *n);
-    let out = uninit(a.device(), &shape.out_shape(), OP)?;
-    if out.elem_count() == 0 {
-        return Ok(out);
-    }
-    if k == 0 {
-        // An empty sum: the product is all zeros.
-        map_inplace(l, out.as_ref(), OP, MapOp::Fill(0.0))?;
-        return Ok(out);
-    }
-    let oa = gemm_operand(l, a, batch, m, k)?;
-    let ob = gemm_operand(l, b, batch, k, n)?;
-    let oc: Vec<usize> = contiguous_strides(batch)
-        .iter()
-        .map(|s| s * m * n)
-        .collect();
-    // The batch dims from `split` on collapse into one stride for every operand: one
-    // strided-batched GEMM covers them; the dims before it are looped over.
-    let split = (0..=batch.len())
-        .find(|&s| {
-            [&oa.batch_strides, &ob.batch_strides, &oc]
-                .iter()
-                .all(|strides| single_stride(&batch[s..], &strides[s..]).is_some())
-        })
-        .unwrap_or(batch.len());
-    let inner = &batch[split..];
-    let stride = |strides: &[usize]| single_stride(inner, &strides[split..]).unwrap_or(0);
-    let (sa, sb, sc) = (
-        stride(&oa.batch_strides),
-        stride(&ob.batch_strides),
-        stride(&oc),
-    );
-    let outer: usize = batch[..split].iter().product();
-    for index in 0..outer {
-        // Element offsets of this outer batch index in each operand.
-        let (mut rest, mut at) = (index, [0usize; 3]);
-        for d in (0..split).rev() {
-            let i = rest % batch[d];
-            rest /= batch[d];
-            for (o, strides) in at
-                .iter_mut()
-                .zip([&oa.batch_strides, &ob.batch_strides, &oc])
-            {
-                *o += i * strides[d];
-            }
-        }
-        let bytes = |elements: usize| (elements * std::mem::size_of::<f32>()) as u64;
-        // Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ: cuBLAS's A is our B and its B our A.
-        // A row-major matrix read column-major is its transpose, so it needs no op; a
-        // column-major one does.
-        let (mut rows, mut count) = (m, inner.iter().product::<usize>());
-        if oa.row_major && sb == 0 && count > 1 && sa == m * oa.ld && oa.ld == k {
-            // The Linear-layer case: every batch's rows are stacked contiguously and the right
-            // operand is one matrix, so one GEMM covers them all.
-            rows = m * count;
-            count = 1;
-        }
-        let gemm = Gemm {
-            transa: !ob.row_major,
-            transb: !oa.row_major,
-            m: n,
-            n: rows,
-            k,
-            a: addr(&ob.data) + bytes(at[1]),
-            lda: ob.ld,
-            stride_a: sb,
-            b: addr(&oa.data) + bytes(at[0]),
-            ldb: oa.ld,
-            stride_b: sa,
-            c: addr(&out) + bytes(at[2]),
-            ldc: n,
-            stride_c: if count == 1 { rows * n } else { sc },
-            count,
-        };
-        l.gemm(&gemm)
-            .map_err(|msg| backend_error(OP, a.device(), msg))?;
-    }
-    oa.data.storage().note_use_end();
-    ob.data.storage().note_use_end();
-    Ok(out)
-}
-
-pub(crate) fn softmax(
-    l: &dyn Launcher,
-    x: StridedRef<'_>,
-    dim: usize,
-    log: bool,
-    op: &'static str,
-) -> Result<Strided> {
-    let x = contiguous(l, x)?;
-    let len = x.dims()[dim];
-    let inner: usize = x.dims()[dim + 1..].iter().product();
-    let outer: usize = x.dims()[..dim].iter().product();
-    let out = uninit(x.device(), x.dims(), op)?;
-    if len == 0 {
-        return Ok(out);
-    }
-    let args = VgArgs {
-        out: addr(&out),
-        a: addr(&x),
-        n: (outer * inner) as u64,
-        len: len as u64,
-        inner: inner as u64,
-        op: i32::from(log),
-        ..Default::default()
-    };
-    launch(l, op, &x, Kernel::Softmax, args.n, &args)?;
-    x.storage().note_use_end();
-    Ok(out)
-}
-
-pub(crate) fn layer_norm(
-    l: &dyn Launcher,
-    x: StridedRef<'_>,
-    weight: Option<StridedRef<'_>>,
-    bias: Option<StridedRef<'_>>,
-    eps: f32,
-    stats: bool,
-) -> Result<(Strided, Option<(Strided, Strided)>)> {
-    const OP: &str = "layer_norm";
-    let d = x.dims()[x.rank() - 1];
-    let rows = x.elem_count() / d.max(1);
-    let row_shape = &x.dims()[..x.rank() - 1];
-    let out = uninit(x.device(), x.dims(), OP)?;
-    let row_stats = if stats {
-        Some((
-            uninit(x.device(), row_shape, OP)?,
-            uninit(x.device(), row_shape, OP)?,
-        ))
-    } else {
-        None
-    };
-    let args = VgArgs {
-        out: addr(&out),
-        out2: row_stats.as_ref().map_or(0, |s| addr(&s.0)),
-        out3: row_stats.as_ref().map_or(0, |s| addr(&s.1)),
-        a: addr(x),
-        b: weight.map_or(0, addr),
-        c: bias.map_or(0, addr),
-        n: rows as u64,
-        len: d as u64,
-        s0: eps,
-        ..Default::default()
-    };
-    launch(l, OP, x, Kernel::LayerNorm, rows as u64, &args)?;
-    for t in [Some(x), weight, bias].into_iter().flatten() {
-        t.storage().note_use_end();
-    }
-    Ok((out, row_stats))
-}
-
-/// Softmax along the last dimension of contiguous `x`, written into `x`: `vg_softmax` reads
-/// each element of a row before it writes it (true of softmax, not of log-softmax), so its
-/// output may be its input.
-pub(crate) fn softmax_last_dim_inplace(
-    l: &dyn Launcher,
-    x: StridedRef<'_>,
-    op: &'static str,
-) -> Result<()> {
-    let len = x.dims().last().copied().unwrap_or(0);
-    if len == 0 || x.elem_count() == 0 {
-        return Ok(());
-    }
-    let args = VgArgs {
-        out: addr(x),
-        a: addr(x),
-        n: (x.elem_count() / len) as u64,
-        len: len as u64,
-        inner: 1,
-        op: 0,
-        ..Default::default()
-    };
-    launch(l, op, x, Kernel::Softmax, args.n, &args)?;
-    x.storage().note_use_end();
-    Ok(())
-}
-
-/// Layer norm of contiguous `x` over its last dimension, written into `x`: `vg_layer_norm`
-/// reads a row's statistics first and then each element before it writes it, so its output
-/// may be its input. `weight` and `bias` are contiguous and do not share `x`'s storage.
-pub(crate) fn layer_norm_inplace(
-    l: &dyn Launcher,
-    x: StridedRef<'_>,
-    weight: Option<StridedRef<'_>>,
-    bias: Option<StridedRef<'_>>,
-    eps: f32,
-) -> Result<()> {
-    const OP: &str = "layer_norm";
-    let d = x.dims().last().copied().unwrap_or(0);
-    if d == 0 || x.elem_count() == 0 {
-        return Ok(());
-    }
-    let rows = x.elem_count() / d;
-    let args = VgArgs {
-        out: addr(x),
-        a: addr(x),
-        b: weight.map_or(0, addr),
-        c: bias.map_or(0, addr),
-        n: rows as u64,
-        len: d as u64,
-        s0: eps,
-        ..Default::default()
-    };
-    launch(l, OP, x, Kernel::LayerNorm, rows as u64, &args)?;
-    for t in [Some(x), weight, bias].into_iter().flatten() {
-        t.storage().note_use_end();
-    }
-    Ok(())
-}
-
-#[allow(clippy::too_many_arguments, clippy::type_complexity)]
-pub(crate) fn layer_norm_backward(
-    l: &dyn Launcher,
-    g: StridedRef<'_>,
-    x: StridedRef<'_>,
-    mean: StridedRef<'_>,
-    rstd: StridedRef<'_>,
-    weight: Option<StridedRef<'_>>,
-    need_w: bool,
-    need_b: bool,
-) -> Result<(Strided, Option<Strided>, Option<Strided>)> {
-    const OP: &str = "layer_norm_backward";
-    let d = x.dims()[x.rank() - 1];
-    let rows = x.elem_count() / d.max(1);
-    let gx = uninit(x.device(), x.dims(), OP)?;
-    let mut args = VgArgs {
-        out: addr(&gx),
-        a: addr(g),
-        b: addr(x),
-        c: addr(mean),
-        d: addr(rstd),
-        e: weight.map_or(0, addr),
-        n: rows as u64,
-        len: d as u64,
-        ..Default::default()
-    };
-    launch(l, OP, x, Kernel::LayerNormBackwardInput, rows as u64, &args)?;
-    let gw = need_w.then(|| uninit(x.device(), &[d], OP)).transpose()?;
-    let gb = need_b.then(|| uninit(x.device(), &[d], OP)).transpose()?;
-    if need_w || need_b {
-        args.out = gw.as_ref().map_or(0, addr);
-        args.out2 = gb.as_ref().map_or(0, addr);
-        args.inner = rows as u64;
-        launch(l, OP, x, Kernel::LayerNormBackwardParams, d as u64, &args)?;
-    }
-    for t in [Some(g), Some(x), Some(mean), Some(rstd), weight]
-        .into_iter()
-        .flatten()
-    {
-        t.storage().note_use_end();
-    }
-    Ok((gx, gw, gb))
-}
-
 /// `ids` in a temporary device buffer from the allocator (freed once the work is queued; the
 /// block is reused only by work queued after it on the same stream).
 fn upload_ids(
@@ -602,163 +267,6 @@ fn upload_ids(
     l.upload(buffer.addr(), &bytes)
         .map_err(|m| backend_error(op, device, m))?;
     Ok(buffer)
-}
-
-pub(crate) fn embedding(
-    l: &dyn Launcher,
-    table: StridedRef<'_>,
-    ids: &[u32],
-    out_shape: &[usize],
-) -> Result<Strided> {
-    const OP: &str = "embedding";
-    let d = table.dims()[1];
-    let out = uninit(table.device(), out_shape, OP)?;
-    let ids_buffer = upload_ids(l, table.device(), ids, OP)?;
-    let mut args = VgArgs {
-        out: addr(&out),
-        a: element_addr(table.storage(), 0),
-        ids: ids_buffer.addr(),
-        n: (ids.len() * d) as u64,
-        len: d as u64,
-        a_offset: table.offset() as u64,
-        ..Default::default()
-    };
-    args.a_strides[0] = table.strides()[0] as u64;
-    args.a_strides[1] = table.strides()[1] as u64;
-    launch(l, OP, table, Kernel::Embedding, args.n, &args)?;
-    table.storage().note_use_end();
-    Ok(out)
-}
-
-pub(crate) fn embedding_backward(
-    l: &dyn Launcher,
-    g: StridedRef<'_>,
-    ids: &[u32],
-    table_shape: &[usize],
-) -> Result<Strided> {
-    const OP: &str = "embedding_backward";
-    let d = table_shape[1];
-    let out = uninit(g.device(), table_shape, OP)?;
-    map_inplace(l, out.as_ref(), OP, MapOp::Fill(0.0))?;
-    let ids_buffer = upload_ids(l, g.device(), ids, OP)?;
-    let args = VgArgs {
-        out: addr(&out),
-        a: addr(g),
-        ids: ids_buffer.addr(),
-        len: d as u64,
-        inner: ids.len() as u64,
-        ..Default::default()
-    };
-    launch(l, OP, g, Kernel::EmbeddingBackward, d as u64, &args)?;
-    g.storage().note_use_end();
-    Ok(out)
-}
-
-pub(crate) fn reduce(
-    l: &dyn Launcher,
-    x: StridedRef<'_>,
-    dims: &[usize],
-    keep_shape: &[usize],
-    scale: f32,
-    op: &'static str,
-) -> Result<Strided> {
-    // Kept dims first, reduced dims last (each group in its order), made contiguous: each output
-    // element is then one row, summed in the host backend's order (unless the row is long
-    // enough to be summed in chunks).
-    let kept: Vec<usize> = (0..x.rank()).filter(|d| !dims.contains(d)).collect();
-    let mut perm = kept.clone();
-    let mut reduced: Vec<usize> = dims.to_vec();
-    reduced.sort_unstable();
-    perm.extend_from_slice(&reduced);
-    let rows: usize = kept.iter().map(|&d| x.dims()[d]).product();
-    let len: usize = reduced.iter().map(|&d| x.dims()[d]).product();
-    let permuted = x.layout.permuted(&perm);
-    let lanes = contiguous(
-        l,
-        StridedRef {
-            storage: x.storage,
-            layout: &permuted,
-        },
-    )?;
-    let out = uninit(x.device(), keep_shape, op)?;
-    sum_rows(
-        l,
-        op,
-        lanes.as_ref(),
-        out.as_ref(),
-        (rows, len),
-        RowSum::Scale(scale),
-    )?;
-    lanes.storage().note_use_end();
-    Ok(out)
-}
-
-pub(crate) fn cross_entropy(
-    l: &dyn Launcher,
-    logp: StridedRef<'_>,
-    targets: &[u32],
-) -> Result<Strided> {
-    const OP: &str = "cross_entropy";
-    let c = logp.dims()[logp.rank() - 1];
-    let out = uninit(logp.device(), &[], OP)?;
-    let ids = upload_ids(l, logp.device(), targets, OP)?;
-    let args = VgArgs {
-        out: addr(&out),
-        a: addr(logp),
-        ids: ids.addr(),
-        n: 1,
-        len: c as u64,
-        inner: targets.len() as u64,
-        ..Default::default()
-    };
-    launch(l, OP, logp, Kernel::CrossEntropy, 1, &args)?;
-    logp.storage().note_use_end();
-    Ok(out)
-}
-
-pub(crate) fn cross_entropy_backward(
-    l: &dyn Launcher,
-    g: StridedRef<'_>,
-    probs: StridedRef<'_>,
-    targets: &[u32],
-) -> Result<Strided> {
-    const OP: &str = "cross_entropy_backward";
-    let c = probs.dims()[probs.rank() - 1];
-    let out = uninit(probs.device(), probs.dims(), OP)?;
-    let ids = upload_ids(l, probs.device(), targets, OP)?;
-    let args = VgArgs {
-        out: addr(&out),
-        a: addr(probs),
-        b: addr(g),
-        ids: ids.addr(),
-        n: probs.elem_count() as u64,
-        len: c as u64,
-        s0: targets.len().max(1) as f32,
-        ..Default::default()
-    };
-    launch(l, OP, probs, Kernel::CrossEntropyBackward, args.n, &args)?;
-    probs.storage().note_use_end();
-    g.storage().note_use_end();
-    Ok(out)
-}
-
-pub(crate) fn mean_square(
-    l: &dyn Launcher,
-    diff: StridedRef<'_>,
-    op: &'static str,
-) -> Result<Strided> {
-    let out = uninit(diff.device(), &[], op)?;
-    let n = diff.elem_count();
-    sum_rows(
-        l,
-        op,
-        diff,
-        out.as_ref(),
-        (1, n),
-        RowSum::MeanOfSquares(n.max(1) as f32),
-    )?;
-    diff.storage().note_use_end();
-    Ok(out)
 }
 
 /// What `sum_rows` makes of each row's sum.
@@ -820,21 +328,6 @@ fn sum_rows(
     Ok(())
 }
 
-pub(crate) fn to_vec(l: &dyn Launcher, t: StridedRef<'_>, op: &'static str) -> Result<Vec<f32>> {
-    let copy;
-    let t = if t.is_contiguous() {
-        t
-    } else {
-        copy = map(l, t, op, MapOp::Copy)?;
-        copy.as_ref()
-    };
-    let mut out = vec![0.0f32; t.elem_count()];
-    l.download(f32_bytes_mut(&mut out), addr(t))
-        .map_err(|m| backend_error(op, t.device(), m))?;
-    t.storage().note_use_end();
-    Ok(out)
-}
-
 /// The bytes of an `f32` slice.
 fn f32_bytes(values: &[f32]) -> &[u8] {
     // SAFETY: `u8` has alignment 1 and every byte of an `f32` is initialised; the slice covers
@@ -852,53 +345,560 @@ fn f32_bytes_mut(values: &mut [f32]) -> &mut [u8] {
     unsafe { std::slice::from_raw_parts_mut(values.as_mut_ptr().cast::<u8>(), len) }
 }
 
-pub(crate) fn upload(
-    l: &dyn Launcher,
-    device: &Device,
-    shape: &[usize],
-    op: &'static str,
-    data: &[f32],
-) -> Result<Strided> {
-    let out = uninit(device, shape, op)?;
-    l.upload(addr(&out), f32_bytes(data))
-        .map_err(|m| backend_error(op, device, m))?;
-    Ok(out)
+/// The CUDA backend: every primitive as launches on its launcher (a device's
+/// [`DeviceLauncher`](super::DeviceLauncher) from [`super::super::on`], or the checks' launcher
+/// of host-compiled kernels).
+pub(crate) struct Cuda {
+    launcher: Arc<dyn Launcher>,
 }
 
-pub(crate) fn full(
-    l: &dyn Launcher,
-    device: &Device,
-    shape: &[usize],
-    value: f32,
-) -> Result<Strided> {
-    let out = uninit(device, shape, "full")?;
-    map_inplace(l, out.as_ref(), "full", MapOp::Fill(value))?;
-    Ok(out)
-}
-
-pub(crate) fn adam_step(
-    l: &dyn Launcher,
-    state: [StridedRef<'_>; 4],
-    hyper: &AdamStep,
-) -> Result<()> {
-    let [param, grad, m, v] = state;
-    let args = VgArgs {
-        out: addr(param),
-        out2: addr(m),
-        out3: addr(v),
-        a: addr(grad),
-        n: param.elem_count() as u64,
-        s0: hyper.lr,
-        s1: hyper.beta1,
-        s2: hyper.beta2,
-        s3: hyper.eps,
-        s4: hyper.bias1,
-        s5: hyper.bias2,
-        ..Default::default()
-    };
-    launch(l, "Adam::step", param, Kernel::Adam, args.n, &args)?;
-    for t in state {
-        t.storage().note_use_end();
+impl Cuda {
+    /// The backend launching through `launcher`.
+    pub(crate) fn new(launcher: Arc<dyn Launcher>) -> Cuda {
+        Cuda { launcher }
     }
-    Ok(())
+}
+
+impl TensorBackend for Cuda {
+    fn map(&self, src: StridedRef<'_>, op: &'static str, f: MapOp) -> Result<Strided> {
+        let l = &*self.launcher;
+        let out = uninit(src.device(), src.dims(), op)?;
+        let so = contiguous_strides(src.dims());
+        launch_map(
+            l,
+            op,
+            src,
+            src.dims(),
+            (addr(&out), &so),
+            (addr(src), src.strides()),
+            f,
+        )?;
+        src.storage().note_use_end();
+        Ok(out)
+    }
+
+    fn map_inplace(&self, dst: StridedRef<'_>, op: &'static str, f: MapOp) -> Result<()> {
+        let l = &*self.launcher;
+        let target = (addr(dst), dst.strides());
+        launch_map(l, op, dst, dst.dims(), target, target, f)?;
+        dst.storage().note_use_end();
+        Ok(())
+    }
+
+    fn zip(
+        &self,
+        a: StridedRef<'_>,
+        b: StridedRef<'_>,
+        shape: &[usize],
+        op: &'static str,
+        f: ZipOp,
+    ) -> Result<Strided> {
+        let l = &*self.launcher;
+        let sa = broadcast_strides(a.dims(), a.strides(), shape);
+        let sb = broadcast_strides(b.dims(), b.strides(), shape);
+        let out = uninit(a.device(), shape, op)?;
+        let so = contiguous_strides(shape);
+        launch_zip(
+            l,
+            op,
+            a,
+            shape,
+            (addr(&out), &so),
+            (addr(a), &sa),
+            (addr(b), &sb),
+            f,
+        )?;
+        a.storage().note_use_end();
+        b.storage().note_use_end();
+        Ok(out)
+    }
+
+    fn zip_inplace(
+        &self,
+        dst: StridedRef<'_>,
+        src: StridedRef<'_>,
+        op: &'static str,
+        f: ZipOp,
+    ) -> Result<()> {
+        let l = &*self.launcher;
+        let ss = broadcast_strides(src.dims(), src.strides(), dst.dims());
+        let target = (addr(dst), dst.strides());
+        launch_zip(l, op, dst, dst.dims(), target, target, (addr(src), &ss), f)?;
+        dst.storage().note_use_end();
+        src.storage().note_use_end();
+        Ok(())
+    }
+
+    fn matmul(&self, a: StridedRef<'_>, b: StridedRef<'_>, shape: &MatmulShape) -> Result<Strided> {
+        const OP: &str = "matmul";
+        let l = &*self.launcher;
+        let MatmulShape { batch, m, k, n } = shape;
+        let (m, k, n) = (*m, *k, *n);
+        let out = uninit(a.device(), &shape.out_shape(), OP)?;
+        if out.elem_count() == 0 {
+            return Ok(out);
+        }
+        if k == 0 {
+            // An empty sum: the product is all zeros.
+            self.map_inplace(out.as_ref(), OP, MapOp::Fill(0.0))?;
+            return Ok(out);
+        }
+        let oa = gemm_operand(self, a, batch, m, k)?;
+        let ob = gemm_operand(self, b, batch, k, n)?;
+        let oc: Vec<usize> = contiguous_strides(batch)
+            .iter()
+            .map(|s| s * m * n)
+            .collect();
+        // The batch dims from `split` on collapse into one stride for every operand: one
+        // strided-batched GEMM covers them; the dims before it are looped over.
+        let split = (0..=batch.len())
+            .find(|&s| {
+                [&oa.batch_strides, &ob.batch_strides, &oc]
+                    .iter()
+                    .all(|strides| single_stride(&batch[s..], &strides[s..]).is_some())
+            })
+            .unwrap_or(batch.len());
+        let inner = &batch[split..];
+        let stride = |strides: &[usize]| single_stride(inner, &strides[split..]).unwrap_or(0);
+        let (sa, sb, sc) = (
+            stride(&oa.batch_strides),
+            stride(&ob.batch_strides),
+            stride(&oc),
+        );
+        let outer: usize = batch[..split].iter().product();
+        for index in 0..outer {
+            // Element offsets of this outer batch index in each operand.
+            let (mut rest, mut at) = (index, [0usize; 3]);
+            for d in (0..split).rev() {
+                let i = rest % batch[d];
+                rest /= batch[d];
+                for (o, strides) in at
+                    .iter_mut()
+                    .zip([&oa.batch_strides, &ob.batch_strides, &oc])
+                {
+                    *o += i * strides[d];
+                }
+            }
+            let bytes = |elements: usize| (elements * std::mem::size_of::<f32>()) as u64;
+            // Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ: cuBLAS's A is our B and its B our A.
+            // A row-major matrix read column-major is its transpose, so it needs no op; a
+            // column-major one does.
+            let (mut rows, mut count) = (m, inner.iter().product::<usize>());
+            if oa.row_major && sb == 0 && count > 1 && sa == m * oa.ld && oa.ld == k {
+                // The Linear-layer case: every batch's rows are stacked contiguously and the right
+                // operand is one matrix, so one GEMM covers them all.
+                rows = m * count;
+                count = 1;
+            }
+            let gemm = Gemm {
+                transa: !ob.row_major,
+                transb: !oa.row_major,
+                m: n,
+                n: rows,
+                k,
+                a: addr(&ob.data) + bytes(at[1]),
+                lda: ob.ld,
+                stride_a: sb,
+                b: addr(&oa.data) + bytes(at[0]),
+                ldb: oa.ld,
+                stride_b: sa,
+                c: addr(&out) + bytes(at[2]),
+                ldc: n,
+                stride_c: if count == 1 { rows * n } else { sc },
+                count,
+            };
+            l.gemm(&gemm)
+                .map_err(|msg| backend_error(OP, a.device(), msg))?;
+        }
+        oa.data.storage().note_use_end();
+        ob.data.storage().note_use_end();
+        Ok(out)
+    }
+
+    fn softmax(
+        &self,
+        x: StridedRef<'_>,
+        dim: usize,
+        log: bool,
+        op: &'static str,
+    ) -> Result<Strided> {
+        let l = &*self.launcher;
+        let x = contiguous(self, x)?;
+        let len = x.dims()[dim];
+        let inner: usize = x.dims()[dim + 1..].iter().product();
+        let outer: usize = x.dims()[..dim].iter().product();
+        let out = uninit(x.device(), x.dims(), op)?;
+        if len == 0 {
+            return Ok(out);
+        }
+        let args = VgArgs {
+            out: addr(&out),
+            a: addr(&x),
+            n: (outer * inner) as u64,
+            len: len as u64,
+            inner: inner as u64,
+            op: i32::from(log),
+            ..Default::default()
+        };
+        launch(l, op, &x, Kernel::Softmax, args.n, &args)?;
+        x.storage().note_use_end();
+        Ok(out)
+    }
+
+    /// Softmax along the last dimension of contiguous `x`, written into `x`: `vg_softmax` reads
+    /// each element of a row before it writes it (true of softmax, not of log-softmax), so its
+    /// output may be its input.
+    fn softmax_last_dim_inplace(&self, x: StridedRef<'_>, op: &'static str) -> Result<()> {
+        let l = &*self.launcher;
+        let len = x.dims().last().copied().unwrap_or(0);
+        if len == 0 || x.elem_count() == 0 {
+            return Ok(());
+        }
+        let args = VgArgs {
+            out: addr(x),
+            a: addr(x),
+            n: (x.elem_count() / len) as u64,
+            len: len as u64,
+            inner: 1,
+            op: 0,
+            ..Default::default()
+        };
+        launch(l, op, x, Kernel::Softmax, args.n, &args)?;
+        x.storage().note_use_end();
+        Ok(())
+    }
+
+    /// Layer norm of contiguous `x` over its last dimension, written into `x`: `vg_layer_norm`
+    /// reads a row's statistics first and then each element before it writes it, so its output
+    /// may be its input. `weight` and `bias` are contiguous and do not share `x`'s storage.
+    fn layer_norm_inplace(
+        &self,
+        x: StridedRef<'_>,
+        weight: Option<StridedRef<'_>>,
+        bias: Option<StridedRef<'_>>,
+        eps: f32,
+    ) -> Result<()> {
+        const OP: &str = "layer_norm";
+        let l = &*self.launcher;
+        let d = x.dims().last().copied().unwrap_or(0);
+        if d == 0 || x.elem_count() == 0 {
+            return Ok(());
+        }
+        let rows = x.elem_count() / d;
+        let args = VgArgs {
+            out: addr(x),
+            a: addr(x),
+            b: weight.map_or(0, addr),
+            c: bias.map_or(0, addr),
+            n: rows as u64,
+            len: d as u64,
+            s0: eps,
+            ..Default::default()
+        };
+        launch(l, OP, x, Kernel::LayerNorm, rows as u64, &args)?;
+        for t in [Some(x), weight, bias].into_iter().flatten() {
+            t.storage().note_use_end();
+        }
+        Ok(())
+    }
+
+    fn layer_norm(
+        &self,
+        x: StridedRef<'_>,
+        weight: Option<StridedRef<'_>>,
+        bias: Option<StridedRef<'_>>,
+        eps: f32,
+        stats: bool,
+    ) -> Result<(Strided, Option<(Strided, Strided)>)> {
+        const OP: &str = "layer_norm";
+        let l = &*self.launcher;
+        let d = x.dims()[x.rank() - 1];
+        let rows = x.elem_count() / d.max(1);
+        let row_shape = &x.dims()[..x.rank() - 1];
+        let out = uninit(x.device(), x.dims(), OP)?;
+        let row_stats = if stats {
+            Some((
+                uninit(x.device(), row_shape, OP)?,
+                uninit(x.device(), row_shape, OP)?,
+            ))
+        } else {
+            None
+        };
+        let args = VgArgs {
+            out: addr(&out),
+            out2: row_stats.as_ref().map_or(0, |s| addr(&s.0)),
+            out3: row_stats.as_ref().map_or(0, |s| addr(&s.1)),
+            a: addr(x),
+            b: weight.map_or(0, addr),
+            c: bias.map_or(0, addr),
+            n: rows as u64,
+            len: d as u64,
+            s0: eps,
+            ..Default::default()
+        };
+        launch(l, OP, x, Kernel::LayerNorm, rows as u64, &args)?;
+        for t in [Some(x), weight, bias].into_iter().flatten() {
+            t.storage().note_use_end();
+        }
+        Ok((out, row_stats))
+    }
+
+    fn layer_norm_backward(
+        &self,
+        g: StridedRef<'_>,
+        x: StridedRef<'_>,
+        mean: StridedRef<'_>,
+        rstd: StridedRef<'_>,
+        weight: Option<StridedRef<'_>>,
+        need_w: bool,
+        need_b: bool,
+    ) -> Result<(Strided, Option<Strided>, Option<Strided>)> {
+        const OP: &str = "layer_norm_backward";
+        let l = &*self.launcher;
+        let d = x.dims()[x.rank() - 1];
+        let rows = x.elem_count() / d.max(1);
+        let gx = uninit(x.device(), x.dims(), OP)?;
+        let mut args = VgArgs {
+            out: addr(&gx),
+            a: addr(g),
+            b: addr(x),
+            c: addr(mean),
+            d: addr(rstd),
+            e: weight.map_or(0, addr),
+            n: rows as u64,
+            len: d as u64,
+            ..Default::default()
+        };
+        launch(l, OP, x, Kernel::LayerNormBackwardInput, rows as u64, &args)?;
+        let gw = need_w.then(|| uninit(x.device(), &[d], OP)).transpose()?;
+        let gb = need_b.then(|| uninit(x.device(), &[d], OP)).transpose()?;
+        if need_w || need_b {
+            args.out = gw.as_ref().map_or(0, addr);
+            args.out2 = gb.as_ref().map_or(0, addr);
+            args.inner = rows as u64;
+            launch(l, OP, x, Kernel::LayerNormBackwardParams, d as u64, &args)?;
+        }
+        for t in [Some(g), Some(x), Some(mean), Some(rstd), weight]
+            .into_iter()
+            .flatten()
+        {
+            t.storage().note_use_end();
+        }
+        Ok((gx, gw, gb))
+    }
+
+    fn embedding(
+        &self,
+        table: StridedRef<'_>,
+        ids: &[u32],
+        out_shape: &[usize],
+    ) -> Result<Strided> {
+        const OP: &str = "embedding";
+        let l = &*self.launcher;
+        let d = table.dims()[1];
+        let out = uninit(table.device(), out_shape, OP)?;
+        let ids_buffer = upload_ids(l, table.device(), ids, OP)?;
+        let mut args = VgArgs {
+            out: addr(&out),
+            a: element_addr(table.storage(), 0),
+            ids: ids_buffer.addr(),
+            n: (ids.len() * d) as u64,
+            len: d as u64,
+            a_offset: table.offset() as u64,
+            ..Default::default()
+        };
+        args.a_strides[0] = table.strides()[0] as u64;
+        args.a_strides[1] = table.strides()[1] as u64;
+        launch(l, OP, table, Kernel::Embedding, args.n, &args)?;
+        table.storage().note_use_end();
+        Ok(out)
+    }
+
+    fn embedding_backward(
+        &self,
+        g: StridedRef<'_>,
+        ids: &[u32],
+        table_shape: &[usize],
+    ) -> Result<Strided> {
+        const OP: &str = "embedding_backward";
+        let l = &*self.launcher;
+        let d = table_shape[1];
+        let out = uninit(g.device(), table_shape, OP)?;
+        self.map_inplace(out.as_ref(), OP, MapOp::Fill(0.0))?;
+        let ids_buffer = upload_ids(l, g.device(), ids, OP)?;
+        let args = VgArgs {
+            out: addr(&out),
+            a: addr(g),
+            ids: ids_buffer.addr(),
+            len: d as u64,
+            inner: ids.len() as u64,
+            ..Default::default()
+        };
+        launch(l, OP, g, Kernel::EmbeddingBackward, d as u64, &args)?;
+        g.storage().note_use_end();
+        Ok(out)
+    }
+
+    fn reduce(
+        &self,
+        x: StridedRef<'_>,
+        dims: &[usize],
+        keep_shape: &[usize],
+        scale: f32,
+        op: &'static str,
+    ) -> Result<Strided> {
+        let l = &*self.launcher;
+        // Kept dims first, reduced dims last (each group in its order), made contiguous: each
+        // output element is then one row, summed in the host backend's order (unless the row is
+        // long enough to be summed in chunks).
+        let kept: Vec<usize> = (0..x.rank()).filter(|d| !dims.contains(d)).collect();
+        let mut perm = kept.clone();
+        let mut reduced: Vec<usize> = dims.to_vec();
+        reduced.sort_unstable();
+        perm.extend_from_slice(&reduced);
+        let rows: usize = kept.iter().map(|&d| x.dims()[d]).product();
+        let len: usize = reduced.iter().map(|&d| x.dims()[d]).product();
+        let permuted = x.layout.permuted(&perm);
+        let lanes = contiguous(
+            self,
+            StridedRef {
+                storage: x.storage,
+                layout: &permuted,
+            },
+        )?;
+        let out = uninit(x.device(), keep_shape, op)?;
+        sum_rows(
+            l,
+            op,
+            lanes.as_ref(),
+            out.as_ref(),
+            (rows, len),
+            RowSum::Scale(scale),
+        )?;
+        lanes.storage().note_use_end();
+        Ok(out)
+    }
+
+    fn cross_entropy(&self, logp: StridedRef<'_>, targets: &[u32]) -> Result<Strided> {
+        const OP: &str = "cross_entropy";
+        let l = &*self.launcher;
+        let c = logp.dims()[logp.rank() - 1];
+        let out = uninit(logp.device(), &[], OP)?;
+        let ids = upload_ids(l, logp.device(), targets, OP)?;
+        let args = VgArgs {
+            out: addr(&out),
+            a: addr(logp),
+            ids: ids.addr(),
+            n: 1,
+            len: c as u64,
+            inner: targets.len() as u64,
+            ..Default::default()
+        };
+        launch(l, OP, logp, Kernel::CrossEntropy, 1, &args)?;
+        logp.storage().note_use_end();
+        Ok(out)
+    }
+
+    fn cross_entropy_backward(
+        &self,
+        g: StridedRef<'_>,
+        probs: StridedRef<'_>,
+        targets: &[u32],
+    ) -> Result<Strided> {
+        const OP: &str = "cross_entropy_backward";
+        let l = &*self.launcher;
+        let c = probs.dims()[probs.rank() - 1];
+        let out = uninit(probs.device(), probs.dims(), OP)?;
+        let ids = upload_ids(l, probs.device(), targets, OP)?;
+        let args = VgArgs {
+            out: addr(&out),
+            a: addr(probs),
+            b: addr(g),
+            ids: ids.addr(),
+            n: probs.elem_count() as u64,
+            len: c as u64,
+            s0: targets.len().max(1) as f32,
+            ..Default::default()
+        };
+        launch(l, OP, probs, Kernel::CrossEntropyBackward, args.n, &args)?;
+        probs.storage().note_use_end();
+        g.storage().note_use_end();
+        Ok(out)
+    }
+
+    fn mean_square(&self, diff: StridedRef<'_>, op: &'static str) -> Result<Strided> {
+        let l = &*self.launcher;
+        let out = uninit(diff.device(), &[], op)?;
+        let n = diff.elem_count();
+        sum_rows(
+            l,
+            op,
+            diff,
+            out.as_ref(),
+            (1, n),
+            RowSum::MeanOfSquares(n.max(1) as f32),
+        )?;
+        diff.storage().note_use_end();
+        Ok(out)
+    }
+
+    fn to_vec(&self, t: StridedRef<'_>, op: &'static str) -> Result<Vec<f32>> {
+        let l = &*self.launcher;
+        let copy;
+        let t = if t.is_contiguous() {
+            t
+        } else {
+            copy = self.map(t, op, MapOp::Copy)?;
+            copy.as_ref()
+        };
+        let mut out = vec![0.0f32; t.elem_count()];
+        l.download(f32_bytes_mut(&mut out), addr(t))
+            .map_err(|m| backend_error(op, t.device(), m))?;
+        t.storage().note_use_end();
+        Ok(out)
+    }
+
+    fn upload(
+        &self,
+        device: &Device,
+        shape: &[usize],
+        op: &'static str,
+        data: &[f32],
+    ) -> Result<Strided> {
+        let l = &*self.launcher;
+        let out = uninit(device, shape, op)?;
+        l.upload(addr(&out), f32_bytes(data))
+            .map_err(|m| backend_error(op, device, m))?;
+        Ok(out)
+    }
+
+    fn full(&self, device: &Device, shape: &[usize], value: f32) -> Result<Strided> {
+        let out = uninit(device, shape, "full")?;
+        self.map_inplace(out.as_ref(), "full", MapOp::Fill(value))?;
+        Ok(out)
+    }
+
+    fn adam_step(&self, state: [StridedRef<'_>; 4], hyper: &AdamStep) -> Result<()> {
+        let l = &*self.launcher;
+        let [param, grad, m, v] = state;
+        let args = VgArgs {
+            out: addr(param),
+            out2: addr(m),
+            out3: addr(v),
+            a: addr(grad),
+            n: param.elem_count() as u64,
+            s0: hyper.lr,
+            s1: hyper.beta1,
+            s2: hyper.beta2,
+            s3: hyper.eps,
+            s4: hyper.bias1,
+            s5: hyper.bias2,
+            ..Default::default()
+        };
+        launch(l, "Adam::step", param, Kernel::Adam, args.n, &args)?;
+        for t in state {
+            t.storage().note_use_end();
+        }
+        Ok(())
+    }
 }
