@@ -154,8 +154,9 @@ pub mod alloc {
 
     /// The allocator's CUDA backend (driver API through cudarc: loaded at run time, or linked
     /// when another crate of the build, such as candle's `cuda` feature, asks cudarc for
-    /// `dynamic-linking`), and whether a CUDA library is there ([`library_present`](cuda_backend::library_present)). Only with the `cuda` feature
-    /// (on by default).
+    /// `dynamic-linking`), and whether a CUDA library is there
+    /// ([`library_present`](cuda_backend::library_present)). Only with the `cuda` feature (on by
+    /// default).
     #[cfg(feature = "cuda")]
     pub mod cuda_backend {
         pub use vramguard_alloc::cuda_backend::{stream_id, CudaBackend};
